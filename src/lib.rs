@@ -6,3 +6,4 @@
 
 pub mod pb;
 pub mod protozero;
+pub mod tracing;

@@ -1,0 +1,2 @@
+//! Producer/service shared code. No I/O here.
+pub mod smb_abi;

@@ -1,0 +1,2 @@
+//! The tracing system: what producers and the service share (`core`).
+pub mod core;
