@@ -6,4 +6,5 @@
 
 pub mod pb;
 pub mod protozero;
+pub mod schema;
 pub mod tracing;
