@@ -7,4 +7,5 @@
 pub mod applets;
 pub mod pb;
 pub mod protozero;
+pub mod schema;
 pub mod tracing;
