@@ -6,6 +6,7 @@
 
 pub mod applets;
 pub mod cmd;
+pub mod base;
 pub mod pb;
 pub mod protozero;
 pub mod schema;
