@@ -5,5 +5,6 @@
 //! touch the OS; only `base` does.
 
 pub mod pb;
+pub mod probes;
 pub mod protozero;
 pub mod tracing;
