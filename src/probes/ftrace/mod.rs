@@ -5,6 +5,7 @@
 //! `tracefs`, `sys` and `cpu_reader` do the I/O.
 
 pub mod format;
+pub mod page_parser;
 pub(crate) mod sys;
 pub mod tracefs;
 
