@@ -5,6 +5,7 @@
 //! touch the OS; only `base` does.
 
 pub mod applets;
+pub mod cmd;
 pub mod pb;
 pub mod probes;
 pub mod protozero;
