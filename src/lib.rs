@@ -8,6 +8,7 @@ pub mod applets;
 pub mod cmd;
 pub mod base;
 pub mod pb;
+pub mod probes;
 pub mod protozero;
 pub mod schema;
 pub mod tracing;

@@ -1,0 +1,3 @@
+//! Data sources of traced_probes.
+
+pub mod ftrace;
