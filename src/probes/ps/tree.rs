@@ -30,6 +30,11 @@ impl ProcessStatsPoller {
         let pids = self.procfs.list_pids();
         for &pid in &pids {
             let Some(status) = self.read_status(pid) else { continue };
+            if status.tgid != Some(pid) {
+                // Not a thread-group leader (pid reused by a thread, or a
+                // fixture listing threads): described via its leader.
+                continue;
+            }
             let namespaced = self.write_process(&mut tree, pid, &status);
             for tid in self.procfs.list_tids(pid) {
                 if tid == pid {
