@@ -4,7 +4,9 @@
 //! `tracing::core`, `tracing::service` and `probes::ftrace` parsers never
 //! touch the OS; only `base` does.
 
+pub mod applets;
 pub mod pb;
 pub mod protozero;
+pub mod schema;
 pub mod tracing;
 pub mod probes;

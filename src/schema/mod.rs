@@ -1,0 +1,3 @@
+//! Runtime view of our .proto schemas.
+
+pub mod services;
