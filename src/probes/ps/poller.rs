@@ -188,3 +188,44 @@ impl ProcessStatsPoller {
         std::mem::take(&mut self.pending_cleared_flag)
     }
 }
+
+impl ProcessStatsSettings {
+    /// From the decoded `DataSourceConfig.process_stats_config`.
+    pub fn from_config(cfg: &crate::pb::protos::ProcessStatsConfig) -> Self {
+        use crate::pb::protos::mod_ProcessStatsConfig::Quirks;
+        Self {
+            scan_all_processes_on_start: cfg.scan_all_processes_on_start.unwrap_or(false),
+            record_thread_names: cfg.record_thread_names.unwrap_or(false),
+            proc_stats_poll_ms: cfg.proc_stats_poll_ms.unwrap_or(0),
+            proc_stats_cache_ttl_ms: cfg.proc_stats_cache_ttl_ms.unwrap_or(0),
+            resolve_process_fds: cfg.resolve_process_fds.unwrap_or(false),
+            scan_smaps_rollup: cfg.scan_smaps_rollup.unwrap_or(false),
+            record_process_age: cfg.record_process_age.unwrap_or(false),
+            record_process_runtime: cfg.record_process_runtime.unwrap_or(false),
+            record_process_dmabuf_rss: cfg.record_process_dmabuf_rss.unwrap_or(false),
+            skip_main_thread_message: cfg.skip_main_thread_message.unwrap_or(false),
+            on_demand_dumps: !cfg.quirks.contains(&Quirks::DISABLE_ON_DEMAND),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::protos::{mod_ProcessStatsConfig::Quirks, ProcessStatsConfig};
+
+    #[test]
+    fn settings_from_config() {
+        let cfg = ProcessStatsConfig {
+            scan_all_processes_on_start: Some(true),
+            proc_stats_poll_ms: Some(5),
+            quirks: vec![Quirks::DISABLE_ON_DEMAND],
+            ..Default::default()
+        };
+        let s = ProcessStatsSettings::from_config(&cfg);
+        assert!(s.scan_all_processes_on_start && !s.on_demand_dumps && !s.record_thread_names);
+        let p = ProcessStatsPoller::new(s, &FsRoot::new("/nonexistent"), Box::new(|| 0));
+        assert_eq!(p.poll_period_ms(), MIN_POLL_MS);
+        assert!(ProcessStatsSettings::from_config(&ProcessStatsConfig::default()).on_demand_dumps);
+    }
+}

@@ -106,6 +106,40 @@ impl SysStatsSettings {
     }
 }
 
+impl SysStatsSettings {
+    /// From the decoded `DataSourceConfig.sys_stats_config`. An empty
+    /// counter list means "all counters", as upstream.
+    pub fn from_config(cfg: &crate::pb::protos::SysStatsConfig) -> Self {
+        let ids = |v: Vec<u32>| (!v.is_empty()).then_some(v);
+        let mut s = Self {
+            meminfo_counters: ids(cfg.meminfo_counters.iter().map(|c| *c as u32).collect()),
+            vmstat_counters: ids(cfg.vmstat_counters.iter().map(|c| *c as u32).collect()),
+            stat: StatFields::from_list(
+                ids(cfg.stat_counters.iter().map(|c| *c as u32).collect()).as_deref(),
+            ),
+            ..Default::default()
+        };
+        let periods = [
+            (Source::Meminfo, cfg.meminfo_period_ms),
+            (Source::Vmstat, cfg.vmstat_period_ms),
+            (Source::Stat, cfg.stat_period_ms),
+            (Source::Devfreq, cfg.devfreq_period_ms),
+            (Source::Cpufreq, cfg.cpufreq_period_ms),
+            (Source::Buddyinfo, cfg.buddyinfo_period_ms),
+            (Source::Diskstat, cfg.diskstat_period_ms),
+            (Source::Psi, cfg.psi_period_ms),
+            (Source::Thermal, cfg.thermal_period_ms),
+            (Source::Cpuidle, cfg.cpuidle_period_ms),
+            (Source::Gpufreq, cfg.gpufreq_period_ms),
+            (Source::Slab, cfg.slab_period_ms),
+        ];
+        for (src, ms) in periods {
+            s.set_period(src, ms.unwrap_or(0));
+        }
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +164,25 @@ mod tests {
         assert_eq!(p[Source::Slab as usize], MAX_PERIOD_MS);
         assert_eq!(p[Source::Psi as usize], 500);
         assert_eq!(p[Source::Vmstat as usize], 0);
+    }
+
+    #[test]
+    fn settings_from_config() {
+        use crate::pb::protos::{mod_SysStatsConfig::StatCounters, MeminfoCounters, SysStatsConfig};
+        let cfg = SysStatsConfig {
+            meminfo_period_ms: Some(100),
+            meminfo_counters: vec![MeminfoCounters::MEMINFO_MEM_TOTAL],
+            stat_period_ms: Some(u32::MAX),
+            stat_counters: vec![StatCounters::STAT_CPU_TIMES],
+            slab_period_ms: Some(2000),
+            ..Default::default()
+        };
+        let s = SysStatsSettings::from_config(&cfg);
+        assert_eq!(s.meminfo_counters, Some(vec![1]));
+        assert_eq!(s.vmstat_counters, None);
+        assert!(s.stat.cpu_times && !s.stat.fork_count);
+        let p = s.clamped_periods();
+        assert_eq!((p[0], p[2], p[11], p[1]), (100, MAX_PERIOD_MS, 2000, 0));
     }
 
     #[test]

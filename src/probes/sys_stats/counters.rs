@@ -154,6 +154,25 @@ mod tests {
         assert_eq!(rejected, vec![0, 999]);
     }
 
+    /// Our tables must agree with the schema's enums (proto/common/
+    /// sys_stats_counters.proto as compiled by pb-rs).
+    #[test]
+    fn tables_match_schema_enums() {
+        use crate::pb::protos::{MeminfoCounters, VmstatCounters};
+        for (id, name) in VMSTAT_NAMES.iter().enumerate().skip(1) {
+            let variant = format!("{:?}", VmstatCounters::from(id as i32));
+            assert_eq!(variant, format!("VMSTAT_{}", name.to_uppercase()));
+        }
+        // The id past the table must be unknown to the schema too.
+        assert_eq!(VmstatCounters::from(VMSTAT_NAMES.len() as i32), VmstatCounters::VMSTAT_UNSPECIFIED);
+        for (key, id) in MEMINFO_KEYS {
+            assert_ne!(MeminfoCounters::from(id as i32), MeminfoCounters::MEMINFO_UNSPECIFIED, "{key}");
+        }
+        assert_eq!(MeminfoCounters::from(MEMINFO_KEYS.len() as i32 + 1), MeminfoCounters::MEMINFO_UNSPECIFIED);
+        assert_eq!(MeminfoCounters::from(9), MeminfoCounters::MEMINFO_ACTIVE_ANON);
+        assert_eq!(MeminfoCounters::from(28), MeminfoCounters::MEMINFO_COMMITED_AS);
+    }
+
     #[test]
     fn names_are_unique() {
         let mut v: Vec<&str> = VMSTAT_NAMES[1..].to_vec();
