@@ -27,6 +27,8 @@ mod write;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
+mod test_util;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;

@@ -115,7 +115,10 @@ impl TraceBuffer {
 
         // Commits may arrive out of order; only move forward, treating ids
         // less than half the id space ahead as newer (handles wrapping).
-        let last = self.last_chunk_id_written.entry(key.sequence()).or_insert(0);
+        // The first chunk seen of a sequence simply becomes its newest
+        // (upstream compares against an implicit 0 and may count a
+        // spurious out-of-order commit for writers starting at ids >= 2^31).
+        let last = self.last_chunk_id_written.entry(key.sequence()).or_insert(chunk_id_untrusted);
         if chunk_id_untrusted.wrapping_sub(*last) < HALF_CHUNK_ID_SPACE {
             *last = chunk_id_untrusted;
         } else {
