@@ -7,3 +7,4 @@
 pub mod pb;
 pub mod protozero;
 pub mod tracing;
+pub mod base;
