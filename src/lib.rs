@@ -12,4 +12,3 @@ pub mod probes;
 pub mod protozero;
 pub mod schema;
 pub mod tracing;
-pub mod base;

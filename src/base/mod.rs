@@ -1,7 +1,6 @@
 //! OS-facing helpers. The only layer that may use nix/libc/raw fds.
-pub mod shm;
-//! The only layer that touches the OS: event loop, sockets, logging.
 
+pub mod shm;
 pub mod event_loop;
 pub mod log;
 pub mod sock_addr;
