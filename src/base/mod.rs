@@ -1,6 +1,7 @@
 //! OS-facing helpers. The only layer that may use nix/libc/raw fds.
 
 pub mod shm;
+pub mod child_process;
 pub mod event_loop;
 pub mod log;
 pub mod sock_addr;
