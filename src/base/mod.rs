@@ -2,6 +2,7 @@
 
 pub mod shm;
 pub mod child_process;
+pub mod daemonize;
 pub mod event_loop;
 pub mod log;
 pub mod sock_addr;

@@ -4,4 +4,6 @@ pub mod autostart;
 pub mod flags;
 pub mod light_config;
 pub mod options;
+pub mod output;
+pub mod packet_writer;
 pub mod units;
