@@ -4,6 +4,7 @@
 //! `tracing::core`, `tracing::service` and `probes::ftrace` parsers never
 //! touch the OS; only `base` does.
 
+pub mod cmd;
 pub mod pb;
 pub mod protozero;
 pub mod schema;

@@ -1,0 +1,3 @@
+//! Command-line applets and their helpers.
+
+pub mod pbtx;
