@@ -1,3 +1,7 @@
-//! Command-line applets and their helpers.
+//! The `perfetto` consumer client: flags, config synthesis, session driving.
 
+pub mod flags;
+pub mod light_config;
+pub mod options;
 pub mod pbtx;
+pub mod units;
