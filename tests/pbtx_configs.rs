@@ -253,3 +253,35 @@ fn dump_for_python() {
         std::fs::write(format!("{out}/{name}.bin"), bytes).unwrap();
     }
 }
+
+/// Prefixes of every fixture, and single-byte replacements with a
+/// syntax character, gives a result or an error with a position — never a
+/// panic (a cheap stand-in for fuzzing when no nightly toolchain is around).
+#[test]
+fn mangled_fixtures_never_panic() {
+    let dir = format!("{}/tests/data/pbtx", env!("CARGO_MANIFEST_DIR"));
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let bytes = text.as_bytes();
+        for cut in (0..bytes.len()).step_by(3) {
+            if let Ok(t) = std::str::from_utf8(&bytes[..cut]) {
+                if let Err(e) = pbtx::trace_config_txt_to_pb("f", t) {
+                    assert!(e.line >= 1 && e.col >= 1, "{e}");
+                }
+            }
+        }
+        for i in (0..bytes.len()).step_by(11) {
+            for c in [b'{', b'}', b'"', b'\\', b'-', b'[', b'#', b'\n', b'x'] {
+                let mut m = bytes.to_vec();
+                m[i] = c;
+                if let Ok(t) = std::str::from_utf8(&m) {
+                    let _ = pbtx::trace_config_txt_to_pb("f", t).map_err(|e| e.to_string());
+                    let opts = pbtx::ParseOptions {
+                        allow_unknown: true,
+                    };
+                    let _ = pbtx::text_to_proto(pbtx::TRACE_CONFIG, "f", t, opts);
+                }
+            }
+        }
+    }
+}

@@ -6,7 +6,9 @@ google.protobuf.text_format into Perfetto's published TraceConfig type and
 checks that it equals our binary output decoded with the same type.
 
 Usage (same venv as check_schema.py):
-  .venv/bin/python tests/py/check_pbtx.py
+  .venv/bin/python tests/py/check_pbtx.py [--bins DIR]
+With --bins, DIR already holds `<fixture>.bin` files (tests/py_crosscheck.rs
+writes them); otherwise `cargo test` is run to produce them.
 """
 import os
 import subprocess
@@ -21,10 +23,13 @@ def main():
     from google.protobuf import text_format
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TraceConfig
 
-    out = tempfile.mkdtemp()
-    env = dict(os.environ, TRACEBOX_PBTX_OUT=out)
-    subprocess.check_call(["cargo", "test", "-q", "--test", "pbtx_configs", "dump_for_python"],
-                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    if len(sys.argv) == 3 and sys.argv[1] == "--bins":
+        out = sys.argv[2]
+    else:
+        out = tempfile.mkdtemp()
+        env = dict(os.environ, TRACEBOX_PBTX_OUT=out)
+        subprocess.check_call(["cargo", "test", "-q", "--test", "pbtx_configs", "dump_for_python"],
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     failures = 0
     names = sorted(n for n in os.listdir(FIXTURES) if n.endswith(".pbtx"))
     for name in names:
