@@ -6,4 +6,5 @@ pub mod light_config;
 pub mod options;
 pub mod output;
 pub mod packet_writer;
+pub mod pbtx;
 pub mod units;
