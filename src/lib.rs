@@ -8,3 +8,4 @@ pub mod pb;
 pub mod protozero;
 pub mod tracing;
 pub mod base;
+pub mod ipc;
