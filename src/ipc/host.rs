@@ -552,3 +552,83 @@ impl<S: Services> Handler for HostApp<S> {
         ctl.quit();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::event_loop::{EventLoop, TaskRunner, TimerId};
+    use std::time::Duration;
+
+    /// Parks every call; replies come later from a timer.
+    #[derive(Default)]
+    struct Parking {
+        parked: Vec<ReplyTo>,
+        disconnected: Vec<ClientId>,
+    }
+
+    impl Services for Parking {
+        fn invoke(&mut self, call: Call<'_>, _out: &mut dyn ReplySink) {
+            self.parked.push(call.reply_to);
+        }
+        fn on_client_disconnected(&mut self, client: ClientId, _out: &mut dyn ReplySink) {
+            self.disconnected.push(client);
+        }
+    }
+
+    struct App {
+        host: Host,
+        services: Parking,
+        flood_timer: Option<TimerId>,
+    }
+
+    impl Handler for App {
+        type Msg = ();
+        fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, token: Token, ready: Ready) {
+            self.host.on_io(ctl, token, ready, &mut self.services);
+            if !self.services.parked.is_empty() && self.flood_timer.is_none() {
+                self.flood_timer = Some(ctl.add_timer(Duration::ZERO));
+            }
+            if !self.services.disconnected.is_empty() {
+                ctl.quit();
+            }
+        }
+        fn on_timer(&mut self, _ctl: &mut LoopCtl<'_, ()>, _id: TimerId) {
+            // Outside on_io: the overflow drop must still be reaped,
+            // woken by the hang-up event of our own shutdown.
+            let to = self.services.parked[0];
+            while self.host.reply(&to, Reply::more(vec![0; 60 * 1024])) {}
+            assert!(!self.host.reply(&to, Reply::ok(vec![])), "dead client accepted a reply");
+        }
+    }
+
+    #[test]
+    fn client_dropped_from_a_timer_is_reaped_and_reported() {
+        let mut el = EventLoop::new().unwrap();
+        let mut host = Host::new();
+        host.set_max_queued_bytes(256 * 1024);
+        host.expose_service("P", &["M"]);
+        let addr = SockAddr::Abstract(format!("tracebox-host-unit-{}", std::process::id()).into_bytes());
+        host.listen(&mut el.ctl(), &addr).unwrap();
+
+        // A client that sends one call and never reads.
+        let sock = UnixStream::connect(&addr).unwrap();
+        let mut conn = Conn::new(sock, 1 << 20);
+        let invoke = |id, service_id, method_id| IPCFrame {
+            request_id: Some(id),
+            msg: OneOfmsg::msg_invoke_method(InvokeMethod {
+                service_id: Some(service_id),
+                method_id: Some(method_id),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        conn.send(&invoke(1, 1, 1), None).unwrap();
+
+        let mut app = App { host, services: Parking::default(), flood_timer: None };
+        el.run(&mut app).unwrap();
+        assert_eq!(app.services.disconnected, vec![ClientId(1)]);
+        assert_eq!(app.host.client_count(), 0);
+        let stats = app.host.stats();
+        assert_eq!((stats.clients_accepted, stats.clients_dropped_slow), (1, 1));
+    }
+}
