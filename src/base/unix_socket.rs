@@ -55,12 +55,19 @@ fn set_cloexec(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
-/// Waits until `fd` is readable (or writable if `writable`), or `timeout`
-/// passes (`None` waits forever). Returns false on timeout. Hang-up and
-/// error count as ready: the next read/write reports them.
-pub fn wait_ready(fd: BorrowedFd<'_>, writable: bool, timeout: Option<Duration>) -> io::Result<bool> {
+/// Waits until `fd` is readable (if `readable`) or writable (if
+/// `writable`), or `timeout` passes (`None` waits forever). Returns false
+/// on timeout. Hang-up and error count as ready: the next read/write
+/// reports them.
+pub fn wait_ready(fd: BorrowedFd<'_>, readable: bool, writable: bool, timeout: Option<Duration>) -> io::Result<bool> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let events = if writable { PollFlags::POLLOUT } else { PollFlags::POLLIN };
+    let mut events = PollFlags::empty();
+    if readable {
+        events |= PollFlags::POLLIN;
+    }
+    if writable {
+        events |= PollFlags::POLLOUT;
+    }
     let timeout = match timeout {
         None => PollTimeout::NONE,
         // Round up so a sub-millisecond wait does not spin.
@@ -327,7 +334,7 @@ mod tests {
         let mut out = Vec::new();
         let mut fds = Vec::new();
         while out.len() < want {
-            wait_ready(s.as_fd(), false, None).unwrap();
+            wait_ready(s.as_fd(), true, false, None).unwrap();
             let mut buf = [0u8; 4096];
             match s.recv(&mut buf) {
                 Ok((0, _)) => break,
@@ -374,7 +381,7 @@ mod tests {
         // Four do not fit: MSG_CTRUNC, reported as an error.
         let cm = [ControlMessage::ScmRights(&raws[..4])];
         socket::sendmsg::<()>(a.as_raw_fd(), &[io::IoSlice::new(b"b")], &cm, MsgFlags::empty(), None).unwrap();
-        wait_ready(b.as_fd(), false, None).unwrap();
+        wait_ready(b.as_fd(), true, false, None).unwrap();
         let err = b.recv(&mut [0u8; 16]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }
@@ -389,7 +396,7 @@ mod tests {
             let l = UnixListener::bind(&addr).unwrap();
             assert!(l.accept().unwrap().is_none());
             let c = UnixStream::connect(&addr).unwrap();
-            wait_ready(l.as_fd(), false, None).unwrap();
+            wait_ready(l.as_fd(), true, false, None).unwrap();
             let (s, cred) = l.accept().unwrap().unwrap();
             assert_eq!(cred.pid, std::process::id() as i32);
             assert_eq!(cred.uid, nix::unistd::geteuid().as_raw());
@@ -405,7 +412,7 @@ mod tests {
         let l = UnixListener::bind(&SockAddr::Abstract(name.clone().into_bytes())).unwrap();
         let std_addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
         let _c = std::os::unix::net::UnixStream::connect_addr(&std_addr).unwrap();
-        wait_ready(l.as_fd(), false, None).unwrap();
+        wait_ready(l.as_fd(), true, false, None).unwrap();
         assert!(l.accept().unwrap().is_some());
     }
 
