@@ -204,3 +204,58 @@ fn shm_size_rules() {
         (32 * K * K, 32 * K)
     );
 }
+
+/// Deterministic stand-in for the fuzz target: random SMB contents, with
+/// bitmaps biased towards plausible layouts and Complete chunks, read at
+/// every index. Nothing may panic; every acquired chunk lies inside the SMB.
+#[test]
+fn random_smb_contents_are_read_safely() {
+    use crate::tracing::core::chunk_reader::FragmentIter;
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut total_read = 0;
+    for round in 0..300 {
+        let page_size = if round % 3 == 0 { 8192 } else { 4096 };
+        let a = abi(4 * page_size, page_size);
+        for off in (0..a.size()).step_by(8) {
+            a.mem().write(off, &next().to_le_bytes());
+        }
+        for page in 0..4 {
+            let r = next();
+            let mut bitmap = if r % 4 == 0 { r as u32 } else { (((r >> 8) % 8) as u32) << 28 };
+            if r % 4 != 0 {
+                for c in 0..14 {
+                    let st = if next() % 2 == 0 { CHUNK_COMPLETE } else { (next() % 4) as u32 };
+                    bitmap |= st << (2 * c);
+                }
+            }
+            set_bitmap(&a, page, bitmap);
+            // Small counts and first sizes so fragments get parsed too.
+            let layout = bitmap_layout(bitmap);
+            for c in 0..bitmap_num_chunks(bitmap) {
+                let off = page * page_size + 8 + c * a.chunk_size_for_layout(layout);
+                let packets = (next() % 6) as u16 | ((next() % 64) as u16) << 10;
+                a.mem().write(off + 6, &packets.to_le_bytes());
+                a.mem().write(off + 8, &[(next() % 200) as u8]);
+            }
+        }
+        for page in 0..6 {
+            for chunk in 0..16 {
+                let Ok(c) = a.try_acquire_chunk_for_reading(page, chunk) else { continue };
+                assert!(c.end() <= a.size() && c.offset() >= page * page_size + 8);
+                let mut payload = Vec::new();
+                let h = a.read_chunk(&c, &mut payload);
+                assert_eq!(payload.len(), c.payload_size());
+                let _ = FragmentIter::new(&payload, h.packet_count).count();
+                a.release_chunk_as_free(c).unwrap();
+                total_read += 1;
+            }
+        }
+    }
+    assert!(total_read > 1000, "{total_read}");
+}
