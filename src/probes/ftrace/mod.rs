@@ -7,6 +7,7 @@
 pub mod format;
 pub mod page_parser;
 pub(crate) mod sys;
+pub mod table;
 pub mod tracefs;
 
 pub use tracefs::{CpuStats, Tracefs};
