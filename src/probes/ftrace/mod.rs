@@ -9,5 +9,6 @@ pub mod page_parser;
 pub(crate) mod sys;
 pub mod table;
 pub mod tracefs;
+pub mod translate;
 
 pub use tracefs::{CpuStats, Tracefs};
