@@ -4,6 +4,8 @@
 //! `format`, `page_parser` and `translate` are pure (bytes in, events out);
 //! `tracefs`, `sys` and `cpu_reader` do the I/O.
 
+pub mod bundle;
+pub mod compact_sched;
 pub mod format;
 pub mod page_parser;
 pub(crate) mod sys;
