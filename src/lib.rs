@@ -6,7 +6,7 @@
 
 pub mod applets;
 pub mod pb;
+pub mod probes;
 pub mod protozero;
 pub mod schema;
 pub mod tracing;
-pub mod probes;

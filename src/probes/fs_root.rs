@@ -109,8 +109,9 @@ impl FsRoot {
                 return Vec::new();
             }
         };
-        let mut names: Vec<String> =
-            rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
         names.sort();
         names
     }
@@ -193,7 +194,14 @@ mod tests {
         assert_eq!(root.read_i64("num", &mut errors), None);
         assert_eq!(root.read_i64("absent", &mut errors), None);
         assert!(root.list_dir("absent_dir", &mut errors).is_empty());
-        assert_eq!(errors, ReadErrors { missing: 2, unreadable: 0, malformed: 1 });
+        assert_eq!(
+            errors,
+            ReadErrors {
+                missing: 2,
+                unreadable: 0,
+                malformed: 1
+            }
+        );
     }
 
     #[test]

@@ -163,7 +163,9 @@ pub fn split_cmdline(buf: &[u8]) -> Vec<String> {
     if buf.is_empty() {
         return Vec::new();
     }
-    body.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+    body.split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
 }
 
 #[cfg(test)]
@@ -181,7 +183,10 @@ RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3
     fn status_fields() {
         let st = parse_status(STATUS);
         assert_eq!(st.name.as_deref(), Some("my proc"));
-        assert_eq!((st.tgid, st.pid, st.ppid, st.uid), (Some(1234), Some(1234), Some(1), Some(1000)));
+        assert_eq!(
+            (st.tgid, st.pid, st.ppid, st.uid),
+            (Some(1234), Some(1234), Some(1), Some(1000))
+        );
         assert_eq!(st.ns_ids, vec![7]);
         assert_eq!(st.kthread, Some(false));
         assert_eq!(
@@ -209,7 +214,15 @@ RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3
 
     #[test]
     fn garbage_status_does_not_panic() {
-        for input in [&b""[..], b":", b"Pid:", b"Pid:\t-", b"NSpid:\t\t\t", b"\xff\xfe:\xff", b"Kthread: 7"] {
+        for input in [
+            &b""[..],
+            b":",
+            b"Pid:",
+            b"Pid:\t-",
+            b"NSpid:\t\t\t",
+            b"\xff\xfe:\xff",
+            b"Kthread: 7",
+        ] {
             let st = parse_status(input);
             assert_eq!(st.pid, None);
             assert_eq!(st.kthread, None);
@@ -229,7 +242,10 @@ RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3
 
     #[test]
     fn cmdline_splitting() {
-        assert_eq!(split_cmdline(b"/bin/sh\0-c\0echo hi\0"), vec!["/bin/sh", "-c", "echo hi"]);
+        assert_eq!(
+            split_cmdline(b"/bin/sh\0-c\0echo hi\0"),
+            vec!["/bin/sh", "-c", "echo hi"]
+        );
         assert_eq!(split_cmdline(b"/bin/sh\0-c"), vec!["/bin/sh", "-c"]);
         assert_eq!(split_cmdline(b"a\0\0b\0"), vec!["a", "", "b"]);
         assert!(split_cmdline(b"").is_empty());

@@ -93,7 +93,10 @@ impl ProcessStatsPoller {
     /// `settings.proc_stats_poll_ms` is clamped here.
     pub fn new(mut settings: ProcessStatsSettings, root: &FsRoot, clock: Clock) -> Self {
         settings.proc_stats_poll_ms = clamp_poll_ms(settings.proc_stats_poll_ms);
-        let ttl_ticks = cache_ttl_ticks(settings.proc_stats_poll_ms, settings.proc_stats_cache_ttl_ms);
+        let ttl_ticks = cache_ttl_ticks(
+            settings.proc_stats_poll_ms,
+            settings.proc_stats_cache_ttl_ms,
+        );
         Self {
             settings,
             procfs: ProcFs::new(root),
