@@ -40,11 +40,7 @@ pub fn clamp_poll_ms(poll_ms: u32) -> u32 {
 /// Number of polls after which the stats cache is dropped (so every value is
 /// re-emitted): `ttl / period`, at least 1. 0 when polling is off.
 pub fn cache_ttl_ticks(poll_ms: u32, ttl_ms: u32) -> u32 {
-    if poll_ms == 0 {
-        0
-    } else {
-        (ttl_ms / poll_ms).max(1)
-    }
+    ttl_ms.checked_div(poll_ms).map_or(0, |t| t.max(1))
 }
 
 /// Last values emitted for one pid (`None` = never emitted).
