@@ -54,6 +54,8 @@ pub struct Status {
     pub ns_ids: Vec<i32>,
     /// `Kthread:` (Linux 6.4+); `None` on older kernels.
     pub kthread: Option<bool>,
+    /// `Threads:` count.
+    pub threads: Option<u32>,
     pub mem: StatusMem,
 }
 
@@ -86,6 +88,7 @@ pub fn parse_status(buf: &[u8]) -> Status {
                     _ => None,
                 }
             }
+            b"Threads" => st.threads = leading_u64(v).and_then(|v| u32::try_from(v).ok()),
             b"VmSize" => st.mem.vm_size_kb = leading_u64(v),
             b"VmLck" => st.mem.vm_locked_kb = leading_u64(v),
             b"VmHWM" => st.mem.vm_hwm_kb = leading_u64(v),
@@ -189,6 +192,7 @@ RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3
         );
         assert_eq!(st.ns_ids, vec![7]);
         assert_eq!(st.kthread, Some(false));
+        assert_eq!(st.threads, Some(3));
         assert_eq!(
             st.mem,
             StatusMem {

@@ -46,13 +46,27 @@ impl ProcessStatsPoller {
                 continue;
             }
             let namespaced = self.write_process(&mut tree, pid, &status);
+            if status.threads == Some(1) {
+                // Only the main thread: skip listing task/ (most processes;
+                // a thread born right now is caught by on-demand scans).
+                continue;
+            }
             for tid in self.procfs.list_tids(pid) {
                 if tid == pid {
                     continue;
                 }
-                if self.settings.record_thread_names || namespaced {
+                if namespaced {
+                    // Namespaced thread ids are only in the thread's status.
                     if let Some(st) = self.read_status(tid) {
                         self.write_detailed_thread(&mut tree, tid, pid, &st);
+                    }
+                } else if self.settings.record_thread_names {
+                    // comm is far cheaper for the kernel to produce than
+                    // status and holds the same name.
+                    let name = self.procfs.read_task_comm(pid, tid);
+                    if name.is_some() {
+                        tree.threads.push(TreeThread { tid, tgid: pid, name, ..Default::default() });
+                        self.seen.insert(tid, pid);
                     }
                 } else {
                     tree.threads.push(TreeThread {
