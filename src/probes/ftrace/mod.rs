@@ -1,0 +1,12 @@
+//! Linux ftrace: tracefs control, format/page parsing, proto translation and
+//! per-cpu readers.
+//!
+//! `format`, `page_parser` and `translate` are pure (bytes in, events out);
+//! `tracefs`, `sys` and `cpu_reader` do the I/O.
+
+pub mod format;
+pub mod page_parser;
+pub(crate) mod sys;
+pub mod tracefs;
+
+pub use tracefs::{CpuStats, Tracefs};
