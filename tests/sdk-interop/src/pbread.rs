@@ -53,6 +53,11 @@ fn read_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
 }
 
 impl<'a> Fields<'a> {
+    /// Offset just past the last field returned.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
     fn fail(&mut self, what: &'static str) -> Option<Result<(u32, Value<'a>), DecodeError>> {
         self.failed = true;
         Some(Err(DecodeError {

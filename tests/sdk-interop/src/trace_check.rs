@@ -162,10 +162,19 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
         total_packets += 1;
         let mut seq_id = None;
         let mut test_event = None;
-        for item in fields(packet) {
+        // Bytes of the for_testing field as the producer wrote them (the
+        // service appends trusted_* fields of its own to each packet).
+        let mut producer_bytes = 0usize;
+        let mut it = fields(packet);
+        let mut field_start = 0;
+        while let Some(item) = it.next() {
+            let field_end = it.position();
             match item {
                 Ok((TRUSTED_SEQ_ID_FIELD, v)) => seq_id = v.as_u64(),
-                Ok((FOR_TESTING_FIELD, Value::Bytes(b))) => test_event = Some(b),
+                Ok((FOR_TESTING_FIELD, Value::Bytes(b))) => {
+                    test_event = Some(b);
+                    producer_bytes = field_end - field_start;
+                }
                 Ok((TRACE_STATS_FIELD, Value::Bytes(b))) => match decode_trace_stats(b) {
                     Ok(s) => stats = Some(s),
                     Err(e) => errors.push(e),
@@ -176,6 +185,7 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
                     continue 'packets;
                 }
             }
+            field_start = field_end;
         }
         let Some(te) = test_event else {
             other_packets += 1;
@@ -218,7 +228,7 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
         let t = threads.entry(thread).or_default();
         t.seq_ids.push(seq_id.unwrap_or(0));
         t.seqs.push(seq);
-        t.bytes += packet.len() as u64;
+        t.bytes += producer_bytes as u64;
         t.is_last_seen |= is_last;
     }
 
@@ -311,7 +321,7 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
             let written = b0.get("bytes_written");
             if payload_bytes > written {
                 errors.push(format!(
-                    "found {payload_bytes} packet bytes but bytes_written={written}"
+                    "found {payload_bytes} producer bytes but bytes_written={written}"
                 ));
             }
         }
