@@ -4,7 +4,7 @@
 # consumer reads the trace back. One machine-readable line per run:
 #   bench=service traced=NAME threads=.. packets=.. payload_size=100
 #   traced_cpu_s=.. traced_user_s=.. traced_sys_s=.. traced_vmhwm_kb=..
-#   wall_s=.. delivered=.. trace_bytes=..
+#   wall_s=.. producer_write_s=.. consumer_read_s=.. delivered=.. trace_bytes=..
 # Service figures come from /proc/PID/{stat,status} just before it is
 # stopped, so any TRACED_CMD can be measured the same way, e.g.
 #   TRACED_CMD="$PWD/target/release/tracebox traced" scripts/bench-service.sh
@@ -39,10 +39,14 @@ for threads in $THREADS_LIST; do
     stop_traced
     check=$("$BIN/trace-check" --trace "$RUN/trace.pb" --threads "$threads" --packets "$per_thread" \
         --size 100 --mode all --fixed-payload | head -1) || { echo "$check" >&2; status=1; }
-    found=$(sed -n 's/.* found=\([^ ]*\).*/\1/p' <<<"$check")
+    get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+    found=$(get found "$check")
+    pline=$(grep -h "sdk-producer result=" "$RUN/producer.log" || true)
+    cline=$(grep -h "result=" "$RUN/consumer.log" || true)
     echo "bench=service traced=$traced_name threads=$threads packets=$((per_thread * threads))" \
         "payload_size=100 $(sed 's/\([a-z_]*=\)/traced_\1/g' <<<"$usage")" \
         "wall_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')" \
+        "producer_write_s=$(get write_s "$pline") consumer_read_s=$(get read_s "$cline")" \
         "delivered=$found trace_bytes=$(stat -c %s "$RUN/trace.pb")"
 done
 exit $status

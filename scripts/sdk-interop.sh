@@ -25,8 +25,11 @@ if [ -z "$PY" ]; then
 fi
 
 # scenario NAME THREADS PACKETS SIZE BUFFER_KB FILL(ring|discard) EXPECT(all|ring|discard)
+# An EXPECT other than "all" also requires the buffer to have overflowed.
 scenario() {
     local name=$1 threads=$2 packets=$3 size=$4 buffer_kb=$5 fill=$6 expect=$7
+    local loss=()
+    [ "$expect" != all ] && loss=(--expect-loss)
     local ds="tbx.sdk_test.$name"
     log "scenario $name: $threads threads x $packets packets x ${size}B, ${buffer_kb} KiB $fill buffer"
     new_run_dir "$name"
@@ -51,7 +54,7 @@ scenario() {
     grep -h "result=" "$RUN/producer.log" "$RUN/consumer.log" >&2 || true
     local check_rc=0
     "$BIN/trace-check" --trace "$RUN/trace.pb" --threads "$threads" --packets "$packets" \
-        --size "$size" --mode "$expect" | tee "$RUN/check.txt" || check_rc=$?
+        --size "$size" --mode "$expect" "${loss[@]}" | tee "$RUN/check.txt" || check_rc=$?
     if [ -n "$PY" ]; then
         "$PY" "$INTEROP_DIR/check_trace_pb2.py" "$RUN/trace.pb" "$threads" "$packets" "$size" \
             || check_rc=1

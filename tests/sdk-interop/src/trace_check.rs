@@ -38,6 +38,8 @@ pub struct Params {
     pub expect: Expect,
     /// Every packet of a thread carries the payload of its seq 0.
     pub fixed_payload: bool,
+    /// The scenario is sized to overflow the buffer: require missing packets.
+    pub expect_loss: bool,
 }
 
 /// Buffer stats of one trace buffer, by TraceStats.BufferStats field number.
@@ -206,7 +208,9 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
             }
         }
         let (Some(s), Some(seq), Some(thread)) = (s, seq, thread) else {
-            errors.push(format!("packet #{total_packets}: test event lacks str/seq/counter"));
+            errors.push(format!(
+                "packet #{total_packets}: test event lacks str/seq/counter"
+            ));
             continue;
         };
         let (Ok(seq), Ok(thread)) = (u32::try_from(seq), u32::try_from(thread)) else {
@@ -214,10 +218,16 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
             continue;
         };
         if thread >= p.threads || seq >= p.packets_per_thread {
-            errors.push(format!("packet #{total_packets}: thread {thread} seq {seq} not written"));
+            errors.push(format!(
+                "packet #{total_packets}: thread {thread} seq {seq} not written"
+            ));
             continue;
         }
-        fill_payload(thread, if p.fixed_payload { 0 } else { seq }, &mut expected_buf);
+        fill_payload(
+            thread,
+            if p.fixed_payload { 0 } else { seq },
+            &mut expected_buf,
+        );
         if s != expected_buf.as_slice() {
             errors.push(format!("thread {thread} seq {seq}: payload differs"));
         }
@@ -243,7 +253,10 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
         let mut ids = t.seq_ids.clone();
         ids.dedup();
         if ids.len() > 1 {
-            errors.push(format!("thread {thread}: packets on {} sequences {ids:?}", ids.len()));
+            errors.push(format!(
+                "thread {thread}: packets on {} sequences {ids:?}",
+                ids.len()
+            ));
         }
         if let Some(&id) = ids.first() {
             if id == 0 {
@@ -254,16 +267,20 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
         }
         // In order and without holes: each seq is the previous + 1.
         if let Some(bad) = t.seqs.windows(2).find(|w| w[1] != w[0] + 1) {
-            errors.push(format!("thread {thread}: seq {} followed by {}", bad[0], bad[1]));
+            errors.push(format!(
+                "thread {thread}: seq {} followed by {}",
+                bad[0], bad[1]
+            ));
         }
         let n = p.packets_per_thread;
         match p.expect {
             Expect::All if t.seqs.len() as u32 != n || first != Some(0) => {
                 errors.push(format!("thread {thread}: {} of {n} packets", t.seqs.len()))
             }
-            Expect::Tail if !t.seqs.is_empty() && last != Some(n - 1) => {
-                errors.push(format!("thread {thread}: ring tail ends at {last:?}, not {}", n - 1))
-            }
+            Expect::Tail if !t.seqs.is_empty() && last != Some(n - 1) => errors.push(format!(
+                "thread {thread}: ring tail ends at {last:?}, not {}",
+                n - 1
+            )),
             Expect::Head if !t.seqs.is_empty() && first != Some(0) => {
                 errors.push(format!("thread {thread}: discard head starts at {first:?}"))
             }
@@ -302,7 +319,8 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
             }
             let _ = writeln!(text, "{line}");
             let b0 = ts.buffers.first().cloned().unwrap_or_default();
-            let (overwritten, discarded) = (b0.get("chunks_overwritten"), b0.get("chunks_discarded"));
+            let (overwritten, discarded) =
+                (b0.get("chunks_overwritten"), b0.get("chunks_discarded"));
             // Losses must be explained by the buffer's own accounting, and
             // accounting that reports losses must show up as missing packets.
             match p.expect {
@@ -325,6 +343,9 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
                 ));
             }
         }
+    }
+    if p.expect_loss && missing == 0 {
+        errors.push("scenario should have overflowed the buffer but nothing is missing".into());
     }
     if !threads.is_empty() {
         errors.push(format!("packets from unknown threads {:?}", threads.keys()));
@@ -420,6 +441,7 @@ mod tests {
             payload_size: 16,
             expect,
             fixed_payload: false,
+            expect_loss: false,
         }
     }
 
@@ -484,6 +506,13 @@ mod tests {
         let mut pk = all_packets(0..3);
         pk.push(stats_packet(0, 2));
         assert!(check(&trace(&pk), &params(Expect::Head)).pass);
+        let mut p = params(Expect::Head);
+        p.expect_loss = true;
+        assert!(check(&trace(&pk), &p).pass);
+        let mut pk = all_packets(0..5);
+        pk.push(stats_packet(0, 0));
+        assert!(check(&trace(&pk), &params(Expect::Head)).pass);
+        assert!(!check(&trace(&pk), &p).pass);
         let mut pk = all_packets(0..3);
         pk.push(stats_packet(0, 0));
         assert!(!check(&trace(&pk), &params(Expect::Head)).pass);

@@ -38,7 +38,8 @@ fn build_config(ds_name: &str, buffer_kb: u32, fill_policy: u64) -> Vec<u8> {
         let mut cfg = TraceConfig { msg: &mut msg };
         cfg.set_buffers(|b: &mut TraceConfigBufferConfig| {
             b.set_size_kb(buffer_kb);
-            b.msg.append_type0_field(BUFFER_FILL_POLICY_FIELD, fill_policy);
+            b.msg
+                .append_type0_field(BUFFER_FILL_POLICY_FIELD, fill_policy);
         });
         cfg.set_data_sources(|d: &mut TraceConfigDataSource| {
             d.set_config(|c: &mut DataSourceConfig| {
@@ -58,7 +59,9 @@ fn main() {
     let mut a = Args::from_env(USAGE);
     let out = a.opt_str("--out").map(PathBuf::from);
     let config_file = a.opt_str("--config");
-    let ds_name = a.opt_str("--data-source").unwrap_or_else(|| "tbx.sdk_test".into());
+    let ds_name = a
+        .opt_str("--data-source")
+        .unwrap_or_else(|| "tbx.sdk_test".into());
     let buffer_kb: u32 = a.opt_parse("--buffer-kb").unwrap_or(32 * 1024);
     let fill_policy = match a.opt_str("--fill-policy").as_deref().unwrap_or("ring") {
         "ring" => 1,
@@ -66,7 +69,9 @@ fn main() {
         p => a.usage_error(&format!("bad --fill-policy {p:?}")),
     };
     let write_config = a.opt_str("--write-config").map(PathBuf::from);
-    let duration = a.opt_parse::<u64>("--duration-ms").map(Duration::from_millis);
+    let duration = a
+        .opt_parse::<u64>("--duration-ms")
+        .map(Duration::from_millis);
     let stop_file = a.opt_str("--stop-file").map(PathBuf::from);
     let timeout = Duration::from_secs_f64(a.opt_parse("--timeout-s").unwrap_or(120.0));
     let no_flush = a.flag("--no-flush");
@@ -94,7 +99,11 @@ fn main() {
 
     quit::install_signal_handlers();
     // The SDK's system consumer needs the system backend initialised.
-    Producer::init(ProducerInitArgsBuilder::new().backends(Backends::SYSTEM).build());
+    Producer::init(
+        ProducerInitArgsBuilder::new()
+            .backends(Backends::SYSTEM)
+            .build(),
+    );
     let mut session = match TracingSession::system() {
         Ok(s) => s,
         Err(e) => {
@@ -109,27 +118,42 @@ fn main() {
 
     let stop_at = duration.map(|d| Instant::now() + d);
     let deadline = t0 + timeout;
-    let end = wait_until(stop_file.as_ref(), Some(stop_at.unwrap_or(deadline).min(deadline)), || {
-        false
-    });
+    let end = wait_until(
+        stop_file.as_ref(),
+        Some(stop_at.unwrap_or(deadline).min(deadline)),
+        || false,
+    );
     let timed_out = end == WaitEnd::Timeout && stop_at.is_none_or(|s| s > deadline);
+    let mut phase = Instant::now();
+    let mut lap = || {
+        let s = phase.elapsed().as_secs_f64();
+        phase = Instant::now();
+        s
+    };
+    let wait_s = lap();
     if !no_flush {
         session.flush_blocking(Duration::from_secs(5));
     }
+    let flush_s = lap();
     session.stop_blocking();
+    let stop_s = lap();
     let data = Arc::new(Mutex::new(Vec::<u8>::new()));
     let sink = Arc::clone(&data);
     session.read_trace_blocking(move |chunk, _more| {
         sink.lock().unwrap().extend_from_slice(chunk);
     });
+    let read_s = lap();
     let data = std::mem::take(&mut *data.lock().unwrap());
     if let Err(e) = std::fs::write(&out, &data) {
         eprintln!("sdk-consumer: cannot write {}: {e}", out.display());
         std::process::exit(1);
     }
+    let write_s = lap();
     let u = self_usage();
     println!(
-        "sdk-consumer result={} reason={end:?} trace_bytes={} out={} elapsed_s={:.3} cpu_s={:.3}",
+        "sdk-consumer result={} reason={end:?} trace_bytes={} out={} elapsed_s={:.3} \
+         wait_s={wait_s:.3} flush_s={flush_s:.3} stop_s={stop_s:.3} read_s={read_s:.3} \
+         write_s={write_s:.3} cpu_s={:.3}",
         if timed_out { "timeout" } else { "ok" },
         data.len(),
         out.display(),

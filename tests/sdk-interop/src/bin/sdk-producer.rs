@@ -53,7 +53,9 @@ fn parse_opts() -> Opts {
         a.usage_error(&format!("bad --policy {policy:?}"));
     }
     let o = Opts {
-        ds_name: a.opt_str("--data-source").unwrap_or_else(|| "tbx.sdk_test".into()),
+        ds_name: a
+            .opt_str("--data-source")
+            .unwrap_or_else(|| "tbx.sdk_test".into()),
         threads: a.opt_parse("--threads").unwrap_or(1),
         packets: a.opt_parse("--packets").unwrap_or(1000),
         size,
@@ -174,9 +176,11 @@ fn main() {
     register(&o);
 
     let start_deadline = Instant::now() + o.start_timeout;
-    let end = wait_until(o.stop_file.as_ref(), Some(start_deadline.min(deadline)), || {
-        STARTED.load(Ordering::SeqCst)
-    });
+    let end = wait_until(
+        o.stop_file.as_ref(),
+        Some(start_deadline.min(deadline)),
+        || STARTED.load(Ordering::SeqCst),
+    );
     if end != WaitEnd::Condition {
         eprintln!("sdk-producer: data source not started ({end:?})");
         std::process::exit(3);

@@ -5,7 +5,7 @@ use tracebox_sdk_interop::args::{parse_size, Args};
 use tracebox_sdk_interop::trace_check::{check, Expect, Params};
 
 const USAGE: &str = "trace-check --trace FILE --threads T --packets N --size S
-    [--mode all|ring|discard] [--fixed-payload]";
+    [--mode all|ring|discard] [--fixed-payload] [--expect-loss]";
 
 fn main() {
     let mut a = Args::from_env(USAGE);
@@ -20,6 +20,7 @@ fn main() {
         .map_or(Ok(Expect::All), |m| m.parse())
         .unwrap_or_else(|e| a.usage_error(&e));
     let fixed_payload = a.flag("--fixed-payload");
+    let expect_loss = a.flag("--expect-loss");
     a.finish();
     let Some(trace) = trace else {
         a.usage_error("--trace is required");
@@ -36,6 +37,7 @@ fn main() {
             payload_size: size,
             expect,
             fixed_payload,
+            expect_loss,
         },
     );
     print!("{}", report.text);
