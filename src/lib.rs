@@ -5,6 +5,7 @@
 //! touch the OS; only `base` does.
 
 pub mod applets;
+pub mod base;
 pub mod pb;
 pub mod protozero;
 pub mod schema;

@@ -1,2 +1,10 @@
 //! Producer/service shared code. No I/O here.
+//!
+//! * [`smb_abi`]: the shared-memory buffer layout and its state machine.
+//! * [`shared_mem`]: the only wrapper that touches SMB memory.
+//! * [`chunk_reader`]: splits chunk payloads into fragments (untrusted input).
+//! * [`arbiter`]: producer-side chunk allocation and commit batching.
+//! * [`trace_writer`]: one packet sequence writing into SMB chunks.
+pub mod chunk_reader;
+pub mod shared_mem;
 pub mod smb_abi;
