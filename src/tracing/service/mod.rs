@@ -38,6 +38,8 @@ pub mod types;
 mod test_env;
 #[cfg(test)]
 mod service_tests;
+#[cfg(test)]
+mod service_tests_timing;
 
 pub use consumer_ops::CloneSelector;
 pub use service::TracingService;
