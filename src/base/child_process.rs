@@ -70,7 +70,7 @@ pub fn spawn_applet(
 
 /// Reads the readiness byte: "1" means ready; EOF means the child died.
 fn wait_for_ready(read_end: OwnedFd, timeout: Duration) -> io::Result<()> {
-    if !wait_ready(read_end.as_fd(), false, Some(timeout))? {
+    if !wait_ready(read_end.as_fd(), true, false, Some(timeout))? {
         return Err(io::Error::new(io::ErrorKind::TimedOut, "no ready notification in time"));
     }
     let mut buf = [0u8; 1];

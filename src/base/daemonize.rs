@@ -47,7 +47,7 @@ pub fn report_status(status: OwnedFd, byte: u8) {
 /// Parent side: waits up to `timeout` for the child's status byte.
 /// Returns None on timeout, Some(1) if the child died without reporting.
 pub fn wait_status(status: OwnedFd, timeout: Duration) -> io::Result<Option<u8>> {
-    if !wait_ready(status.as_fd(), false, Some(timeout))? {
+    if !wait_ready(status.as_fd(), true, false, Some(timeout))? {
         return Ok(None);
     }
     let mut b = [0u8; 1];
