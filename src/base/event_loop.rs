@@ -51,8 +51,8 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Events, Poll, Registry, Waker};
 
-pub use super::timers::TimerId;
 use super::timers::TimerHeap;
+pub use super::timers::TimerId;
 pub use mio::{Interest, Token};
 
 /// What pure logic needs from a loop: a clock, timers and self-posting.
@@ -125,7 +125,10 @@ pub struct RemoteHandle<M> {
 
 impl<M> Clone for RemoteHandle<M> {
     fn clone(&self) -> Self {
-        RemoteHandle { tx: self.tx.clone(), waker: self.waker.clone() }
+        RemoteHandle {
+            tx: self.tx.clone(),
+            waker: self.waker.clone(),
+        }
     }
 }
 
@@ -191,12 +194,17 @@ impl<M: Send + 'static> EventLoop<M> {
 
     /// The control surface, for setup before [`run`](Self::run).
     pub fn ctl(&mut self) -> LoopCtl<'_, M> {
-        LoopCtl { core: &mut self.core }
+        LoopCtl {
+            core: &mut self.core,
+        }
     }
 
     /// A handle for other threads.
     pub fn remote(&self) -> RemoteHandle<M> {
-        RemoteHandle { tx: self.core.tx.clone(), waker: self.core.waker.clone() }
+        RemoteHandle {
+            tx: self.core.tx.clone(),
+            waker: self.core.waker.clone(),
+        }
     }
 
     /// Runs until a callback calls [`LoopCtl::quit`]. Returns early only if
@@ -206,7 +214,12 @@ impl<M: Send + 'static> EventLoop<M> {
         loop {
             // 1. Locally posted messages (including those from the last pass).
             while let Some(msg) = self.core.local.pop_front() {
-                handler.on_message(&mut LoopCtl { core: &mut self.core }, msg);
+                handler.on_message(
+                    &mut LoopCtl {
+                        core: &mut self.core,
+                    },
+                    msg,
+                );
                 if self.core.quit {
                     return Ok(());
                 }
@@ -227,7 +240,13 @@ impl<M: Send + 'static> EventLoop<M> {
                     continue; // Remote messages are drained below.
                 }
                 let ready = Ready::from_event(event);
-                handler.on_io(&mut LoopCtl { core: &mut self.core }, event.token(), ready);
+                handler.on_io(
+                    &mut LoopCtl {
+                        core: &mut self.core,
+                    },
+                    event.token(),
+                    ready,
+                );
                 if self.core.quit {
                     return Ok(());
                 }
@@ -240,7 +259,12 @@ impl<M: Send + 'static> EventLoop<M> {
             // tiny period cannot starve the loop.
             let now = Instant::now();
             while let Some(id) = self.core.timers.pop_due(now) {
-                handler.on_timer(&mut LoopCtl { core: &mut self.core }, id);
+                handler.on_timer(
+                    &mut LoopCtl {
+                        core: &mut self.core,
+                    },
+                    id,
+                );
                 if self.core.quit {
                     return Ok(());
                 }
@@ -256,14 +280,23 @@ impl<M> LoopCtl<'_, M> {
         let token = Token(self.core.next_token);
         self.core.next_token += 1;
         let raw = fd.as_raw_fd();
-        self.core.registry.register(&mut SourceFd(&raw), token, interest)?;
+        self.core
+            .registry
+            .register(&mut SourceFd(&raw), token, interest)?;
         Ok(token)
     }
 
     /// Changes the interest of an already registered fd.
-    pub fn reregister(&mut self, fd: &impl AsRawFd, token: Token, interest: Interest) -> io::Result<()> {
+    pub fn reregister(
+        &mut self,
+        fd: &impl AsRawFd,
+        token: Token,
+        interest: Interest,
+    ) -> io::Result<()> {
         let raw = fd.as_raw_fd();
-        self.core.registry.reregister(&mut SourceFd(&raw), token, interest)
+        self.core
+            .registry
+            .reregister(&mut SourceFd(&raw), token, interest)
     }
 
     /// Stops watching `fd`. Call before closing it.
@@ -279,7 +312,10 @@ impl<M> LoopCtl<'_, M> {
 
     /// A handle for other threads (same as [`EventLoop::remote`]).
     pub fn remote(&self) -> RemoteHandle<M> {
-        RemoteHandle { tx: self.core.tx.clone(), waker: self.core.waker.clone() }
+        RemoteHandle {
+            tx: self.core.tx.clone(),
+            waker: self.core.waker.clone(),
+        }
     }
 }
 
@@ -404,7 +440,10 @@ mod tests {
         assert_eq!(rec.received, b"hello world");
         let io_pos = rec.log.iter().position(|l| l == "io").unwrap();
         let local_pos = rec.log.iter().position(|l| l == "local").unwrap();
-        assert!(io_pos < local_pos, "local post delivered before its poster ran");
+        assert!(
+            io_pos < local_pos,
+            "local post delivered before its poster ran"
+        );
     }
 
     #[test]

@@ -48,7 +48,14 @@ impl TimerHeap {
         // The generation doubles as a FIFO sequence for equal deadlines.
         self.next_generation += 1;
         let generation = self.next_generation;
-        self.armed.insert(id, Armed { deadline, period, generation });
+        self.armed.insert(
+            id,
+            Armed {
+                deadline,
+                period,
+                generation,
+            },
+        );
         self.heap.push(Reverse((deadline, generation, id)));
     }
 

@@ -227,10 +227,18 @@ fn random_smb_contents_are_read_safely() {
         }
         for page in 0..4 {
             let r = next();
-            let mut bitmap = if r % 4 == 0 { r as u32 } else { (((r >> 8) % 8) as u32) << 28 };
+            let mut bitmap = if r % 4 == 0 {
+                r as u32
+            } else {
+                (((r >> 8) % 8) as u32) << 28
+            };
             if r % 4 != 0 {
                 for c in 0..14 {
-                    let st = if next() % 2 == 0 { CHUNK_COMPLETE } else { (next() % 4) as u32 };
+                    let st = if next() % 2 == 0 {
+                        CHUNK_COMPLETE
+                    } else {
+                        (next() % 4) as u32
+                    };
                     bitmap |= st << (2 * c);
                 }
             }
@@ -246,7 +254,9 @@ fn random_smb_contents_are_read_safely() {
         }
         for page in 0..6 {
             for chunk in 0..16 {
-                let Ok(c) = a.try_acquire_chunk_for_reading(page, chunk) else { continue };
+                let Ok(c) = a.try_acquire_chunk_for_reading(page, chunk) else {
+                    continue;
+                };
                 assert!(c.end() <= a.size() && c.offset() >= page * page_size + 8);
                 let mut payload = Vec::new();
                 let h = a.read_chunk(&c, &mut payload);

@@ -35,11 +35,11 @@ mod triggers;
 pub mod types;
 
 #[cfg(test)]
-mod test_env;
-#[cfg(test)]
 mod service_tests;
 #[cfg(test)]
 mod service_tests_timing;
+#[cfg(test)]
+mod test_env;
 
 pub use consumer_ops::CloneSelector;
 pub use service::TracingService;

@@ -34,7 +34,11 @@ impl RecordHeader {
     pub fn padding(size: usize) -> Self {
         debug_assert!(size >= RECORD_HEADER_SIZE && size <= MAX_RECORD_SIZE);
         debug_assert!(size % RECORD_HEADER_SIZE == 0);
-        RecordHeader { size: size as u16, is_padding: true, ..Default::default() }
+        RecordHeader {
+            size: size as u16,
+            is_padding: true,
+            ..Default::default()
+        }
     }
 
     pub fn encode(&self) -> [u8; RECORD_HEADER_SIZE] {
