@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # Interop scenarios against real Perfetto code (tests/sdk-interop).
 #
-#   scripts/sdk-interop.sh [MODE...]     MODE: build basic large ring discard all
-#                                        (default: all = basic large ring discard)
+#   scripts/sdk-interop.sh [MODE...]     MODE: build basic large ring discard smb-loss all
+#                                        (default: all = every scenario)
+#
+#   basic     2 threads x 5000 x 100 B into a 32 MiB buffer: everything arrives
+#   large     2 threads x 300 x 10000 B: packets fragmented across chunks
+#   ring      256 KiB RING_BUFFER overflowed: a contiguous tail per sequence
+#   discard   256 KiB DISCARD buffer overflowed: a contiguous head per sequence
+#   smb-loss  8 KiB shared memory, drop policy: the SDK drops packets; every
+#             hole must be flagged by previous_packet_dropped (or counted in
+#             trace_writer_packet_loss)
 #
 # Each scenario: service ($TRACED_CMD, default real-traced = the real Perfetto
 # service) on private sockets + producer ($PRODUCER_CMD, default sdk-producer,
@@ -24,8 +32,10 @@ if [ -z "$PY" ]; then
     done
 fi
 
-# scenario NAME THREADS PACKETS SIZE BUFFER_KB FILL(ring|discard) EXPECT(all|ring|discard)
-# An EXPECT other than "all" also requires the buffer to have overflowed.
+# scenario NAME THREADS PACKETS SIZE BUFFER_KB FILL(ring|discard) EXPECT(all|ring|discard|gaps)
+# An EXPECT other than "all" also requires loss to have happened.
+# Extra producer flags come from the PRODUCER_EXTRA array.
+PRODUCER_EXTRA=()
 scenario() {
     local name=$1 threads=$2 packets=$3 size=$4 buffer_kb=$5 fill=$6 expect=$7
     local loss=()
@@ -36,7 +46,8 @@ scenario() {
     start_traced || { dump_logs; return 1; }
     write_config "$ds" "$buffer_kb" "$fill"
     start_consumer
-    start_producer --data-source "$ds" --threads "$threads" --packets "$packets" --size "$size"
+    start_producer --data-source "$ds" --threads "$threads" --packets "$packets" --size "$size" \
+        "${PRODUCER_EXTRA[@]}"
     if ! wait_file "$RUN/done" 120 "$PRODUCER_PID"; then
         dump_logs
         stop_traced
@@ -56,8 +67,10 @@ scenario() {
     "$BIN/trace-check" --trace "$RUN/trace.pb" --threads "$threads" --packets "$packets" \
         --size "$size" --mode "$expect" "${loss[@]}" | tee "$RUN/check.txt" || check_rc=$?
     if [ -n "$PY" ]; then
+        local pyflags=()
+        [ "$expect" = gaps ] && pyflags=(--gaps)
         "$PY" "$INTEROP_DIR/check_trace_pb2.py" "$RUN/trace.pb" "$threads" "$packets" "$size" \
-            || check_rc=1
+            "${pyflags[@]}" || check_rc=1
     fi
     if [ $check_rc -ne 0 ]; then
         log "scenario $name: FAIL"
@@ -78,8 +91,13 @@ for m in "${modes[@]}"; do
         large) scenario large 2 300 10000 32768 ring all || failed+=(large) ;;
         ring) scenario ring 2 20000 100 256 ring ring || failed+=(ring) ;;
         discard) scenario discard 2 20000 100 256 discard discard || failed+=(discard) ;;
+        smb-loss)
+            PRODUCER_EXTRA=(--policy drop --shmem-kb 8)
+            scenario smb-loss 2 20000 1000 65536 ring gaps || failed+=(smb-loss)
+            PRODUCER_EXTRA=()
+            ;;
         all)
-            for s in basic large ring discard; do
+            for s in basic large ring discard smb-loss; do
                 "$0" "$s" || failed+=("$s")
             done
             ;;
