@@ -65,7 +65,7 @@ scenario() {
     grep -h "result=" "$RUN/producer.log" "$RUN/consumer.log" >&2 || true
     local check_rc=0
     "$BIN/trace-check" --trace "$RUN/trace.pb" --threads "$threads" --packets "$packets" \
-        --size "$size" --mode "$expect" "${loss[@]}" | tee "$RUN/check.txt" || check_rc=$?
+        --size "$size" --mode "$expect" "${loss[@]}" --producer-pid "$PRODUCER_PID" | tee "$RUN/check.txt" || check_rc=$?
     if [ -n "$PY" ]; then
         local pyflags=()
         [ "$expect" = gaps ] && pyflags=(--gaps)

@@ -45,6 +45,36 @@ pub struct Params {
     pub fixed_payload: bool,
     /// The scenario is sized to overflow the buffer: require missing packets.
     pub expect_loss: bool,
+    /// When known, every producer packet's trusted_pid must equal it.
+    pub producer_pid: Option<u32>,
+}
+
+/// TracePacket fields that frame a packet rather than say what it is.
+const ENVELOPE_FIELDS: &[u32] = &[
+    TRUSTED_UID_FIELD,
+    TRUSTED_PID_FIELD,
+    TRUSTED_SEQ_ID_FIELD,
+    PREVIOUS_PACKET_DROPPED_FIELD,
+    FIRST_PACKET_ON_SEQUENCE_FIELD,
+    8,  // timestamp
+    13, // sequence_flags
+    58, // timestamp_clock_id
+];
+
+fn packet_field_name(f: u32) -> String {
+    let name = match f {
+        0 => "envelope_only",
+        6 => "clock_snapshot",
+        33 => "trace_config",
+        35 => "trace_stats",
+        36 => "synchronization_marker",
+        45 => "system_info",
+        69 => "service_event",
+        89 => "trace_uuid",
+        124 => "trace_provenance",
+        _ => return format!("field{f}"),
+    };
+    name.to_string()
 }
 
 /// Buffer stats of one trace buffer, by TraceStats.BufferStats field number.
@@ -156,6 +186,11 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
     let mut stats: Option<TraceStats> = None;
     // previous_packet_dropped value (a DATA_LOSS_* bit mask) -> count.
     let mut dropped_values: BTreeMap<u64, u64> = BTreeMap::new();
+    // Packets not from the producer, by their payload field (service packets).
+    let mut service_kinds: BTreeMap<u32, u64> = BTreeMap::new();
+    let (mut missing_trusted_uid, mut missing_trusted_pid, mut wrong_trusted_pid) =
+        (0u64, 0u64, 0u64);
+    let mut first_on_seq_count = 0u64;
     let mut expected_buf = vec![0u8; p.payload_size];
 
     'packets: for item in fields(trace) {
@@ -174,6 +209,8 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
         let mut seq_id = None;
         let mut test_event = None;
         let mut dropped_flag = false;
+        let (mut trusted_uid, mut trusted_pid, mut first_on_seq) = (None, None, false);
+        let mut kind = None;
         // Bytes of the for_testing field as the producer wrote them (the
         // service appends trusted_* fields of its own to each packet).
         let mut producer_bytes = 0usize;
@@ -193,10 +230,17 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
                     test_event = Some(b);
                     producer_bytes = field_end - field_start;
                 }
-                Ok((TRACE_STATS_FIELD, Value::Bytes(b))) => match decode_trace_stats(b) {
-                    Ok(s) => stats = Some(s),
-                    Err(e) => errors.push(e),
-                },
+                Ok((TRACE_STATS_FIELD, Value::Bytes(b))) => {
+                    kind = Some(TRACE_STATS_FIELD);
+                    match decode_trace_stats(b) {
+                        Ok(s) => stats = Some(s),
+                        Err(e) => errors.push(e),
+                    }
+                }
+                Ok((TRUSTED_UID_FIELD, v)) => trusted_uid = v.as_u64(),
+                Ok((TRUSTED_PID_FIELD, v)) => trusted_pid = v.as_u64(),
+                Ok((FIRST_PACKET_ON_SEQUENCE_FIELD, v)) => first_on_seq = v.as_u64() == Some(1),
+                Ok((f, _)) if !ENVELOPE_FIELDS.contains(&f) => kind = Some(f),
                 Ok(_) => {}
                 Err(e) => {
                     errors.push(format!("packet #{total_packets}: {e:?}"));
@@ -207,8 +251,18 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
         }
         let Some(te) = test_event else {
             other_packets += 1;
+            *service_kinds.entry(kind.unwrap_or(0)).or_insert(0u64) += 1;
             continue;
         };
+        if trusted_uid.is_none() {
+            missing_trusted_uid += 1;
+        }
+        match (trusted_pid, p.producer_pid) {
+            (None, _) => missing_trusted_pid += 1,
+            (Some(got), Some(want)) if got != u64::from(want) => wrong_trusted_pid += 1,
+            _ => {}
+        }
+        first_on_seq_count += u64::from(first_on_seq);
         let (mut s, mut seq, mut thread, mut is_last) = (None, None, None, false);
         for item in fields(te) {
             match item {
@@ -424,6 +478,23 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
             }
         }
     }
+    // The service stamps every producer packet with the writer's uid and pid.
+    if missing_trusted_uid + missing_trusted_pid + wrong_trusted_pid > 0 {
+        errors.push(format!(
+            "producer packets without trusted_uid: {missing_trusted_uid}, without \
+             trusted_pid: {missing_trusted_pid}, with a pid other than {:?}: {wrong_trusted_pid}",
+            p.producer_pid
+        ));
+    }
+    let kinds: Vec<String> = service_kinds
+        .iter()
+        .map(|(f, n)| format!("{}:{n}", packet_field_name(*f)))
+        .collect();
+    let _ = writeln!(
+        text,
+        "service_packets={} first_packet_on_sequence={first_on_seq_count}",
+        kinds.join(",")
+    );
     if p.expect_loss && missing == 0 {
         errors.push("scenario should have overflowed the buffer but nothing is missing".into());
     }
@@ -487,7 +558,9 @@ mod tests {
             field_varint(&mut te, TEST_EVENT_IS_LAST, 1);
         }
         let mut p = Vec::new();
+        field_varint(&mut p, TRUSTED_UID_FIELD, 0);
         field_varint(&mut p, TRUSTED_SEQ_ID_FIELD, u64::from(thread) + 5);
+        field_varint(&mut p, TRUSTED_PID_FIELD, 77);
         field_bytes(&mut p, FOR_TESTING_FIELD, &te);
         if dropped_flag {
             field_varint(&mut p, PREVIOUS_PACKET_DROPPED_FIELD, 1);
@@ -528,6 +601,7 @@ mod tests {
             expect,
             fixed_payload: false,
             expect_loss: false,
+            producer_pid: None,
         }
     }
 
@@ -580,6 +654,17 @@ mod tests {
         pk.push(stats_packet(0, 0));
         let t = trace(&pk);
         assert!(!check(&t[..t.len() - 3], &params(Expect::All)).pass);
+    }
+
+    #[test]
+    fn trusted_pid_is_checked_when_known() {
+        let mut pk = vec![stats_packet(0, 0)];
+        pk.extend(all_packets(0..5));
+        let mut p = params(Expect::All);
+        p.producer_pid = Some(77);
+        assert!(check(&trace(&pk), &p).pass);
+        p.producer_pid = Some(78);
+        assert!(!check(&trace(&pk), &p).pass);
     }
 
     #[test]
