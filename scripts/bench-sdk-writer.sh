@@ -3,7 +3,10 @@
 # into a service over shared memory (1 thread), for 16 B, 100 B and 4 KiB
 # payloads. One machine-readable line per size on stdout:
 #   bench=sdk_writer payload_size=.. threads=1 packets=.. packet_bytes=.. write_s=..
-#   packets_per_s=.. bytes_per_s=.. delivered=.. traced_cpu_s=..
+#   packets_per_s=.. bytes_per_s=.. producer_cpu_s=.. producer_cpu_ns_per_packet=..
+#   delivered=.. traced_cpu_s=..
+# On a shared machine the CPU figures (process CPU time, including the SDK's
+# IPC thread) are steadier than the wall-clock rates.
 # write_s is the producer's write loop (ends when the last packet is in shared
 # memory, stalling on a full SMB is included). delivered is counted in the
 # trace read back; the run fails if any packet is missing.
@@ -50,7 +53,9 @@ for size in $SIZES; do
     echo "bench=sdk_writer payload_size=$size threads=1 packets=$packets shmem_kb=$SHMEM_KB" \
         "packet_bytes=$(get packet_bytes "$line") write_s=$(get write_s "$line")" \
         "packets_per_s=$(get packets_per_s "$line") bytes_per_s=$(get bytes_per_s "$line")" \
-        "producer_cpu_s=$(get cpu_s "$line") delivered=$(get found "$check")" \
+        "producer_cpu_s=$(get cpu_s "$line")" \
+        "producer_cpu_ns_per_packet=$(awk -v c="$(get cpu_s "$line")" -v n="$packets" 'BEGIN {printf "%.0f", c * 1e9 / n}')" \
+        "delivered=$(get found "$check")" \
         "traced_$(cut -d' ' -f1 <<<"$traced_usage")"
 done
 exit $status
