@@ -10,6 +10,8 @@
 #   CONSUMER_KIND "sdk" (sdk-consumer flags) or "perfetto" (perfetto CLI:
 #                 `-c CONFIG.pb -o OUT`). Either way it is stopped by SIGTERM.
 #   SOCK_STYLE    "path" (files in the run dir, default) or "abstract" (@names).
+#   PRODUCER_API  "rust" (perfetto-sdk crate, default) or "c" (the C SDK's
+#                 inline API): passed as --api to the producer when set.
 
 INTEROP_DIR="$REPO/tests/sdk-interop"
 BIN="$INTEROP_DIR/target/release"
@@ -200,7 +202,9 @@ start_consumer() {
 # start_producer ARGS...: sdk-producer flags; it writes $RUN/done when flushed.
 start_producer() {
     # shellcheck disable=SC2086
-    spawn "${PRODUCER_LIMIT:-180}" "$RUN/producer.log" $PRODUCER_CMD --done-file "$RUN/done" "$@"
+    local api=()
+    [ -n "${PRODUCER_API:-}" ] && api=(--api "$PRODUCER_API")
+    spawn "${PRODUCER_LIMIT:-180}" "$RUN/producer.log" $PRODUCER_CMD --done-file "$RUN/done" "${api[@]}" "$@"
     PRODUCER_PID=$SPAWNED_PID
 }
 
