@@ -48,7 +48,9 @@ trap 'exit 130' INT TERM
 
 interop_build() {
     log "building tests/sdk-interop (release)"
-    (cd "$INTEROP_DIR" && cargo build --release --locked --quiet)
+    # From inside the crate so its .cargo/config.toml applies; own target dir
+    # whatever CARGO_TARGET_DIR says.
+    (cd "$INTEROP_DIR" && cargo build --release --locked --quiet --target-dir "$INTEROP_DIR/target")
     : "${TRACED_CMD:=$BIN/real-traced}"
     : "${PRODUCER_CMD:=$BIN/sdk-producer}"
     : "${CONSUMER_CMD:=$BIN/sdk-consumer}"
