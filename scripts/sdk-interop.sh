@@ -11,6 +11,8 @@
 #   smb-loss  8 KiB shared memory, drop policy: the SDK drops packets; every
 #             hole must be flagged by previous_packet_dropped (or counted in
 #             trace_writer_packet_loss)
+#   multi     2 producer processes x 2 threads, started before the session,
+#             one data source name: 4 complete sequences
 #
 # Each scenario: service ($TRACED_CMD, default real-traced = the real Perfetto
 # service) on private sockets + producer ($PRODUCER_CMD, default sdk-producer,
@@ -80,6 +82,48 @@ scenario() {
     log "scenario $name: PASS"
 }
 
+# Two producer processes that register before the session exists.
+scenario_multi() {
+    local threads=2 packets=3000 size=200 ds="tbx.sdk_test.multi"
+    log "scenario multi: 2 producers x $threads threads x $packets packets x ${size}B"
+    new_run_dir multi
+    start_traced || { dump_logs; return 1; }
+    write_config "$ds" 32768 ring
+    local pids=() p
+    for p in 0 1; do
+        # shellcheck disable=SC2086
+        spawn "${PRODUCER_LIMIT:-180}" "$RUN/producer$p.log" $PRODUCER_CMD --done-file "$RUN/done$p" \
+            --data-source "$ds" --threads "$threads" --thread-base $((p * threads)) \
+            --packets "$packets" --size "$size"
+        pids+=("$SPAWNED_PID")
+    done
+    for p in 0 1; do
+        wait_file "$RUN/producer$p.log" 10 "${pids[$p]}" || true
+    done
+    start_consumer
+    local rc=0
+    for p in 0 1; do
+        wait_file "$RUN/done$p" 120 "${pids[$p]}" || rc=1
+    done
+    stop_consumer || rc=$?
+    for p in 0 1; do
+        wait_pid "${pids[$p]}" 30 || rc=$?
+    done
+    stop_traced
+    if [ $rc -ne 0 ] || [ ! -s "$RUN/trace.pb" ]; then
+        log "scenario multi: peers failed (rc=$rc)"
+        dump_logs
+        return 1
+    fi
+    if ! "$BIN/trace-check" --trace "$RUN/trace.pb" --threads $((2 * threads)) --packets "$packets" \
+        --size "$size" --mode all; then
+        log "scenario multi: FAIL"
+        dump_logs
+        return 1
+    fi
+    log "scenario multi: PASS"
+}
+
 modes=("$@")
 [ ${#modes[@]} -eq 0 ] && modes=(all)
 interop_build
@@ -96,8 +140,9 @@ for m in "${modes[@]}"; do
             scenario smb-loss 2 20000 1000 65536 ring gaps || failed+=(smb-loss)
             PRODUCER_EXTRA=()
             ;;
+        multi) scenario_multi || failed+=(multi) ;;
         all)
-            for s in basic large ring discard smb-loss; do
+            for s in basic large ring discard smb-loss multi; do
                 "$0" "$s" || failed+=("$s")
             done
             ;;

@@ -21,7 +21,7 @@ use tracebox_sdk_interop::procstat::self_usage;
 use tracebox_sdk_interop::quit::{self, wait_until, WaitEnd};
 
 const USAGE: &str = "sdk-producer [--data-source NAME] [--threads T] [--packets N] [--size S]
-    [--api rust|c] [--fixed-payload] [--policy drop|stall-drop|stall-abort] [--shmem-kb K]
+    [--thread-base B] [--api rust|c] [--fixed-payload] [--policy drop|stall-drop|stall-abort] [--shmem-kb K]
     [--done-file PATH] [--stop-file PATH] [--start-timeout-s S] [--timeout-s S]";
 
 static DATA_SOURCE: OnceLock<DataSource<'static>> = OnceLock::new();
@@ -64,6 +64,8 @@ enum Api {
 struct Opts {
     ds_name: String,
     threads: u32,
+    /// Index of this process's first writer thread (several producers).
+    thread_base: u32,
     packets: u32,
     size: usize,
     fixed_payload: bool,
@@ -96,6 +98,7 @@ fn parse_opts() -> Opts {
             .opt_str("--data-source")
             .unwrap_or_else(|| "tbx.sdk_test".into()),
         threads: a.opt_parse("--threads").unwrap_or(1),
+        thread_base: a.opt_parse("--thread-base").unwrap_or(0),
         packets: a.opt_parse("--packets").unwrap_or(1000),
         size,
         fixed_payload: a.flag("--fixed-payload"),
@@ -107,6 +110,9 @@ fn parse_opts() -> Opts {
         timeout: Duration::from_secs_f64(a.opt_parse("--timeout-s").unwrap_or(120.0)),
     };
     a.finish();
+    if o.thread_base.checked_add(o.threads).is_none() {
+        a.usage_error("--thread-base + --threads overflows");
+    }
     if o.threads == 0 || o.packets == 0 {
         a.usage_error("--threads and --packets must be > 0");
     }
@@ -284,7 +290,8 @@ fn main() {
     let handles: Vec<_> = (0..o.threads)
         .map(|t| {
             let (o, sh) = (Arc::clone(&o), Arc::clone(&sh));
-            std::thread::spawn(move || writer_thread(o, t, sh))
+            let index = o.thread_base + t;
+            std::thread::spawn(move || writer_thread(o, index, sh))
         })
         .collect();
     let cpu0 = self_usage();
@@ -299,7 +306,7 @@ fn main() {
     let flush_s = w0.elapsed().as_secs_f64() - write_s;
 
     let total = u64::from(o.threads) * u64::from(o.packets);
-    let packet_bytes: u64 = (0..o.threads)
+    let packet_bytes: u64 = (o.thread_base..o.thread_base + o.threads)
         .map(|t| {
             (0..o.packets)
                 .map(|s| packet_wire_size(t, s, o.size, s + 1 == o.packets) as u64)
