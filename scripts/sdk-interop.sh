@@ -130,7 +130,7 @@ interop_build
 failed=()
 for m in "${modes[@]}"; do
     case $m in
-        build) ;;
+        build) echo "sdk-interop: binaries in $BIN" ;;
         basic) scenario basic 2 5000 100 32768 ring all || failed+=(basic) ;;
         large) scenario large 2 300 10000 32768 ring all || failed+=(large) ;;
         ring) scenario ring 2 20000 100 256 ring ring || failed+=(ring) ;;
