@@ -46,7 +46,9 @@ impl std::fmt::Display for SendError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SendError::TooLarge(e) => e.fmt(f),
-            SendError::QueueFull { queued } => write!(f, "send queue full ({queued} bytes pending)"),
+            SendError::QueueFull { queued } => {
+                write!(f, "send queue full ({queued} bytes pending)")
+            }
             SendError::Io(e) => write!(f, "send failed: {e}"),
         }
     }
@@ -138,7 +140,9 @@ impl Conn {
     pub fn send(&mut self, frame: &IPCFrame, fd: Option<OwnedFd>) -> Result<(), SendError> {
         let bytes = encode_frame(frame).map_err(SendError::TooLarge)?;
         if self.queued_bytes + bytes.len() > self.max_queued {
-            return Err(SendError::QueueFull { queued: self.queued_bytes });
+            return Err(SendError::QueueFull {
+                queued: self.queued_bytes,
+            });
         }
         self.queued_bytes += bytes.len();
         self.out.push_back(OutFrame { bytes, sent: 0, fd });
@@ -149,7 +153,11 @@ impl Conn {
     pub fn flush(&mut self) -> io::Result<()> {
         while let Some(front) = self.out.front_mut() {
             // The fd goes only with the first chunk of its frame.
-            let fd = if front.sent == 0 { front.fd.as_ref().map(|f| f.as_fd()) } else { None };
+            let fd = if front.sent == 0 {
+                front.fd.as_ref().map(|f| f.as_fd())
+            } else {
+                None
+            };
             match self.sock.send(&front.bytes[front.sent..], fd) {
                 Ok(n) => {
                     front.sent += n;
@@ -189,7 +197,10 @@ impl Conn {
         }
         self.decoder.push(&self.read_buf[..n]);
         while let Some(frame) = self.decoder.next_frame().map_err(RecvError::TooLarge)? {
-            out.push(Received { frame, fd: self.rx_fd.take() });
+            out.push(Received {
+                frame,
+                fd: self.rx_fd.take(),
+            });
         }
         Ok(ReadStatus::Progress)
     }

@@ -25,7 +25,9 @@ fn use_run_perfetto() -> bool {
     use std::sync::OnceLock;
     // Decided once per process so client and host in one process agree.
     static USE_RUN: OnceLock<bool> = OnceLock::new();
-    *USE_RUN.get_or_init(|| nix::unistd::access("/run/perfetto/", nix::unistd::AccessFlags::X_OK).is_ok())
+    *USE_RUN.get_or_init(|| {
+        nix::unistd::access("/run/perfetto/", nix::unistd::AccessFlags::X_OK).is_ok()
+    })
 }
 
 fn env_nonempty(name: &str) -> Option<String> {
@@ -73,7 +75,11 @@ pub fn consumer_socket_name() -> String {
 }
 
 fn split_socket_list(list: &str) -> Vec<String> {
-    list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Adopts a listening socket that Android init created for service
@@ -138,8 +144,11 @@ mod tests {
         let var = format!("tracebox_adopt_{}", std::process::id());
         std::env::set_var(format!("ANDROID_SOCKET_{var}"), raw.to_string());
         let adopted = adopt_android_socket(&var).unwrap().unwrap();
-        let _c = crate::base::unix_socket::UnixStream::connect(&SockAddr::Abstract(name.into_bytes())).unwrap();
-        crate::base::unix_socket::wait_ready(std::os::fd::AsFd::as_fd(&adopted), true, false, None).unwrap();
+        let _c =
+            crate::base::unix_socket::UnixStream::connect(&SockAddr::Abstract(name.into_bytes()))
+                .unwrap();
+        crate::base::unix_socket::wait_ready(std::os::fd::AsFd::as_fd(&adopted), true, false, None)
+            .unwrap();
         assert!(adopted.accept().unwrap().is_some());
         assert!(adopt_android_socket("tracebox_never_set").is_none());
         std::env::set_var("ANDROID_SOCKET_tracebox_bad", "x");

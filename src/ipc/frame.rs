@@ -47,7 +47,9 @@ impl std::error::Error for FrameTooLarge {}
 pub fn encode_frame(frame: &IPCFrame) -> Result<Vec<u8>, FrameTooLarge> {
     let size = frame.get_size();
     if size > MAX_PAYLOAD {
-        return Err(FrameTooLarge { len_untrusted: size as u64 });
+        return Err(FrameTooLarge {
+            len_untrusted: size as u64,
+        });
     }
     let mut out = Vec::with_capacity(HEADER_SIZE + size);
     out.extend_from_slice(&(size as u32).to_le_bytes());
@@ -107,10 +109,13 @@ impl FrameDecoder {
             if avail.len() < HEADER_SIZE {
                 break;
             }
-            let len_untrusted = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
+            let len_untrusted =
+                u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
             if self.failed || len_untrusted > MAX_PAYLOAD {
                 self.failed = true;
-                return Err(FrameTooLarge { len_untrusted: len_untrusted as u64 });
+                return Err(FrameTooLarge {
+                    len_untrusted: len_untrusted as u64,
+                });
             }
             let total = HEADER_SIZE + len_untrusted;
             if avail.len() < total {
@@ -172,7 +177,9 @@ mod tests {
             invoke(1, b"abc".to_vec()),
             IPCFrame {
                 request_id: Some(2),
-                msg: OneOfmsg::msg_bind_service(BindService { service_name: Some("ConsumerPort".into()) }),
+                msg: OneOfmsg::msg_bind_service(BindService {
+                    service_name: Some("ConsumerPort".into()),
+                }),
                 ..Default::default()
             },
             invoke(3, vec![7u8; 5000]),

@@ -99,11 +99,21 @@ pub struct Reply {
 impl Reply {
     /// Final successful reply.
     pub fn ok(payload: Vec<u8>) -> Self {
-        Reply { success: true, has_more: false, payload, fd: None }
+        Reply {
+            success: true,
+            has_more: false,
+            payload,
+            fd: None,
+        }
     }
     /// Successful streaming reply; more will follow.
     pub fn more(payload: Vec<u8>) -> Self {
-        Reply { success: true, has_more: true, payload, fd: None }
+        Reply {
+            success: true,
+            has_more: true,
+            payload,
+            fd: None,
+        }
     }
     /// Failure (`success=false`, no payload); ends any stream.
     pub fn fail() -> Self {
@@ -242,7 +252,11 @@ impl Host {
     }
 
     /// Accepts on an existing listener (e.g. adopted from Android init).
-    pub fn add_listener<M>(&mut self, ctl: &mut LoopCtl<'_, M>, listener: UnixListener) -> io::Result<()> {
+    pub fn add_listener<M>(
+        &mut self,
+        ctl: &mut LoopCtl<'_, M>,
+        listener: UnixListener,
+    ) -> io::Result<()> {
         let token = ctl.register(&listener, Interest::READABLE)?;
         self.listeners.push((listener, token));
         Ok(())
@@ -250,13 +264,19 @@ impl Host {
 
     /// True if `token` belongs to this host (route `on_io` here).
     pub fn owns(&self, token: Token) -> bool {
-        self.clients.by_token.contains_key(&token) || self.listeners.iter().any(|(_, t)| *t == token)
+        self.clients.by_token.contains_key(&token)
+            || self.listeners.iter().any(|(_, t)| *t == token)
     }
 
     /// Counters.
     pub fn stats(&self) -> HostStats {
         let mut s = self.clients.stats;
-        s.frames_discarded += self.clients.by_token.values().map(|c| c.conn.frames_discarded()).sum::<u64>();
+        s.frames_discarded += self
+            .clients
+            .by_token
+            .values()
+            .map(|c| c.conn.frames_discarded())
+            .sum::<u64>();
         s
     }
 
@@ -273,7 +293,13 @@ impl Host {
 
     /// Handles readiness of a token this host [`owns`](Self::owns); other
     /// tokens are ignored. Also reaps clients dropped since the last call.
-    pub fn on_io<M>(&mut self, ctl: &mut LoopCtl<'_, M>, token: Token, ready: Ready, services: &mut dyn Services) {
+    pub fn on_io<M>(
+        &mut self,
+        ctl: &mut LoopCtl<'_, M>,
+        token: Token,
+        ready: Ready,
+        services: &mut dyn Services,
+    ) {
         if let Some(i) = self.listeners.iter().position(|(_, t)| *t == token) {
             self.accept_all(ctl, i);
         } else if self.clients.by_token.contains_key(&token) {
@@ -299,18 +325,33 @@ impl Host {
         }
     }
 
-    fn add_client<M>(&mut self, ctl: &mut LoopCtl<'_, M>, stream: UnixStream, cred: PeerCred) -> io::Result<()> {
+    fn add_client<M>(
+        &mut self,
+        ctl: &mut LoopCtl<'_, M>,
+        stream: UnixStream,
+        cred: PeerCred,
+    ) -> io::Result<()> {
         // Writable too: edge-triggered, so it only fires when a full send
         // buffer drains, which is exactly when the queue needs flushing.
         let token = ctl.register(&stream, Interest::READABLE | Interest::WRITABLE)?;
         self.next_client += 1;
         let id = ClientId(self.next_client);
-        log_debug!("client {} connected (pid {}, uid {})", id.0, cred.pid, cred.uid);
+        log_debug!(
+            "client {} connected (pid {}, uid {})",
+            id.0,
+            cred.pid,
+            cred.uid
+        );
         self.clients.stats.clients_accepted += 1;
         self.clients.by_id.insert(id, token);
         self.clients.by_token.insert(
             token,
-            Client { id, cred, conn: Conn::new(stream, self.max_queued), dead: false },
+            Client {
+                id,
+                cred,
+                conn: Conn::new(stream, self.max_queued),
+                dead: false,
+            },
         );
         Ok(())
     }
@@ -326,7 +367,9 @@ impl Host {
         }
         let mut frames = Vec::new();
         loop {
-            let Some(c) = self.clients.by_token.get_mut(&token) else { return };
+            let Some(c) = self.clients.by_token.get_mut(&token) else {
+                return;
+            };
             if c.dead {
                 return;
             }
@@ -352,7 +395,13 @@ impl Host {
         }
     }
 
-    fn handle_frame(&mut self, client: ClientId, peer: PeerCred, r: Received, services: &mut dyn Services) {
+    fn handle_frame(
+        &mut self,
+        client: ClientId,
+        peer: PeerCred,
+        r: Received,
+        services: &mut dyn Services,
+    ) {
         let request_id = r.frame.request_id.unwrap_or(0);
         match r.frame.msg {
             OneOfmsg::msg_bind_service(bind) => {
@@ -366,25 +415,44 @@ impl Host {
                             .methods
                             .iter()
                             .enumerate()
-                            .map(|(m, n)| MethodInfo { id: Some(m as u32 + 1), name: Some(n.clone()) })
+                            .map(|(m, n)| MethodInfo {
+                                id: Some(m as u32 + 1),
+                                name: Some(n.clone()),
+                            })
                             .collect(),
                     },
                     None => {
                         log_debug!("client {}: unknown service {name:?}", client.0);
-                        BindServiceReply { success: Some(false), ..Default::default() }
+                        BindServiceReply {
+                            success: Some(false),
+                            ..Default::default()
+                        }
                     }
                 };
-                self.clients.send(client, request_id, OneOfmsg::msg_bind_service_reply(reply), None);
+                self.clients.send(
+                    client,
+                    request_id,
+                    OneOfmsg::msg_bind_service_reply(reply),
+                    None,
+                );
             }
-            OneOfmsg::msg_invoke_method(inv) => self.invoke(client, peer, request_id, inv, r.fd, services),
+            OneOfmsg::msg_invoke_method(inv) => {
+                self.invoke(client, peer, request_id, inv, r.fd, services)
+            }
             OneOfmsg::set_peer_identity(_) => {
                 // Only meaningful through a relay on TCP/vsock.
-                log_debug!("client {}: ignoring SetPeerIdentity on a UNIX socket", client.0);
+                log_debug!(
+                    "client {}: ignoring SetPeerIdentity on a UNIX socket",
+                    client.0
+                );
             }
             _ => {
                 self.clients.stats.unknown_requests += 1;
-                let err = RequestError { error: Some("unknown request".to_string()) };
-                self.clients.send(client, request_id, OneOfmsg::msg_request_error(err), None);
+                let err = RequestError {
+                    error: Some("unknown request".to_string()),
+                };
+                self.clients
+                    .send(client, request_id, OneOfmsg::msg_request_error(err), None);
             }
         }
     }
@@ -398,11 +466,21 @@ impl Host {
         fd: Option<OwnedFd>,
         services: &mut dyn Services,
     ) {
-        let reply_to = ReplyTo { client, request_id, drop_reply: inv.drop_reply.unwrap_or(false) };
+        let reply_to = ReplyTo {
+            client,
+            request_id,
+            drop_reply: inv.drop_reply.unwrap_or(false),
+        };
         let service_id_untrusted = inv.service_id.unwrap_or(0) as usize;
         let method_id_untrusted = inv.method_id.unwrap_or(0) as usize;
-        let desc = service_id_untrusted.checked_sub(1).and_then(|i| self.services.get(i));
-        let method = desc.and_then(|d| method_id_untrusted.checked_sub(1).and_then(|m| d.methods.get(m)));
+        let desc = service_id_untrusted
+            .checked_sub(1)
+            .and_then(|i| self.services.get(i));
+        let method = desc.and_then(|d| {
+            method_id_untrusted
+                .checked_sub(1)
+                .and_then(|m| d.methods.get(m))
+        });
         let Some(method_name) = method else {
             log_debug!(
                 "client {}: invalid method {service_id_untrusted}/{method_id_untrusted}",
@@ -428,13 +506,20 @@ impl Host {
     fn reap<M>(&mut self, ctl: &mut LoopCtl<'_, M>, services: &mut dyn Services) {
         // Services may drop more clients while being notified: loop.
         loop {
-            let dead: Vec<Token> =
-                self.clients.by_token.iter().filter(|(_, c)| c.dead).map(|(t, _)| *t).collect();
+            let dead: Vec<Token> = self
+                .clients
+                .by_token
+                .iter()
+                .filter(|(_, c)| c.dead)
+                .map(|(t, _)| *t)
+                .collect();
             if dead.is_empty() {
                 return;
             }
             for token in dead {
-                let Some(c) = self.clients.by_token.remove(&token) else { continue };
+                let Some(c) = self.clients.by_token.remove(&token) else {
+                    continue;
+                };
                 self.clients.by_id.remove(&c.id);
                 self.clients.stats.frames_discarded += c.conn.frames_discarded();
                 let _ = ctl.deregister(c.conn.socket());
@@ -460,20 +545,37 @@ impl Clients {
         }
     }
 
-    fn send(&mut self, client: ClientId, request_id: u64, msg: OneOfmsg, fd: Option<OwnedFd>) -> bool {
-        let Some(&token) = self.by_id.get(&client) else { return false };
-        let Some(c) = self.by_token.get_mut(&token) else { return false };
+    fn send(
+        &mut self,
+        client: ClientId,
+        request_id: u64,
+        msg: OneOfmsg,
+        fd: Option<OwnedFd>,
+    ) -> bool {
+        let Some(&token) = self.by_id.get(&client) else {
+            return false;
+        };
+        let Some(c) = self.by_token.get_mut(&token) else {
+            return false;
+        };
         if c.dead {
             return false;
         }
-        let frame = IPCFrame { request_id: Some(request_id), msg, ..Default::default() };
+        let frame = IPCFrame {
+            request_id: Some(request_id),
+            msg,
+            ..Default::default()
+        };
         match c.conn.send(&frame, fd) {
             Ok(()) => true,
             Err(SendError::TooLarge(e)) => {
                 // Our own bug (a service built a reply over the limit): the
                 // caller learns success=false rather than losing the client.
                 crate::log_error!("client {}: reply not sent: {e}", client.0);
-                let fail = InvokeMethodReply { success: Some(false), ..Default::default() };
+                let fail = InvokeMethodReply {
+                    success: Some(false),
+                    ..Default::default()
+                };
                 let frame = IPCFrame {
                     request_id: Some(request_id),
                     msg: OneOfmsg::msg_invoke_method_reply(fail),
@@ -509,9 +611,18 @@ impl ReplySink for Clients {
         let msg = InvokeMethodReply {
             success: Some(reply.success),
             has_more: Some(reply.has_more),
-            reply_proto: if reply.success { Some(reply.payload) } else { None },
+            reply_proto: if reply.success {
+                Some(reply.payload)
+            } else {
+                None
+            },
         };
-        self.send(to.client, to.request_id, OneOfmsg::msg_invoke_method_reply(msg), reply.fd)
+        self.send(
+            to.client,
+            to.request_id,
+            OneOfmsg::msg_invoke_method_reply(msg),
+            reply.fd,
+        )
     }
 
     fn disconnect(&mut self, client: ClientId) {
@@ -597,7 +708,10 @@ mod tests {
             // woken by the hang-up event of our own shutdown.
             let to = self.services.parked[0];
             while self.host.reply(&to, Reply::more(vec![0; 60 * 1024])) {}
-            assert!(!self.host.reply(&to, Reply::ok(vec![])), "dead client accepted a reply");
+            assert!(
+                !self.host.reply(&to, Reply::ok(vec![])),
+                "dead client accepted a reply"
+            );
         }
     }
 
@@ -607,7 +721,8 @@ mod tests {
         let mut host = Host::new();
         host.set_max_queued_bytes(256 * 1024);
         host.expose_service("P", &["M"]);
-        let addr = SockAddr::Abstract(format!("tracebox-host-unit-{}", std::process::id()).into_bytes());
+        let addr =
+            SockAddr::Abstract(format!("tracebox-host-unit-{}", std::process::id()).into_bytes());
         host.listen(&mut el.ctl(), &addr).unwrap();
 
         // A client that sends one call and never reads.
@@ -624,7 +739,11 @@ mod tests {
         };
         conn.send(&invoke(1, 1, 1), None).unwrap();
 
-        let mut app = App { host, services: Parking::default(), flood_timer: None };
+        let mut app = App {
+            host,
+            services: Parking::default(),
+            flood_timer: None,
+        };
         el.run(&mut app).unwrap();
         assert_eq!(app.services.disconnected, vec![ClientId(1)]);
         assert_eq!(app.host.client_count(), 0);
