@@ -501,7 +501,11 @@ mod tests {
     fn busy_messages_and_zero_period_timers_do_not_starve_fds() {
         let mut el = EventLoop::<()>::new().unwrap();
         let (a, mut b) = UnixStream::pair().unwrap();
-        let mut spinner = Spinner { token: None, messages: 0, ticks: 0 };
+        let mut spinner = Spinner {
+            token: None,
+            messages: 0,
+            ticks: 0,
+        };
         {
             let mut ctl = el.ctl();
             spinner.token = Some(ctl.register(&a, Interest::READABLE).unwrap());
