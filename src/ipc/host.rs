@@ -200,6 +200,8 @@ struct Client {
 struct Clients {
     by_token: HashMap<Token, Client>,
     by_id: HashMap<ClientId, Token>,
+    /// Killed but not yet reaped.
+    dead: Vec<Token>,
     stats: HostStats,
 }
 
@@ -506,13 +508,7 @@ impl Host {
     fn reap<M>(&mut self, ctl: &mut LoopCtl<'_, M>, services: &mut dyn Services) {
         // Services may drop more clients while being notified: loop.
         loop {
-            let dead: Vec<Token> = self
-                .clients
-                .by_token
-                .iter()
-                .filter(|(_, c)| c.dead)
-                .map(|(t, _)| *t)
-                .collect();
+            let dead = std::mem::take(&mut self.clients.dead);
             if dead.is_empty() {
                 return;
             }
@@ -540,6 +536,7 @@ impl Clients {
         if let Some(c) = self.by_token.get_mut(&token) {
             if !c.dead {
                 c.dead = true;
+                self.dead.push(token);
                 let _ = c.conn.socket().shutdown();
             }
         }
