@@ -355,6 +355,15 @@ impl Client {
         }
     }
 
+    /// Closes the connection on our side (no event is reported). Pending
+    /// requests are forgotten; later requests fail with `Disconnected`.
+    pub fn shutdown<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+        if self.connected {
+            let mut ignored = Vec::new();
+            self.close(ctl, &mut ignored);
+        }
+    }
+
     fn close<M>(&mut self, ctl: &mut LoopCtl<'_, M>, events: &mut Vec<ClientEvent>) {
         self.connected = false;
         self.core.pending.clear();
