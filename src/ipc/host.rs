@@ -38,7 +38,8 @@
 //!   `success=false` without calling the service. Undecodable `args` are
 //!   the service's to reject (reply [`Reply::fail`]).
 //! * `drop_reply=true`: [`ReplyTo::drop_reply`] is set and every reply to
-//!   it is silently discarded.
+//!   it is silently discarded (the invalid-id rejection above is still
+//!   sent, as Perfetto does).
 //! * Frames of any other type → `RequestError{"unknown request"}`.
 //! * An fd received with a frame is passed in [`Call::fd`]; a reply can
 //!   carry one fd.
@@ -387,7 +388,13 @@ impl Host {
                 "client {}: invalid method {service_id_untrusted}/{method_id_untrusted}",
                 client.0
             );
-            self.clients.reply(&reply_to, Reply::fail());
+            // Like Perfetto, reject even when drop_reply is set: the
+            // client ignores replies to requests it does not track.
+            let forced = ReplyTo {
+                drop_reply: false,
+                ..reply_to
+            };
+            self.clients.reply(&forced, Reply::fail());
             return;
         };
         let call = Call {
