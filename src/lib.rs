@@ -4,8 +4,8 @@
 //! `tracing::core`, `tracing::service` and `probes::ftrace` parsers never
 //! touch the OS; only `base` does.
 
+pub mod base;
+pub mod ipc;
 pub mod pb;
 pub mod protozero;
 pub mod tracing;
-pub mod base;
-pub mod ipc;
