@@ -6,6 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "src/codegen/ftrace_table.rs"]
+mod ftrace_table;
+#[path = "src/codegen/schema.rs"]
+mod schema;
+
 fn collect_protos(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
@@ -32,7 +37,10 @@ fn merge_protos(protos: &[PathBuf]) -> String {
             let t = line.trim_start();
             if t.starts_with("syntax ") || t.starts_with("package ") || t.starts_with("import ") {
                 if !t.starts_with("package perfetto.protos;") && t.starts_with("package ") {
-                    panic!("{}: every schema must be in package perfetto.protos", path.display());
+                    panic!(
+                        "{}: every schema must be in package perfetto.protos",
+                        path.display()
+                    );
                 }
                 continue;
             }
@@ -56,7 +64,18 @@ fn main() {
     // package `perfetto.protos` would overwrite each other. We merge every
     // schema into one file first; imports become unnecessary.
     let merged = out_dir.join("perfetto_protos.proto");
-    std::fs::write(&merged, merge_protos(&protos)).unwrap();
+    let merged_text = merge_protos(&protos);
+    std::fs::write(&merged, schema::strip_services(&merged_text)).unwrap();
+    // Service method tables and the runtime schema table (src/schema/).
+    let services = schema::services_rs(&merged_text);
+    std::fs::write(out_dir.join("services.rs"), services).unwrap();
+    let table = schema::parse_schema(&merged_text, "perfetto.protos");
+    let table = schema::table_rs(&table, "perfetto.protos");
+    std::fs::write(out_dir.join("schema_table.rs"), table).unwrap();
+
+    let event_map = std::fs::read_to_string(proto_root.join("trace/ftrace/event_map.txt")).unwrap();
+    let table = ftrace_table::generate(&merged_text, &event_map);
+    std::fs::write(out_dir.join("ftrace_table.rs"), table).unwrap();
 
     let pb_dir = out_dir.join("pb");
     let _ = std::fs::remove_dir_all(&pb_dir);

@@ -4,8 +4,12 @@
 //! `tracing::core`, `tracing::service` and `probes::ftrace` parsers never
 //! touch the OS; only `base` does.
 
+pub mod applets;
 pub mod base;
+pub mod cmd;
 pub mod ipc;
 pub mod pb;
+pub mod probes;
 pub mod protozero;
+pub mod schema;
 pub mod tracing;

@@ -1,7 +1,10 @@
-//! The only layer that touches the OS: event loop, sockets, logging.
+//! OS-facing helpers. The only layer that may use nix/libc/raw fds.
 
+pub mod child_process;
+pub mod daemonize;
 pub mod event_loop;
 pub mod log;
+pub mod shm;
 pub mod sock_addr;
 pub mod sys;
 pub mod test_loop;
