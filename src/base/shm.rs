@@ -100,7 +100,7 @@ const SEALS: SealFlag = SealFlag::F_SEAL_SHRINK
     .union(SealFlag::F_SEAL_SEAL);
 
 fn check_size(size: u64) -> Result<usize, ShmError> {
-    let ok = size > 0 && size % MIN_PAGE_SIZE as u64 == 0 && size <= MAX_SHM_SIZE as u64;
+    let ok = size > 0 && size.is_multiple_of(MIN_PAGE_SIZE as u64) && size <= MAX_SHM_SIZE as u64;
     if ok {
         Ok(size as usize)
     } else {

@@ -1,7 +1,8 @@
 //! Producer/service shared code. No I/O here.
 //!
 //! * [`smb_abi`]: the shared-memory buffer layout and its state machine,
-//!   including the service-side readers for untrusted SMBs.
+//!   including the service-side readers for untrusted SMBs (`SmbAbi`,
+//!   defined in `smb_pages.rs` and re-exported there).
 //! * [`shared_mem`]: the only wrapper that touches SMB memory.
 //! * [`chunk_reader`]: splits chunk payloads into fragments (untrusted input).
 //! * [`arbiter`]: producer-side chunk allocation and commit batching.
@@ -9,7 +10,10 @@
 //! * [`patch_list`]: a writer's size fields awaiting out-of-band patches.
 pub mod arbiter;
 pub mod chunk_reader;
+pub mod commit_batch;
 pub mod patch_list;
 pub mod shared_mem;
 pub mod smb_abi;
+mod smb_pages;
 pub mod trace_writer;
+mod writer_ids;
