@@ -118,6 +118,20 @@ impl CommitBatch {
     }
 }
 
+/// How the arbiter talks to the service (the IPC adapter implements it).
+///
+/// Methods are called from writer threads and must not call back into the
+/// [`Arbiter`](super::arbiter::Arbiter) (they run under its send lock). They should be quick: queue
+/// the message for the IPC thread.
+pub trait ProducerTransport: Send + Sync {
+    /// Send a CommitDataRequest.
+    fn commit_data(&self, batch: CommitBatch);
+    /// Send RegisterTraceWriter (a writer was created).
+    fn register_trace_writer(&self, writer_id: WriterId, target_buffer: BufferId);
+    /// Send UnregisterTraceWriter (a writer was dropped).
+    fn unregister_trace_writer(&self, writer_id: WriterId);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,18 +193,4 @@ mod tests {
             vec![CommitBatch::default()]
         );
     }
-}
-
-/// How the arbiter talks to the service (the IPC adapter implements it).
-///
-/// Methods are called from writer threads and must not call back into the
-/// [`Arbiter`](super::arbiter::Arbiter) (they run under its send lock). They should be quick: queue
-/// the message for the IPC thread.
-pub trait ProducerTransport: Send + Sync {
-    /// Send a CommitDataRequest.
-    fn commit_data(&self, batch: CommitBatch);
-    /// Send RegisterTraceWriter (a writer was created).
-    fn register_trace_writer(&self, writer_id: WriterId, target_buffer: BufferId);
-    /// Send UnregisterTraceWriter (a writer was dropped).
-    fn unregister_trace_writer(&self, writer_id: WriterId);
 }
