@@ -219,3 +219,131 @@ fn sched_switch_count_matches_kernel_stats() {
         }
     });
 }
+
+#[test]
+fn typed_process_events_and_compact_sched() {
+    with_instance("tbx_test_reader_typed", |t| {
+        t.set_buffer_size_kb(1024).unwrap();
+        for (g, e) in [
+            ("sched", "sched_process_fork"),
+            ("sched", "sched_process_exec"),
+            ("sched", "sched_process_exit"),
+            ("task", "task_rename"),
+            ("sched", "sched_switch"),
+            ("sched", "sched_waking"),
+        ] {
+            t.enable_event(g, e).unwrap();
+        }
+        let layout = t.page_header_layout();
+        let table = t.translation_table();
+        assert!(table.failed.is_empty(), "{:?}", table.failed);
+        let mut filter = EventFilter::default();
+        for e in table.events() {
+            filter.enable(e.ftrace_id);
+        }
+        let sw = &table.event_by_name("sched", "sched_switch").unwrap().format;
+        let wk = &table.event_by_name("sched", "sched_waking").unwrap().format;
+        let compact = tracebox::probes::ftrace::compact_sched::validate(sw, wk);
+        assert!(
+            compact.is_some(),
+            "this kernel's sched formats suit compact sched"
+        );
+        let ctx = BundleContext {
+            table: &table,
+            filter: &filter,
+            compact_sched: compact,
+            clock: None,
+        };
+        let mode = ReaderMode::Splice;
+        let mut reader =
+            FtraceReader::start(t, layout.page_size, Duration::from_millis(20), mode).unwrap();
+        t.set_tracing_on(true).unwrap();
+        let child = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 3"])
+            .spawn()
+            .unwrap();
+        let child_pid = child.id() as i32;
+        let status = child.wait_with_output().unwrap().status;
+        assert_eq!(status.code(), Some(3));
+        // task_rename: our own thread renames itself.
+        let renamer = std::thread::spawn(|| {
+            nix::sys::prctl::set_name(c"tbx-renamed").unwrap();
+            nix::unistd::gettid().as_raw()
+        });
+        let renamed_tid = renamer.join().unwrap();
+        t.set_tracing_on(false).unwrap();
+
+        let ncpu = reader.num_cpus();
+        let mut states: Vec<CpuState> = (0..ncpu).map(|_| CpuState::default()).collect();
+        let mut packets = Packets::default();
+        let mut consume = |cpu: usize, pages: &[u8]| {
+            write_pages(
+                &mut packets,
+                cpu as u32,
+                pages,
+                &layout,
+                &ctx,
+                &mut states[cpu],
+            );
+        };
+        reader.flush(&mut consume).unwrap();
+        reader.stop();
+
+        let mut fork = None;
+        let mut exec = None;
+        let mut exit = None;
+        let mut rename = None;
+        let mut compact_switches = 0u64;
+        for b in &packets.done {
+            let p = TracePacket::from_reader(&mut BytesReader::from_bytes(b), b).unwrap();
+            let OneOfdata::ftrace_events(bundle) = p.data else {
+                panic!()
+            };
+            if let Some(c) = &bundle.compact_sched {
+                compact_switches += c.switch_timestamp.len() as u64;
+                assert_eq!(c.switch_next_pid.len(), c.switch_timestamp.len());
+                assert_eq!(c.waking_pid.len(), c.waking_timestamp.len());
+            }
+            for e in bundle.event {
+                match e.event {
+                    OneOfevent::sched_process_fork(f) if f.child_pid == Some(child_pid) => {
+                        fork = Some(f)
+                    }
+                    OneOfevent::sched_process_exec(x) if x.pid == Some(child_pid) => exec = Some(x),
+                    OneOfevent::sched_process_exit(x) if x.pid == Some(child_pid) => exit = Some(x),
+                    OneOfevent::task_rename(r) if r.pid == Some(renamed_tid) => rename = Some(r),
+                    OneOfevent::sched_switch(_) | OneOfevent::sched_waking(_) => {
+                        panic!("sched events must be compact")
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let fork = fork.expect("fork of the child");
+        // The forking thread (this test thread), not the process.
+        assert_eq!(fork.parent_pid, Some(nix::unistd::gettid().as_raw()));
+        let exec = exec.expect("exec of the child");
+        assert_eq!(exec.filename.as_deref(), Some("/bin/sh"));
+        assert!(exit.is_some());
+        let rename = rename.expect("task_rename");
+        assert_eq!(rename.newcomm.as_deref(), Some("tbx-renamed"));
+        assert!(compact_switches > 0);
+        let stats: u64 = (0..ncpu).map(|c| t.cpu_stats(c).unwrap().read_events).sum();
+        let full: u64 = packets
+            .done
+            .iter()
+            .map(|b| {
+                let p = TracePacket::from_reader(&mut BytesReader::from_bytes(b), b).unwrap();
+                let OneOfdata::ftrace_events(bundle) = p.data else {
+                    panic!()
+                };
+                let c = bundle.compact_sched.unwrap_or_default();
+                (bundle.event.len() + c.switch_timestamp.len() + c.waking_timestamp.len()) as u64
+            })
+            .sum();
+        assert_eq!(
+            full, stats,
+            "every event read from the kernel was written once"
+        );
+    });
+}
