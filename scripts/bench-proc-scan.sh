@@ -16,8 +16,11 @@ counts=("${@:-0 100 500 1000}")
 read -r -a counts <<<"${counts[*]}"
 
 # Optimized, but without the slow fat LTO of the shipping profile.
-CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-    cargo build -q --release --example bench_proc_scan
+if ! CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+    cargo build -q --release --example bench_proc_scan 2>/tmp/bench-proc-scan-build.log; then
+    cat /tmp/bench-proc-scan-build.log >&2
+    exit 1
+fi
 bench=target/release/examples/bench_proc_scan
 
 pids=()

@@ -128,7 +128,11 @@ pub fn read_path_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<usize> {
 /// fill the buffer ends the file. That holds for seq_file and the other
 /// generated /proc/<pid> files (they fill the caller's buffer until their
 /// end) and saves one syscall per file on the hot scan path.
-pub fn read_file_into(path: &Path, buf: &mut Vec<u8>, short_read_is_eof: bool) -> io::Result<usize> {
+pub fn read_file_into(
+    path: &Path,
+    buf: &mut Vec<u8>,
+    short_read_is_eof: bool,
+) -> io::Result<usize> {
     const CHUNK: usize = 4096;
     buf.clear();
     let mut f = File::open(path)?;

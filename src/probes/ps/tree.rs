@@ -65,7 +65,12 @@ impl ProcessStatsPoller {
                     // status and holds the same name.
                     let name = self.procfs.read_task_comm(pid, tid);
                     if name.is_some() {
-                        tree.threads.push(TreeThread { tid, tgid: pid, name, ..Default::default() });
+                        tree.threads.push(TreeThread {
+                            tid,
+                            tgid: pid,
+                            name,
+                            ..Default::default()
+                        });
                         self.seen.insert(tid, pid);
                     }
                 } else {
