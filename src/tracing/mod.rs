@@ -1,2 +1,4 @@
-//! The tracing system: what producers and the service share (`core`).
+//! The tracing system: what producers and the service share (`core`) and
+//! the service's transport-free logic (`service`).
 pub mod core;
+pub mod service;
