@@ -66,7 +66,10 @@ impl fmt::Display for BufferSizeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BufferSizeError::Misaligned(n) => {
-                write!(f, "trace buffer size {n} must be a non-zero multiple of 16 bytes")
+                write!(
+                    f,
+                    "trace buffer size {n} must be a non-zero multiple of 16 bytes"
+                )
             }
             BufferSizeError::TooLarge(n) => write!(f, "trace buffer size {n} must be below 4 GiB"),
         }
@@ -104,13 +107,16 @@ pub struct TraceBuffer {
 impl TraceBuffer {
     /// Creates a buffer of `size_bytes` (normally `size_kb * 1024`).
     pub fn new(size_bytes: usize, policy: OverwritePolicy) -> Result<Self, BufferSizeError> {
-        if size_bytes == 0 || size_bytes % RECORD_HEADER_SIZE != 0 {
+        if size_bytes == 0 || !size_bytes.is_multiple_of(RECORD_HEADER_SIZE) {
             return Err(BufferSizeError::Misaligned(size_bytes));
         }
         if size_bytes > u32::MAX as usize {
             return Err(BufferSizeError::TooLarge(size_bytes));
         }
-        let stats = BufferStats { buffer_size: size_bytes as u64, ..Default::default() };
+        let stats = BufferStats {
+            buffer_size: size_bytes as u64,
+            ..Default::default()
+        };
         Ok(TraceBuffer {
             // A zeroed allocation: large ones come straight from mmap and
             // stay uncommitted until touched.

@@ -125,7 +125,10 @@ impl TraceBuffer {
         let mut ranges = Ranges::new();
         let info = self.read_next_packet_ranges(&mut ranges)?;
         let data = &self.data;
-        let slices = ranges.iter().map(|&(start, len)| &data[start..start + len]).collect();
+        let slices = ranges
+            .iter()
+            .map(|&(start, len)| &data[start..start + len])
+            .collect();
         Some((TracePacket { slices }, info))
     }
 
@@ -220,7 +223,9 @@ impl TraceBuffer {
                         }
                         ReadAhead::FailedStayOnSameSequence => {
                             // The reader now sits on the packet's last chunk.
-                            let Some(k) = self.current_key(&self.read_iter) else { break };
+                            let Some(k) = self.current_key(&self.read_iter) else {
+                                break;
+                            };
                             key = k;
                             self.mark_skipped(key);
                             previous_packet_dropped = true;
@@ -240,7 +245,9 @@ impl TraceBuffer {
     /// Collects a packet whose first fragment ends the current chunk by
     /// walking the following chunks of the sequence.
     fn read_ahead(&mut self, out: &mut Ranges) -> ReadAhead {
-        let Some(start) = self.read_iter.cur else { return ReadAhead::FailedMoveToNextSequence };
+        let Some(start) = self.read_iter.cur else {
+            return ReadAhead::FailedMoveToNextSequence;
+        };
         let mut expected_id = start.wrapping_add(1);
         let mut it = self.read_iter;
         self.advance(&mut it);
@@ -257,7 +264,8 @@ impl TraceBuffer {
             {
                 return ReadAhead::FailedMoveToNextSequence;
             }
-            if meta.num_fragments == 1 && meta.flags & FLAG_LAST_PACKET_CONTINUES_ON_NEXT_CHUNK != 0 {
+            if meta.num_fragments == 1 && meta.flags & FLAG_LAST_PACKET_CONTINUES_ON_NEXT_CHUNK != 0
+            {
                 // A middle piece of a packet spanning several chunks.
                 self.advance(&mut it);
                 expected_id = expected_id.wrapping_add(1);
@@ -266,8 +274,7 @@ impl TraceBuffer {
 
             // Every piece is here: consume one fragment from each chunk.
             let mut corrupt = false;
-            loop {
-                let Some(k) = self.current_key(&self.read_iter) else { break };
+            while let Some(k) = self.current_key(&self.read_iter) {
                 if self.index[&k].num_fragments > 0 {
                     corrupt |= matches!(self.read_fragment(k, Some(out)), Fragment::Invalid);
                 }
@@ -290,7 +297,9 @@ impl TraceBuffer {
     /// Consumes the next fragment of a chunk, appending its bytes to `out`
     /// (if given). A malformed fragment gives up the rest of the chunk.
     fn read_fragment(&mut self, key: ChunkKey, out: Option<&mut Ranges>) -> Fragment {
-        let Some(meta) = self.index.get_mut(&key) else { return Fragment::Invalid };
+        let Some(meta) = self.index.get_mut(&key) else {
+            return Fragment::Invalid;
+        };
         if !meta.has_unread_fragments() {
             // Only reachable when chunks arrive out of order and a piece
             // was already skipped: the packet cannot be completed.
@@ -320,7 +329,9 @@ impl TraceBuffer {
         let header_end = (begin + MAX_FRAGMENT_HEADER_SIZE).min(rec_end);
         let parsed = parse_size_varint(&self.data[begin..header_end]);
         let (size, data_start) = match parsed {
-            Some((size, n)) if (begin + n) as u64 + size <= rec_end as u64 => (size as usize, begin + n),
+            Some((size, n)) if (begin + n) as u64 + size <= rec_end as u64 => {
+                (size as usize, begin + n)
+            }
             _ => {
                 // A writer that gives up on a fragmented packet marks it with
                 // a special size: a loss, not a protocol violation.
@@ -363,17 +374,26 @@ impl TraceBuffer {
                 .map(|(k, _)| k.chunk_id)
         };
         let cur = after_newest.or_else(|| self.first_chunk_of(seq));
-        ReadIter { seq: Some(seq), cur, wrapping_id }
+        ReadIter {
+            seq: Some(seq),
+            cur,
+            wrapping_id,
+        }
     }
 
     fn first_chunk_of(&self, seq: SequenceKey) -> Option<u32> {
-        self.index.range(seq_key(seq, 0)..=seq_key(seq, u32::MAX)).next().map(|(k, _)| k.chunk_id)
+        self.index
+            .range(seq_key(seq, 0)..=seq_key(seq, u32::MAX))
+            .next()
+            .map(|(k, _)| k.chunk_id)
     }
 
     fn next_sequence(&self, after: Option<SequenceKey>) -> Option<SequenceKey> {
         let mut range = match after {
             None => self.index.range(..),
-            Some(seq) => self.index.range((Excluded(seq_key(seq, u32::MAX)), Unbounded)),
+            Some(seq) => self
+                .index
+                .range((Excluded(seq_key(seq, u32::MAX)), Unbounded)),
         };
         range.next().map(|(k, _)| k.sequence())
     }
@@ -407,5 +427,10 @@ impl TraceBuffer {
 }
 
 fn packet_info(key: ChunkKey, client: ClientIdentity, previous_packet_dropped: bool) -> PacketInfo {
-    PacketInfo { producer_id: key.producer_id, writer_id: key.writer_id, client, previous_packet_dropped }
+    PacketInfo {
+        producer_id: key.producer_id,
+        writer_id: key.writer_id,
+        client,
+        previous_packet_dropped,
+    }
 }

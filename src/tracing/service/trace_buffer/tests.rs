@@ -16,7 +16,10 @@ const P1K: usize = 1008;
 
 #[test]
 fn rejects_bad_sizes() {
-    assert_eq!(TraceBuffer::new(0, OverwritePolicy::Overwrite).unwrap_err(), BufferSizeError::Misaligned(0));
+    assert_eq!(
+        TraceBuffer::new(0, OverwritePolicy::Overwrite).unwrap_err(),
+        BufferSizeError::Misaligned(0)
+    );
     assert!(TraceBuffer::new(1000, OverwritePolicy::Overwrite).is_err());
     assert!(TraceBuffer::new(16, OverwritePolicy::Discard).is_ok());
     let b = ring(4096);
@@ -47,7 +50,7 @@ fn single_chunk_packets_in_order() {
     assert!(!r[1].1.previous_packet_dropped && !r[2].1.previous_packet_dropped);
     assert_eq!(b.stats().chunks_read, 1);
     assert_eq!(b.stats().bytes_read, 32); // 16 header + 14 payload, aligned
-    // Reads are destructive.
+                                          // Reads are destructive.
     assert!(read_pass(&mut b).is_empty());
 }
 
@@ -127,7 +130,15 @@ fn chunk_ids_wrap_around_u32_max() {
     assert_eq!(b.stats().chunks_committed_out_of_order, 0);
     let r = read_pass(&mut b);
     let pk: Vec<_> = r.iter().map(|(p, _)| p.clone()).collect();
-    assert_eq!(pk, [b"p0".to_vec(), b"p1ap1bp1c".to_vec(), b"p2".to_vec(), b"p3".to_vec()]);
+    assert_eq!(
+        pk,
+        [
+            b"p0".to_vec(),
+            b"p1ap1bp1c".to_vec(),
+            b"p2".to_vec(),
+            b"p3".to_vec()
+        ]
+    );
     assert!(r[1..].iter().all(|(_, i)| !i.previous_packet_dropped));
     // New chunks after the wrap continue the sequence.
     put(&mut b, 1, 1, 2, &[b"p4"], 0);
@@ -145,7 +156,10 @@ fn out_of_order_commit_across_the_wrap_is_counted() {
     put(&mut b, 1, 1, 0, &[b"z"], 0);
     assert_eq!(b.stats().chunks_committed_out_of_order, 2);
     // Oldest first: MAX, 0, 1.
-    assert_eq!(read_bytes(&mut b), [b"x".to_vec(), b"z".to_vec(), b"y".to_vec()]);
+    assert_eq!(
+        read_bytes(&mut b),
+        [b"x".to_vec(), b"z".to_vec(), b"y".to_vec()]
+    );
 }
 
 #[test]
@@ -158,7 +172,10 @@ fn gap_stops_the_sequence_until_the_late_chunk_arrives() {
     put(&mut b, 1, 1, 1, &[b"c1"], 0);
     assert_eq!(b.stats().chunks_committed_out_of_order, 1);
     let r = read_pass(&mut b);
-    assert_eq!(r.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(), [b"c1".to_vec(), b"c2".to_vec()]);
+    assert_eq!(
+        r.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+        [b"c1".to_vec(), b"c2".to_vec()]
+    );
     assert!(r.iter().all(|(_, i)| !i.previous_packet_dropped));
 }
 
@@ -167,7 +184,10 @@ fn continuation_without_its_start_is_dropped_and_flagged() {
     let mut b = ring(4096);
     put(&mut b, 1, 1, 5, &[b"tail", b"next", b"more"], FC);
     let r = read_pass(&mut b);
-    assert_eq!(r.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(), [b"next".to_vec(), b"more".to_vec()]);
+    assert_eq!(
+        r.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+        [b"next".to_vec(), b"more".to_vec()]
+    );
     assert!(r[0].1.previous_packet_dropped);
     assert!(!r[1].1.previous_packet_dropped);
     // The orphan stays skipped: the next pass returns nothing more.
@@ -186,17 +206,50 @@ fn sequences_never_mix_and_are_visited_in_key_order() {
     let mut b = ring(16384);
     // Interleaved commits from three writers, each with a spanning packet.
     for (p, w) in [(2u16, 1u16), (1, 2), (1, 1)] {
-        put(&mut b, p, w, 0, &[format!("{p}{w}a").as_bytes(), format!("{p}{w}b1").as_bytes()], LC);
+        put(
+            &mut b,
+            p,
+            w,
+            0,
+            &[
+                format!("{p}{w}a").as_bytes(),
+                format!("{p}{w}b1").as_bytes(),
+            ],
+            LC,
+        );
     }
     for (p, w) in [(1u16, 1u16), (2, 1), (1, 2)] {
-        put(&mut b, p, w, 1, &[format!("{p}{w}b2").as_bytes(), format!("{p}{w}c").as_bytes()], FC);
+        put(
+            &mut b,
+            p,
+            w,
+            1,
+            &[
+                format!("{p}{w}b2").as_bytes(),
+                format!("{p}{w}c").as_bytes(),
+            ],
+            FC,
+        );
     }
     let r = read_pass(&mut b);
-    let got: Vec<_> = r.iter().map(|(pk, i)| (i.producer_id, i.writer_id, String::from_utf8(pk.clone()).unwrap())).collect();
+    let got: Vec<_> = r
+        .iter()
+        .map(|(pk, i)| {
+            (
+                i.producer_id,
+                i.writer_id,
+                String::from_utf8(pk.clone()).unwrap(),
+            )
+        })
+        .collect();
     let mut expected = Vec::new();
     for (p, w) in [(1u16, 1u16), (1, 2), (2, 1)] {
         for s in ["a", "b1b2", "c"] {
-            let s = if s == "b1b2" { format!("{p}{w}b1{p}{w}b2") } else { format!("{p}{w}{s}") };
+            let s = if s == "b1b2" {
+                format!("{p}{w}b1{p}{w}b2")
+            } else {
+                format!("{p}{w}{s}")
+            };
             expected.push((p, w, s));
         }
     }
@@ -204,7 +257,10 @@ fn sequences_never_mix_and_are_visited_in_key_order() {
     assert_eq!(r[6].1.client, client(200));
     // Each sequence's first packet is flagged, the rest are not.
     let flags: Vec<bool> = r.iter().map(|(_, i)| i.previous_packet_dropped).collect();
-    assert_eq!(flags, [true, false, false, true, false, false, true, false, false]);
+    assert_eq!(
+        flags,
+        [true, false, false, true, false, false, true, false, false]
+    );
 }
 
 #[test]
@@ -219,7 +275,10 @@ fn chunk_needing_patches_blocks_its_sequence_only() {
     // Sequence (1,1) is skipped entirely, even packet A before the hole.
     assert_eq!(read_bytes(&mut b), [b"other".to_vec()]);
 
-    let patch = Patch { offset_untrusted: 3, data: *b"WXYZ" };
+    let patch = Patch {
+        offset_untrusted: 3,
+        data: *b"WXYZ",
+    };
     assert!(b.try_patch_chunk_contents(1, 1, 0, &[patch], true));
     assert!(read_pass(&mut b).is_empty(), "more patches pending");
     assert!(b.try_patch_chunk_contents(1, 1, 0, &[], false));
@@ -234,7 +293,16 @@ fn pending_patch_on_a_continuation_chunk_defers_the_read_ahead() {
     put(&mut b, 1, 1, 0, &[b"B1"], LC);
     put(&mut b, 1, 1, 1, &[b"B2"], FC | NP);
     assert!(read_pass(&mut b).is_empty());
-    assert!(b.try_patch_chunk_contents(1, 1, 1, &[Patch { offset_untrusted: 1, data: *b"b2!!" }], false));
+    assert!(b.try_patch_chunk_contents(
+        1,
+        1,
+        1,
+        &[Patch {
+            offset_untrusted: 1,
+            data: *b"b2!!"
+        }],
+        false
+    ));
     // The patch overran fragment B2 (2 bytes) into the zero padding.
     assert_eq!(read_bytes(&mut b), [b"B1b2".to_vec()]);
 }
@@ -244,7 +312,10 @@ fn patch_bounds_and_unknown_chunks() {
     let mut b = ring(8192);
     // 100-byte payload: record 128 bytes, payload area 112 bytes.
     commit(&mut b, 1, 1, &Chunk::new(0, &[b"x"], 0, 100));
-    let p = |off| Patch { offset_untrusted: off, data: [1, 2, 3, 4] };
+    let p = |off| Patch {
+        offset_untrusted: off,
+        data: [1, 2, 3, 4],
+    };
     assert!(b.try_patch_chunk_contents(1, 1, 0, &[p(0), p(108)], false));
     assert_eq!(b.stats().patches_succeeded, 2);
     assert!(!b.try_patch_chunk_contents(1, 1, 0, &[p(109)], false));
@@ -261,12 +332,25 @@ fn scraped_chunk_hides_its_last_fragment_and_blocks_the_sequence() {
     let mut b = ring(8192);
     let c0 = Chunk::new(0, &[b"a", b"b", b"c-in-progress"], LC, 64);
     let c1 = Chunk::new(1, &[b"z"], FC, 64);
-    b.copy_chunk_untrusted(1, client(100), 1, 0, c0.num_fragments, c0.flags, false, &c0.payload);
+    b.copy_chunk_untrusted(
+        1,
+        client(100),
+        1,
+        0,
+        c0.num_fragments,
+        c0.flags,
+        false,
+        &c0.payload,
+    );
     commit(&mut b, 1, 1, &c1);
     // Only the first two packets are known complete, and the reader must
     // not run past an incomplete chunk.
     assert_eq!(read_bytes(&mut b), [b"a".to_vec(), b"b".to_vec()]);
-    assert_eq!(b.stats().chunks_read, 0, "incomplete chunks are not counted as read");
+    assert_eq!(
+        b.stats().chunks_read,
+        0,
+        "incomplete chunks are not counted as read"
+    );
     // The real commit later rewrites the record in place.
     commit(&mut b, 1, 1, &c0);
     assert_eq!(b.stats().chunks_rewritten, 1);
@@ -287,7 +371,10 @@ fn recommit_rules() {
     // Identical recommit: nothing to do.
     let mut b = setup();
     b.copy_chunk_untrusted(1, client(1), 1, 0, 2, LC, false, &base.payload);
-    assert_eq!((b.stats().chunks_rewritten, b.stats().abi_violations), (0, 0));
+    assert_eq!(
+        (b.stats().chunks_rewritten, b.stats().abi_violations),
+        (0, 0)
+    );
     // Different record size.
     let mut b = setup();
     b.copy_chunk_untrusted(1, client(1), 1, 0, 3, LC, true, &[0u8; 200]);
@@ -355,7 +442,10 @@ fn ring_buffer_overwrites_oldest_and_flags_the_survivor() {
     assert_eq!(b.stats().chunks_overwritten, 1);
     assert_eq!(b.stats().bytes_overwritten, 1024);
     let r = read_pass(&mut b);
-    let names: Vec<_> = r.iter().map(|(p, _)| String::from_utf8(p.clone()).unwrap()).collect();
+    let names: Vec<_> = r
+        .iter()
+        .map(|(p, _)| String::from_utf8(p.clone()).unwrap())
+        .collect();
     assert_eq!(names, ["c3", "c4", "c5", "c6"]);
     assert!(r[0].1.previous_packet_dropped, "c2 was lost before c3");
     assert!(r[1..].iter().all(|(_, i)| !i.previous_packet_dropped));
@@ -396,7 +486,12 @@ fn wrap_pads_the_tail_and_overwrites_with_padding() {
 fn discard_policy_is_sticky() {
     let mut b = TraceBuffer::new(4096, OverwritePolicy::Discard).unwrap();
     for id in 0..4 {
-        commit(&mut b, 1, 1, &Chunk::new(id, &[format!("{id}").as_bytes()], 0, P1K));
+        commit(
+            &mut b,
+            1,
+            1,
+            &Chunk::new(id, &[format!("{id}").as_bytes()], 0, P1K),
+        );
     }
     assert!(!b.is_discarding());
     commit(&mut b, 1, 1, &Chunk::new(4, &[b"4"], 0, P1K));
@@ -434,7 +529,12 @@ fn memory_stays_bounded() {
     for id in 0..20_000u32 {
         let len = rng.below(3000) as usize;
         let w = 1 + rng.below(4) as u16;
-        commit(&mut b, 1, w, &Chunk::new(id, &[&rng.bytes(len.min(2000))], 0, len));
+        commit(
+            &mut b,
+            1,
+            w,
+            &Chunk::new(id, &[&rng.bytes(len.min(2000))], 0, len),
+        );
         if id % 1000 == 0 {
             read_pass(&mut b);
         }
@@ -506,7 +606,16 @@ fn fragment_size_beyond_the_chunk_drops_it_and_flags_the_next() {
     assert_eq!(b.stats().abi_violations, 1);
     // A size varint that does not end within 4 bytes.
     let mut b = ring(4096);
-    b.copy_chunk_untrusted(1, client(1), 1, 0, 1, 0, true, &[0xff, 0xff, 0xff, 0xff, 0x01, 0]);
+    b.copy_chunk_untrusted(
+        1,
+        client(1),
+        1,
+        0,
+        1,
+        0,
+        true,
+        &[0xff, 0xff, 0xff, 0xff, 0x01, 0],
+    );
     assert!(read_pass(&mut b).is_empty());
     assert_eq!(b.stats().abi_violations, 1);
     // Huge 4-byte size.
@@ -563,7 +672,10 @@ fn empty_packets_are_skipped() {
     let mut b = ring(4096);
     put(&mut b, 1, 1, 0, &[b"", b"a", b"", b"", b"b", b""], 0);
     let r = read_pass(&mut b);
-    assert_eq!(r.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(), [b"a".to_vec(), b"b".to_vec()]);
+    assert_eq!(
+        r.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+        [b"a".to_vec(), b"b".to_vec()]
+    );
 }
 
 #[test]

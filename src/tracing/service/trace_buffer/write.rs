@@ -104,7 +104,13 @@ impl TraceBuffer {
 
         self.stats.chunks_written += 1;
         self.stats.bytes_written += record_size as u64;
-        let meta = ChunkMeta::new(self.wptr as u32, num_fragments, chunk_complete, flags, client);
+        let meta = ChunkMeta::new(
+            self.wptr as u32,
+            num_fragments,
+            chunk_complete,
+            flags,
+            client,
+        );
         self.index.insert(key, meta);
         self.write_record(self.wptr, &header, payload_untrusted);
         self.wptr += record_size;
@@ -118,7 +124,10 @@ impl TraceBuffer {
         // The first chunk seen of a sequence simply becomes its newest
         // (upstream compares against an implicit 0 and may count a
         // spurious out-of-order commit for writers starting at ids >= 2^31).
-        let last = self.last_chunk_id_written.entry(key.sequence()).or_insert(chunk_id_untrusted);
+        let last = self
+            .last_chunk_id_written
+            .entry(key.sequence())
+            .or_insert(chunk_id_untrusted);
         if chunk_id_untrusted.wrapping_sub(*last) < HALF_CHUNK_ID_SPACE {
             *last = chunk_id_untrusted;
         } else {
@@ -131,7 +140,14 @@ impl TraceBuffer {
     }
 
     /// Handles a chunk already in the index (scraped, then committed).
-    fn recommit(&mut self, key: ChunkKey, header: RecordHeader, flags: u8, complete: bool, payload: &[u8]) {
+    fn recommit(
+        &mut self,
+        key: ChunkKey,
+        header: RecordHeader,
+        flags: u8,
+        complete: bool,
+        payload: &[u8],
+    ) {
         let meta = &self.index[&key];
         let off = meta.record_off as usize;
         let prev = RecordHeader::decode(&self.data[off..off + RECORD_HEADER_SIZE]);
@@ -149,8 +165,15 @@ impl TraceBuffer {
         }
         // Rewriting chunk N after readers moved on to N+1 would return
         // packets out of order.
-        let next = ChunkKey { chunk_id: key.chunk_id.wrapping_add(1), ..key };
-        if self.index.get(&next).is_some_and(|m| m.num_fragments_read > 0) {
+        let next = ChunkKey {
+            chunk_id: key.chunk_id.wrapping_add(1),
+            ..key
+        };
+        if self
+            .index
+            .get(&next)
+            .is_some_and(|m| m.num_fragments_read > 0)
+        {
             self.stats.abi_violations += 1;
             return;
         }
@@ -267,12 +290,16 @@ impl TraceBuffer {
                 self.stats.patches_failed += 1;
                 return false;
             }
-            self.data[payload_start + at..payload_start + at + PATCH_SIZE].copy_from_slice(&patch.data);
+            self.data[payload_start + at..payload_start + at + PATCH_SIZE]
+                .copy_from_slice(&patch.data);
         }
         self.stats.patches_succeeded += patches.len() as u64;
         if !other_patches_pending {
             meta.flags &= !FLAG_CHUNK_NEEDS_PATCHING;
-            let stored = RecordHeader { flags: meta.flags & RECORD_FLAGS_MASK, ..rec };
+            let stored = RecordHeader {
+                flags: meta.flags & RECORD_FLAGS_MASK,
+                ..rec
+            };
             self.data[off..off + RECORD_HEADER_SIZE].copy_from_slice(&stored.encode());
         }
         true
