@@ -40,7 +40,7 @@ pub use stats::{BufferStats, TRACE_STATS_BUFFER_STATS_FIELD};
 pub use write::Patch;
 
 use index::{ChunkKey, ChunkMeta, SequenceKey};
-use read::ReadIter;
+use read::{Ranges, ReadIter};
 use record::{MAX_RECORD_SIZE, RECORD_HEADER_SIZE};
 
 /// What happens when a new chunk would overwrite data not yet read.
@@ -101,6 +101,8 @@ pub struct TraceBuffer {
     /// starts right after it, i.e. at its oldest chunk.
     last_chunk_id_written: BTreeMap<SequenceKey, u32>,
     read_iter: ReadIter,
+    /// Reused list of the byte ranges of the packet being read.
+    read_scratch: Ranges,
     stats: BufferStats,
 }
 
@@ -131,6 +133,7 @@ impl TraceBuffer {
             index: BTreeMap::new(),
             last_chunk_id_written: BTreeMap::new(),
             read_iter: ReadIter::default(),
+            read_scratch: Ranges::new(),
             stats,
         })
     }
@@ -159,6 +162,7 @@ impl TraceBuffer {
             index: self.index.clone(),
             last_chunk_id_written: self.last_chunk_id_written.clone(),
             read_iter: ReadIter::default(),
+            read_scratch: Ranges::new(),
             stats,
         }
     }

@@ -92,7 +92,7 @@ enum Action {
 }
 
 /// Byte ranges `(start, len)` in `data` making up the packet being built.
-type Ranges = Vec<(usize, usize)>;
+pub(super) type Ranges = Vec<(usize, usize)>;
 
 fn seq_key(seq: SequenceKey, chunk_id: u32) -> ChunkKey {
     ChunkKey::new(seq.0, seq.1, chunk_id)
@@ -122,10 +122,15 @@ impl TraceBuffer {
     /// nothing more is readable now (call [`begin_read`](Self::begin_read)
     /// later to retry what was incomplete).
     pub fn read_next_trace_packet(&mut self) -> Option<(TracePacket<'_>, PacketInfo)> {
-        let mut ranges = Ranges::new();
-        let info = self.read_next_packet_ranges(&mut ranges)?;
+        // The range list is reused across calls to save an allocation.
+        let mut ranges = std::mem::take(&mut self.read_scratch);
+        ranges.clear();
+        let info = self.read_next_packet_ranges(&mut ranges);
+        self.read_scratch = ranges;
+        let info = info?;
         let data = &self.data;
-        let slices = ranges
+        let slices = self
+            .read_scratch
             .iter()
             .map(|&(start, len)| &data[start..start + len])
             .collect();

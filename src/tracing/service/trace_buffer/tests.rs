@@ -733,3 +733,109 @@ fn empty_packets_do_not_hide_a_loss_or_a_sequence_start() {
     assert_eq!(r[0].0, b"B1B2");
     assert!(r[0].1.previous_packet_dropped);
 }
+
+#[test]
+fn previous_packet_dropped_through_a_sessions_life() {
+    let pk = |c: u8, n: usize| vec![c; n];
+    let mut b = ring(4096);
+    put(
+        &mut b,
+        1,
+        1,
+        0,
+        &[&pk(b'a', 9), &pk(b'b', 9), &pk(b'c', 9)],
+        LC,
+    );
+    // Producer 2: "v" gets a zero size header, so its body is parsed as a
+    // bogus size and the rest of the chunk is given up.
+    let mut c = Chunk::new(0, &[&pk(b'u', 9), &pk(b'v', 9), &pk(b'w', 9)], 0, 0);
+    c.payload[10] = 0;
+    commit(&mut b, 2, 1, &c);
+
+    let r = read_pass(&mut b);
+    let got: Vec<_> = r
+        .iter()
+        .map(|(p, i)| (p[0], i.previous_packet_dropped))
+        .collect();
+    assert_eq!(got, [(b'a', true), (b'b', false), (b'u', true)]);
+    assert_eq!(b.stats().abi_violations, 1);
+
+    put(&mut b, 2, 1, 1, &[&pk(b'x', 9), &pk(b'y', 9)], 0);
+    put(&mut b, 1, 1, 1, &[&pk(b'd', 9), &pk(b'e', 9)], FC);
+    let r = read_pass(&mut b);
+    let got: Vec<_> = r
+        .iter()
+        .map(|(p, i)| (p[0], p.len(), i.previous_packet_dropped))
+        .collect();
+    // c+d reassembled after b: continuous. x follows the lost v and w.
+    assert_eq!(
+        got,
+        [
+            (b'c', 18, false),
+            (b'e', 9, false),
+            (b'x', 9, true),
+            (b'y', 9, false)
+        ]
+    );
+
+    // Two big chunks that cannot both fit: f is overwritten unread.
+    put(&mut b, 1, 1, 2, &[&pk(b'f', 2000)], 0);
+    put(&mut b, 1, 1, 3, &[&pk(b'g', 3000)], 0);
+    let r = read_pass(&mut b);
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].0[0], r[0].1.previous_packet_dropped), (b'g', true));
+    // Producer 2's chunks were all evicted: its next packet cannot claim
+    // continuity.
+    put(&mut b, 2, 1, 2, &[&pk(b'z', 9)], 0);
+    let r = read_pass(&mut b);
+    assert_eq!((r[0].0[0], r[0].1.previous_packet_dropped), (b'z', true));
+}
+
+#[test]
+fn empty_chunks_inside_a_fragmented_packet_are_stepped_over() {
+    let mut b = ring(8192);
+    put(&mut b, 1, 1, 0, &[b"A1"], LC);
+    // A chunk with no fragments between two pieces (a writer that flushed
+    // an empty chunk); upstream steps over it while reading ahead.
+    put(&mut b, 1, 1, 1, &[], 0);
+    put(&mut b, 1, 1, 2, &[b"A2", b"B"], FC);
+    // The empty chunk breaks nothing but is not a continuation either:
+    // the id sequence is contiguous, so the packet completes.
+    assert_eq!(read_bytes(&mut b), [b"A1A2".to_vec(), b"B".to_vec()]);
+}
+
+#[test]
+fn empty_chunk_at_the_start_or_end_of_a_sequence() {
+    let mut b = ring(4096);
+    put(&mut b, 1, 1, 0, &[], 0);
+    put(&mut b, 1, 1, 1, &[b"a", b"b1"], LC);
+    put(&mut b, 1, 1, 2, &[b"b2", b"c1"], FC | LC);
+    let r = read_pass(&mut b);
+    assert_eq!(
+        r.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+        [b"a".to_vec(), b"b1b2".to_vec()]
+    );
+    assert!(r[0].1.previous_packet_dropped);
+    // An empty chunk after a pending continuation does not complete it.
+    put(&mut b, 1, 1, 3, &[], 0);
+    assert!(read_pass(&mut b).is_empty());
+}
+
+#[test]
+fn rewrite_with_other_content_after_read_cannot_derail_the_reader() {
+    let mut b = ring(4096);
+    commit(
+        &mut b,
+        1,
+        1,
+        &Chunk::new(0, &[&[b'a'; 29], &[b'b'; 39]], 0, 512),
+    );
+    assert_eq!(read_pass(&mut b).len(), 2);
+    // Same size, more fragments: accepted as a rewrite, but the read cursor
+    // now points into zero padding, which reads as empty packets.
+    commit(&mut b, 1, 1, &Chunk::new(0, &[b"x", b"y", b"z"], 0, 512));
+    assert_eq!(b.stats().chunks_rewritten, 1);
+    assert!(read_pass(&mut b).is_empty());
+    put(&mut b, 1, 1, 1, &[b"d", b"e"], 0);
+    assert_eq!(read_bytes(&mut b), [b"d".to_vec(), b"e".to_vec()]);
+}
