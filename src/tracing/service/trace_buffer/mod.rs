@@ -29,7 +29,11 @@ mod prop_tests;
 #[cfg(test)]
 mod test_util;
 #[cfg(test)]
-mod tests;
+mod tests_hostile;
+#[cfg(test)]
+mod tests_read;
+#[cfg(test)]
+mod tests_write;
 
 use std::collections::BTreeMap;
 use std::fmt;
