@@ -168,6 +168,16 @@ impl TraceBuffer {
                 self.read_iter.cur = None;
                 continue;
             }
+            if !meta.has_unread_fragments() {
+                // Typically the long run of chunks consumed in earlier
+                // passes: walk it with one index iterator, not per-chunk
+                // lookups.
+                let mut it = self.read_iter;
+                self.skip_consumed_chunks(&mut it, &mut previous_packet_dropped);
+                self.read_iter = it;
+                advance = false;
+                continue;
+            }
             // If a packet was already consumed from this chunk, whether it
             // made it out decides; otherwise the state from the previous
             // chunk of this sequence stands.
@@ -365,6 +375,41 @@ impl TraceBuffer {
             out.push((data_start, size));
         }
         Fragment::Read
+    }
+
+    /// From a fully consumed chunk, moves on to the next chunk that has
+    /// unread fragments or awaits patches, exactly as repeated
+    /// [`advance`](Self::advance) calls would, carrying the continuity
+    /// state of each chunk passed.
+    fn skip_consumed_chunks(&self, it: &mut ReadIter, previous_packet_dropped: &mut bool) {
+        let (Some(seq), Some(start)) = (it.seq, it.cur) else {
+            return;
+        };
+        // Ids ascend to u32::MAX and then wrap to 0.
+        let tail = self
+            .index
+            .range(seq_key(seq, start)..=seq_key(seq, u32::MAX));
+        let head = self.index.range(seq_key(seq, 0)..seq_key(seq, start));
+        let mut expected = start;
+        for (key, meta) in tail.chain(head) {
+            if key.chunk_id != expected {
+                it.cur = None; // Gap.
+                return;
+            }
+            if meta.flags & FLAG_CHUNK_NEEDS_PATCHING != 0 || meta.has_unread_fragments() {
+                it.cur = Some(expected);
+                return;
+            }
+            if let Some(skipped) = meta.last_read_packet_skipped {
+                *previous_packet_dropped = skipped;
+            }
+            if expected == it.wrapping_id || !meta.complete {
+                it.cur = None;
+                return;
+            }
+            expected = expected.wrapping_add(1);
+        }
+        it.cur = None;
     }
 
     /// The reader position for a sequence: its oldest chunk.
