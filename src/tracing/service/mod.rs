@@ -40,6 +40,8 @@ mod test_env;
 mod service_tests;
 #[cfg(test)]
 mod service_tests_timing;
+#[cfg(test)]
+mod service_tests_acl;
 
 pub use consumer_ops::CloneSelector;
 pub use service::TracingService;
