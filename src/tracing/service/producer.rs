@@ -43,6 +43,10 @@ impl Producer {
     }
 
     pub fn client_identity(&self) -> ClientIdentity {
-        ClientIdentity { uid: self.info.uid, pid: self.info.pid, machine_id: 0 }
+        ClientIdentity {
+            uid: self.info.uid,
+            pid: self.info.pid,
+            machine_id: 0,
+        }
     }
 }
