@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "src/codegen/ftrace_table.rs"]
+mod ftrace_table;
 #[path = "src/codegen/schema.rs"]
 mod schema;
 
@@ -35,10 +37,7 @@ fn merge_protos(protos: &[PathBuf]) -> String {
             let t = line.trim_start();
             if t.starts_with("syntax ") || t.starts_with("package ") || t.starts_with("import ") {
                 if !t.starts_with("package perfetto.protos;") && t.starts_with("package ") {
-                    panic!(
-                        "{}: every schema must be in package perfetto.protos",
-                        path.display()
-                    );
+                    panic!("{}: every schema must be in package perfetto.protos", path.display());
                 }
                 continue;
             }
@@ -64,11 +63,16 @@ fn main() {
     let merged = out_dir.join("perfetto_protos.proto");
     let merged_text = merge_protos(&protos);
     std::fs::write(&merged, schema::strip_services(&merged_text)).unwrap();
-    std::fs::write(
-        out_dir.join("services.rs"),
-        schema::services_rs(&merged_text),
-    )
-    .unwrap();
+    // Service method tables and the runtime schema table (src/schema/).
+    let services = schema::services_rs(&merged_text);
+    std::fs::write(out_dir.join("services.rs"), services).unwrap();
+    let table = schema::parse_schema(&merged_text, "perfetto.protos");
+    let table = schema::table_rs(&table, "perfetto.protos");
+    std::fs::write(out_dir.join("schema_table.rs"), table).unwrap();
+
+    let event_map = std::fs::read_to_string(proto_root.join("trace/ftrace/event_map.txt")).unwrap();
+    let table = ftrace_table::generate(&merged_text, &event_map);
+    std::fs::write(out_dir.join("ftrace_table.rs"), table).unwrap();
 
     let pb_dir = out_dir.join("pb");
     let _ = std::fs::remove_dir_all(&pb_dir);

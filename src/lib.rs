@@ -5,8 +5,11 @@
 //! touch the OS; only `base` does.
 
 pub mod applets;
+pub mod cmd;
 pub mod base;
 pub mod pb;
+pub mod probes;
 pub mod protozero;
 pub mod schema;
 pub mod tracing;
+pub mod ipc;

@@ -21,8 +21,11 @@ fn list_names_every_applet() {
         c
     });
     assert!(out.status.success());
-    let listed: Vec<String> =
-        String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect();
+    let listed: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
     assert_eq!(listed, APPLETS);
 }
 
@@ -42,7 +45,9 @@ fn unknown_applet_is_a_clear_error() {
     c.arg("tracedd");
     let out = run(c);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8(out.stderr).unwrap().contains("unknown applet 'tracedd'"));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("unknown applet 'tracedd'"));
 }
 
 #[test]
@@ -51,7 +56,9 @@ fn version_is_printed() {
     c.arg("--version");
     let out = run(c);
     assert!(out.status.success());
-    assert!(String::from_utf8(out.stdout).unwrap().starts_with("tracebox "));
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .starts_with("tracebox "));
 }
 
 #[test]
@@ -72,7 +79,11 @@ fn every_applet_has_help_by_argument_and_by_symlink() {
             String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr)
         };
         assert!(text(&a).contains("Usage"), "{applet} --help: {}", text(&a));
-        assert_eq!(text(&a), text(&b), "{applet}: argument and symlink dispatch differ");
+        assert_eq!(
+            text(&a),
+            text(&b),
+            "{applet}: argument and symlink dispatch differ"
+        );
         assert_eq!(a.status.code(), b.status.code());
     }
 }

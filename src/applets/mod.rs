@@ -7,9 +7,9 @@
 
 mod args;
 mod perfetto;
-mod trigger_perfetto;
 mod traced;
 mod traced_probes;
+mod trigger_perfetto;
 
 pub use args::parse_args;
 
@@ -28,15 +28,30 @@ pub type AppletMain = fn(args: &[String], via: Via) -> i32;
 /// Every applet, with a one-line summary for `--list` and usage.
 pub const APPLETS: &[(&str, &str, AppletMain)] = &[
     ("traced", "the tracing service", traced::main),
-    ("traced_probes", "kernel ftrace and /proc, /sys pollers", traced_probes::main),
-    ("perfetto", "record a trace (the consumer client)", perfetto::main),
-    ("trigger_perfetto", "activate named triggers", trigger_perfetto::main),
+    (
+        "traced_probes",
+        "kernel ftrace and /proc, /sys pollers",
+        traced_probes::main,
+    ),
+    (
+        "perfetto",
+        "record a trace (the consumer client)",
+        perfetto::main,
+    ),
+    (
+        "trigger_perfetto",
+        "activate named triggers",
+        trigger_perfetto::main,
+    ),
 ];
 
 pub const VERSION: &str = concat!("tracebox ", env!("CARGO_PKG_VERSION"));
 
 fn find_applet(name: &str) -> Option<AppletMain> {
-    APPLETS.iter().find(|(n, _, _)| *n == name).map(|(_, _, f)| *f)
+    APPLETS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, _, f)| *f)
 }
 
 fn basename(path: &str) -> &str {

@@ -101,7 +101,10 @@ pub struct Nested {
 pub fn begin_nested<S: Stream + ?Sized>(s: &mut S, field: u32) -> Nested {
     put_tag(s, field, WIRE_LEN);
     let slot = s.reserve_len();
-    Nested { slot, start: s.position() }
+    Nested {
+        slot,
+        start: s.position(),
+    }
 }
 
 /// Closes a nested message opened with [`begin_nested`] and fills its length.
@@ -109,7 +112,10 @@ pub fn begin_nested<S: Stream + ?Sized>(s: &mut S, field: u32) -> Nested {
 #[inline]
 pub fn end_nested<S: Stream + ?Sized>(s: &mut S, n: Nested) {
     let len = s.position() - n.start;
-    assert!(len <= MAX_LEN_FIELD_VALUE as u64, "nested message over 256 MiB");
+    assert!(
+        len <= MAX_LEN_FIELD_VALUE as u64,
+        "nested message over 256 MiB"
+    );
     s.fill_len(n.slot, len as u32);
 }
 
@@ -133,7 +139,14 @@ mod tests {
 
     #[test]
     fn varint_lengths() {
-        for (v, n) in [(0u64, 1), (127, 1), (128, 2), (16383, 2), (16384, 3), (u64::MAX, 10)] {
+        for (v, n) in [
+            (0u64, 1),
+            (127, 1),
+            (128, 2),
+            (16383, 2),
+            (16384, 3),
+            (u64::MAX, 10),
+        ] {
             assert_eq!(varint_len(v), n, "{v}");
             let mut b = [0; 10];
             assert_eq!(encode_varint(v, &mut b), n);
@@ -155,8 +168,8 @@ mod tests {
 
     #[test]
     fn decodes_with_quick_protobuf() {
-        use quick_protobuf::{BytesReader, MessageRead};
         use crate::pb::protos::IPCFrame;
+        use quick_protobuf::{BytesReader, MessageRead};
         let mut s = VecStream::new();
         put_varint(&mut s, 2, 77);
         let n = begin_nested(&mut s, 5);

@@ -14,7 +14,9 @@ impl VecStream {
     }
 
     pub fn with_capacity(cap: usize) -> Self {
-        Self { buf: Vec::with_capacity(cap) }
+        Self {
+            buf: Vec::with_capacity(cap),
+        }
     }
 
     pub fn as_bytes(&self) -> &[u8] {

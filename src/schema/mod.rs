@@ -1,3 +1,14 @@
-//! Runtime view of our .proto schemas.
+//! Runtime view of our .proto schemas, generated at build time from proto/
+//! (see src/codegen/schema.rs): message, field and enum descriptors for
+//! schema-driven code such as the text-format config parser.
 
+mod json;
 pub mod services;
+mod table;
+
+#[doc(hidden)]
+pub use json::dump_json;
+pub use table::{
+    enum_type, enums, message, messages, EnumDesc, EnumValueDesc, FieldDesc, FieldType, Label,
+    MessageDesc, PACKAGE,
+};

@@ -1,0 +1,240 @@
+//! Reading procfs/sysfs files below an injectable root directory.
+//!
+//! Pollers never hard-code `/proc` or `/sys`: they ask an [`FsRoot`] for
+//! paths relative to it. Production uses [`FsRoot::host`] (`/`); tests use a
+//! fixture directory. Failures are never fatal: callers count them in a
+//! [`ReadErrors`] and move on.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+/// Counts of files a poller could not use. Missing files are normal on many
+/// kernels (e.g. no PSI, no batteries) but still worth reporting in stats.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReadErrors {
+    /// File or directory absent (ENOENT/ENOTDIR).
+    pub missing: u64,
+    /// Present but could not be read (permissions, EIO, ...).
+    pub unreadable: u64,
+    /// Read but content did not parse.
+    pub malformed: u64,
+}
+
+impl ReadErrors {
+    /// Counts a failed open/read by its kind.
+    pub fn count_io(&mut self, e: &io::Error) {
+        match e.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => self.missing += 1,
+            _ => self.unreadable += 1,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.missing + self.unreadable + self.malformed
+    }
+}
+
+/// Root directory that `proc/...` and `sys/...` paths are resolved against.
+#[derive(Debug, Clone)]
+pub struct FsRoot {
+    root: PathBuf,
+}
+
+impl FsRoot {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The real system (`/`).
+    pub fn host() -> Self {
+        Self::new("/")
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Absolute path of `rel` (e.g. `"proc/meminfo"`).
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// Reads `rel` into `buf` (cleared first). Returns the number of bytes.
+    pub fn read_into(&self, rel: &str, buf: &mut Vec<u8>) -> io::Result<usize> {
+        read_path_into(&self.path(rel), buf)
+    }
+
+    /// Reads `rel` as text with one trailing newline removed; `None` (and a
+    /// counted error) if it is missing, unreadable or not UTF-8.
+    pub fn read_trimmed(&self, rel: &str, errors: &mut ReadErrors) -> Option<String> {
+        let mut buf = Vec::new();
+        if let Err(e) = self.read_into(rel, &mut buf) {
+            errors.count_io(&e);
+            return None;
+        }
+        match String::from_utf8(buf) {
+            Ok(mut s) => {
+                if s.ends_with('\n') {
+                    s.pop();
+                }
+                Some(s)
+            }
+            Err(_) => {
+                errors.malformed += 1;
+                None
+            }
+        }
+    }
+
+    /// Reads `rel` as one decimal integer (surrounding whitespace allowed).
+    pub fn read_i64(&self, rel: &str, errors: &mut ReadErrors) -> Option<i64> {
+        let s = self.read_trimmed(rel, errors)?;
+        match s.trim().parse::<i64>() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                errors.malformed += 1;
+                None
+            }
+        }
+    }
+
+    /// Names of the entries of directory `rel`, sorted. Unreadable names
+    /// (not UTF-8) are skipped.
+    pub fn list_dir(&self, rel: &str, errors: &mut ReadErrors) -> Vec<String> {
+        let rd = match std::fs::read_dir(self.path(rel)) {
+            Ok(rd) => rd,
+            Err(e) => {
+                errors.count_io(&e);
+                return Vec::new();
+            }
+        };
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// Reads a whole file into `buf` (cleared first). procfs files report size 0,
+/// so this reads until EOF rather than trusting metadata (std's
+/// `read_to_end` would also spend a statx and an lseek per file asking).
+pub fn read_path_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<usize> {
+    read_file_into(path, buf, false)
+}
+
+/// Like [`read_path_into`]; with `short_read_is_eof`, a read that does not
+/// fill the buffer ends the file. That holds for seq_file and the other
+/// generated /proc/<pid> files (they fill the caller's buffer until their
+/// end) and saves one syscall per file on the hot scan path.
+pub fn read_file_into(path: &Path, buf: &mut Vec<u8>, short_read_is_eof: bool) -> io::Result<usize> {
+    const CHUNK: usize = 4096;
+    buf.clear();
+    let mut f = File::open(path)?;
+    loop {
+        let len = buf.len();
+        buf.resize(len + CHUNK, 0);
+        let n = loop {
+            match f.read(&mut buf[len..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        match n {
+            Ok(n) => {
+                buf.truncate(len + n);
+                if n == 0 || (short_read_is_eof && n < CHUNK) {
+                    return Ok(buf.len());
+                }
+            }
+            Err(e) => {
+                buf.truncate(len);
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Parses the leading unsigned decimal number of `s` after skipping leading
+/// blanks, ignoring any suffix ("92 kB" -> 92). `None` if there is no digit.
+pub fn leading_u64(s: &[u8]) -> Option<u64> {
+    let mut i = 0;
+    while i < s.len() && (s[i] == b' ' || s[i] == b'\t') {
+        i += 1;
+    }
+    let start = i;
+    let mut v: u64 = 0;
+    while i < s.len() && s[i].is_ascii_digit() {
+        v = v.checked_mul(10)?.checked_add((s[i] - b'0') as u64)?;
+        i += 1;
+    }
+    (i > start).then_some(v)
+}
+
+/// Like [`leading_u64`] but accepts a leading `-`.
+pub fn leading_i64(s: &[u8]) -> Option<i64> {
+    let mut i = 0;
+    while i < s.len() && (s[i] == b' ' || s[i] == b'\t') {
+        i += 1;
+    }
+    let neg = s.get(i) == Some(&b'-');
+    let v = leading_u64(&s[i + neg as usize..])?;
+    let v = i64::try_from(v).ok()?;
+    Some(if neg { -v } else { v })
+}
+
+/// Kernel USER_HZ (clock ticks per second used in /proc/*/stat and
+/// /proc/stat), converted to nanoseconds per tick.
+pub fn ns_per_clock_tick() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        10_000_000 // USER_HZ is 100 on every Linux ABI.
+    } else {
+        1_000_000_000 / hz as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leading_numbers() {
+        assert_eq!(leading_u64(b"  92 kB"), Some(92));
+        assert_eq!(leading_u64(b"\t1000 2000"), Some(1000));
+        assert_eq!(leading_u64(b"kB"), None);
+        assert_eq!(leading_u64(b""), None);
+        assert_eq!(leading_u64(b"99999999999999999999999"), None);
+        assert_eq!(leading_i64(b" -1000\n"), Some(-1000));
+        assert_eq!(leading_i64(b"-"), None);
+    }
+
+    #[test]
+    fn missing_and_malformed_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("num"), "abc\n").unwrap();
+        std::fs::write(dir.path().join("good"), " 42\n").unwrap();
+        let root = FsRoot::new(dir.path());
+        let mut errors = ReadErrors::default();
+        assert_eq!(root.read_i64("good", &mut errors), Some(42));
+        assert_eq!(root.read_i64("num", &mut errors), None);
+        assert_eq!(root.read_i64("absent", &mut errors), None);
+        assert!(root.list_dir("absent_dir", &mut errors).is_empty());
+        assert_eq!(
+            errors,
+            ReadErrors {
+                missing: 2,
+                unreadable: 0,
+                malformed: 1
+            }
+        );
+    }
+
+    #[test]
+    fn clock_tick_is_sane() {
+        let ns = ns_per_clock_tick();
+        assert!(ns > 0 && ns <= 1_000_000_000);
+    }
+}

@@ -1,0 +1,152 @@
+//! Per-pid file access below an injectable root, with reused buffers so a
+//! full scan does not allocate per file.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::PathBuf;
+
+use crate::probes::fs_root::{read_file_into, FsRoot, ReadErrors};
+
+/// Reads `<root>/proc/<pid>/<file>`.
+#[derive(Debug)]
+pub struct ProcFs {
+    proc_dir: PathBuf,
+    path: String,
+    buf: Vec<u8>,
+    /// Failures other than a process vanishing mid-scan.
+    pub errors: ReadErrors,
+    /// Pid files that disappeared because the task exited (not an error).
+    pub vanished: u64,
+}
+
+impl ProcFs {
+    pub fn new(root: &FsRoot) -> Self {
+        Self {
+            proc_dir: root.path("proc"),
+            path: String::with_capacity(256),
+            buf: Vec::with_capacity(4096),
+            errors: ReadErrors::default(),
+            vanished: 0,
+        }
+    }
+
+    fn set_path(&mut self, pid: i32, file: &str) {
+        self.path.clear();
+        let _ = write!(self.path, "{}/{}/{}", self.proc_dir.display(), pid, file);
+    }
+
+    /// Contents of `/proc/<pid>/<file>`, or `None` if it cannot be read. A
+    /// missing file or ESRCH means the task is gone and is only tallied in
+    /// `vanished`; anything else is counted as an error.
+    pub fn read(&mut self, pid: i32, file: &str) -> Option<&[u8]> {
+        self.set_path(pid, file);
+        let path = std::mem::take(&mut self.path);
+        let res = read_file_into(path.as_ref(), &mut self.buf, true);
+        self.path = path;
+        match res {
+            Ok(_) => Some(&self.buf),
+            Err(e) if is_gone(&e) => {
+                self.vanished += 1;
+                None
+            }
+            Err(e) => {
+                self.errors.count_io(&e);
+                None
+            }
+        }
+    }
+
+    /// Name (comm) of thread `tid` of process `pid`, without the newline.
+    pub fn read_task_comm(&mut self, pid: i32, tid: i32) -> Option<String> {
+        self.path.clear();
+        let _ = write!(self.path, "{}/{}/task/{}/comm", self.proc_dir.display(), pid, tid);
+        let path = std::mem::take(&mut self.path);
+        let res = read_file_into(path.as_ref(), &mut self.buf, true);
+        self.path = path;
+        match res {
+            Ok(_) => {
+                let name = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
+                Some(String::from_utf8_lossy(name).into_owned())
+            }
+            Err(e) => {
+                self.note_dir_error(&e);
+                None
+            }
+        }
+    }
+
+    /// Numeric entries of `/proc` (pids), ascending. Empty if `/proc` is
+    /// unreadable (counted).
+    pub fn list_pids(&mut self) -> Vec<i32> {
+        let dir = self.proc_dir.clone();
+        self.numeric_dirs(dir, true)
+    }
+
+    /// Thread ids of `pid` (`/proc/<pid>/task`), ascending.
+    pub fn list_tids(&mut self, pid: i32) -> Vec<i32> {
+        self.set_path(pid, "task");
+        let dir = PathBuf::from(&self.path);
+        self.numeric_dirs(dir, false)
+    }
+
+    /// Open fd numbers of `pid` with their link targets.
+    pub fn list_fds(&mut self, pid: i32) -> Vec<(u64, String)> {
+        self.set_path(pid, "fd");
+        let rd = match std::fs::read_dir(&self.path) {
+            Ok(rd) => rd,
+            Err(e) => {
+                self.note_dir_error(&e);
+                return Vec::new();
+            }
+        };
+        let mut out: Vec<(u64, String)> = rd
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let fd = e.file_name().to_str()?.parse::<u64>().ok()?;
+                let target = std::fs::read_link(e.path()).ok()?;
+                Some((fd, target.to_string_lossy().into_owned()))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn note_dir_error(&mut self, e: &io::Error) {
+        if is_gone(e) {
+            self.vanished += 1;
+        } else {
+            self.errors.count_io(e);
+        }
+    }
+
+    fn numeric_dirs(&mut self, dir: PathBuf, is_proc_root: bool) -> Vec<i32> {
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) => {
+                if is_proc_root {
+                    self.errors.count_io(&e);
+                } else {
+                    self.note_dir_error(&e);
+                }
+                return Vec::new();
+            }
+        };
+        let mut ids: Vec<i32> = rd
+            .filter_map(|e| {
+                let e = e.ok()?;
+                // d_type is available from readdir on procfs; no stat needed.
+                if !e.file_type().ok()?.is_dir() {
+                    return None;
+                }
+                let id = e.file_name().to_str()?.parse::<i32>().ok()?;
+                (id > 0).then_some(id)
+            })
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+fn is_gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(3 /* ESRCH */)
+}

@@ -1,0 +1,195 @@
+//! Building `process_tree` packets: full /proc scans and on-demand scans of
+//! single pids.
+//!
+//! In /proc, a thread id is also a valid `/proc/<tid>` path even though only
+//! thread-group leaders are listed, so on-demand scans of a tid work.
+
+use super::model::{ProcessTreePacket, TreeProcess, TreeThread};
+use super::parse::{parse_stat_times, parse_status, split_cmdline, Status};
+use super::poller::ProcessStatsPoller;
+
+impl ProcessStatsPoller {
+    fn new_tree(&mut self) -> ProcessTreePacket {
+        ProcessTreePacket {
+            timestamp: self.now(),
+            ..Default::default()
+        }
+    }
+
+    fn finish_tree(&mut self, mut tree: ProcessTreePacket) -> Option<ProcessTreePacket> {
+        if tree.processes.is_empty() && tree.threads.is_empty() {
+            return None;
+        }
+        tree.collection_end_timestamp = self.now();
+        tree.incremental_state_cleared = self.take_cleared_flag();
+        Some(tree)
+    }
+
+    /// Full scan of every process and thread (`scan_all_processes_on_start`).
+    /// Also returns the open fds of every process when
+    /// `resolve_process_fds` is set.
+    pub fn scan_all(
+        &mut self,
+    ) -> (
+        Option<ProcessTreePacket>,
+        Option<super::model::ProcessStatsPacket>,
+    ) {
+        let mut tree = self.new_tree();
+        let pids = self.procfs.list_pids();
+        for &pid in &pids {
+            let Some(status) = self.read_status(pid) else {
+                continue;
+            };
+            if status.tgid != Some(pid) {
+                // Not a thread-group leader (pid reused by a thread, or a
+                // fixture listing threads): described via its leader.
+                continue;
+            }
+            let namespaced = self.write_process(&mut tree, pid, &status);
+            if status.threads == Some(1) {
+                // Only the main thread: skip listing task/ (most processes;
+                // a thread born right now is caught by on-demand scans).
+                continue;
+            }
+            for tid in self.procfs.list_tids(pid) {
+                if tid == pid {
+                    continue;
+                }
+                if namespaced {
+                    // Namespaced thread ids are only in the thread's status.
+                    if let Some(st) = self.read_status(tid) {
+                        self.write_detailed_thread(&mut tree, tid, pid, &st);
+                    }
+                } else if self.settings.record_thread_names {
+                    // comm is far cheaper for the kernel to produce than
+                    // status and holds the same name.
+                    let name = self.procfs.read_task_comm(pid, tid);
+                    if name.is_some() {
+                        tree.threads.push(TreeThread { tid, tgid: pid, name, ..Default::default() });
+                        self.seen.insert(tid, pid);
+                    }
+                } else {
+                    tree.threads.push(TreeThread {
+                        tid,
+                        tgid: pid,
+                        ..Default::default()
+                    });
+                    self.seen.insert(tid, pid);
+                }
+            }
+        }
+        let tree = self.finish_tree(tree);
+        let fds = if self.settings.resolve_process_fds {
+            self.collect_all_fds(&pids)
+        } else {
+            None
+        };
+        (tree, fds)
+    }
+
+    /// Describes each pid (process or thread) not described yet.
+    pub(super) fn describe_pids(&mut self, pids: &[i32]) -> Option<ProcessTreePacket> {
+        let mut tree = self.new_tree();
+        for &pid in pids {
+            if pid <= 0 || self.seen.contains_key(&pid) {
+                continue;
+            }
+            self.write_process_or_thread(&mut tree, pid);
+        }
+        self.finish_tree(tree)
+    }
+
+    fn read_status(&mut self, pid: i32) -> Option<Status> {
+        let buf = self.procfs.read(pid, "status")?;
+        let st = parse_status(buf);
+        if st.pid.is_none() || st.tgid.is_none() {
+            self.procfs.errors.malformed += 1;
+            return None;
+        }
+        Some(st)
+    }
+
+    fn write_process_or_thread(&mut self, tree: &mut ProcessTreePacket, pid: i32) {
+        let Some(status) = self.read_status(pid) else {
+            return;
+        };
+        let (Some(tgid), Some(tid)) = (status.tgid, status.pid) else {
+            return;
+        };
+        if tgid <= 0 || tid <= 0 {
+            self.procfs.errors.malformed += 1;
+            return;
+        }
+        if !self.seen.contains_key(&tgid) {
+            if tgid == tid {
+                self.write_process(tree, tgid, &status);
+            } else if let Some(leader) = self.read_status(tgid) {
+                self.write_process(tree, tgid, &leader);
+            }
+        }
+        if pid != tgid {
+            self.write_detailed_thread(tree, pid, tgid, &status);
+        }
+    }
+
+    /// Adds `pid` as a process. Returns whether it lives in a nested pid
+    /// namespace (its threads then need their namespaced ids too).
+    fn write_process(&mut self, tree: &mut ProcessTreePacket, pid: i32, status: &Status) -> bool {
+        // The pid may have been reused by a non-leader thread meanwhile.
+        if status.tgid != Some(pid) || status.pid != Some(pid) {
+            return false;
+        }
+        let mut p = TreeProcess {
+            pid,
+            ppid: status.ppid.unwrap_or(0),
+            uid: status.uid.unwrap_or(0),
+            nspid: status.ns_ids.clone(),
+            is_kthread: status.kthread,
+            ..Default::default()
+        };
+        if let Some(buf) = self.procfs.read(pid, "cmdline") {
+            p.cmdline = split_cmdline(buf);
+        }
+        if p.cmdline.is_empty() {
+            // Zombies and kernel threads have no argv: use comm.
+            p.cmdline = vec![status.name.clone().unwrap_or_default()];
+            p.cmdline_is_comm = true;
+        }
+        if self.settings.record_process_age {
+            let ns_per_tick = self.ns_per_tick;
+            if let Some(buf) = self.procfs.read(pid, "stat") {
+                match parse_stat_times(buf, ns_per_tick) {
+                    Some(t) => p.start_from_boot_ns = Some(t.start_from_boot_ns),
+                    None => self.procfs.errors.malformed += 1,
+                }
+            }
+        }
+        let namespaced = !p.nspid.is_empty();
+        tree.processes.push(p);
+        if !self.settings.skip_main_thread_message {
+            self.write_detailed_thread(tree, pid, pid, status);
+        }
+        self.seen.insert(pid, pid);
+        namespaced
+    }
+
+    fn write_detailed_thread(
+        &mut self,
+        tree: &mut ProcessTreePacket,
+        tid: i32,
+        tgid: i32,
+        status: &Status,
+    ) {
+        tree.threads.push(TreeThread {
+            tid,
+            tgid,
+            nstid: status.ns_ids.clone(),
+            name: if self.settings.record_thread_names {
+                status.name.clone()
+            } else {
+                None
+            },
+        });
+        self.seen.insert(tid, tgid);
+    }
+}
