@@ -13,3 +13,4 @@ pub mod protozero;
 pub mod schema;
 pub mod tracing;
 pub mod ipc;
+pub mod traced;
