@@ -150,6 +150,39 @@ fn write_packet(w: &mut tracebox::tracing::core::trace_writer::TraceWriter, i: u
     expected.into_bytes()
 }
 
+/// Validates the trace with PyPI perfetto's descriptors when a venv is
+/// available ($TRACEBOX_PYTHON or .venv, see scripts/setup-python.sh).
+fn check_with_python(packets: &[Vec<u8>], producer_packets: usize) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let py = std::env::var_os("TRACEBOX_PYTHON")
+        .map(std::path::PathBuf::from)
+        .or_else(|| Some(root.join(".venv/bin/python")).filter(|p| p.exists()));
+    let Some(py) = py else {
+        eprintln!("skipped the Python check: no venv (scripts/setup-python.sh)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.pftrace");
+    let mut file = Vec::new();
+    for p in packets {
+        file.push(0x0a);
+        let mut v = [0u8; 10];
+        let n = tracebox::protozero::encode_varint(p.len() as u64, &mut v);
+        file.extend_from_slice(&v[..n]);
+        file.extend_from_slice(p);
+    }
+    std::fs::write(&path, file).unwrap();
+    let out = Command::new(py)
+        .arg(root.join("tests/py/check_trace.py"))
+        .arg(&path)
+        .arg(producer_packets.to_string())
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "check_trace.py failed:\n{text}");
+    eprintln!("{text}");
+}
+
 #[test]
 fn full_session_over_real_sockets() {
     let pid = std::process::id();
@@ -261,6 +294,7 @@ fn full_session_over_real_sockets() {
         got.push(p[..body_len].to_vec());
     }
     assert!(saw_config);
+    check_with_python(&packets, expected.len());
     assert_eq!(got.len(), expected.len());
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
         assert!(g == e, "packet {i} differs: got {:?}.. expected {:?}..", &g[..g.len().min(40)], &e[..e.len().min(40)]);
