@@ -16,7 +16,9 @@ use tracebox::pb::protos::mod_CommitDataRequest::{ChunkToPatch as PbChunkToPatch
 use tracebox::pb::protos::mod_GetAsyncCommandResponse::OneOfcmd;
 use tracebox::pb::protos::*;
 use tracebox::protozero::{put_bytes, put_str, put_varint, Stream, VecStream};
-use tracebox::tracing::core::arbiter::{Arbiter, ArbiterConfig, BufferExhaustedPolicy, CommitBatch, ProducerTransport};
+use tracebox::tracing::core::arbiter::{
+    Arbiter, ArbiterConfig, BufferExhaustedPolicy, CommitBatch, ProducerTransport,
+};
 use tracebox::tracing::core::smb_abi::SmbAbi;
 use tracebox::tracing::service::raw_proto::{decode_message, FieldIter};
 
@@ -33,7 +35,11 @@ impl Drop for Daemon {
 fn start_traced(producer_sock: &str, consumer_sock: &str) -> Daemon {
     let (rd, wr) = nix::unistd::pipe().unwrap();
     // The write end must survive exec in the child.
-    nix::fcntl::fcntl(wr.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty())).unwrap();
+    nix::fcntl::fcntl(
+        wr.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
         .arg("traced")
         .env("PERFETTO_PRODUCER_SOCK_NAME", producer_sock)
@@ -100,7 +106,14 @@ fn to_request(b: &CommitBatch) -> CommitDataRequest {
                 target_buffer: Some(p.target_buffer as u32),
                 writer_id: Some(p.writer_id as u32),
                 chunk_id: Some(p.chunk_id),
-                patches: p.patches.iter().map(|x| PbPatch { offset: Some(x.offset), data: Some(x.data.to_vec()) }).collect(),
+                patches: p
+                    .patches
+                    .iter()
+                    .map(|x| PbPatch {
+                        offset: Some(x.offset),
+                        data: Some(x.data.to_vec()),
+                    })
+                    .collect(),
                 has_more_patches: Some(p.has_more_patches),
             })
             .collect(),
@@ -120,7 +133,13 @@ fn next_cmd(c: &mut BlockingClient, stream: u64) -> (OneOfcmd, Option<OwnedFd>) 
 fn trace_config() -> Vec<u8> {
     let mut dsc = VecStream::new();
     put_str(&mut dsc, 1, "test.ds");
-    put_bytes(&mut dsc, 100, &[0x0a, 0x0c, b's', b'c', b'h', b'e', b'd', b'_', b's', b'w', b'i', b't', b'c', b'h']);
+    put_bytes(
+        &mut dsc,
+        100,
+        &[
+            0x0a, 0x0c, b's', b'c', b'h', b'e', b'd', b'_', b's', b'w', b'i', b't', b'c', b'h',
+        ],
+    );
     put_varint(&mut dsc, 7777, 42);
     let mut ds = VecStream::new();
     put_bytes(&mut ds, 1, dsc.as_bytes());
@@ -178,7 +197,11 @@ fn check_with_python(packets: &[Vec<u8>], producer_packets: usize) {
         .arg(producer_packets.to_string())
         .output()
         .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "check_trace.py failed:\n{text}");
     eprintln!("{text}");
 }
@@ -198,11 +221,22 @@ fn full_session_over_real_sockets() {
         shared_memory_page_size_hint_bytes: Some(4096),
         ..Default::default()
     };
-    let resp: InitializeConnectionResponse = decode_message(&call(&mut prod, &pport, "InitializeConnection", &encode(&init))).unwrap();
+    let resp: InitializeConnectionResponse = decode_message(&call(
+        &mut prod,
+        &pport,
+        "InitializeConnection",
+        &encode(&init),
+    ))
+    .unwrap();
     assert_eq!(resp.direct_smb_patching_supported, Some(true));
-    let stream = prod.start_invoke(&pport, "GetAsyncCommand", &[], None).unwrap();
+    let stream = prod
+        .start_invoke(&pport, "GetAsyncCommand", &[], None)
+        .unwrap();
     let reg = RegisterDataSourceRequest {
-        data_source_descriptor: Some(DataSourceDescriptor { name: Some("test.ds".into()), ..Default::default() }),
+        data_source_descriptor: Some(DataSourceDescriptor {
+            name: Some("test.ds".into()),
+            ..Default::default()
+        }),
     };
     call(&mut prod, &pport, "RegisterDataSource", &encode(&reg));
     call(&mut prod, &pport, "Sync", &[]);
@@ -211,30 +245,50 @@ fn full_session_over_real_sockets() {
     let (mut cons, cport) = connect(&csock, "ConsumerPort");
     let mut req = VecStream::new();
     put_bytes(&mut req, 1, &trace_config());
-    let enable = cons.start_invoke(&cport, "EnableTracing", req.as_bytes(), None).unwrap();
+    let enable = cons
+        .start_invoke(&cport, "EnableTracing", req.as_bytes(), None)
+        .unwrap();
 
     // SetupTracing with the SMB fd, then SetupDataSource, StartDataSource.
     let (cmd, fd) = next_cmd(&mut prod, stream);
-    let OneOfcmd::setup_tracing(st) = cmd else { panic!("expected SetupTracing, got {cmd:?}") };
+    let OneOfcmd::setup_tracing(st) = cmd else {
+        panic!("expected SetupTracing, got {cmd:?}")
+    };
     let page_size = st.shared_buffer_page_size_kb.unwrap() as usize * 1024;
-    let shm = Shm::attach(fd.expect("SMB fd"), AttachOptions { require_seals: true, expected_size: Some(512 * 1024) }).unwrap();
+    let shm = Shm::attach(
+        fd.expect("SMB fd"),
+        AttachOptions {
+            require_seals: true,
+            expected_size: Some(512 * 1024),
+        },
+    )
+    .unwrap();
     let (cmd, _) = next_cmd(&mut prod, stream);
-    let OneOfcmd::setup_data_source(sds) = cmd else { panic!("expected SetupDataSource, got {cmd:?}") };
+    let OneOfcmd::setup_data_source(sds) = cmd else {
+        panic!("expected SetupDataSource, got {cmd:?}")
+    };
     let instance = sds.new_instance_id.unwrap();
     let cfg = sds.config.unwrap();
     let target = cfg.target_buffer.unwrap() as u16;
     assert!(cfg.ftrace_config.is_some());
     let (cmd, _) = next_cmd(&mut prod, stream);
-    assert!(matches!(cmd, OneOfcmd::start_data_source(ref s) if s.new_instance_id == Some(instance)));
+    assert!(
+        matches!(cmd, OneOfcmd::start_data_source(ref s) if s.new_instance_id == Some(instance))
+    );
 
     // The producer writes through the real TraceWriter into the SMB.
     let abi = SmbAbi::new(Arc::clone(shm.mem()), page_size).unwrap();
     let transport = Arc::new(Collect::default());
     let arbiter = Arbiter::new(abi, ArbiterConfig::default(), transport.clone());
     arbiter.set_direct_smb_patching(true);
-    let mut w = arbiter.create_trace_writer(target, BufferExhaustedPolicy::Stall).unwrap();
+    let mut w = arbiter
+        .create_trace_writer(target, BufferExhaustedPolicy::Stall)
+        .unwrap();
     w.set_emit_sequence_markers(false);
-    let wr = RegisterTraceWriterRequest { trace_writer_id: Some(w.writer_id() as u32), target_buffer: Some(target as u32) };
+    let wr = RegisterTraceWriterRequest {
+        trace_writer_id: Some(w.writer_id() as u32),
+        target_buffer: Some(target as u32),
+    };
     call(&mut prod, &pport, "RegisterTraceWriter", &encode(&wr));
     let mut expected = Vec::new();
     for i in 0..60 {
@@ -266,7 +320,10 @@ fn full_session_over_real_sockets() {
         assert!(r.success);
         let rb: ReadBuffersResponse = decode_message(&r.payload).unwrap();
         for s in rb.slices {
-            packets.last_mut().unwrap().extend_from_slice(&s.data.unwrap_or_default());
+            packets
+                .last_mut()
+                .unwrap()
+                .extend_from_slice(&s.data.unwrap_or_default());
             if s.last_slice_for_packet == Some(true) {
                 packets.push(Vec::new());
             }
@@ -277,17 +334,23 @@ fn full_session_over_real_sockets() {
     let mut saw_config = false;
     for p in &packets {
         let fields: Vec<_> = FieldIter::new(p).collect();
-        let seq = fields.iter().filter(|f| f.number == 10).last().map(|f| f.value[0]);
+        let seq = fields.iter().rfind(|f| f.number == 10).map(|f| f.value[0]);
         if seq == Some(1) {
             if let Some(f) = fields.iter().find(|f| f.number == 33) {
-                assert_eq!(f.value, &trace_config()[..], "trace_config packet is the consumer's bytes");
+                assert_eq!(
+                    f.value,
+                    &trace_config()[..],
+                    "trace_config packet is the consumer's bytes"
+                );
                 saw_config = true;
             }
             continue;
         }
         // Producer packet: original bytes, then the trusted trailer.
-        let uid = fields.iter().filter(|f| f.number == 3).last().expect("trusted_uid");
-        let uid = tracebox::tracing::service::raw_proto::read_varint(uid.value).unwrap().0;
+        let uid = fields.iter().rfind(|f| f.number == 3).expect("trusted_uid");
+        let uid = tracebox::tracing::service::raw_proto::read_varint(uid.value)
+            .unwrap()
+            .0;
         assert_eq!(uid, nix::unistd::geteuid().as_raw() as u64);
         let trailer_start = fields.iter().position(|f| f.number == 3).unwrap();
         let body_len: usize = fields[..trailer_start].iter().map(|f| f.whole.len()).sum();
@@ -297,7 +360,12 @@ fn full_session_over_real_sockets() {
     check_with_python(&packets, expected.len());
     assert_eq!(got.len(), expected.len());
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
-        assert!(g == e, "packet {i} differs: got {:?}.. expected {:?}..", &g[..g.len().min(40)], &e[..e.len().min(40)]);
+        assert!(
+            g == e,
+            "packet {i} differs: got {:?}.. expected {:?}..",
+            &g[..g.len().min(40)],
+            &e[..e.len().min(40)]
+        );
     }
 
     // The raw DataSourceConfig reached the producer untouched (field 7777).
@@ -306,10 +374,15 @@ fn full_session_over_real_sockets() {
     call(&mut cons, &cport, "FreeBuffers", &[]);
     let mut req = VecStream::new();
     put_bytes(&mut req, 1, &trace_config());
-    let _enable2 = cons.start_invoke(&cport, "EnableTracing", req.as_bytes(), None).unwrap();
+    let _enable2 = cons
+        .start_invoke(&cport, "EnableTracing", req.as_bytes(), None)
+        .unwrap();
     let r = prod.next_reply(stream).unwrap().unwrap();
     let cmd_fields: Vec<_> = FieldIter::new(&r.payload).collect();
-    let sds = cmd_fields.iter().find(|f| f.number == 6).expect("setup_data_source");
+    let sds = cmd_fields
+        .iter()
+        .find(|f| f.number == 6)
+        .expect("setup_data_source");
     let cfg = FieldIter::new(sds.value).find(|f| f.number == 2).unwrap();
     assert!(FieldIter::new(cfg.value).any(|f| f.number == 7777));
     let stats = call(&mut cons, &cport, "GetTraceStats", &[]);

@@ -7,7 +7,9 @@ use std::time::Duration;
 use crate::base::event_loop::{EventLoop, Handler, LoopCtl, Ready, TaskRunner, TimerId, Token};
 use crate::base::sock_addr::SockAddr;
 use crate::base::unix_socket::UnixListener;
-use crate::ipc::default_sockets::{adopt_android_socket, consumer_socket_name, producer_socket_names};
+use crate::ipc::default_sockets::{
+    adopt_android_socket, consumer_socket_name, producer_socket_names,
+};
 use crate::ipc::host::Host;
 use crate::schema::services::{CONSUMER_PORT_METHODS, PRODUCER_PORT_METHODS};
 use crate::tracing::ipc::{ConsumerPort, ProducerPort, TracedState};
@@ -33,8 +35,11 @@ struct TracedApp {
 impl TracedApp {
     /// After every event: route core outputs, re-arm the deadline timer.
     fn after_event(&mut self, ctl: &mut LoopCtl<'_, ()>) {
-        self.state.dispatch(&mut self.producer_host, &mut self.consumer_host);
-        let Some(deadline) = self.state.core.next_deadline() else { return };
+        self.state
+            .dispatch(&mut self.producer_host, &mut self.consumer_host);
+        let Some(deadline) = self.state.core.next_deadline() else {
+            return;
+        };
         if let Some((armed, id)) = self.timer {
             if armed <= deadline {
                 return;
@@ -52,9 +57,11 @@ impl Handler for TracedApp {
 
     fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, token: Token, ready: Ready) {
         if self.producer_host.owns(token) {
-            self.producer_host.on_io(ctl, token, ready, &mut ProducerPort(&mut self.state));
+            self.producer_host
+                .on_io(ctl, token, ready, &mut ProducerPort(&mut self.state));
         } else if self.consumer_host.owns(token) {
-            self.consumer_host.on_io(ctl, token, ready, &mut ConsumerPort(&mut self.state));
+            self.consumer_host
+                .on_io(ctl, token, ready, &mut ConsumerPort(&mut self.state));
         }
         self.after_event(ctl);
     }
@@ -83,8 +90,9 @@ fn listen_all(
         return host.add_listener(ctl, inherited?);
     }
     for name in names {
-        let addr = SockAddr::parse(name)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("socket {name:?}: {e}")))?;
+        let addr = SockAddr::parse(name).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("socket {name:?}: {e}"))
+        })?;
         let listener = UnixListener::bind(&addr)?;
         if let (Some((group, mode)), SockAddr::Path(p)) = (perms, &addr) {
             socket_permissions::apply(p, group, mode)?;
@@ -107,12 +115,29 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
     {
         let mut ctl = el.ctl();
         let p = perms.map(|p| (p.producer_group.as_str(), p.producer_mode));
-        listen_all(&mut producer_host, &mut ctl, "traced_producer", &producer_socket_names(), p)?;
+        listen_all(
+            &mut producer_host,
+            &mut ctl,
+            "traced_producer",
+            &producer_socket_names(),
+            p,
+        )?;
         let c = perms.map(|p| (p.consumer_group.as_str(), p.consumer_mode));
-        listen_all(&mut consumer_host, &mut ctl, "traced_consumer", &[consumer_socket_name()], c)?;
+        listen_all(
+            &mut consumer_host,
+            &mut ctl,
+            "traced_consumer",
+            &[consumer_socket_name()],
+            c,
+        )?;
     }
     let uid = nix::unistd::geteuid().as_raw();
-    let mut app = TracedApp { producer_host, consumer_host, state: TracedState::new(uid), timer: None };
+    let mut app = TracedApp {
+        producer_host,
+        consumer_host,
+        state: TracedState::new(uid),
+        timer: None,
+    };
     crate::base::child_process::notify_ready("TRACED_NOTIFY_FD");
     ready();
     el.run(&mut app)

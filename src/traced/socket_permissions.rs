@@ -43,7 +43,9 @@ pub fn apply(path: &Path, group: &str, mode: u32) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let gid = nix::unistd::Group::from_name(group)
         .map_err(io::Error::from)?
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no group named {group:?}")))?
+        .ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("no group named {group:?}"))
+        })?
         .gid;
     nix::unistd::chown(path, None, Some(gid)).map_err(io::Error::from)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
@@ -70,7 +72,10 @@ mod tests {
         std::fs::write(&f, b"").unwrap();
         apply(&f, "root", 0o640).unwrap();
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777, 0o640);
+        assert_eq!(
+            std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777,
+            0o640
+        );
         assert!(apply(&f, "no-such-group-xyz", 0o600).is_err());
     }
 }

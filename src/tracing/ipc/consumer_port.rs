@@ -28,7 +28,10 @@ fn encode<M: MessageWrite>(m: &M) -> Vec<u8> {
 
 /// The raw bytes of field `n` (last occurrence) of a message.
 fn raw_field(msg: &[u8], n: u32) -> Option<&[u8]> {
-    FieldIter::new(msg).filter(|f| f.number == n && f.wire_type == 2).last().map(|f| f.value)
+    FieldIter::new(msg)
+        .filter(|f| f.number == n && f.wire_type == 2)
+        .last()
+        .map(|f| f.value)
 }
 
 /// EnableTracingResponse { disabled: true, error }.
@@ -47,18 +50,34 @@ impl Services for ConsumerPort<'_> {
         let client = call.client;
         if !st.consumers.contains_key(&client) {
             let id = st.core.connect_consumer(call.peer.uid);
-            st.consumers.insert(client, ConsumerConn { id, enable_reply: None, observe_reply: None });
+            st.consumers.insert(
+                client,
+                ConsumerConn {
+                    id,
+                    enable_reply: None,
+                    observe_reply: None,
+                },
+            );
             st.consumer_clients.insert(id, client);
         }
         let cid = st.consumers[&client].id;
         let args = &call.args[..];
         let ok = Reply::ok(Vec::new());
-        let unit = |r: Result<(), String>| if r.is_ok() { Reply::ok(Vec::new()) } else { Reply::fail() };
+        let unit = |r: Result<(), String>| {
+            if r.is_ok() {
+                Reply::ok(Vec::new())
+            } else {
+                Reply::fail()
+            }
+        };
         let reply = match call.method_name {
             "EnableTracing" => match enable_tracing(st, cid, args, call.fd) {
                 Some(r) => r,
                 None => {
-                    st.consumers.get_mut(&client).expect("inserted").enable_reply = Some(to);
+                    st.consumers
+                        .get_mut(&client)
+                        .expect("inserted")
+                        .enable_reply = Some(to);
                     return;
                 }
             },
@@ -68,7 +87,14 @@ impl Services for ConsumerPort<'_> {
                     let n = frames.len();
                     for (i, f) in frames.iter().enumerate() {
                         let bytes = encode(f);
-                        out.reply(&to, if i + 1 == n { Reply::ok(bytes) } else { Reply::more(bytes) });
+                        out.reply(
+                            &to,
+                            if i + 1 == n {
+                                Reply::ok(bytes)
+                            } else {
+                                Reply::more(bytes)
+                            },
+                        );
                     }
                     return;
                 }
@@ -78,7 +104,17 @@ impl Services for ConsumerPort<'_> {
             "Flush" => match decode_message::<FlushRequest>(args) {
                 Ok(r) => {
                     let token = st.park(to);
-                    if st.core.flush(now, cid, r.timeout_ms.unwrap_or(0), r.flags.unwrap_or(0), token).is_ok() {
+                    if st
+                        .core
+                        .flush(
+                            now,
+                            cid,
+                            r.timeout_ms.unwrap_or(0),
+                            r.flags.unwrap_or(0),
+                            token,
+                        )
+                        .is_ok()
+                    {
                         return;
                     }
                     st.pending.remove(&token);
@@ -112,7 +148,10 @@ impl Services for ConsumerPort<'_> {
             },
             "ObserveEvents" => match decode_message::<ObserveEventsRequest>(args) {
                 Ok(r) => {
-                    let mask = r.events_to_observe.iter().fold(0u32, |m, t| m | (*t as u32));
+                    let mask = r
+                        .events_to_observe
+                        .iter()
+                        .fold(0u32, |m, t| m | (*t as u32));
                     let conn = st.consumers.get_mut(&client).expect("inserted");
                     if let Some(old) = conn.observe_reply.take() {
                         out.reply(&old, Reply::ok(Vec::new()));
@@ -134,13 +173,24 @@ impl Services for ConsumerPort<'_> {
                     .and_then(|r| r.sessions_only)
                     .unwrap_or(false);
                 let state = encode(&st.core.query_service_state(cid, sessions_only));
-                let chunks: Vec<&[u8]> = if state.is_empty() { vec![&[]] } else { state.chunks(STATE_CHUNK).collect() };
+                let chunks: Vec<&[u8]> = if state.is_empty() {
+                    vec![&[]]
+                } else {
+                    state.chunks(STATE_CHUNK).collect()
+                };
                 let n = chunks.len();
                 for (i, c) in chunks.into_iter().enumerate() {
                     let mut s = VecStream::new();
                     put_bytes(&mut s, 1, c);
                     let b = s.into_bytes();
-                    out.reply(&to, if i + 1 == n { Reply::ok(b) } else { Reply::more(b) });
+                    out.reply(
+                        &to,
+                        if i + 1 == n {
+                            Reply::ok(b)
+                        } else {
+                            Reply::more(b)
+                        },
+                    );
                 }
                 return;
             }
@@ -189,8 +239,15 @@ impl Services for ConsumerPort<'_> {
 }
 
 /// `None` = accepted, the reply is deferred until the session ends.
-fn enable_tracing(st: &mut TracedState, cid: u64, args: &[u8], fd: Option<OwnedFd>) -> Option<Reply> {
-    let Ok(req) = decode_message::<EnableTracingRequest>(args) else { return Some(Reply::fail()) };
+fn enable_tracing(
+    st: &mut TracedState,
+    cid: u64,
+    args: &[u8],
+    fd: Option<OwnedFd>,
+) -> Option<Reply> {
+    let Ok(req) = decode_message::<EnableTracingRequest>(args) else {
+        return Some(Reply::fail());
+    };
     if req.attach_notification_only.unwrap_or(false) {
         return match st.core.enable_tracing_notification_only(cid) {
             Ok(()) => None,
@@ -203,13 +260,21 @@ fn enable_tracing(st: &mut TracedState, cid: u64, args: &[u8], fd: Option<OwnedF
     if cfg.write_into_file.unwrap_or(false) && file.is_none() {
         if let Some(path) = cfg.output_path.as_deref().filter(|p| !p.is_empty()) {
             use std::os::unix::fs::OpenOptionsExt;
-            match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(path) {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(path)
+            {
                 Ok(f) => file = Some(f),
                 Err(e) => return Some(enable_error(&format!("Failed to create {path}: {e}"))),
             }
         }
     }
-    match st.core.enable_tracing(TracedState::now(), cid, raw, file.is_some()) {
+    match st
+        .core
+        .enable_tracing(TracedState::now(), cid, raw, file.is_some())
+    {
         Ok(sid) => {
             if let (Some(f), true) = (file, cfg.write_into_file.unwrap_or(false)) {
                 st.files.insert(sid, f);

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use nix::time::{clock_gettime, ClockId};
 
 use crate::base::shm::Shm;
+use crate::log_warn;
 use crate::protozero::{begin_nested, end_nested, put_str, put_varint, VecStream};
 use crate::tracing::core::shared_mem::SharedMem;
 use crate::tracing::service::types::*;
-use crate::{log_warn};
 
 /// SMBs the service created, by producer; the adapter sends their fds.
 pub type SmbTable = Rc<RefCell<BTreeMap<ProducerId, Shm>>>;
@@ -23,7 +23,9 @@ pub struct RealEnv {
 
 /// Nanoseconds of `clock`, 0 if unreadable.
 pub fn clock_ns(clock: ClockId) -> u64 {
-    clock_gettime(clock).map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+    clock_gettime(clock).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
 }
 
 /// The service's notion of `now`.
@@ -86,7 +88,12 @@ impl ServiceEnv for RealEnv {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    fn create_smb(&mut self, producer: ProducerId, size: usize, _page_size: usize) -> Option<Arc<SharedMem>> {
+    fn create_smb(
+        &mut self,
+        producer: ProducerId,
+        size: usize,
+        _page_size: usize,
+    ) -> Option<Arc<SharedMem>> {
         match Shm::create(size) {
             Ok(shm) => {
                 let mem = Arc::clone(shm.mem());

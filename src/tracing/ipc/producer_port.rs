@@ -29,10 +29,16 @@ impl Services for ProducerPort<'_> {
         let args = &call.args[..];
         let ok = Reply::ok(Vec::new());
         let reply = match call.method_name {
-            "InitializeConnection" => initialize(st, call.client, call.peer.uid, call.peer.pid, args, call.fd),
+            "InitializeConnection" => {
+                initialize(st, call.client, call.peer.uid, call.peer.pid, args, call.fd)
+            }
             "RegisterDataSource" => match decode_message::<RegisterDataSourceRequest>(args) {
                 Ok(r) => {
-                    let res = st.core.register_data_source(now, id, r.data_source_descriptor.unwrap_or_default());
+                    let res = st.core.register_data_source(
+                        now,
+                        id,
+                        r.data_source_descriptor.unwrap_or_default(),
+                    );
                     let mut s = VecStream::new();
                     if let Err(e) = res {
                         put_str(&mut s, 1, &e);
@@ -43,14 +49,19 @@ impl Services for ProducerPort<'_> {
             },
             "UnregisterDataSource" => match decode_message::<UnregisterDataSourceRequest>(args) {
                 Ok(r) => {
-                    st.core.unregister_data_source(now, id, r.data_source_name.as_deref().unwrap_or(""));
+                    st.core.unregister_data_source(
+                        now,
+                        id,
+                        r.data_source_name.as_deref().unwrap_or(""),
+                    );
                     ok
                 }
                 Err(_) => Reply::fail(),
             },
             "UpdateDataSource" => match decode_message::<UpdateDataSourceRequest>(args) {
                 Ok(r) => {
-                    st.core.update_data_source(id, r.data_source_descriptor.unwrap_or_default());
+                    st.core
+                        .update_data_source(id, r.data_source_descriptor.unwrap_or_default());
                     ok
                 }
                 Err(_) => Reply::fail(),
@@ -74,32 +85,43 @@ impl Services for ProducerPort<'_> {
             }
             "RegisterTraceWriter" => match decode_message::<RegisterTraceWriterRequest>(args) {
                 Ok(r) => {
-                    st.core.register_trace_writer(id, r.trace_writer_id.unwrap_or(0), r.target_buffer.unwrap_or(0));
+                    st.core.register_trace_writer(
+                        id,
+                        r.trace_writer_id.unwrap_or(0),
+                        r.target_buffer.unwrap_or(0),
+                    );
                     ok
                 }
                 Err(_) => Reply::fail(),
             },
             "UnregisterTraceWriter" => match decode_message::<UnregisterTraceWriterRequest>(args) {
                 Ok(r) => {
-                    st.core.unregister_trace_writer(id, r.trace_writer_id.unwrap_or(0));
+                    st.core
+                        .unregister_trace_writer(id, r.trace_writer_id.unwrap_or(0));
                     ok
                 }
                 Err(_) => Reply::fail(),
             },
-            "NotifyDataSourceStarted" => match decode_message::<NotifyDataSourceStartedRequest>(args) {
-                Ok(r) => {
-                    st.core.notify_data_source_started(now, id, r.data_source_id.unwrap_or(0));
-                    ok
+            "NotifyDataSourceStarted" => {
+                match decode_message::<NotifyDataSourceStartedRequest>(args) {
+                    Ok(r) => {
+                        st.core
+                            .notify_data_source_started(now, id, r.data_source_id.unwrap_or(0));
+                        ok
+                    }
+                    Err(_) => Reply::fail(),
                 }
-                Err(_) => Reply::fail(),
-            },
-            "NotifyDataSourceStopped" => match decode_message::<NotifyDataSourceStoppedRequest>(args) {
-                Ok(r) => {
-                    st.core.notify_data_source_stopped(now, id, r.data_source_id.unwrap_or(0));
-                    ok
+            }
+            "NotifyDataSourceStopped" => {
+                match decode_message::<NotifyDataSourceStoppedRequest>(args) {
+                    Ok(r) => {
+                        st.core
+                            .notify_data_source_stopped(now, id, r.data_source_id.unwrap_or(0));
+                        ok
+                    }
+                    Err(_) => Reply::fail(),
                 }
-                Err(_) => Reply::fail(),
-            },
+            }
             "ActivateTriggers" => match decode_message::<ActivateTriggersRequest>(args) {
                 Ok(r) => {
                     st.core.activate_triggers(now, id, &r.trigger_names);
@@ -129,15 +151,26 @@ fn initialize(
     if st.producers.get(&client).is_some_and(|c| c.id.is_some()) {
         return Reply::fail(); // InitializeConnection only once
     }
-    let Ok(req) = decode_message::<InitializeConnectionRequest>(args) else { return Reply::fail() };
+    let Ok(req) = decode_message::<InitializeConnectionRequest>(args) else {
+        return Reply::fail();
+    };
     let mut conn = ProducerConn::default();
     let mut provided = None;
     if let (Some(fd), true) = (fd, req.producer_provided_shmem.unwrap_or(false)) {
-        match Shm::attach(fd, AttachOptions { require_seals: true, expected_size: None }) {
+        match Shm::attach(
+            fd,
+            AttachOptions {
+                require_seals: true,
+                expected_size: None,
+            },
+        ) {
             Ok(shm) => {
                 let page = req.shared_memory_page_size_hint_bytes.unwrap_or(0) as usize;
                 let page = if page == 0 { 4096 } else { page };
-                provided = Some(ProvidedSmb { mem: std::sync::Arc::clone(shm.mem()), page_size: page });
+                provided = Some(ProvidedSmb {
+                    mem: std::sync::Arc::clone(shm.mem()),
+                    page_size: page,
+                });
                 conn.provided_smb = Some(shm);
             }
             Err(e) => crate::log_warn!("traced: producer-provided SMB rejected: {e}"),

@@ -77,16 +77,34 @@ impl TracedState {
     }
 
     /// Sends one command on the producer's stream, or queues it.
-    pub fn send_command(&mut self, producer: ProducerId, cmd: ProducerCommand, out: &mut dyn ReplySink) {
-        let Some(client) = self.producer_clients.get(&producer).copied() else { return };
-        let Some(conn) = self.producers.get_mut(&client) else { return };
+    pub fn send_command(
+        &mut self,
+        producer: ProducerId,
+        cmd: ProducerCommand,
+        out: &mut dyn ReplySink,
+    ) {
+        let Some(client) = self.producer_clients.get(&producer).copied() else {
+            return;
+        };
+        let Some(conn) = self.producers.get_mut(&client) else {
+            return;
+        };
         let Some(to) = conn.async_reply else {
             conn.queued.push(cmd);
             return;
         };
         let mut reply = Reply::more(cmd.encode());
-        if let ProducerCommand::SetupTracing { service_created_smb: true, .. } = cmd {
-            match self.smbs.borrow().get(&producer).map(|s| s.fd().try_clone_to_owned()) {
+        if let ProducerCommand::SetupTracing {
+            service_created_smb: true,
+            ..
+        } = cmd
+        {
+            match self
+                .smbs
+                .borrow()
+                .get(&producer)
+                .map(|s| s.fd().try_clone_to_owned())
+            {
                 Some(Ok(fd)) => reply = reply.with_fd(fd),
                 _ => log_warn!("traced: no SMB fd for producer {producer}"),
             }
@@ -98,10 +116,16 @@ impl TracedState {
     pub fn dispatch(&mut self, producers: &mut dyn ReplySink, consumers: &mut dyn ReplySink) {
         for o in self.core.take_outputs() {
             match o {
-                Output::ProducerCommand { producer, cmd } => self.send_command(producer, cmd, producers),
+                Output::ProducerCommand { producer, cmd } => {
+                    self.send_command(producer, cmd, producers)
+                }
                 Output::TracingDisabled { consumer, error } => {
-                    let Some(conn) = self.consumer_conn(consumer) else { continue };
-                    let Some(to) = conn.enable_reply.take() else { continue };
+                    let Some(conn) = self.consumer_conn(consumer) else {
+                        continue;
+                    };
+                    let Some(to) = conn.enable_reply.take() else {
+                        continue;
+                    };
                     let mut s = VecStream::new();
                     put_varint(&mut s, 1, 1); // disabled
                     if let Some(e) = error {
@@ -111,7 +135,14 @@ impl TracedState {
                 }
                 Output::FlushResult { token, success, .. } => {
                     if let Some(to) = self.pending.remove(&token) {
-                        consumers.reply(&to, if success { Reply::ok(Vec::new()) } else { Reply::fail() });
+                        consumers.reply(
+                            &to,
+                            if success {
+                                Reply::ok(Vec::new())
+                            } else {
+                                Reply::fail()
+                            },
+                        );
                     }
                 }
                 Output::CloneResult { token, result, .. } => {
@@ -132,7 +163,10 @@ impl TracedState {
                     }
                 }
                 Output::ObservableEvents { consumer, events } => {
-                    let Some(to) = self.consumer_conn(consumer).and_then(|c| c.observe_reply) else { continue };
+                    let Some(to) = self.consumer_conn(consumer).and_then(|c| c.observe_reply)
+                    else {
+                        continue;
+                    };
                     let mut s = VecStream::new();
                     put_bytes(&mut s, 1, &events);
                     consumers.reply(&to, Reply::more(s.into_bytes()));
@@ -147,7 +181,9 @@ impl TracedState {
     }
 
     pub fn producer_gone(&mut self, client: ClientId) {
-        let Some(conn) = self.producers.remove(&client) else { return };
+        let Some(conn) = self.producers.remove(&client) else {
+            return;
+        };
         if let Some(id) = conn.id {
             self.core.disconnect_producer(Self::now(), id);
             self.producer_clients.remove(&id);
@@ -156,7 +192,9 @@ impl TracedState {
     }
 
     pub fn consumer_gone(&mut self, client: ClientId) {
-        let Some(conn) = self.consumers.remove(&client) else { return };
+        let Some(conn) = self.consumers.remove(&client) else {
+            return;
+        };
         self.consumer_clients.remove(&conn.id);
         self.core.disconnect_consumer(Self::now(), conn.id);
     }
