@@ -24,6 +24,9 @@ pub struct TracedOptions {
     pub socket_permissions: Option<SocketPermissions>,
 }
 
+/// Send-queue bound per consumer connection.
+const MAX_CONSUMER_QUEUED_BYTES: usize = 1 << 30;
+
 struct TracedApp {
     producer_host: Host,
     consumer_host: Host,
@@ -111,6 +114,9 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
     producer_host.expose_service("ProducerPort", PRODUCER_PORT_METHODS);
     let mut consumer_host = Host::new();
     consumer_host.expose_service("ConsumerPort", CONSUMER_PORT_METHODS);
+    // ReadBuffers queues a whole read (bounded by the session's buffer
+    // sizes) at once; the default 4 MiB bound would drop the consumer.
+    consumer_host.set_max_queued_bytes(MAX_CONSUMER_QUEUED_BYTES);
     let perms = opts.socket_permissions.as_ref();
     {
         let mut ctl = el.ctl();
