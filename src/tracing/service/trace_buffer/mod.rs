@@ -23,6 +23,7 @@ mod read;
 mod record;
 mod stats;
 mod write;
+mod writer_stats;
 
 #[cfg(test)]
 mod prop_tests;
@@ -42,6 +43,7 @@ pub use index::ClientIdentity;
 pub use read::{PacketInfo, TracePacket};
 pub use stats::{BufferStats, TRACE_STATS_BUFFER_STATS_FIELD};
 pub use write::Patch;
+pub use writer_stats::{encode_histogram_def, ChunkPayloadHistogram, CHUNK_PAYLOAD_BUCKETS};
 
 use index::{ChunkKey, ChunkMeta, SequenceKey};
 use read::{Ranges, ReadIter};
@@ -108,6 +110,8 @@ pub struct TraceBuffer {
     /// Reused list of the byte ranges of the packet being read.
     read_scratch: Ranges,
     stats: BufferStats,
+    /// Fill level of each fully read chunk, per `(producer, writer)`.
+    writer_stats: BTreeMap<SequenceKey, ChunkPayloadHistogram>,
 }
 
 impl TraceBuffer {
@@ -139,6 +143,7 @@ impl TraceBuffer {
             read_iter: ReadIter::default(),
             read_scratch: Ranges::new(),
             stats,
+            writer_stats: BTreeMap::new(),
         })
     }
 
@@ -168,6 +173,7 @@ impl TraceBuffer {
             read_iter: ReadIter::default(),
             read_scratch: Ranges::new(),
             stats,
+            writer_stats: BTreeMap::new(),
         }
     }
 
@@ -201,6 +207,12 @@ impl TraceBuffer {
 
     pub fn stats(&self) -> &BufferStats {
         &self.stats
+    }
+
+    /// Chunk fill histograms per `(producer_id, writer_id)`, updated as
+    /// chunks are fully read. Clones start empty.
+    pub fn writer_stats(&self) -> impl Iterator<Item = ((u16, u16), &ChunkPayloadHistogram)> + '_ {
+        self.writer_stats.iter().map(|(k, v)| (*k, v))
     }
 
     /// Number of chunk records currently indexed.

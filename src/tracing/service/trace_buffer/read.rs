@@ -366,6 +366,11 @@ impl TraceBuffer {
         if !meta.has_unread_fragments() && meta.complete {
             self.stats.chunks_read += 1;
             self.stats.bytes_read += u64::from(rec.size);
+            let used = u64::from(meta.cur_fragment_offset);
+            self.writer_stats
+                .entry(key.sequence())
+                .or_default()
+                .add(used);
         }
         if size == 0 {
             return Fragment::Empty;

@@ -359,3 +359,30 @@ fn empty_chunk_at_the_start_or_end_of_a_sequence() {
     put(&mut b, 1, 1, 3, &[], 0);
     assert!(read_pass(&mut b).is_empty());
 }
+
+#[test]
+fn writer_stats_record_how_full_read_chunks_were() {
+    let mut b = ring(8192);
+    // 2 + 3 bytes used of a 1000-byte payload; then a scraped chunk, which
+    // only counts once complete.
+    commit(&mut b, 1, 1, &Chunk::new(0, &[b"a", b"bc"], 0, 1000));
+    let c1 = Chunk::new(1, &[&[7u8; 40], b"x"], 0, 1000);
+    b.copy_chunk_untrusted(1, client(1), 1, 1, 2, 0, false, &c1.payload);
+    commit(&mut b, 2, 3, &Chunk::new(0, &[&[1u8; 200]], 0, 1000));
+    read_pass(&mut b);
+    let stats: Vec<_> = b
+        .writer_stats()
+        .map(|(k, h)| (k, h.counts, h.sums))
+        .collect();
+    assert_eq!(stats.len(), 2);
+    let ((p, w), counts, sums) = stats[0];
+    assert_eq!((p, w), (1, 1));
+    assert_eq!((counts[0], sums[0]), (1, 5));
+    assert_eq!(counts.iter().sum::<u64>(), 1);
+    let (_, counts, sums) = stats[1];
+    assert_eq!((counts[3], sums[3]), (1, 204)); // 4-byte size header + 200
+    commit(&mut b, 1, 1, &c1);
+    read_pass(&mut b);
+    let h = b.writer_stats().next().unwrap().1;
+    assert_eq!((h.counts[2], h.sums[2]), (1, 43));
+}
