@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "src/codegen/ftrace_table.rs"]
+mod ftrace_table;
 #[path = "src/codegen/schema.rs"]
 mod schema;
 
@@ -66,6 +68,10 @@ fn main() {
     std::fs::write(out_dir.join("services.rs"), services).unwrap();
     let table = schema::runtime_table_rs(&merged_text);
     std::fs::write(out_dir.join("schema_table.rs"), table).unwrap();
+
+    let event_map = std::fs::read_to_string(proto_root.join("trace/ftrace/event_map.txt")).unwrap();
+    let table = ftrace_table::generate(&merged_text, &event_map);
+    std::fs::write(out_dir.join("ftrace_table.rs"), table).unwrap();
 
     let pb_dir = out_dir.join("pb");
     let _ = std::fs::remove_dir_all(&pb_dir);

@@ -19,6 +19,9 @@ echo "== cargo test"
 # Tests that own tracefs instances or system sockets run one at a time.
 cargo test --locked -- --test-threads=2
 
+echo "== schema cross-check against Perfetto's published descriptors"
+"$TRACEBOX_PYTHON" tests/py/check_schema.py
+
 echo "== fuzz targets compile"
 if [ -f fuzz/Cargo.toml ]; then
     cargo check --locked --manifest-path fuzz/Cargo.toml --bins

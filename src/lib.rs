@@ -12,3 +12,4 @@ pub mod probes;
 pub mod protozero;
 pub mod schema;
 pub mod tracing;
+pub mod ipc;

@@ -26,25 +26,57 @@ const MEM: &str = "VmSize:\t 1000 kB\nVmLck:\t 0 kB\nVmHWM:\t 300 kB\nVmRSS:\t 2
 fn fixture() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let r = dir.path();
-    write(r, "proc/1/status", &status("init", 1, 1, 0, &format!("NSpid:\t1\nKthread:\t0\n{MEM}")));
+    write(
+        r,
+        "proc/1/status",
+        &status("init", 1, 1, 0, &format!("NSpid:\t1\nKthread:\t0\n{MEM}")),
+    );
     write(r, "proc/1/cmdline", b"/sbin/init\0--verbose\0");
     write(r, "proc/1/oom_score_adj", b"-1000\n");
-    write(r, "proc/1/stat", b"1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 250 130 0 0 20 0 1 0 42 1000 200\n");
+    write(
+        r,
+        "proc/1/stat",
+        b"1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 250 130 0 0 20 0 1 0 42 1000 200\n",
+    );
     write(r, "proc/1/task/1/status", b"");
     write(r, "proc/1/task/5/status", b"");
-    write(r, "proc/5/status", &status("worker", 5, 1, 0, "NSpid:\t5\n"));
-    write(r, "proc/2/status", &status("kthreadd", 2, 2, 0, "Kthread:\t1\n"));
+    write(
+        r,
+        "proc/5/status",
+        &status("worker", 5, 1, 0, "NSpid:\t5\n"),
+    );
+    write(
+        r,
+        "proc/2/status",
+        &status("kthreadd", 2, 2, 0, "Kthread:\t1\n"),
+    );
     write(r, "proc/2/cmdline", b"");
-    write(r, "proc/2/stat", b"2 (kthreadd) S 0 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0\n");
+    write(
+        r,
+        "proc/2/stat",
+        b"2 (kthreadd) S 0 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0\n",
+    );
     write(r, "proc/2/task/2/status", b"");
-    write(r, "proc/12/stat", b"12 (inner) S 1 12 12 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 7 0 0\n");
+    write(
+        r,
+        "proc/12/stat",
+        b"12 (inner) S 1 12 12 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 7 0 0\n",
+    );
     std::fs::create_dir_all(r.join("proc/10")).unwrap();
     write(r, "proc/11/status", b"garbage without fields\n\xff\n");
-    write(r, "proc/12/status", &status("inner", 12, 12, 1, &format!("NSpid:\t12\t1\n{MEM}")));
+    write(
+        r,
+        "proc/12/status",
+        &status("inner", 12, 12, 1, &format!("NSpid:\t12\t1\n{MEM}")),
+    );
     write(r, "proc/12/cmdline", b"inner");
     write(r, "proc/12/task/12/status", b"");
     write(r, "proc/12/task/13/status", b"");
-    write(r, "proc/13/status", &status("inner-t", 13, 12, 1, "NSpid:\t13\t2\n"));
+    write(
+        r,
+        "proc/13/status",
+        &status("inner-t", 13, 12, 1, "NSpid:\t13\t2\n"),
+    );
     write(r, "proc/self", b"not a pid dir");
     write(r, "proc/meminfo", b"");
     dir
@@ -66,7 +98,13 @@ fn poller(root: &Path, settings: ProcessStatsSettings) -> ProcessStatsPoller {
 #[test]
 fn full_scan_of_fixture() {
     let dir = fixture();
-    let mut p = poller(dir.path(), ProcessStatsSettings { record_process_age: true, ..Default::default() });
+    let mut p = poller(
+        dir.path(),
+        ProcessStatsSettings {
+            record_process_age: true,
+            ..Default::default()
+        },
+    );
     let (tree, fds) = p.scan_all();
     assert!(fds.is_none());
     let tree = tree.unwrap();
@@ -78,7 +116,10 @@ fn full_scan_of_fixture() {
     let init = &tree.processes[0];
     assert_eq!(init.cmdline, vec!["/sbin/init", "--verbose"]);
     assert!(!init.cmdline_is_comm);
-    assert_eq!((init.ppid, init.uid, init.is_kthread), (0, 1000, Some(false)));
+    assert_eq!(
+        (init.ppid, init.uid, init.is_kthread),
+        (0, 1000, Some(false))
+    );
     assert_eq!(init.start_from_boot_ns, Some(420_000_000));
     assert!(init.nspid.is_empty());
 
@@ -92,10 +133,21 @@ fn full_scan_of_fixture() {
     assert_eq!(inner.nspid, vec![1]);
 
     // Main threads (upstream v58+) plus other threads; names only on request.
-    let t = |tid, tgid, nstid: Vec<i32>| TreeThread { tid, tgid, name: None, nstid };
+    let t = |tid, tgid, nstid: Vec<i32>| TreeThread {
+        tid,
+        tgid,
+        name: None,
+        nstid,
+    };
     assert_eq!(
         tree.threads,
-        vec![t(1, 1, vec![]), t(5, 1, vec![]), t(2, 2, vec![]), t(12, 12, vec![1]), t(13, 12, vec![2])]
+        vec![
+            t(1, 1, vec![]),
+            t(5, 1, vec![]),
+            t(2, 2, vec![]),
+            t(12, 12, vec![1]),
+            t(13, 12, vec![2])
+        ]
     );
     // pid 10 vanished (no status), pid 11 malformed; both skipped and counted.
     assert_eq!(p.vanished(), 1);
@@ -105,13 +157,27 @@ fn full_scan_of_fixture() {
 #[test]
 fn thread_names_and_on_demand_dedup() {
     let dir = fixture();
-    let mut p = poller(dir.path(), ProcessStatsSettings { record_thread_names: true, on_demand_dumps: true, ..Default::default() });
+    let mut p = poller(
+        dir.path(),
+        ProcessStatsSettings {
+            record_thread_names: true,
+            on_demand_dumps: true,
+            ..Default::default()
+        },
+    );
     // A thread id pulls in its process first.
     let tree = p.on_pids(&[5, 0, -3]).unwrap();
     assert_eq!(tree.processes.len(), 1);
     assert_eq!(tree.processes[0].pid, 1);
-    let names: Vec<_> = tree.threads.iter().map(|t| (t.tid, t.name.clone().unwrap())).collect();
-    assert_eq!(names, vec![(1, "init".to_string()), (5, "worker".to_string())]);
+    let names: Vec<_> = tree
+        .threads
+        .iter()
+        .map(|t| (t.tid, t.name.clone().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![(1, "init".to_string()), (5, "worker".to_string())]
+    );
     // Already seen: nothing to write.
     assert!(p.on_pids(&[1, 5]).is_none());
     // A rename makes the pid eligible again; the process stays known.
@@ -131,7 +197,13 @@ fn thread_names_and_on_demand_dedup() {
 #[test]
 fn on_demand_can_be_disabled() {
     let dir = fixture();
-    let mut p = poller(dir.path(), ProcessStatsSettings { on_demand_dumps: false, ..Default::default() });
+    let mut p = poller(
+        dir.path(),
+        ProcessStatsSettings {
+            on_demand_dumps: false,
+            ..Default::default()
+        },
+    );
     assert!(p.on_pids(&[1]).is_none());
     assert!(!p.is_seen(1));
 }
@@ -159,10 +231,16 @@ fn stats_emit_only_changes_within_ttl() {
     assert_eq!(init.runtime_kernel_mode_ns, Some(1_300_000_000));
     // Kernel thread: runtimes but no memory counters.
     let kthreadd = stats.processes.iter().find(|s| s.pid == 2).unwrap();
-    assert_eq!((kthreadd.runtime_user_mode_ns, kthreadd.vm_size_kb), (Some(0), None));
+    assert_eq!(
+        (kthreadd.runtime_user_mode_ns, kthreadd.vm_size_kb),
+        (Some(0), None)
+    );
     // The tree pass describes every sampled process once.
     let tree = tree.unwrap();
-    assert_eq!(tree.processes.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![1, 2, 12]);
+    assert_eq!(
+        tree.processes.iter().map(|p| p.pid).collect::<Vec<_>>(),
+        vec![1, 2, 12]
+    );
 
     // Tick 2: nothing changed -> no packets at all.
     assert_eq!(p.poll_stats(), (None, None));
@@ -171,10 +249,18 @@ fn stats_emit_only_changes_within_ttl() {
     let (stats, _) = p.poll_stats();
     let s = &stats.unwrap().processes;
     assert_eq!(s.len(), 1);
-    assert_eq!((s[0].pid, s[0].oom_score_adj, s[0].vm_size_kb), (1, Some(0), None));
+    assert_eq!(
+        (s[0].pid, s[0].oom_score_adj, s[0].vm_size_kb),
+        (1, Some(0), None)
+    );
     // Tick 4: the TTL (3 ticks) expired after tick 3, everything again.
     let (stats, _) = p.poll_stats();
-    let init = stats.unwrap().processes.into_iter().find(|s| s.pid == 1).unwrap();
+    let init = stats
+        .unwrap()
+        .processes
+        .into_iter()
+        .find(|s| s.pid == 1)
+        .unwrap();
     assert_eq!(init.vm_size_kb, Some(1000));
 }
 
@@ -202,13 +288,27 @@ fn fds_are_resolved_once() {
     std::fs::create_dir_all(dir.path().join("proc/1/fd")).unwrap();
     std::os::unix::fs::symlink("/dev/null", dir.path().join("proc/1/fd/0")).unwrap();
     std::os::unix::fs::symlink("/tmp/x", dir.path().join("proc/1/fd/3")).unwrap();
-    let mut p = poller(dir.path(), ProcessStatsSettings { resolve_process_fds: true, ..Default::default() });
+    let mut p = poller(
+        dir.path(),
+        ProcessStatsSettings {
+            resolve_process_fds: true,
+            ..Default::default()
+        },
+    );
     let (_, fds) = p.scan_all();
     let fds = fds.unwrap();
     assert_eq!(fds.processes.len(), 1);
-    assert_eq!(fds.processes[0].fds, vec![(0, "/dev/null".to_string()), (3, "/tmp/x".to_string())]);
+    assert_eq!(
+        fds.processes[0].fds,
+        vec![(0, "/dev/null".to_string()), (3, "/tmp/x".to_string())]
+    );
     std::os::unix::fs::symlink("/tmp/y", dir.path().join("proc/1/fd/4")).unwrap();
     let (stats, _) = p.poll_stats();
-    let init = stats.unwrap().processes.into_iter().find(|s| s.pid == 1).unwrap();
+    let init = stats
+        .unwrap()
+        .processes
+        .into_iter()
+        .find(|s| s.pid == 1)
+        .unwrap();
     assert_eq!(init.fds, vec![(4, "/tmp/y".to_string())]);
 }

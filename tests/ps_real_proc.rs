@@ -45,19 +45,29 @@ fn settings() -> ProcessStatsSettings {
 #[test]
 fn full_scan_finds_this_process_and_its_named_thread() {
     let me = std::process::id() as i32;
-    let argv: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     with_named_thread(|tid| {
         let mut p = ProcessStatsPoller::new(settings(), &FsRoot::host(), Box::new(boottime_ns));
         let before = boottime_ns();
         let (tree, _) = p.scan_all();
         let tree = tree.unwrap();
         assert!(tree.timestamp >= before && tree.collection_end_timestamp >= tree.timestamp);
-        let proc_ = tree.processes.iter().find(|p| p.pid == me).expect("own pid in tree");
+        let proc_ = tree
+            .processes
+            .iter()
+            .find(|p| p.pid == me)
+            .expect("own pid in tree");
         assert_eq!(proc_.cmdline, argv);
         assert!(!proc_.cmdline_is_comm);
         assert_eq!(proc_.ppid, nix::unistd::getppid().as_raw());
         assert_eq!(proc_.uid as u32, nix::unistd::getuid().as_raw());
-        let thread = tree.threads.iter().find(|t| t.tid == tid).expect("named thread in tree");
+        let thread = tree
+            .threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .expect("named thread in tree");
         assert_eq!(thread.tgid, me);
         assert_eq!(thread.name.as_deref(), Some(THREAD_NAME));
         // Kernel threads are flagged (Linux 6.4+ reports Kthread:).
@@ -77,8 +87,14 @@ fn on_demand_scan_of_a_thread_id() {
         let tree = p.on_pids(&[tid]).unwrap();
         assert_eq!(tree.processes.len(), 1);
         assert_eq!(tree.processes[0].pid, me);
-        assert!(tree.threads.iter().any(|t| t.tid == tid && t.name.as_deref() == Some(THREAD_NAME)));
-        assert!(p.on_pids(&[tid, me]).is_none(), "seen pids are not rescanned");
+        assert!(tree
+            .threads
+            .iter()
+            .any(|t| t.tid == tid && t.name.as_deref() == Some(THREAD_NAME)));
+        assert!(
+            p.on_pids(&[tid, me]).is_none(),
+            "seen pids are not rescanned"
+        );
     });
 }
 
@@ -88,7 +104,12 @@ fn stats_of_this_process_match_proc() {
     let mut p = ProcessStatsPoller::new(settings(), &FsRoot::host(), Box::new(boottime_ns));
     let (stats, tree) = p.poll_stats();
     let proc_status = parse_status(&std::fs::read("/proc/self/status").unwrap());
-    let sample = stats.unwrap().processes.into_iter().find(|s| s.pid == me).expect("own pid sampled");
+    let sample = stats
+        .unwrap()
+        .processes
+        .into_iter()
+        .find(|s| s.pid == me)
+        .expect("own pid sampled");
     let close = |a: Option<u64>, b: Option<u64>, slack: u64| {
         let (a, b) = (a.unwrap(), b.unwrap());
         assert!(a.abs_diff(b) <= slack.max(b / 5), "{a} vs {b}");
@@ -97,7 +118,11 @@ fn stats_of_this_process_match_proc() {
     close(sample.vm_size_kb, proc_status.mem.vm_size_kb, 64 * 1024);
     close(sample.vm_rss_kb, proc_status.mem.vm_rss_kb, 16 * 1024);
     close(sample.vm_hwm_kb, proc_status.mem.vm_hwm_kb, 16 * 1024);
-    let adj: i64 = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap().trim().parse().unwrap();
+    let adj: i64 = std::fs::read_to_string("/proc/self/oom_score_adj")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert_eq!(sample.oom_score_adj, Some(adj));
     // CPU time only grows.
     let now = tracebox::probes::ps::parse::parse_stat_times(

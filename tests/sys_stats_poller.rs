@@ -5,7 +5,9 @@ use std::path::Path;
 use quick_protobuf::{BytesReader, MessageRead};
 use tracebox::pb::protos::{mod_TracePacket::OneOfdata, MeminfoCounters, TracePacket};
 use tracebox::probes::fs_root::{ns_per_clock_tick, FsRoot};
-use tracebox::probes::sys_stats::{write_sys_stats_packet, Source, SysStatsPoller, SysStatsSettings};
+use tracebox::probes::sys_stats::{
+    write_sys_stats_packet, Source, SysStatsPoller, SysStatsSettings,
+};
 use tracebox::protozero::VecStream;
 
 fn settings(sources: &[Source]) -> SysStatsSettings {
@@ -17,7 +19,10 @@ fn settings(sources: &[Source]) -> SysStatsSettings {
 }
 
 fn meminfo_value(text: &str, key: &str) -> u64 {
-    let line = text.lines().find(|l| l.starts_with(&format!("{key}:"))).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{key}:")))
+        .unwrap();
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
@@ -40,17 +45,26 @@ fn real_meminfo_and_stat_match_proc() {
     let packet = p.poll(5_000).expect("all sources due on the first poll");
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
     let after_stat = std::fs::read_to_string("/proc/stat").unwrap();
-    assert_eq!((packet.timestamp, packet.collection_end_timestamp), (10, 20));
+    assert_eq!(
+        (packet.timestamp, packet.collection_end_timestamp),
+        (10, 20)
+    );
 
     let get = |id: u32| packet.meminfo.iter().find(|m| m.0 == id).map(|m| m.1);
     assert_eq!(get(1), Some(meminfo_value(&meminfo, "MemTotal")));
     let free = meminfo_value(&meminfo, "MemFree");
-    assert!(get(2).unwrap().abs_diff(free) < 256 * 1024, "MemFree moved too far");
+    assert!(
+        get(2).unwrap().abs_diff(free) < 256 * 1024,
+        "MemFree moved too far"
+    );
     assert_eq!(get(9).is_some(), meminfo.contains("Active(anon):"));
     // Keys the kernel lacks are simply absent (e.g. ION_heap on non-Android).
     assert_eq!(get(37).is_some(), meminfo.contains("ION_heap:"));
 
-    let cpus = before_stat.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count();
+    let cpus = before_stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count();
     assert_eq!(packet.cpu_stat.len(), cpus);
     let forks = |t: &str| meminfo_value(&t.replace("processes ", "processes: "), "processes");
     let n = packet.num_forks.unwrap();
@@ -71,9 +85,15 @@ fn real_meminfo_and_stat_match_proc() {
     write_sys_stats_packet(&mut s, &packet);
     let decoded = decode(s.as_bytes());
     assert_eq!(decoded.timestamp, Some(10));
-    let OneOfdata::sys_stats(st) = decoded.data else { panic!("not sys_stats") };
+    let OneOfdata::sys_stats(st) = decoded.data else {
+        panic!("not sys_stats")
+    };
     assert_eq!(st.collection_end_timestamp, Some(20));
-    let total = st.meminfo.iter().find(|m| m.key == Some(MeminfoCounters::MEMINFO_MEM_TOTAL)).unwrap();
+    let total = st
+        .meminfo
+        .iter()
+        .find(|m| m.key == Some(MeminfoCounters::MEMINFO_MEM_TOTAL))
+        .unwrap();
     assert_eq!(total.value, get(1));
     assert_eq!(st.cpu_stat.len(), cpus);
     assert_eq!(st.cpu_stat[0].user_ns, Some(u));
@@ -93,7 +113,9 @@ fn real_sysfs_sources_do_not_fail() {
     let packet = p.poll(0).unwrap();
     let mut s = VecStream::new();
     write_sys_stats_packet(&mut s, &packet);
-    let OneOfdata::sys_stats(st) = decode(s.as_bytes()).data else { panic!() };
+    let OneOfdata::sys_stats(st) = decode(s.as_bytes()).data else {
+        panic!()
+    };
     assert_eq!(st.cpufreq_khz, packet.cpufreq_khz);
     assert_eq!(st.disk_stat.len(), packet.disk_stat.len());
     assert_eq!(st.psi.len(), packet.psi.len());
@@ -114,13 +136,33 @@ fn write(root: &Path, rel: &str, content: &str) {
 fn fixture_with_missing_and_malformed_files() {
     let dir = tempfile::tempdir().unwrap();
     let r = dir.path();
-    write(r, "proc/meminfo", "MemTotal: 1000 kB\nMemFree: lots kB\ngarbage line\nCached: 7 kB\n");
+    write(
+        r,
+        "proc/meminfo",
+        "MemTotal: 1000 kB\nMemFree: lots kB\ngarbage line\nCached: 7 kB\n",
+    );
     // No vmstat, no diskstats, no pressure directory.
-    write(r, "proc/stat", "cpu 1 1 1 1\ncpu0 1 2 3 4 5 6 7 8\nprocesses nope\n");
+    write(
+        r,
+        "proc/stat",
+        "cpu 1 1 1 1\ncpu0 1 2 3 4 5 6 7 8\nprocesses nope\n",
+    );
     write(r, "proc/buddyinfo", "Node 0, zone Normal 5 4 3\n");
-    write(r, "sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq", "1800000\n");
-    write(r, "sys/devices/system/cpu/cpu2/cpufreq/scaling_cur_freq", "garbage\n");
-    write(r, "sys/devices/system/cpu/cpu0/cpuidle/state0/name", "POLL\n");
+    write(
+        r,
+        "sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq",
+        "1800000\n",
+    );
+    write(
+        r,
+        "sys/devices/system/cpu/cpu2/cpufreq/scaling_cur_freq",
+        "garbage\n",
+    );
+    write(
+        r,
+        "sys/devices/system/cpu/cpu0/cpuidle/state0/name",
+        "POLL\n",
+    );
     write(r, "sys/devices/system/cpu/cpu0/cpuidle/state0/time", "12\n");
     write(r, "sys/class/thermal/thermal_zone0/temp", "45500\n");
     write(r, "sys/class/thermal/thermal_zone0/type", "x86_pkg_temp\n");
@@ -138,7 +180,10 @@ fn fixture_with_missing_and_malformed_files() {
     assert_eq!(packet.buddy_info[0].order_pages, vec![5, 4, 3]);
     assert_eq!(packet.cpufreq_khz, vec![1_800_000, 0, 0]);
     assert_eq!(packet.cpuidle_state.len(), 2);
-    assert_eq!(packet.cpuidle_state[0].states, vec![("POLL".to_string(), 12)]);
+    assert_eq!(
+        packet.cpuidle_state[0].states,
+        vec![("POLL".to_string(), 12)]
+    );
     assert_eq!(packet.thermal_zone.len(), 1);
     assert_eq!(packet.thermal_zone[0].temp, Some(45));
     assert_eq!(packet.thermal_zone[0].kind.as_deref(), Some("x86_pkg_temp"));
@@ -154,15 +199,27 @@ fn fixture_with_missing_and_malformed_files() {
 
 #[test]
 fn disabled_and_clamped_periods() {
-    let mut p = SysStatsPoller::new(&SysStatsSettings::default(), &FsRoot::host(), Box::new(|| 0));
+    let mut p = SysStatsPoller::new(
+        &SysStatsSettings::default(),
+        &FsRoot::host(),
+        Box::new(|| 0),
+    );
     assert!(!p.is_active());
     assert!(p.poll(100).is_none());
     let mut s = SysStatsSettings::default();
-    s.set_period(Source::Meminfo, u32::MAX).set_period(Source::Stat, 1);
+    s.set_period(Source::Meminfo, u32::MAX)
+        .set_period(Source::Stat, 1);
     let mut p = SysStatsPoller::new(&s, &FsRoot::host(), Box::new(|| 0));
     assert!(p.poll(0).is_some());
     assert_eq!(p.next_wake_ms(), Some(10), "1 ms raised to 10 ms");
-    let due = |p: &mut SysStatsPoller, t| p.poll(t).map(|x| (!x.meminfo.is_empty(), !x.cpu_stat.is_empty()));
+    let due = |p: &mut SysStatsPoller, t| {
+        p.poll(t)
+            .map(|x| (!x.meminfo.is_empty(), !x.cpu_stat.is_empty()))
+    };
     assert_eq!(due(&mut p, 10), Some((false, true)));
-    assert_eq!(due(&mut p, 86_400_000), Some((true, true)), "UINT32_MAX lowered to one day");
+    assert_eq!(
+        due(&mut p, 86_400_000),
+        Some((true, true)),
+        "UINT32_MAX lowered to one day"
+    );
 }

@@ -1,9 +1,15 @@
 #![no_main]
-//! One ring-buffer page, with the 64-bit and 32-bit header layouts.
+//! One ring-buffer page: the raw parser with 64- and 32-bit header layouts,
+//! then the full bundle encoder (typed, generic and compact sched paths).
 
 use libfuzzer_sys::fuzz_target;
-use tracebox::probes::ftrace::format::PageHeaderLayout;
+use tracebox::probes::ftrace::bundle::{write_pages, BundleContext, CpuState, EventFilter, PacketWriter};
+use tracebox::probes::ftrace::format::{parse_format, PageHeaderLayout};
 use tracebox::probes::ftrace::page_parser::{parse_page, PageSink, ParseError};
+use tracebox::probes::ftrace::{compact_sched, translate::TranslationTable};
+use tracebox::protozero::VecStream;
+
+const TD: &str = "../src/probes/ftrace/testdata/";
 
 struct Count(u64);
 impl PageSink for Count {
@@ -13,8 +19,27 @@ impl PageSink for Count {
     }
 }
 
+struct Sink(VecStream);
+impl PacketWriter for Sink {
+    type Stream = VecStream;
+    fn new_packet(&mut self) { self.0.clear() }
+    fn stream(&mut self) -> &mut VecStream { &mut self.0 }
+    fn finish_packet(&mut self) {}
+}
+
 fuzz_target!(|page: &[u8]| {
     for layout in [PageHeaderLayout::DEFAULT_64, PageHeaderLayout::DEFAULT_32] {
         let _ = parse_page(page, &layout, &mut Count(0));
+    }
+    let read = |n: &str| std::fs::read_to_string(format!("{TD}{n}.format")).ok();
+    let table = TranslationTable::build(&|_, n| read(n));
+    let mut filter = EventFilter::default();
+    (0..2048).for_each(|id| filter.enable(id));
+    let (sw, wk) = (read("sched_switch").unwrap(), read("sched_waking").unwrap());
+    let compact = compact_sched::validate(&parse_format(&sw).unwrap(), &parse_format(&wk).unwrap());
+    for compact_sched in [None, compact] {
+        let ctx = BundleContext { table: &table, filter: &filter, compact_sched, clock: None };
+        let layout = PageHeaderLayout::DEFAULT_64;
+        write_pages(&mut Sink(VecStream::new()), 0, page, &layout, &ctx, &mut CpuState::default());
     }
 });

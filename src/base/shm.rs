@@ -41,7 +41,9 @@ impl std::fmt::Display for ShmError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ShmError::NotSealed => write!(f, "shared memory fd is not sealed against resizing"),
-            ShmError::BadSize(n) => write!(f, "shared memory fd has an unacceptable size ({n} bytes)"),
+            ShmError::BadSize(n) => {
+                write!(f, "shared memory fd has an unacceptable size ({n} bytes)")
+            }
             ShmError::Io(e) => write!(f, "shared memory: {e}"),
         }
     }
@@ -93,7 +95,9 @@ impl Drop for Mapping {
     }
 }
 
-const SEALS: SealFlag = SealFlag::F_SEAL_SHRINK.union(SealFlag::F_SEAL_GROW).union(SealFlag::F_SEAL_SEAL);
+const SEALS: SealFlag = SealFlag::F_SEAL_SHRINK
+    .union(SealFlag::F_SEAL_GROW)
+    .union(SealFlag::F_SEAL_SEAL);
 
 fn check_size(size: u64) -> Result<usize, ShmError> {
     let ok = size > 0 && size % MIN_PAGE_SIZE as u64 == 0 && size <= MAX_SHM_SIZE as u64;
@@ -109,17 +113,23 @@ impl Shm {
     /// multiple of 4 KiB, at most 32 MiB).
     pub fn create(size: usize) -> Result<Shm, ShmError> {
         let size = check_size(size as u64)?;
-        let (fd, is_memfd) =
-            match memfd_create(c"perfetto_shmem", MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING) {
-                Ok(fd) => (fd, true),
-                Err(_) => (OwnedFd::from(tempfile_unlinked()?), false),
-            };
+        let (fd, is_memfd) = match memfd_create(
+            c"perfetto_shmem",
+            MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+        ) {
+            Ok(fd) => (fd, true),
+            Err(_) => (OwnedFd::from(tempfile_unlinked()?), false),
+        };
         nix::unistd::ftruncate(&fd, size as i64)?;
         if is_memfd {
             fcntl(fd.as_raw_fd(), FcntlArg::F_ADD_SEALS(SEALS))?;
         }
         let mem = map(&fd, size)?;
-        Ok(Shm { fd, mem, sealed: is_memfd })
+        Ok(Shm {
+            fd,
+            mem,
+            sealed: is_memfd,
+        })
     }
 
     /// Maps an SMB fd received from a peer, after checking seals and size.
@@ -165,7 +175,12 @@ fn tempfile_unlinked() -> Result<std::fs::File, ShmError> {
     let dir = std::env::temp_dir();
     for attempt in 0..16u32 {
         let path = dir.join(format!("tracebox-shm-{}-{attempt}", std::process::id()));
-        match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
             Ok(f) => {
                 let _ = std::fs::remove_file(&path);
                 return Ok(f);
@@ -183,7 +198,14 @@ fn map(fd: &OwnedFd, size: usize) -> Result<Arc<SharedMem>, ShmError> {
     // at least that large (its size is fixed by seals, or it is ours); no
     // existing memory is affected (addr = None).
     let ptr = unsafe {
-        mmap(None, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd, 0)
+        mmap(
+            None,
+            len,
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_SHARED,
+            fd,
+            0,
+        )
     }?;
     let ptr: NonNull<u8> = ptr.cast();
     let owner = Box::new(Mapping { ptr, len: size });
@@ -191,7 +213,9 @@ fn map(fd: &OwnedFd, size: usize) -> Result<Arc<SharedMem>, ShmError> {
     // * `ptr..ptr+size` is mapped RW and page aligned, and stays mapped until
     //   `owner` (which unmaps it) is dropped by the `SharedMem`;
     // * nothing else in this process references the fresh mapping.
-    Ok(Arc::new(unsafe { SharedMem::from_raw_mapping(ptr, size, owner) }))
+    Ok(Arc::new(unsafe {
+        SharedMem::from_raw_mapping(ptr, size, owner)
+    }))
 }
 
 #[cfg(test)]
@@ -206,8 +230,14 @@ mod tests {
     fn create_is_sealed_and_attach_shares_bytes() {
         let a = Shm::create(64 * 1024).unwrap();
         assert!(a.is_sealed());
-        let b = Shm::attach(dup(a.fd()), AttachOptions { require_seals: true, expected_size: Some(65536) })
-            .unwrap();
+        let b = Shm::attach(
+            dup(a.fd()),
+            AttachOptions {
+                require_seals: true,
+                expected_size: Some(65536),
+            },
+        )
+        .unwrap();
         assert!(a.mem().write(4096, b"hello"));
         let mut got = [0u8; 5];
         assert!(b.mem().read(4096, &mut got));
@@ -219,19 +249,41 @@ mod tests {
 
     #[test]
     fn unsealed_and_badly_sized_fds_are_rejected() {
-        let raw = memfd_create(c"test", MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING).unwrap();
+        let raw = memfd_create(
+            c"test",
+            MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+        )
+        .unwrap();
         nix::unistd::ftruncate(&raw, 8192).unwrap();
-        let strict = AttachOptions { require_seals: true, expected_size: None };
-        assert!(matches!(Shm::attach(dup(raw.as_fd()), strict), Err(ShmError::NotSealed)));
+        let strict = AttachOptions {
+            require_seals: true,
+            expected_size: None,
+        };
+        assert!(matches!(
+            Shm::attach(dup(raw.as_fd()), strict),
+            Err(ShmError::NotSealed)
+        ));
         // Lenient attach works and reports the fd as unsealed.
         let lenient = Shm::attach(dup(raw.as_fd()), AttachOptions::default()).unwrap();
         assert!(!lenient.is_sealed());
-        let want = AttachOptions { require_seals: false, expected_size: Some(4096) };
-        assert!(matches!(Shm::attach(dup(raw.as_fd()), want), Err(ShmError::BadSize(8192))));
+        let want = AttachOptions {
+            require_seals: false,
+            expected_size: Some(4096),
+        };
+        assert!(matches!(
+            Shm::attach(dup(raw.as_fd()), want),
+            Err(ShmError::BadSize(8192))
+        ));
         nix::unistd::ftruncate(&raw, 5000).unwrap();
-        assert!(matches!(Shm::attach(dup(raw.as_fd()), AttachOptions::default()), Err(ShmError::BadSize(5000))));
+        assert!(matches!(
+            Shm::attach(dup(raw.as_fd()), AttachOptions::default()),
+            Err(ShmError::BadSize(5000))
+        ));
         nix::unistd::ftruncate(&raw, 0).unwrap();
-        assert!(matches!(Shm::attach(raw, AttachOptions::default()), Err(ShmError::BadSize(0))));
+        assert!(matches!(
+            Shm::attach(raw, AttachOptions::default()),
+            Err(ShmError::BadSize(0))
+        ));
         assert!(matches!(Shm::create(1000), Err(ShmError::BadSize(1000))));
         assert!(matches!(Shm::create(64 << 20), Err(ShmError::BadSize(_))));
     }

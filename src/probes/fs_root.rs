@@ -109,22 +109,51 @@ impl FsRoot {
                 return Vec::new();
             }
         };
-        let mut names: Vec<String> =
-            rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
         names.sort();
         names
     }
 }
 
 /// Reads a whole file into `buf` (cleared first). procfs files report size 0,
-/// so this reads until EOF rather than trusting metadata.
+/// so this reads until EOF rather than trusting metadata (std's
+/// `read_to_end` would also spend a statx and an lseek per file asking).
 pub fn read_path_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<usize> {
+    read_file_into(path, buf, false)
+}
+
+/// Like [`read_path_into`]; with `short_read_is_eof`, a read that does not
+/// fill the buffer ends the file. That holds for seq_file and the other
+/// generated /proc/<pid> files (they fill the caller's buffer until their
+/// end) and saves one syscall per file on the hot scan path.
+pub fn read_file_into(path: &Path, buf: &mut Vec<u8>, short_read_is_eof: bool) -> io::Result<usize> {
+    const CHUNK: usize = 4096;
     buf.clear();
     let mut f = File::open(path)?;
-    if buf.capacity() < 4096 {
-        buf.reserve(4096);
+    loop {
+        let len = buf.len();
+        buf.resize(len + CHUNK, 0);
+        let n = loop {
+            match f.read(&mut buf[len..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        match n {
+            Ok(n) => {
+                buf.truncate(len + n);
+                if n == 0 || (short_read_is_eof && n < CHUNK) {
+                    return Ok(buf.len());
+                }
+            }
+            Err(e) => {
+                buf.truncate(len);
+                return Err(e);
+            }
+        }
     }
-    f.read_to_end(buf)
 }
 
 /// Parses the leading unsigned decimal number of `s` after skipping leading
@@ -193,7 +222,14 @@ mod tests {
         assert_eq!(root.read_i64("num", &mut errors), None);
         assert_eq!(root.read_i64("absent", &mut errors), None);
         assert!(root.list_dir("absent_dir", &mut errors).is_empty());
-        assert_eq!(errors, ReadErrors { missing: 2, unreadable: 0, malformed: 1 });
+        assert_eq!(
+            errors,
+            ReadErrors {
+                missing: 2,
+                unreadable: 0,
+                malformed: 1
+            }
+        );
     }
 
     #[test]

@@ -4,9 +4,13 @@
 //! `format`, `page_parser` and `translate` are pure (bytes in, events out);
 //! `tracefs`, `sys` and `cpu_reader` do the I/O.
 
+pub mod bundle;
+pub mod compact_sched;
 pub mod format;
 pub mod page_parser;
 pub(crate) mod sys;
+pub mod table;
 pub mod tracefs;
+pub mod translate;
 
 pub use tracefs::{CpuStats, Tracefs};

@@ -300,51 +300,75 @@ mod tests {
     fn errors_stop_the_page_keep_earlier_events() {
         let cases: Vec<(Box<dyn Fn(&mut Page)>, ParseError)> = vec![
             (
-                Box::new(|p| drop(p.word(TYPE_PADDING, 0).u32(8))),
+                Box::new(|p| {
+                    p.word(TYPE_PADDING, 0).u32(8);
+                }),
                 ParseError::NullPadding,
             ),
             (
-                Box::new(|p| drop(p.word(TYPE_PADDING, 1))),
+                Box::new(|p| {
+                    p.word(TYPE_PADDING, 1);
+                }),
                 ParseError::ShortPaddingLength,
             ),
             (
-                Box::new(|p| drop(p.word(TYPE_PADDING, 1).u32(3))),
+                Box::new(|p| {
+                    p.word(TYPE_PADDING, 1).u32(3);
+                }),
                 ParseError::InvalidPaddingLength,
             ),
             (
-                Box::new(|p| drop(p.word(TYPE_TIME_EXTEND, 1))),
+                Box::new(|p| {
+                    p.word(TYPE_TIME_EXTEND, 1);
+                }),
                 ParseError::ShortTimeExtend,
             ),
             (
-                Box::new(|p| drop(p.word(TYPE_TIME_STAMP, 1))),
+                Box::new(|p| {
+                    p.word(TYPE_TIME_STAMP, 1);
+                }),
                 ParseError::ShortTimeStamp,
             ),
             (
-                Box::new(|p| drop(p.word(0, 1))),
+                Box::new(|p| {
+                    p.word(0, 1);
+                }),
                 ParseError::ShortDataLength,
             ),
             (
-                Box::new(|p| drop(p.word(0, 1).u32(0))),
+                Box::new(|p| {
+                    p.word(0, 1).u32(0);
+                }),
                 ParseError::ZeroDataLength,
             ),
             (
-                Box::new(|p| drop(p.word(0, 1).u32(2))),
+                Box::new(|p| {
+                    p.word(0, 1).u32(2);
+                }),
                 ParseError::InvalidDataLength,
             ),
             (
-                Box::new(|p| drop(p.word(0, 1).u32(5).u32(0))),
+                Box::new(|p| {
+                    p.word(0, 1).u32(5).u32(0);
+                }),
                 ParseError::ShortEventId,
             ),
             (
-                Box::new(|p| drop(p.word(3, 1).u32(0))),
+                Box::new(|p| {
+                    p.word(3, 1).u32(0);
+                }),
                 ParseError::EndOverflow,
             ),
             (
-                Box::new(|p| drop(p.word(0, 1).u32(u32::MAX))),
+                Box::new(|p| {
+                    p.word(0, 1).u32(u32::MAX);
+                }),
                 ParseError::EndOverflow,
             ),
             (
-                Box::new(|p| drop(p.data.extend_from_slice(&[1, 2]))),
+                Box::new(|p| {
+                    p.data.extend_from_slice(&[1, 2]);
+                }),
                 ParseError::ShortEventHeader,
             ),
         ];

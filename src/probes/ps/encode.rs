@@ -115,7 +115,11 @@ pub fn write_process_tree_packet<S: Stream + ?Sized>(s: &mut S, p: &ProcessTreeP
         }
         end_nested(s, n);
     }
-    put_varint(s, tree::COLLECTION_END_TIMESTAMP, p.collection_end_timestamp);
+    put_varint(
+        s,
+        tree::COLLECTION_END_TIMESTAMP,
+        p.collection_end_timestamp,
+    );
     end_nested(s, t);
 }
 
@@ -161,6 +165,10 @@ pub fn write_process_stats_packet<S: Stream + ?Sized>(s: &mut S, p: &ProcessStat
         }
         end_nested(s, n);
     }
-    put_varint(s, stats::COLLECTION_END_TIMESTAMP, p.collection_end_timestamp);
+    put_varint(
+        s,
+        stats::COLLECTION_END_TIMESTAMP,
+        p.collection_end_timestamp,
+    );
     end_nested(s, st);
 }

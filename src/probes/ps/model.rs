@@ -71,7 +71,11 @@ pub struct ProcStatsSample {
 impl ProcStatsSample {
     /// True if the sample carries nothing but the pid.
     pub fn is_empty(&self) -> bool {
-        *self == ProcStatsSample { pid: self.pid, ..Default::default() }
+        *self
+            == ProcStatsSample {
+                pid: self.pid,
+                ..Default::default()
+            }
     }
 }
 

@@ -54,6 +54,8 @@ pub struct Status {
     pub ns_ids: Vec<i32>,
     /// `Kthread:` (Linux 6.4+); `None` on older kernels.
     pub kthread: Option<bool>,
+    /// `Threads:` count.
+    pub threads: Option<u32>,
     pub mem: StatusMem,
 }
 
@@ -86,6 +88,7 @@ pub fn parse_status(buf: &[u8]) -> Status {
                     _ => None,
                 }
             }
+            b"Threads" => st.threads = leading_u64(v).and_then(|v| u32::try_from(v).ok()),
             b"VmSize" => st.mem.vm_size_kb = leading_u64(v),
             b"VmLck" => st.mem.vm_locked_kb = leading_u64(v),
             b"VmHWM" => st.mem.vm_hwm_kb = leading_u64(v),
@@ -163,7 +166,9 @@ pub fn split_cmdline(buf: &[u8]) -> Vec<String> {
     if buf.is_empty() {
         return Vec::new();
     }
-    body.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+    body.split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
 }
 
 #[cfg(test)]
@@ -181,9 +186,13 @@ RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3
     fn status_fields() {
         let st = parse_status(STATUS);
         assert_eq!(st.name.as_deref(), Some("my proc"));
-        assert_eq!((st.tgid, st.pid, st.ppid, st.uid), (Some(1234), Some(1234), Some(1), Some(1000)));
+        assert_eq!(
+            (st.tgid, st.pid, st.ppid, st.uid),
+            (Some(1234), Some(1234), Some(1), Some(1000))
+        );
         assert_eq!(st.ns_ids, vec![7]);
         assert_eq!(st.kthread, Some(false));
+        assert_eq!(st.threads, Some(3));
         assert_eq!(
             st.mem,
             StatusMem {
@@ -209,7 +218,15 @@ RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3
 
     #[test]
     fn garbage_status_does_not_panic() {
-        for input in [&b""[..], b":", b"Pid:", b"Pid:\t-", b"NSpid:\t\t\t", b"\xff\xfe:\xff", b"Kthread: 7"] {
+        for input in [
+            &b""[..],
+            b":",
+            b"Pid:",
+            b"Pid:\t-",
+            b"NSpid:\t\t\t",
+            b"\xff\xfe:\xff",
+            b"Kthread: 7",
+        ] {
             let st = parse_status(input);
             assert_eq!(st.pid, None);
             assert_eq!(st.kthread, None);
@@ -229,7 +246,10 @@ RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3
 
     #[test]
     fn cmdline_splitting() {
-        assert_eq!(split_cmdline(b"/bin/sh\0-c\0echo hi\0"), vec!["/bin/sh", "-c", "echo hi"]);
+        assert_eq!(
+            split_cmdline(b"/bin/sh\0-c\0echo hi\0"),
+            vec!["/bin/sh", "-c", "echo hi"]
+        );
         assert_eq!(split_cmdline(b"/bin/sh\0-c"), vec!["/bin/sh", "-c"]);
         assert_eq!(split_cmdline(b"a\0\0b\0"), vec!["a", "", "b"]);
         assert!(split_cmdline(b"").is_empty());

@@ -40,11 +40,7 @@ pub fn clamp_poll_ms(poll_ms: u32) -> u32 {
 /// Number of polls after which the stats cache is dropped (so every value is
 /// re-emitted): `ttl / period`, at least 1. 0 when polling is off.
 pub fn cache_ttl_ticks(poll_ms: u32, ttl_ms: u32) -> u32 {
-    if poll_ms == 0 {
-        0
-    } else {
-        (ttl_ms / poll_ms).max(1)
-    }
+    ttl_ms.checked_div(poll_ms).map_or(0, |t| t.max(1))
 }
 
 /// Last values emitted for one pid (`None` = never emitted).
@@ -93,7 +89,10 @@ impl ProcessStatsPoller {
     /// `settings.proc_stats_poll_ms` is clamped here.
     pub fn new(mut settings: ProcessStatsSettings, root: &FsRoot, clock: Clock) -> Self {
         settings.proc_stats_poll_ms = clamp_poll_ms(settings.proc_stats_poll_ms);
-        let ttl_ticks = cache_ttl_ticks(settings.proc_stats_poll_ms, settings.proc_stats_cache_ttl_ms);
+        let ttl_ticks = cache_ttl_ticks(
+            settings.proc_stats_poll_ms,
+            settings.proc_stats_cache_ttl_ms,
+        );
         Self {
             settings,
             procfs: ProcFs::new(root),

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::PathBuf;
 
-use crate::probes::fs_root::{read_path_into, FsRoot, ReadErrors};
+use crate::probes::fs_root::{read_file_into, FsRoot, ReadErrors};
 
 /// Reads `<root>/proc/<pid>/<file>`.
 #[derive(Debug)]
@@ -41,7 +41,7 @@ impl ProcFs {
     pub fn read(&mut self, pid: i32, file: &str) -> Option<&[u8]> {
         self.set_path(pid, file);
         let path = std::mem::take(&mut self.path);
-        let res = read_path_into(path.as_ref(), &mut self.buf);
+        let res = read_file_into(path.as_ref(), &mut self.buf, true);
         self.path = path;
         match res {
             Ok(_) => Some(&self.buf),
@@ -51,6 +51,25 @@ impl ProcFs {
             }
             Err(e) => {
                 self.errors.count_io(&e);
+                None
+            }
+        }
+    }
+
+    /// Name (comm) of thread `tid` of process `pid`, without the newline.
+    pub fn read_task_comm(&mut self, pid: i32, tid: i32) -> Option<String> {
+        self.path.clear();
+        let _ = write!(self.path, "{}/{}/task/{}/comm", self.proc_dir.display(), pid, tid);
+        let path = std::mem::take(&mut self.path);
+        let res = read_file_into(path.as_ref(), &mut self.buf, true);
+        self.path = path;
+        match res {
+            Ok(_) => {
+                let name = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
+                Some(String::from_utf8_lossy(name).into_owned())
+            }
+            Err(e) => {
+                self.note_dir_error(&e);
                 None
             }
         }

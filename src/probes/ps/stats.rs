@@ -21,10 +21,16 @@ impl ProcessStatsPoller {
     /// Samples every process. Returns the packet (if any value changed) and
     /// the pids that were sampled, which the tree pass then describes.
     pub(super) fn collect_stats(&mut self) -> (Option<ProcessStatsPacket>, Vec<i32>) {
-        let mut packet = ProcessStatsPacket { timestamp: self.now(), ..Default::default() };
+        let mut packet = ProcessStatsPacket {
+            timestamp: self.now(),
+            ..Default::default()
+        };
         let mut sampled = Vec::new();
         for pid in self.procfs.list_pids() {
-            let mut sample = ProcStatsSample { pid, ..Default::default() };
+            let mut sample = ProcStatsSample {
+                pid,
+                ..Default::default()
+            };
             if self.sample_process(&mut sample) {
                 sampled.push(pid);
             }
@@ -46,12 +52,16 @@ impl ProcessStatsPoller {
         let mut sampled = false;
         if self.settings.record_process_runtime {
             let ns_per_tick = self.ns_per_tick;
-            let times = self.procfs.read(pid, "stat").map(|b| parse_stat_times(b, ns_per_tick));
+            let times = self
+                .procfs
+                .read(pid, "stat")
+                .map(|b| parse_stat_times(b, ns_per_tick));
             match times {
                 Some(Some(t)) => {
                     let c = self.cache.entry(pid).or_default();
                     sample.runtime_user_mode_ns = changed(&mut c.runtime_user_ns, Some(t.utime_ns));
-                    sample.runtime_kernel_mode_ns = changed(&mut c.runtime_kernel_ns, Some(t.stime_ns));
+                    sample.runtime_kernel_mode_ns =
+                        changed(&mut c.runtime_kernel_ns, Some(t.stime_ns));
                     sampled = true;
                 }
                 Some(None) => self.procfs.errors.malformed += 1,
@@ -77,7 +87,9 @@ impl ProcessStatsPoller {
             return sampled;
         }
         let smaps = if self.settings.scan_smaps_rollup {
-            self.procfs.read(pid, "smaps_rollup").map(parse_smaps_rollup)
+            self.procfs
+                .read(pid, "smaps_rollup")
+                .map(parse_smaps_rollup)
         } else {
             None
         };
@@ -112,16 +124,25 @@ impl ProcessStatsPoller {
     fn new_fds(&mut self, pid: i32) -> Vec<(u64, String)> {
         let fds = self.procfs.list_fds(pid);
         let c = self.cache.entry(pid).or_default();
-        fds.into_iter().filter(|(fd, _)| c.seen_fds.insert(*fd)).collect()
+        fds.into_iter()
+            .filter(|(fd, _)| c.seen_fds.insert(*fd))
+            .collect()
     }
 
     /// fds of every pid, as one stats packet (start-up scan).
     pub(super) fn collect_all_fds(&mut self, pids: &[i32]) -> Option<ProcessStatsPacket> {
-        let mut packet = ProcessStatsPacket { timestamp: self.now(), ..Default::default() };
+        let mut packet = ProcessStatsPacket {
+            timestamp: self.now(),
+            ..Default::default()
+        };
         for &pid in pids {
             let fds = self.new_fds(pid);
             if !fds.is_empty() {
-                packet.processes.push(ProcStatsSample { pid, fds, ..Default::default() });
+                packet.processes.push(ProcStatsSample {
+                    pid,
+                    fds,
+                    ..Default::default()
+                });
             }
         }
         if packet.processes.is_empty() {

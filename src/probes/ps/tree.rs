@@ -10,7 +10,10 @@ use super::poller::ProcessStatsPoller;
 
 impl ProcessStatsPoller {
     fn new_tree(&mut self) -> ProcessTreePacket {
-        ProcessTreePacket { timestamp: self.now(), ..Default::default() }
+        ProcessTreePacket {
+            timestamp: self.now(),
+            ..Default::default()
+        }
     }
 
     fn finish_tree(&mut self, mut tree: ProcessTreePacket) -> Option<ProcessTreePacket> {
@@ -25,33 +28,62 @@ impl ProcessStatsPoller {
     /// Full scan of every process and thread (`scan_all_processes_on_start`).
     /// Also returns the open fds of every process when
     /// `resolve_process_fds` is set.
-    pub fn scan_all(&mut self) -> (Option<ProcessTreePacket>, Option<super::model::ProcessStatsPacket>) {
+    pub fn scan_all(
+        &mut self,
+    ) -> (
+        Option<ProcessTreePacket>,
+        Option<super::model::ProcessStatsPacket>,
+    ) {
         let mut tree = self.new_tree();
         let pids = self.procfs.list_pids();
         for &pid in &pids {
-            let Some(status) = self.read_status(pid) else { continue };
+            let Some(status) = self.read_status(pid) else {
+                continue;
+            };
             if status.tgid != Some(pid) {
                 // Not a thread-group leader (pid reused by a thread, or a
                 // fixture listing threads): described via its leader.
                 continue;
             }
             let namespaced = self.write_process(&mut tree, pid, &status);
+            if status.threads == Some(1) {
+                // Only the main thread: skip listing task/ (most processes;
+                // a thread born right now is caught by on-demand scans).
+                continue;
+            }
             for tid in self.procfs.list_tids(pid) {
                 if tid == pid {
                     continue;
                 }
-                if self.settings.record_thread_names || namespaced {
+                if namespaced {
+                    // Namespaced thread ids are only in the thread's status.
                     if let Some(st) = self.read_status(tid) {
                         self.write_detailed_thread(&mut tree, tid, pid, &st);
                     }
+                } else if self.settings.record_thread_names {
+                    // comm is far cheaper for the kernel to produce than
+                    // status and holds the same name.
+                    let name = self.procfs.read_task_comm(pid, tid);
+                    if name.is_some() {
+                        tree.threads.push(TreeThread { tid, tgid: pid, name, ..Default::default() });
+                        self.seen.insert(tid, pid);
+                    }
                 } else {
-                    tree.threads.push(TreeThread { tid, tgid: pid, ..Default::default() });
+                    tree.threads.push(TreeThread {
+                        tid,
+                        tgid: pid,
+                        ..Default::default()
+                    });
                     self.seen.insert(tid, pid);
                 }
             }
         }
         let tree = self.finish_tree(tree);
-        let fds = if self.settings.resolve_process_fds { self.collect_all_fds(&pids) } else { None };
+        let fds = if self.settings.resolve_process_fds {
+            self.collect_all_fds(&pids)
+        } else {
+            None
+        };
         (tree, fds)
     }
 
@@ -78,8 +110,12 @@ impl ProcessStatsPoller {
     }
 
     fn write_process_or_thread(&mut self, tree: &mut ProcessTreePacket, pid: i32) {
-        let Some(status) = self.read_status(pid) else { return };
-        let (Some(tgid), Some(tid)) = (status.tgid, status.pid) else { return };
+        let Some(status) = self.read_status(pid) else {
+            return;
+        };
+        let (Some(tgid), Some(tid)) = (status.tgid, status.pid) else {
+            return;
+        };
         if tgid <= 0 || tid <= 0 {
             self.procfs.errors.malformed += 1;
             return;
@@ -137,12 +173,22 @@ impl ProcessStatsPoller {
         namespaced
     }
 
-    fn write_detailed_thread(&mut self, tree: &mut ProcessTreePacket, tid: i32, tgid: i32, status: &Status) {
+    fn write_detailed_thread(
+        &mut self,
+        tree: &mut ProcessTreePacket,
+        tid: i32,
+        tgid: i32,
+        status: &Status,
+    ) {
         tree.threads.push(TreeThread {
             tid,
             tgid,
             nstid: status.ns_ids.clone(),
-            name: if self.settings.record_thread_names { status.name.clone() } else { None },
+            name: if self.settings.record_thread_names {
+                status.name.clone()
+            } else {
+                None
+            },
         });
         self.seen.insert(tid, tgid);
     }

@@ -45,7 +45,12 @@ pub struct StatFields {
 }
 
 impl StatFields {
-    pub const ALL: StatFields = StatFields { cpu_times: true, irq_counts: true, softirq_counts: true, fork_count: true };
+    pub const ALL: StatFields = StatFields {
+        cpu_times: true,
+        irq_counts: true,
+        softirq_counts: true,
+        fork_count: true,
+    };
 
     /// From the config list; `None` (absent) enables everything.
     pub fn from_list(list: Option<&[u32]>) -> Self {
@@ -75,7 +80,12 @@ pub struct SysStatsSettings {
 
 impl Default for SysStatsSettings {
     fn default() -> Self {
-        Self { periods_ms: [0; 12], meminfo_counters: None, vmstat_counters: None, stat: StatFields::ALL }
+        Self {
+            periods_ms: [0; 12],
+            meminfo_counters: None,
+            vmstat_counters: None,
+            stat: StatFields::ALL,
+        }
     }
 }
 
@@ -94,10 +104,16 @@ impl SysStatsSettings {
             match how {
                 Clamp::Unchanged => {}
                 Clamp::RaisedToMin => {
-                    eprintln!("sys_stats: {} {raw} is below the minimum; using {p} ms", s.config_field())
+                    eprintln!(
+                        "sys_stats: {} {raw} is below the minimum; using {p} ms",
+                        s.config_field()
+                    )
                 }
                 Clamp::LoweredToMax => {
-                    eprintln!("sys_stats: {} {raw} is above the maximum; using {p} ms", s.config_field())
+                    eprintln!(
+                        "sys_stats: {} {raw} is above the maximum; using {p} ms",
+                        s.config_field()
+                    )
                 }
             }
             out[s as usize] = p;
@@ -151,14 +167,19 @@ mod tests {
         assert_eq!(clamp_period(9), (10, Clamp::RaisedToMin));
         assert_eq!(clamp_period(10), (10, Clamp::Unchanged));
         assert_eq!(clamp_period(1000), (1000, Clamp::Unchanged));
-        assert_eq!(clamp_period(MAX_PERIOD_MS), (MAX_PERIOD_MS, Clamp::Unchanged));
+        assert_eq!(
+            clamp_period(MAX_PERIOD_MS),
+            (MAX_PERIOD_MS, Clamp::Unchanged)
+        );
         assert_eq!(clamp_period(u32::MAX), (MAX_PERIOD_MS, Clamp::LoweredToMax));
     }
 
     #[test]
     fn settings_clamp_every_source() {
         let mut s = SysStatsSettings::default();
-        s.set_period(Source::Meminfo, 1).set_period(Source::Slab, u32::MAX).set_period(Source::Psi, 500);
+        s.set_period(Source::Meminfo, 1)
+            .set_period(Source::Slab, u32::MAX)
+            .set_period(Source::Psi, 500);
         let p = s.clamped_periods();
         assert_eq!(p[Source::Meminfo as usize], MIN_PERIOD_MS);
         assert_eq!(p[Source::Slab as usize], MAX_PERIOD_MS);
@@ -168,7 +189,9 @@ mod tests {
 
     #[test]
     fn settings_from_config() {
-        use crate::pb::protos::{mod_SysStatsConfig::StatCounters, MeminfoCounters, SysStatsConfig};
+        use crate::pb::protos::{
+            mod_SysStatsConfig::StatCounters, MeminfoCounters, SysStatsConfig,
+        };
         let cfg = SysStatsConfig {
             meminfo_period_ms: Some(100),
             meminfo_counters: vec![MeminfoCounters::MEMINFO_MEM_TOTAL],

@@ -47,7 +47,16 @@ pub fn write_sys_stats_packet<S: Stream + ?Sized>(s: &mut S, p: &SysStatsPacket)
     for c in &p.cpu_stat {
         let n = begin_nested(s, CPU_STAT);
         put_varint(s, 1, c.cpu_id as u64);
-        let times = [c.user_ns, c.user_nice_ns, c.system_mode_ns, c.idle_ns, c.io_wait_ns, c.irq_ns, c.softirq_ns, c.steal_ns];
+        let times = [
+            c.user_ns,
+            c.user_nice_ns,
+            c.system_mode_ns,
+            c.idle_ns,
+            c.io_wait_ns,
+            c.irq_ns,
+            c.softirq_ns,
+            c.steal_ns,
+        ];
         for (i, t) in times.into_iter().enumerate() {
             put_varint(s, 2 + i as u32, t);
         }

@@ -12,7 +12,12 @@ fn words(line: &str) -> impl Iterator<Item = &str> {
 }
 
 /// `/proc/meminfo`: `Key:   value kB`. Only keys in `lookup` are kept.
-pub fn parse_meminfo(text: &str, lookup: &HashMap<&'static str, u32>, out: &mut SysStatsPacket, errors: &mut ReadErrors) {
+pub fn parse_meminfo(
+    text: &str,
+    lookup: &HashMap<&'static str, u32>,
+    out: &mut SysStatsPacket,
+    errors: &mut ReadErrors,
+) {
     for line in text.lines() {
         let Some((key, rest)) = line.split_once(':') else {
             if !line.trim().is_empty() {
@@ -29,11 +34,18 @@ pub fn parse_meminfo(text: &str, lookup: &HashMap<&'static str, u32>, out: &mut 
 }
 
 /// `/proc/vmstat`: `name value`. Only names in `lookup` are kept.
-pub fn parse_vmstat(text: &str, lookup: &HashMap<&'static str, u32>, out: &mut SysStatsPacket, errors: &mut ReadErrors) {
+pub fn parse_vmstat(
+    text: &str,
+    lookup: &HashMap<&'static str, u32>,
+    out: &mut SysStatsPacket,
+    errors: &mut ReadErrors,
+) {
     for line in text.lines() {
         let mut w = words(line);
         let Some(name) = w.next() else { continue };
-        let Some(&id) = lookup.get(name) else { continue };
+        let Some(&id) = lookup.get(name) else {
+            continue;
+        };
         // Some counters (e.g. nr_dirty_threshold) are signed in older kernels.
         match w.next().and_then(|v| v.parse::<i64>().ok()) {
             Some(v) => out.vmstat.push((id, v as u64)),
@@ -44,7 +56,13 @@ pub fn parse_vmstat(text: &str, lookup: &HashMap<&'static str, u32>, out: &mut S
 
 /// `/proc/stat`: per-cpu times (ticks -> ns), `intr`, `softirq`,
 /// `processes`. The aggregate `cpu` line is skipped as upstream does.
-pub fn parse_stat(text: &str, fields: StatFields, ns_per_tick: u64, out: &mut SysStatsPacket, errors: &mut ReadErrors) {
+pub fn parse_stat(
+    text: &str,
+    fields: StatFields,
+    ns_per_tick: u64,
+    out: &mut SysStatsPacket,
+    errors: &mut ReadErrors,
+) {
     for line in text.lines() {
         let mut w = words(line);
         let Some(key) = w.next() else { continue };
@@ -89,7 +107,10 @@ pub fn parse_stat(text: &str, fields: StatFields, ns_per_tick: u64, out: &mut Sy
 }
 
 /// `total n0 n1 ...` -> (total, [(index, n)]); zero counts dropped if asked.
-fn counts<'a>(mut w: impl Iterator<Item = &'a str>, skip_zero: bool) -> (Option<u64>, Vec<(i32, u64)>) {
+fn counts<'a>(
+    mut w: impl Iterator<Item = &'a str>,
+    skip_zero: bool,
+) -> (Option<u64>, Vec<(i32, u64)>) {
     let total = w.next().and_then(|v| v.parse().ok());
     let per = w
         .enumerate()
@@ -147,7 +168,13 @@ pub fn parse_diskstats(text: &str, out: &mut SysStatsPacket, errors: &mut ReadEr
 
 /// One `/proc/pressure/<resource>` file: `some|full avg10=.. avg60=..
 /// avg300=.. total=<µs>`.
-pub fn parse_psi(text: &str, some_id: u32, full_id: u32, out: &mut SysStatsPacket, errors: &mut ReadErrors) {
+pub fn parse_psi(
+    text: &str,
+    some_id: u32,
+    full_id: u32,
+    out: &mut SysStatsPacket,
+    errors: &mut ReadErrors,
+) {
     for line in text.lines() {
         let mut w = words(line);
         let resource = match w.next() {
@@ -159,9 +186,14 @@ pub fn parse_psi(text: &str, some_id: u32, full_id: u32, out: &mut SysStatsPacke
                 continue;
             }
         };
-        let total_us = w.find_map(|t| t.strip_prefix("total=")).and_then(|v| v.parse::<u64>().ok());
+        let total_us = w
+            .find_map(|t| t.strip_prefix("total="))
+            .and_then(|v| v.parse::<u64>().ok());
         match total_us {
-            Some(us) => out.psi.push(PsiSample { resource, total_ns: us.saturating_mul(1000) }),
+            Some(us) => out.psi.push(PsiSample {
+                resource,
+                total_ns: us.saturating_mul(1000),
+            }),
             None => errors.malformed += 1,
         }
     }
@@ -177,9 +209,11 @@ pub fn parse_slabinfo(text: &str, out: &mut SysStatsPacket, errors: &mut ReadErr
         }
         let field = |i: usize| w.get(i).and_then(|v| v.parse::<u32>().ok());
         match (field(5), field(14)) {
-            (Some(pages_per_slab), Some(num_slabs)) => {
-                out.slab_info.push(SlabInfo { name: w[0].to_string(), pages_per_slab, num_slabs })
-            }
+            (Some(pages_per_slab), Some(num_slabs)) => out.slab_info.push(SlabInfo {
+                name: w[0].to_string(),
+                pages_per_slab,
+                num_slabs,
+            }),
             _ => errors.malformed += 1,
         }
     }
@@ -196,13 +230,27 @@ mod tests {
         let (lookup, _) = build_lookup(meminfo_entries(), Some(&[1, 9]));
         let mut out = SysStatsPacket::default();
         let mut e = ReadErrors::default();
-        parse_meminfo("MemTotal:  100 kB\nMemFree: 5 kB\nActive(anon):  7 kB\nno colon\n\nCached: x\n", &lookup, &mut out, &mut e);
+        parse_meminfo(
+            "MemTotal:  100 kB\nMemFree: 5 kB\nActive(anon):  7 kB\nno colon\n\nCached: x\n",
+            &lookup,
+            &mut out,
+            &mut e,
+        );
         assert_eq!(out.meminfo, vec![(1, 100), (9, 7)]);
         assert_eq!(e.malformed, 1);
         let (all, _) = build_lookup(meminfo_entries(), None);
         let mut out = SysStatsPacket::default();
-        parse_meminfo("MemTotal: 1 kB\nHugepagesize: 2048 kB\nCached: zz\n", &all, &mut out, &mut e);
-        assert_eq!(out.meminfo, vec![(1, 1)], "unknown keys skipped, bad values counted");
+        parse_meminfo(
+            "MemTotal: 1 kB\nHugepagesize: 2048 kB\nCached: zz\n",
+            &all,
+            &mut out,
+            &mut e,
+        );
+        assert_eq!(
+            out.meminfo,
+            vec![(1, 1)],
+            "unknown keys skipped, bad values counted"
+        );
         assert_eq!(e.malformed, 2);
     }
 
@@ -211,7 +259,12 @@ mod tests {
         let (lookup, _) = build_lookup(vmstat_entries(), None);
         let mut out = SysStatsPacket::default();
         let mut e = ReadErrors::default();
-        parse_vmstat("nr_free_pages 123\nnot_a_counter 5\npgfault 99\noom_kill\n", &lookup, &mut out, &mut e);
+        parse_vmstat(
+            "nr_free_pages 123\nnot_a_counter 5\npgfault 99\noom_kill\n",
+            &lookup,
+            &mut out,
+            &mut e,
+        );
         assert_eq!(out.vmstat, vec![(1, 123), (49, 99)]);
         assert_eq!(e.malformed, 1);
     }
@@ -226,7 +279,14 @@ intr 100 0 5 0 7\nctxt 5\nprocesses 42\nsoftirq 9 0 1 2\n";
         assert_eq!(out.cpu_stat.len(), 2);
         assert_eq!(out.cpu_stat[0].steal_ns, 80);
         assert_eq!(out.cpu_stat[0].user_ns, 10);
-        assert_eq!((out.cpu_stat[1].cpu_id, out.cpu_stat[1].user_ns, out.cpu_stat[1].idle_ns), (1, 10, 0));
+        assert_eq!(
+            (
+                out.cpu_stat[1].cpu_id,
+                out.cpu_stat[1].user_ns,
+                out.cpu_stat[1].idle_ns
+            ),
+            (1, 10, 0)
+        );
         assert_eq!(out.num_irq_total, Some(100));
         assert_eq!(out.num_irq, vec![(1, 5), (3, 7)]);
         assert_eq!(out.num_softirq_total, Some(9));
@@ -235,9 +295,16 @@ intr 100 0 5 0 7\nctxt 5\nprocesses 42\nsoftirq 9 0 1 2\n";
         assert_eq!(e.malformed, 1, "cpuX");
 
         let mut out = SysStatsPacket::default();
-        let only_forks = StatFields { cpu_times: false, irq_counts: false, softirq_counts: false, fork_count: true };
+        let only_forks = StatFields {
+            cpu_times: false,
+            irq_counts: false,
+            softirq_counts: false,
+            fork_count: true,
+        };
         parse_stat(text, only_forks, 10, &mut out, &mut e);
-        assert!(out.cpu_stat.is_empty() && out.num_irq_total.is_none() && out.num_softirq.is_empty());
+        assert!(
+            out.cpu_stat.is_empty() && out.num_irq_total.is_none() && out.num_softirq.is_empty()
+        );
         assert_eq!(out.num_forks, Some(42));
     }
 
@@ -245,21 +312,68 @@ intr 100 0 5 0 7\nctxt 5\nprocesses 42\nsoftirq 9 0 1 2\n";
     fn buddy_disk_psi_slab() {
         let mut out = SysStatsPacket::default();
         let mut e = ReadErrors::default();
-        parse_buddyinfo("Node 0, zone      DMA      1      2      3\nbogus\n", &mut out, &mut e);
-        assert_eq!(out.buddy_info, vec![BuddyInfo { node: "0".into(), zone: "DMA".into(), order_pages: vec![1, 2, 3] }]);
+        parse_buddyinfo(
+            "Node 0, zone      DMA      1      2      3\nbogus\n",
+            &mut out,
+            &mut e,
+        );
+        assert_eq!(
+            out.buddy_info,
+            vec![BuddyInfo {
+                node: "0".into(),
+                zone: "DMA".into(),
+                order_pages: vec![1, 2, 3]
+            }]
+        );
         parse_diskstats(
             " 259       0 nvme0n1 100 5 2000 30 200 6 4000 50 0 70 80 1 0 16 2 9 3\n   7 0 loop0 1 2 3\n",
             &mut out,
             &mut e,
         );
         let d = &out.disk_stat[0];
-        assert_eq!((d.device_name.as_str(), d.read_sectors, d.read_time_ms, d.write_sectors, d.write_time_ms), ("nvme0n1", 2000, 30, 4000, 50));
-        assert_eq!((d.discard_sectors, d.discard_time_ms, d.flush_count, d.flush_time_ms), (16, 2, 9, 3));
+        assert_eq!(
+            (
+                d.device_name.as_str(),
+                d.read_sectors,
+                d.read_time_ms,
+                d.write_sectors,
+                d.write_time_ms
+            ),
+            ("nvme0n1", 2000, 30, 4000, 50)
+        );
+        assert_eq!(
+            (
+                d.discard_sectors,
+                d.discard_time_ms,
+                d.flush_count,
+                d.flush_time_ms
+            ),
+            (16, 2, 9, 3)
+        );
         parse_psi("some avg10=0.00 avg60=0.00 avg300=0.00 total=12\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=3\nweird\n",
             psi_resource::IO_SOME, psi_resource::IO_FULL, &mut out, &mut e);
-        assert_eq!(out.psi, vec![PsiSample { resource: 3, total_ns: 12_000 }, PsiSample { resource: 4, total_ns: 3_000 }]);
+        assert_eq!(
+            out.psi,
+            vec![
+                PsiSample {
+                    resource: 3,
+                    total_ns: 12_000
+                },
+                PsiSample {
+                    resource: 4,
+                    total_ns: 3_000
+                }
+            ]
+        );
         parse_slabinfo("slabinfo - version: 2.1\n# name ...\next4_inode_cache 100 120 1080 30 8 : tunables 0 0 0 : slabdata 4 4 0\nshort 1 2\n", &mut out, &mut e);
-        assert_eq!(out.slab_info, vec![SlabInfo { name: "ext4_inode_cache".into(), pages_per_slab: 8, num_slabs: 4 }]);
+        assert_eq!(
+            out.slab_info,
+            vec![SlabInfo {
+                name: "ext4_inode_cache".into(),
+                pages_per_slab: 8,
+                num_slabs: 4
+            }]
+        );
         assert_eq!(e.malformed, 4);
     }
 }

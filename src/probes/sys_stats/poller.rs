@@ -28,17 +28,23 @@ pub struct SysStatsPoller {
 
 impl std::fmt::Debug for SysStatsPoller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SysStatsPoller").field("root", &self.root).field("scheduler", &self.scheduler).finish_non_exhaustive()
+        f.debug_struct("SysStatsPoller")
+            .field("root", &self.root)
+            .field("scheduler", &self.scheduler)
+            .finish_non_exhaustive()
     }
 }
 
 impl SysStatsPoller {
     /// Periods are clamped (with a log line) and counter lists resolved here.
     pub fn new(settings: &SysStatsSettings, root: &FsRoot, clock: Clock) -> Self {
-        let (meminfo, bad_mem) = build_lookup(meminfo_entries(), settings.meminfo_counters.as_deref());
+        let (meminfo, bad_mem) =
+            build_lookup(meminfo_entries(), settings.meminfo_counters.as_deref());
         let (vmstat, bad_vm) = build_lookup(vmstat_entries(), settings.vmstat_counters.as_deref());
         if !bad_mem.is_empty() || !bad_vm.is_empty() {
-            eprintln!("sys_stats: ignoring unknown counter ids: meminfo {bad_mem:?} vmstat {bad_vm:?}");
+            eprintln!(
+                "sys_stats: ignoring unknown counter ids: meminfo {bad_mem:?} vmstat {bad_vm:?}"
+            );
         }
         Self {
             root: root.clone(),
@@ -83,7 +89,10 @@ impl SysStatsPoller {
 
     /// Reads the given sources now, regardless of the schedule.
     pub fn read(&mut self, sources: SourceSet) -> SysStatsPacket {
-        let mut p = SysStatsPacket { timestamp: (self.clock)(), ..Default::default() };
+        let mut p = SysStatsPacket {
+            timestamp: (self.clock)(),
+            ..Default::default()
+        };
         for s in sources.iter() {
             self.read_source(s, &mut p);
         }
@@ -137,9 +146,11 @@ impl SysStatsPoller {
             }
             Source::Psi => {
                 use psi_resource::*;
-                for (file, some, full) in
-                    [("cpu", CPU_SOME, CPU_FULL), ("io", IO_SOME, IO_FULL), ("memory", MEMORY_SOME, MEMORY_FULL)]
-                {
+                for (file, some, full) in [
+                    ("cpu", CPU_SOME, CPU_FULL),
+                    ("io", IO_SOME, IO_FULL),
+                    ("memory", MEMORY_SOME, MEMORY_FULL),
+                ] {
                     if let Some(t) = self.read_text(&format!("proc/pressure/{file}")) {
                         parse::parse_psi(&t, some, full, p, e);
                     }

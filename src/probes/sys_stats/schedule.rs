@@ -94,7 +94,10 @@ pub struct Scheduler {
 impl Scheduler {
     /// `periods_ms` must already be clamped (see `super::config`).
     pub fn new(periods_ms: [u32; 12]) -> Self {
-        Self { periods: periods_ms, next_due: [None; 12] }
+        Self {
+            periods: periods_ms,
+            next_due: [None; 12],
+        }
     }
 
     /// Whether any source is enabled.
@@ -155,11 +158,20 @@ mod tests {
         let mut s = Scheduler::new(periods(&[(Source::Meminfo, 100), (Source::Stat, 300)]));
         assert_eq!(s.next_wake_ms(), Some(0));
         let due = s.take_due(1050);
-        assert_eq!(due.iter().collect::<Vec<_>>(), vec![Source::Meminfo, Source::Stat]);
+        assert_eq!(
+            due.iter().collect::<Vec<_>>(),
+            vec![Source::Meminfo, Source::Stat]
+        );
         assert_eq!(s.next_wake_ms(), Some(1100));
         assert!(s.take_due(1099).is_empty(), "early wake-up fires nothing");
-        assert_eq!(s.take_due(1100).iter().collect::<Vec<_>>(), vec![Source::Meminfo]);
-        assert_eq!(s.take_due(1200).iter().collect::<Vec<_>>(), vec![Source::Meminfo, Source::Stat]);
+        assert_eq!(
+            s.take_due(1100).iter().collect::<Vec<_>>(),
+            vec![Source::Meminfo]
+        );
+        assert_eq!(
+            s.take_due(1200).iter().collect::<Vec<_>>(),
+            vec![Source::Meminfo, Source::Stat]
+        );
         assert_eq!(s.next_wake_ms(), Some(1300));
     }
 
@@ -183,7 +195,13 @@ mod tests {
             }
             now = s.next_wake_ms().unwrap();
         }
-        let at = |src| fired.iter().filter(|f| f.1 == src).map(|f| f.0).collect::<Vec<_>>();
+        let at = |src| {
+            fired
+                .iter()
+                .filter(|f| f.1 == src)
+                .map(|f| f.0)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(at(Source::Vmstat), vec![0, 200, 400, 600, 800, 1000, 1200]);
         assert_eq!(at(Source::Thermal), vec![0, 300, 600, 900, 1200]);
     }

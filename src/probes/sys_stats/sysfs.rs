@@ -31,7 +31,9 @@ pub fn read_devfreq(root: &FsRoot, out: &mut SysStatsPacket, errors: &mut ReadEr
 /// no cpufreq (offline or no driver).
 pub fn read_cpufreq(root: &FsRoot, out: &mut SysStatsPacket, errors: &mut ReadErrors) {
     let cpus = cpu_dirs(root, errors);
-    let Some(max) = cpus.last().map(|c| c.0) else { return };
+    let Some(max) = cpus.last().map(|c| c.0) else {
+        return;
+    };
     // Bound the table: a hostile or odd tree could name "cpu4000000000".
     if max > 4096 {
         errors.malformed += 1;
@@ -39,7 +41,10 @@ pub fn read_cpufreq(root: &FsRoot, out: &mut SysStatsPacket, errors: &mut ReadEr
     }
     let mut freqs = vec![0u32; max as usize + 1];
     for (n, name) in cpus {
-        let v = root.read_i64(&format!("{CPU_DIR}/{name}/cpufreq/scaling_cur_freq"), errors);
+        let v = root.read_i64(
+            &format!("{CPU_DIR}/{name}/cpufreq/scaling_cur_freq"),
+            errors,
+        );
         freqs[n as usize] = v.and_then(|v| u32::try_from(v).ok()).unwrap_or(0);
     }
     out.cpufreq_khz = freqs;
@@ -53,7 +58,11 @@ pub fn read_thermal(root: &FsRoot, out: &mut SysStatsPacket, errors: &mut ReadEr
         }
         let temp = root.read_i64(&format!("sys/class/thermal/{zone}/temp"), errors);
         let kind = root.read_trimmed(&format!("sys/class/thermal/{zone}/type"), errors);
-        out.thermal_zone.push(ThermalZone { name: zone, temp: temp.map(|t| t.max(0) as u64 / 1000), kind });
+        out.thermal_zone.push(ThermalZone {
+            name: zone,
+            temp: temp.map(|t| t.max(0) as u64 / 1000),
+            kind,
+        });
     }
 }
 
@@ -101,7 +110,8 @@ pub fn read_gpufreq(root: &FsRoot, out: &mut SysStatsPacket, errors: &mut ReadEr
 /// `0: 500Mhz\n1: 800Mhz *` -> 800.
 pub fn parse_amd_sclk(text: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.trim_end().ends_with('*'))?;
-    line.split_ascii_whitespace().find_map(|w| w.strip_suffix("Mhz")?.parse().ok())
+    line.split_ascii_whitespace()
+        .find_map(|w| w.strip_suffix("Mhz")?.parse().ok())
 }
 
 #[cfg(test)]
@@ -110,7 +120,10 @@ mod tests {
 
     #[test]
     fn amd_sclk() {
-        assert_eq!(parse_amd_sclk("0: 500Mhz\n1: 800Mhz *\n2: 1000Mhz"), Some(800));
+        assert_eq!(
+            parse_amd_sclk("0: 500Mhz\n1: 800Mhz *\n2: 1000Mhz"),
+            Some(800)
+        );
         assert_eq!(parse_amd_sclk("0: 500Mhz\n"), None);
         assert_eq!(parse_amd_sclk("0: xMhz *"), None);
     }

@@ -47,7 +47,13 @@ pub struct FragmentIter<'a> {
 impl<'a> FragmentIter<'a> {
     /// `packet_count_untrusted` is the header's count (10 bits).
     pub fn new(payload: &'a [u8], packet_count_untrusted: u16) -> Self {
-        FragmentIter { payload, pos: 0, index: 0, count: packet_count_untrusted, done: false }
+        FragmentIter {
+            payload,
+            pos: 0,
+            index: 0,
+            count: packet_count_untrusted,
+            done: false,
+        }
     }
 
     /// Offset of the next fragment's size field within the payload.
@@ -114,7 +120,11 @@ mod tests {
         let p = [2, b'a', b'b', 0x81, 0x80, 0x80, 0x00, b'c', 0, 0xff];
         assert_eq!(
             collect(&p, 3),
-            vec![Ok(Fragment::Data(b"ab")), Ok(Fragment::Data(b"c")), Ok(Fragment::Data(b""))]
+            vec![
+                Ok(Fragment::Data(b"ab")),
+                Ok(Fragment::Data(b"c")),
+                Ok(Fragment::Data(b""))
+            ]
         );
         // Count 2 leaves the rest as unused tail.
         assert_eq!(collect(&p, 2).len(), 2);
@@ -122,12 +132,24 @@ mod tests {
 
     #[test]
     fn hostile_payloads_error_without_panicking() {
-        assert_eq!(collect(&[5, 1, 2], 1), vec![Err(FragmentError::SizeOutOfBounds { offset: 0, size: 5 })]);
-        assert_eq!(collect(&[0x80, 0x80, 0x80, 0x80, 0], 1), vec![Err(FragmentError::BadSizeVarint { offset: 0 })]);
-        assert_eq!(collect(&[0x80], 1), vec![Err(FragmentError::BadSizeVarint { offset: 0 })]);
+        assert_eq!(
+            collect(&[5, 1, 2], 1),
+            vec![Err(FragmentError::SizeOutOfBounds { offset: 0, size: 5 })]
+        );
+        assert_eq!(
+            collect(&[0x80, 0x80, 0x80, 0x80, 0], 1),
+            vec![Err(FragmentError::BadSizeVarint { offset: 0 })]
+        );
+        assert_eq!(
+            collect(&[0x80], 1),
+            vec![Err(FragmentError::BadSizeVarint { offset: 0 })]
+        );
         assert_eq!(
             collect(&[1, 7], 2),
-            vec![Ok(Fragment::Data(&[7])), Err(FragmentError::MissingFragment { index: 1 })]
+            vec![
+                Ok(Fragment::Data(&[7])),
+                Err(FragmentError::MissingFragment { index: 1 })
+            ]
         );
         assert_eq!(collect(&[], 1023).len(), 1);
     }
@@ -135,6 +157,9 @@ mod tests {
     #[test]
     fn drop_marker_ends_the_chunk() {
         let p = [1, 9, 0xff, 0xff, 0xff, 0x7f, 1, 2, 3];
-        assert_eq!(collect(&p, 3), vec![Ok(Fragment::Data(&[9])), Ok(Fragment::DropPacket)]);
+        assert_eq!(
+            collect(&p, 3),
+            vec![Ok(Fragment::Data(&[9])), Ok(Fragment::DropPacket)]
+        );
     }
 }

@@ -46,7 +46,10 @@ unsafe impl Sync for SharedMem {}
 
 impl std::fmt::Debug for SharedMem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedMem").field("ptr", &self.ptr).field("len", &self.len).finish()
+        f.debug_struct("SharedMem")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -62,7 +65,11 @@ impl SharedMem {
         // SAFETY: `layout` has a non-zero size (checked above).
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw)?;
-        Some(SharedMem { ptr, len, owner: Owner::Heap(layout) })
+        Some(SharedMem {
+            ptr,
+            len,
+            owner: Owner::Heap(layout),
+        })
     }
 
     /// Wraps an existing mapping.
@@ -79,7 +86,11 @@ impl SharedMem {
         owner: Box<dyn Any + Send + Sync>,
     ) -> SharedMem {
         debug_assert!(ptr.as_ptr() as usize % 4 == 0);
-        SharedMem { ptr, len, owner: Owner::Mapping(owner) }
+        SharedMem {
+            ptr,
+            len,
+            owner: Owner::Mapping(owner),
+        }
     }
 
     /// Size of the region in bytes.
@@ -136,7 +147,11 @@ impl SharedMem {
         // * the peer may modify the source concurrently; we only ever copy
         //   bytes (any value is valid) and never form a reference to them.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
         };
         true
     }
@@ -242,7 +257,9 @@ mod tests {
     #[test]
     fn bytes_and_atomics_alias() {
         let m = SharedMem::new_heap(16).unwrap();
-        m.atomic_u32(4).unwrap().store(0x0403_0201, Ordering::Relaxed);
+        m.atomic_u32(4)
+            .unwrap()
+            .store(0x0403_0201, Ordering::Relaxed);
         let mut b = [0u8; 4];
         assert!(m.read(4, &mut b));
         assert_eq!(b, [1, 2, 3, 4]);

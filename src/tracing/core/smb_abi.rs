@@ -201,8 +201,13 @@ pub enum PageLayout {
 
 impl PageLayout {
     /// All valid layouts, fewest chunks first.
-    pub const ALL: [PageLayout; 5] =
-        [PageLayout::Div1, PageLayout::Div2, PageLayout::Div4, PageLayout::Div7, PageLayout::Div14];
+    pub const ALL: [PageLayout; 5] = [
+        PageLayout::Div1,
+        PageLayout::Div2,
+        PageLayout::Div4,
+        PageLayout::Div7,
+        PageLayout::Div14,
+    ];
 
     pub fn num_chunks(self) -> usize {
         CHUNKS_FOR_LAYOUT[self as usize]
@@ -258,18 +263,39 @@ impl ChunkHeader {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SmbError {
     /// Page size or SMB size does not satisfy the ABI.
-    BadGeometry { size: usize, page_size: usize },
-    PageOutOfRange { page: usize, num_pages: usize },
+    BadGeometry {
+        size: usize,
+        page_size: usize,
+    },
+    PageOutOfRange {
+        page: usize,
+        num_pages: usize,
+    },
     /// Layout bits 6 or 7.
-    ReservedLayout { page: usize, layout: u32 },
+    ReservedLayout {
+        page: usize,
+        layout: u32,
+    },
     /// The page is not partitioned or has fewer chunks.
-    ChunkOutOfRange { page: usize, chunk: usize, num_chunks: usize },
+    ChunkOutOfRange {
+        page: usize,
+        chunk: usize,
+        num_chunks: usize,
+    },
     /// The chunk is not in the state the transition needs.
-    UnexpectedState { page: usize, chunk: usize, found: ChunkState },
+    UnexpectedState {
+        page: usize,
+        chunk: usize,
+        found: ChunkState,
+    },
     /// The page was re-partitioned under our feet (hostile peer).
-    LayoutChanged { page: usize },
+    LayoutChanged {
+        page: usize,
+    },
     /// The bitmap kept changing for [`RETRY_ATTEMPTS`] CAS attempts.
-    Contention { page: usize },
+    Contention {
+        page: usize,
+    },
 }
 
 impl std::fmt::Display for SmbError {
@@ -356,7 +382,12 @@ impl SmbAbi {
         for (layout, n) in CHUNKS_FOR_LAYOUT.iter().enumerate() {
             chunk_sizes[layout] = chunk_size_for(page_size, *n) as u16;
         }
-        Ok(SmbAbi { mem, page_size, num_pages: size / page_size, chunk_sizes })
+        Ok(SmbAbi {
+            mem,
+            page_size,
+            num_pages: size / page_size,
+            chunk_sizes,
+        })
     }
 
     pub fn mem(&self) -> &Arc<SharedMem> {
@@ -379,12 +410,18 @@ impl SmbAbi {
 
     fn bitmap_word(&self, page: usize) -> Result<&AtomicU32, SmbError> {
         if page >= self.num_pages {
-            return Err(SmbError::PageOutOfRange { page, num_pages: self.num_pages });
+            return Err(SmbError::PageOutOfRange {
+                page,
+                num_pages: self.num_pages,
+            });
         }
         // Cannot fail: pages are 4 KiB aligned and inside the mapping.
         self.mem
             .atomic_u32(page * self.page_size)
-            .ok_or(SmbError::PageOutOfRange { page, num_pages: self.num_pages })
+            .ok_or(SmbError::PageOutOfRange {
+                page,
+                num_pages: self.num_pages,
+            })
     }
 
     /// Current bitmap of `page` (acquire), or an error if out of range.
@@ -411,7 +448,11 @@ impl SmbAbi {
         }
         let num_chunks = bitmap_num_chunks(bitmap);
         if chunk >= num_chunks {
-            return Err(SmbError::ChunkOutOfRange { page, chunk, num_chunks });
+            return Err(SmbError::ChunkOutOfRange {
+                page,
+                chunk,
+                num_chunks,
+            });
         }
         Ok(num_chunks)
     }
@@ -421,20 +462,30 @@ impl SmbAbi {
     fn make_chunk(&self, page: usize, bitmap: u32, chunk: usize) -> Chunk {
         let size = self.chunk_sizes[bitmap_layout(bitmap) as usize];
         let offset = page * self.page_size + PAGE_HEADER_SIZE + chunk * size as usize;
-        Chunk { page_idx: page, chunk_idx: chunk as u8, offset, size }
+        Chunk {
+            page_idx: page,
+            chunk_idx: chunk as u8,
+            offset,
+            size,
+        }
     }
 
     /// Producer: partitions a free page (CAS 0 -> layout). False if the page
     /// was not free (or does not exist).
     pub fn try_partition_page(&self, page: usize, layout: PageLayout) -> bool {
-        let Ok(word) = self.bitmap_word(page) else { return false };
+        let Ok(word) = self.bitmap_word(page) else {
+            return false;
+        };
         let next = (layout as u32) << LAYOUT_SHIFT;
-        word.compare_exchange(0, next, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        word.compare_exchange(0, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Bit i set if chunk i of `page` is Free (0 for unpartitioned pages).
     pub fn free_chunks(&self, page: usize) -> u32 {
-        let Ok(word) = self.bitmap_word(page) else { return 0 };
+        let Ok(word) = self.bitmap_word(page) else {
+            return 0;
+        };
         let bitmap = word.load(Ordering::Relaxed);
         let mut res = 0;
         for i in 0..bitmap_num_chunks(bitmap) {
@@ -471,7 +522,10 @@ impl SmbAbi {
                 return Err(SmbError::UnexpectedState { page, chunk, found });
             }
             let next = with_chunk_state(bitmap, chunk, desired);
-            if word.compare_exchange(bitmap, next, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            if word
+                .compare_exchange(bitmap, next, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
                 return Ok(self.make_chunk(page, bitmap, chunk));
             }
             Self::wait_before_retry(attempt, may_sleep);
@@ -486,7 +540,15 @@ impl SmbAbi {
         chunk: usize,
         header: &ChunkHeader,
     ) -> Option<Chunk> {
-        let c = self.try_acquire(page, chunk, ChunkState::Free, ChunkState::BeingWritten, true).ok()?;
+        let c = self
+            .try_acquire(
+                page,
+                chunk,
+                ChunkState::Free,
+                ChunkState::BeingWritten,
+                true,
+            )
+            .ok()?;
         self.store_header(&c, header);
         Some(c)
     }
@@ -527,39 +589,62 @@ impl SmbAbi {
     pub fn chunk_at(&self, page: usize, chunk: usize) -> Result<(ChunkState, Chunk), SmbError> {
         let bitmap = self.page_bitmap(page)?;
         self.check_chunk_idx(page, bitmap, chunk)?;
-        Ok((bitmap_chunk_state(bitmap, chunk), self.make_chunk(page, bitmap, chunk)))
+        Ok((
+            bitmap_chunk_state(bitmap, chunk),
+            self.make_chunk(page, bitmap, chunk),
+        ))
     }
 
     /// Reads the chunk header (relaxed id/writer, acquire on `packets`).
     pub fn chunk_header(&self, c: &Chunk) -> ChunkHeader {
-        let packets =
-            self.mem.atomic_u16(c.offset + PACKETS_OFFSET).map_or(0, |w| w.load(Ordering::Acquire));
-        let chunk_id =
-            self.mem.atomic_u32(c.offset + CHUNK_ID_OFFSET).map_or(0, |w| w.load(Ordering::Relaxed));
+        let packets = self
+            .mem
+            .atomic_u16(c.offset + PACKETS_OFFSET)
+            .map_or(0, |w| w.load(Ordering::Acquire));
+        let chunk_id = self
+            .mem
+            .atomic_u32(c.offset + CHUNK_ID_OFFSET)
+            .map_or(0, |w| w.load(Ordering::Relaxed));
         let writer_id = self
             .mem
             .atomic_u16(c.offset + WRITER_ID_OFFSET)
             .map_or(0, |w| w.load(Ordering::Relaxed));
         let (packet_count, flags) = ChunkHeader::split_packets_word(packets);
-        ChunkHeader { chunk_id, writer_id, packet_count, flags }
+        ChunkHeader {
+            chunk_id,
+            writer_id,
+            packet_count,
+            flags,
+        }
     }
 
     /// Service: header + a copy of the whole payload (chunk size - 8 bytes,
     /// however much the producer actually wrote) appended to `payload`.
     pub fn read_chunk(&self, c: &Chunk, payload: &mut Vec<u8>) -> ChunkHeader {
         let header = self.chunk_header(c);
-        self.mem.read_append(c.payload_offset(), c.payload_size(), payload);
+        self.mem
+            .read_append(c.payload_offset(), c.payload_size(), payload);
         header
     }
 
     /// Producer: bumps the packet count (release); returns the new count.
     /// Saturates at [`MAX_PACKET_COUNT`].
     pub fn increment_packet_count(&self, c: &Chunk) -> u16 {
-        let Some(w) = self.mem.atomic_u16(c.offset + PACKETS_OFFSET) else { return 0 };
+        let Some(w) = self.mem.atomic_u16(c.offset + PACKETS_OFFSET) else {
+            return 0;
+        };
         let cur = w.load(Ordering::Relaxed);
         let (count, flags) = ChunkHeader::split_packets_word(cur);
         let count = (count + 1).min(MAX_PACKET_COUNT);
-        w.store(ChunkHeader { packet_count: count, flags, ..Default::default() }.packets_word(), Ordering::Release);
+        w.store(
+            ChunkHeader {
+                packet_count: count,
+                flags,
+                ..Default::default()
+            }
+            .packets_word(),
+            Ordering::Release,
+        );
         count
     }
 
@@ -567,7 +652,10 @@ impl SmbAbi {
     pub fn set_chunk_flags(&self, c: &Chunk, flags: u8) {
         if let Some(w) = self.mem.atomic_u16(c.offset + PACKETS_OFFSET) {
             let cur = w.load(Ordering::Relaxed);
-            w.store(cur | ((flags as u16) << PACKET_COUNT_BITS), Ordering::Release);
+            w.store(
+                cur | ((flags as u16) << PACKET_COUNT_BITS),
+                Ordering::Release,
+            );
         }
     }
 
@@ -575,7 +663,10 @@ impl SmbAbi {
     pub fn clear_chunk_flags(&self, c: &Chunk, flags: u8) {
         if let Some(w) = self.mem.atomic_u16(c.offset + PACKETS_OFFSET) {
             let cur = w.load(Ordering::Relaxed);
-            w.store(cur & !((flags as u16) << PACKET_COUNT_BITS), Ordering::Release);
+            w.store(
+                cur & !((flags as u16) << PACKET_COUNT_BITS),
+                Ordering::Release,
+            );
         }
     }
 
@@ -598,7 +689,12 @@ impl SmbAbi {
         self.release(c, ChunkState::Complete, ChunkState::Free)
     }
 
-    fn release(&self, c: Chunk, expected: ChunkState, desired: ChunkState) -> Result<usize, SmbError> {
+    fn release(
+        &self,
+        c: Chunk,
+        expected: ChunkState,
+        desired: ChunkState,
+    ) -> Result<usize, SmbError> {
         let page = c.page_idx;
         let chunk = c.chunk_idx as usize;
         let word = self.bitmap_word(page)?;
@@ -616,7 +712,10 @@ impl SmbAbi {
             if next & ALL_CHUNKS_MASK == 0 {
                 next = 0;
             }
-            if word.compare_exchange(bitmap, next, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            if word
+                .compare_exchange(bitmap, next, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
                 return Ok(page);
             }
             Self::wait_before_retry(attempt, desired != ChunkState::Free);
@@ -628,7 +727,9 @@ impl SmbAbi {
     pub fn stats(&self) -> SmbStats {
         let mut s = SmbStats::default();
         for page in 0..self.num_pages {
-            let bitmap = self.bitmap_word(page).map_or(0, |w| w.load(Ordering::Relaxed));
+            let bitmap = self
+                .bitmap_word(page)
+                .map_or(0, |w| w.load(Ordering::Relaxed));
             match bitmap_layout(bitmap) {
                 0 => s.pages_free += 1,
                 6 | 7 => s.pages_invalid_layout += 1,
@@ -652,12 +753,21 @@ impl SmbAbi {
 /// be a power-of-two multiple of 4 KiB and divide the SMB size, otherwise
 /// both fall back to 256 KiB / 4 KiB.
 pub fn ensure_valid_shm_sizes(shm_size: usize, page_size: usize) -> (usize, usize) {
-    let page_size = if page_size == 0 { DEFAULT_SHM_PAGE_SIZE } else { page_size };
-    let shm_size = if shm_size == 0 { DEFAULT_SHM_SIZE } else { shm_size };
+    let page_size = if page_size == 0 {
+        DEFAULT_SHM_PAGE_SIZE
+    } else {
+        page_size
+    };
+    let shm_size = if shm_size == 0 {
+        DEFAULT_SHM_SIZE
+    } else {
+        shm_size
+    };
     let page_size = page_size.min(MAX_SERVICE_PAGE_SIZE);
     let shm_size = shm_size.min(MAX_SHM_SIZE);
     let units = page_size / MIN_PAGE_SIZE;
-    let page_ok = page_size >= MIN_PAGE_SIZE && page_size % MIN_PAGE_SIZE == 0 && units.is_power_of_two();
+    let page_ok =
+        page_size >= MIN_PAGE_SIZE && page_size % MIN_PAGE_SIZE == 0 && units.is_power_of_two();
     if !page_ok || shm_size < page_size || shm_size % page_size != 0 {
         return (DEFAULT_SHM_SIZE, DEFAULT_SHM_PAGE_SIZE);
     }

@@ -1,8 +1,46 @@
-//! The tracing service's pure building blocks: the central trace buffer,
-//! the validator for producer packets and the trusted trailer the service
-//! appends to each of them. Nothing here touches the OS.
+//! The tracing service (`traced`) logic, free of I/O.
+//!
+//! Building blocks: the central trace buffer, the producer packet
+//! validator, the trusted trailer and sequence ids.
+//!
+//! The service core ([`TracingService`]) is a sans-IO state machine: the
+//! adapter (`tracing::ipc` service side) calls its methods with an explicit
+//! `now` (boot clock, ns), drains [`Output`]s with
+//! [`TracingService::take_outputs`], arms a timer for
+//! [`TracingService::next_deadline`] and calls
+//! [`TracingService::on_timer`]. Clocks, randomness, system info and SMB
+//! creation come from a [`ServiceEnv`] the adapter implements.
 
 pub mod packet_validator;
 pub mod sequence_ids;
 pub mod trace_buffer;
 pub mod trusted_trailer;
+
+mod commit;
+pub mod config_validation;
+mod consumer_ops;
+mod enable;
+mod flush;
+pub mod name_matcher;
+pub mod producer;
+pub mod raw_proto;
+pub mod read_pass;
+pub mod service;
+pub mod service_packets;
+pub mod session;
+mod stats;
+mod stop;
+pub mod timers;
+mod triggers;
+pub mod types;
+
+#[cfg(test)]
+mod test_env;
+#[cfg(test)]
+mod service_tests;
+#[cfg(test)]
+mod service_tests_timing;
+
+pub use consumer_ops::CloneSelector;
+pub use service::TracingService;
+pub use types::*;

@@ -49,9 +49,13 @@ pub struct ChunkMeta {
     /// Copied in the Complete state; an incomplete chunk may still grow and
     /// a sequence is never read past it.
     pub complete: bool,
-    /// The last packet consumed from this chunk was dropped, not returned.
-    /// Carries continuity (`previous_packet_dropped`) across read passes.
-    pub last_read_packet_skipped: bool,
+    /// Whether the last packet consumed from this chunk was dropped
+    /// (`Some(true)`) or returned (`Some(false)`); `None` while nothing but
+    /// empty packets was consumed. Carries `previous_packet_dropped` across
+    /// read passes. Upstream keeps a plain bit that empty packets reset,
+    /// which can hide a loss or the start of a sequence; empty packets are
+    /// invisible here.
+    pub last_read_packet_skipped: Option<bool>,
     pub client: ClientIdentity,
 }
 
@@ -64,7 +68,7 @@ impl ChunkMeta {
             cur_fragment_offset: 0,
             flags,
             complete,
-            last_read_packet_skipped: false,
+            last_read_packet_skipped: None,
             client,
         }
     }

@@ -160,11 +160,11 @@ impl TraceBuffer {
                 self.read_iter.cur = None;
                 continue;
             }
-            // If this chunk was partly read, its bit says whether that last
-            // packet made it out; otherwise the state from the previous chunk
-            // of this sequence stands.
-            if meta.num_fragments_read > 0 {
-                previous_packet_dropped = meta.last_read_packet_skipped;
+            // If a packet was already consumed from this chunk, whether it
+            // made it out decides; otherwise the state from the previous
+            // chunk of this sequence stands.
+            if let Some(skipped) = meta.last_read_packet_skipped {
+                previous_packet_dropped = skipped;
             }
 
             let mut key = key;
@@ -233,7 +233,7 @@ impl TraceBuffer {
 
     fn mark_skipped(&mut self, key: ChunkKey) {
         if let Some(meta) = self.index.get_mut(&key) {
-            meta.last_read_packet_skipped = true;
+            meta.last_read_packet_skipped = Some(true);
         }
     }
 
@@ -341,10 +341,10 @@ impl TraceBuffer {
             self.stats.chunks_read += 1;
             self.stats.bytes_read += u64::from(rec.size);
         }
-        meta.last_read_packet_skipped = false;
         if size == 0 {
             return Fragment::Empty;
         }
+        meta.last_read_packet_skipped = Some(false);
         if let Some(out) = out {
             out.push((data_start, size));
         }

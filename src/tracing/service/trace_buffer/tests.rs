@@ -600,3 +600,24 @@ fn writes_between_reads_do_not_confuse_the_reader() {
     let r = read_bytes(&mut b);
     assert!(r.len() <= 6);
 }
+
+#[test]
+fn empty_packets_do_not_hide_a_loss_or_a_sequence_start() {
+    // Start of sequence: the first real packet is flagged even when an
+    // empty packet was consumed in an earlier pass.
+    let mut b = ring(4096);
+    put(&mut b, 1, 1, 0, &[b"", b"A1"], LC);
+    assert!(read_pass(&mut b).is_empty());
+    put(&mut b, 1, 1, 1, &[b"A2"], FC);
+    let r = read_pass(&mut b);
+    assert_eq!(r[0].0, b"A1A2");
+    assert!(r[0].1.previous_packet_dropped);
+    // After an orphan continuation, an empty packet does not clear the loss.
+    let mut b = ring(4096);
+    put(&mut b, 1, 1, 5, &[b"orphan", b"", b"B1"], FC | LC);
+    assert!(read_pass(&mut b).is_empty());
+    put(&mut b, 1, 1, 6, &[b"B2"], FC);
+    let r = read_pass(&mut b);
+    assert_eq!(r[0].0, b"B1B2");
+    assert!(r[0].1.previous_packet_dropped);
+}

@@ -1,0 +1,86 @@
+//! CPU cost of the linux.process_stats /proc scans, for
+//! scripts/bench-proc-scan.sh.
+//!
+//! Usage: bench_proc_scan [ITERATIONS] [-- PEER COMMAND...]
+//! Prints one line per measurement: `name processes threads cpu_us_per_iter
+//! us_per_process`, CPU = getrusage user+sys (own process, or children for
+//! the peer command).
+
+use std::process::{Command, Stdio};
+
+use tracebox::probes::fs_root::FsRoot;
+use tracebox::probes::ps::{write_process_stats_packet, write_process_tree_packet, ProcessStatsPoller, ProcessStatsSettings};
+use tracebox::protozero::VecStream;
+
+fn cpu_us(who: i32) -> u64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` is a valid, writable rusage; getrusage only writes it.
+    let ru = unsafe {
+        libc::getrusage(who, ru.as_mut_ptr());
+        ru.assume_init()
+    };
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    us(ru.ru_utime) + us(ru.ru_stime)
+}
+
+fn boottime_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+fn report(name: &str, procs: usize, threads: usize, total_us: u64, iters: u64) {
+    let per_iter = total_us as f64 / iters as f64;
+    println!("{name} {procs} {threads} {per_iter:.0} {:.2}", per_iter / procs.max(1) as f64);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let iters: u64 = args.first().filter(|_| split > 0).and_then(|a| a.parse().ok()).unwrap_or(20);
+    let peer = args.get(split + 1..).unwrap_or_default();
+    let root = FsRoot::host();
+    let mut out = VecStream::with_capacity(1 << 20);
+
+    // Full scan (scan_all_processes_on_start, thread names on), encoded.
+    let settings = ProcessStatsSettings { record_thread_names: true, on_demand_dumps: true, ..Default::default() };
+    let (mut procs, mut threads) = (0, 0);
+    let start = cpu_us(libc::RUSAGE_SELF);
+    for _ in 0..iters {
+        let mut p = ProcessStatsPoller::new(settings.clone(), &root, Box::new(boottime_ns));
+        let (tree, _) = p.scan_all();
+        let tree = tree.expect("a process tree");
+        (procs, threads) = (tree.processes.len(), tree.threads.len());
+        out.clear();
+        write_process_tree_packet(&mut out, &tree);
+    }
+    report("full_scan", procs, threads, cpu_us(libc::RUSAGE_SELF) - start, iters);
+
+    // Periodic stats poll, cache TTL of one tick (every value re-emitted),
+    // with runtimes: the worst case per tick.
+    let settings = ProcessStatsSettings {
+        proc_stats_poll_ms: 1000,
+        record_process_runtime: true,
+        on_demand_dumps: true,
+        ..Default::default()
+    };
+    let mut p = ProcessStatsPoller::new(settings, &root, Box::new(boottime_ns));
+    let _ = p.poll_stats(); // First tick also describes every process.
+    let start = cpu_us(libc::RUSAGE_SELF);
+    for _ in 0..iters {
+        let (stats, _) = p.poll_stats();
+        out.clear();
+        if let Some(stats) = stats {
+            procs = stats.processes.len();
+            write_process_stats_packet(&mut out, &stats);
+        }
+    }
+    report("stats_poll", procs, threads, cpu_us(libc::RUSAGE_SELF) - start, iters);
+
+    if let Some((cmd, rest)) = peer.split_first() {
+        let start = cpu_us(libc::RUSAGE_CHILDREN);
+        for _ in 0..iters {
+            Command::new(cmd).args(rest).stdout(Stdio::null()).status().expect("peer command");
+        }
+        report(&format!("peer:{}", peer.join("_")), procs, threads, cpu_us(libc::RUSAGE_CHILDREN) - start, iters);
+    }
+}

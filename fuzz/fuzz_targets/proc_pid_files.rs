@@ -1,0 +1,12 @@
+#![no_main]
+//! /proc/<pid>/{status,stat,cmdline,smaps_rollup} parsers on arbitrary bytes.
+
+use libfuzzer_sys::fuzz_target;
+use tracebox::probes::ps::parse::{parse_smaps_rollup, parse_stat_times, parse_status, split_cmdline};
+
+fuzz_target!(|data: &[u8]| {
+    let _ = parse_status(data);
+    let _ = parse_stat_times(data, 10_000_000);
+    let _ = split_cmdline(data);
+    let _ = parse_smaps_rollup(data);
+});

@@ -1,0 +1,120 @@
+//! Spawning our own applets as daemons (tracebox autostart).
+//!
+//! A child is this same executable started under an applet name (argv[0]),
+//! in a chosen process group, told to die with us (PR_SET_PDEATHSIG with
+//! SIGTERM, so it still cleans up, e.g. resets ftrace), and handed the write
+//! end of a pipe in an environment variable. It writes "1" there when ready.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use super::unix_socket::wait_ready;
+
+/// A daemon we started and must stop.
+#[derive(Debug)]
+pub struct Daemon {
+    pub name: &'static str,
+    pub child: Child,
+}
+
+/// Starts `applet` from this executable with `args`, in process group
+/// `pgid` (0 = a new group led by the child), passing a ready pipe in
+/// `notify_env`. Returns once the child reported ready, or errs after
+/// `timeout` or if it exits first.
+pub fn spawn_applet(
+    applet: &'static str,
+    args: &[&str],
+    pgid: i32,
+    notify_env: &str,
+    timeout: Duration,
+) -> io::Result<Daemon> {
+    let exe = std::env::current_exe()?;
+    let (read_end, write_end) = nix::unistd::pipe()?;
+    // The read end stays here; the write end must survive exec.
+    fcntl(read_end.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg0(applet)
+        .args(args)
+        .env(notify_env, write_end.as_raw_fd().to_string())
+        .process_group(pgid);
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls prctl(2), which is async-signal-safe and touches no memory we
+    // share with the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    drop(write_end);
+    match wait_for_ready(read_end, timeout) {
+        Ok(()) => Ok(Daemon { name: applet, child }),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(io::Error::new(e.kind(), format!("{applet} did not start: {e}")))
+        }
+    }
+}
+
+/// Reads the readiness byte: "1" means ready; EOF means the child died.
+fn wait_for_ready(read_end: OwnedFd, timeout: Duration) -> io::Result<()> {
+    if !wait_ready(read_end.as_fd(), true, false, Some(timeout))? {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "no ready notification in time"));
+    }
+    let mut buf = [0u8; 1];
+    match File::from(read_end).read(&mut buf)? {
+        1 if buf[0] == b'1' => Ok(()),
+        0 => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited before it was ready")),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidData, "unexpected ready notification")),
+    }
+}
+
+/// Tells the daemons' process group to stop (SIGTERM), waits up to `grace`
+/// for each, then kills what is left.
+pub fn stop_daemons(pgid: i32, daemons: &mut [Daemon], grace: Duration) {
+    let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+    let deadline = std::time::Instant::now() + grace;
+    for d in daemons.iter_mut() {
+        loop {
+            match d.child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if std::time::Instant::now() >= deadline => {
+                    let _ = d.child.kill();
+                    let _ = d.child.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+}
+
+/// Writes "1" to the fd named by `env` (if set) and closes it: the
+/// readiness protocol of the daemon side.
+pub fn notify_ready(env: &str) {
+    let Some(fd) = std::env::var(env).ok().and_then(|v| v.parse::<i32>().ok()) else {
+        return;
+    };
+    // Only an fd number handed to us by our parent; refuse stdio.
+    if fd <= 2 {
+        return;
+    }
+    // SAFETY: the parent passed this fd for our exclusive use; we take
+    // ownership exactly once (the variable is removed below).
+    let owned = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    std::env::remove_var(env);
+    let mut f = File::from(owned);
+    let _ = std::io::Write::write_all(&mut f, b"1");
+}

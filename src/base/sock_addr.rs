@@ -1,0 +1,145 @@
+//! Socket address strings as Perfetto spells them.
+//!
+//! * `@name` — abstract AF_UNIX. The kernel address is a NUL followed by
+//!   `name`, and its length is `offsetof(sun_path) + 1 + len(name)`: the
+//!   leading NUL counts, there is no trailing NUL. Any other length names a
+//!   different socket.
+//! * `vsock://CID:PORT` and `host:port` / `[v6]:port` — recognised so that
+//!   callers get a clear "not supported" error rather than a file named
+//!   `127.0.0.1:32278`.
+//! * anything else — a filesystem path (at most 107 bytes).
+
+use std::fmt;
+use std::path::PathBuf;
+
+use nix::sys::socket::UnixAddr;
+
+/// Longest `sun_path` payload: 108 bytes minus one (a leading NUL for
+/// abstract names, a trailing NUL for paths).
+pub const MAX_SUN_PATH: usize = 107;
+
+/// A parsed socket address we can listen on or connect to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SockAddr {
+    /// Filesystem AF_UNIX socket.
+    Path(PathBuf),
+    /// Abstract AF_UNIX socket; holds the name without `@` or NUL.
+    Abstract(Vec<u8>),
+}
+
+/// Why an address string was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SockAddrError {
+    /// The string was empty.
+    Empty,
+    /// Longer than [`MAX_SUN_PATH`].
+    TooLong(String),
+    /// `vsock://` addresses are not supported yet.
+    VsockUnsupported(String),
+    /// TCP `host:port` addresses are not supported yet.
+    TcpUnsupported(String),
+}
+
+impl fmt::Display for SockAddrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SockAddrError::Empty => f.write_str("empty socket address"),
+            SockAddrError::TooLong(s) => {
+                write!(f, "socket address too long (max {MAX_SUN_PATH} bytes): {s}")
+            }
+            SockAddrError::VsockUnsupported(s) => write!(f, "vsock sockets are not supported: {s}"),
+            SockAddrError::TcpUnsupported(s) => write!(f, "TCP sockets are not supported: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for SockAddrError {}
+
+impl From<SockAddrError> for std::io::Error {
+    fn from(e: SockAddrError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, e)
+    }
+}
+
+/// True for `host:1234` or `[::1]:1234`: a colon followed only by digits.
+fn looks_like_tcp(s: &str) -> bool {
+    match s.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+impl SockAddr {
+    /// Parses Perfetto's address syntax (see module docs).
+    pub fn parse(s: &str) -> Result<Self, SockAddrError> {
+        if s.is_empty() {
+            return Err(SockAddrError::Empty);
+        }
+        let addr = if let Some(name) = s.strip_prefix('@') {
+            SockAddr::Abstract(name.as_bytes().to_vec())
+        } else if s.starts_with("vsock://") {
+            return Err(SockAddrError::VsockUnsupported(s.to_string()));
+        } else if !s.contains('/') && looks_like_tcp(s) {
+            return Err(SockAddrError::TcpUnsupported(s.to_string()));
+        } else {
+            SockAddr::Path(PathBuf::from(s))
+        };
+        let len = match &addr {
+            SockAddr::Abstract(n) => n.len(),
+            SockAddr::Path(p) => p.as_os_str().len(),
+        };
+        if len > MAX_SUN_PATH {
+            return Err(SockAddrError::TooLong(s.to_string()));
+        }
+        Ok(addr)
+    }
+
+    /// The kernel address (see module docs for the abstract length rule).
+    pub fn to_unix_addr(&self) -> std::io::Result<UnixAddr> {
+        let r = match self {
+            SockAddr::Path(p) => UnixAddr::new(p.as_path()),
+            SockAddr::Abstract(n) => UnixAddr::new_abstract(n),
+        };
+        r.map_err(std::io::Error::from)
+    }
+}
+
+impl fmt::Display for SockAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SockAddr::Path(p) => write!(f, "{}", p.display()),
+            SockAddr::Abstract(n) => write!(f, "@{}", String::from_utf8_lossy(n)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_each_form() {
+        assert_eq!(SockAddr::parse("/tmp/x.sock"), Ok(SockAddr::Path("/tmp/x.sock".into())));
+        assert_eq!(SockAddr::parse("rel/x"), Ok(SockAddr::Path("rel/x".into())));
+        assert_eq!(SockAddr::parse("@traced-p-1"), Ok(SockAddr::Abstract(b"traced-p-1".to_vec())));
+        assert_eq!(SockAddr::parse(""), Err(SockAddrError::Empty));
+        assert!(matches!(SockAddr::parse("vsock://2:1234"), Err(SockAddrError::VsockUnsupported(_))));
+        assert!(matches!(SockAddr::parse("127.0.0.1:32278"), Err(SockAddrError::TcpUnsupported(_))));
+        assert!(matches!(SockAddr::parse("[::1]:32278"), Err(SockAddrError::TcpUnsupported(_))));
+        // A path containing a colon is still a path.
+        assert_eq!(SockAddr::parse("/tmp/a:1"), Ok(SockAddr::Path("/tmp/a:1".into())));
+        assert!(matches!(SockAddr::parse(&"x".repeat(108)), Err(SockAddrError::TooLong(_))));
+        assert!(SockAddr::parse(&format!("@{}", "x".repeat(107))).is_ok());
+    }
+
+    #[test]
+    fn abstract_length_counts_leading_nul_only() {
+        use nix::sys::socket::SockaddrLike;
+        let a = SockAddr::parse("@abc").unwrap().to_unix_addr().unwrap();
+        let sun_path_offset = std::mem::size_of::<libc::sa_family_t>();
+        assert_eq!(a.len() as usize, sun_path_offset + 1 + 3);
+        assert_eq!(a.as_abstract(), Some(&b"abc"[..]));
+    }
+}

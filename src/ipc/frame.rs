@@ -1,0 +1,245 @@
+//! IPC framing: `[u32 LE payload length][serialized IPCFrame]`.
+//!
+//! A frame, header included, may be at most [`IPC_BUFFER_SIZE`] bytes
+//! (Perfetto's `kIPCBufferSize`). The decoder accepts arbitrary chunks of
+//! a byte stream and yields whole frames:
+//!
+//! * a zero-length frame is skipped;
+//! * a frame whose payload does not parse is discarded and counted, and the
+//!   stream goes on (the length prefix still tells where the next starts);
+//! * a header announcing more than the limit is [`FrameTooLarge`]: the
+//!   stream cannot be resynchronised, so the caller drops the connection.
+//!
+//! Pure code: no I/O.
+
+use quick_protobuf::{BytesReader, MessageRead, MessageWrite, Writer};
+
+use crate::pb::protos::IPCFrame;
+
+/// Largest frame including its 4-byte header.
+pub const IPC_BUFFER_SIZE: usize = 128 * 1024;
+/// Size of the length prefix.
+pub const HEADER_SIZE: usize = 4;
+/// Largest serialized `IPCFrame`.
+pub const MAX_PAYLOAD: usize = IPC_BUFFER_SIZE - HEADER_SIZE;
+
+/// A frame header announced more bytes than [`IPC_BUFFER_SIZE`] allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameTooLarge {
+    /// The announced payload length.
+    pub len_untrusted: u64,
+}
+
+impl std::fmt::Display for FrameTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "IPC frame too large: {} + {HEADER_SIZE} header bytes > {IPC_BUFFER_SIZE}",
+            self.len_untrusted
+        )
+    }
+}
+
+impl std::error::Error for FrameTooLarge {}
+
+/// Serializes `frame` with its length prefix. Fails if the result would
+/// exceed [`IPC_BUFFER_SIZE`] (the peer would drop us).
+pub fn encode_frame(frame: &IPCFrame) -> Result<Vec<u8>, FrameTooLarge> {
+    let size = frame.get_size();
+    if size > MAX_PAYLOAD {
+        return Err(FrameTooLarge { len_untrusted: size as u64 });
+    }
+    let mut out = Vec::with_capacity(HEADER_SIZE + size);
+    out.extend_from_slice(&(size as u32).to_le_bytes());
+    let mut w = Writer::new(&mut out);
+    // Writing into a Vec cannot fail.
+    frame.write_message(&mut w).expect("serializing into a Vec");
+    debug_assert_eq!(out.len(), HEADER_SIZE + size);
+    Ok(out)
+}
+
+/// Parses one payload (no length prefix).
+pub fn decode_payload(payload: &[u8]) -> quick_protobuf::Result<IPCFrame> {
+    let mut r = BytesReader::from_bytes(payload);
+    IPCFrame::from_reader(&mut r, payload)
+}
+
+/// Incremental decoder; see the module docs for the rules.
+#[derive(Debug, Default)]
+pub struct FrameDecoder {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already consumed by returned or skipped frames.
+    start: usize,
+    discarded: u64,
+    failed: bool,
+}
+
+impl FrameDecoder {
+    /// An empty decoder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends bytes read from the stream.
+    pub fn push(&mut self, data: &[u8]) {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Frames dropped because their payload did not parse.
+    pub fn discarded(&self) -> u64 {
+        self.discarded
+    }
+
+    /// Bytes held that do not yet form a whole frame (or are not yet read).
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Returns the next complete frame, `Ok(None)` if more bytes are needed.
+    /// After an error every later call fails too.
+    pub fn next_frame(&mut self) -> Result<Option<IPCFrame>, FrameTooLarge> {
+        loop {
+            let avail = &self.buf[self.start..];
+            if avail.len() < HEADER_SIZE {
+                break;
+            }
+            let len_untrusted = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
+            if self.failed || len_untrusted > MAX_PAYLOAD {
+                self.failed = true;
+                return Err(FrameTooLarge { len_untrusted: len_untrusted as u64 });
+            }
+            let total = HEADER_SIZE + len_untrusted;
+            if avail.len() < total {
+                break;
+            }
+            let payload = &avail[HEADER_SIZE..total];
+            self.start += total;
+            if payload.is_empty() {
+                continue;
+            }
+            match decode_payload(payload) {
+                Ok(frame) => return Ok(Some(frame)),
+                Err(_) => self.discarded += 1,
+            }
+        }
+        self.compact();
+        Ok(None)
+    }
+
+    /// Moves a trailing partial frame to the front so the buffer never
+    /// grows beyond one frame plus one read.
+    fn compact(&mut self) {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::protos::mod_IPCFrame::{BindService, InvokeMethod, OneOfmsg};
+
+    fn invoke(id: u64, args: Vec<u8>) -> IPCFrame {
+        IPCFrame {
+            request_id: Some(id),
+            msg: OneOfmsg::msg_invoke_method(InvokeMethod {
+                service_id: Some(1),
+                method_id: Some(2),
+                args_proto: Some(args),
+                drop_reply: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn drain(d: &mut FrameDecoder) -> Vec<IPCFrame> {
+        let mut out = vec![];
+        while let Some(f) = d.next_frame().unwrap() {
+            out.push(f);
+        }
+        out
+    }
+
+    #[test]
+    fn round_trips_in_any_chunking() {
+        let frames = vec![
+            invoke(1, b"abc".to_vec()),
+            IPCFrame {
+                request_id: Some(2),
+                msg: OneOfmsg::msg_bind_service(BindService { service_name: Some("ConsumerPort".into()) }),
+                ..Default::default()
+            },
+            invoke(3, vec![7u8; 5000]),
+        ];
+        let mut stream = Vec::new();
+        for f in &frames {
+            stream.extend(encode_frame(f).unwrap());
+        }
+        for chunk in [1, 3, 4, 5, 17, 4096, stream.len()] {
+            let mut d = FrameDecoder::new();
+            let mut got = vec![];
+            for c in stream.chunks(chunk) {
+                d.push(c);
+                got.extend(drain(&mut d));
+            }
+            assert_eq!(got, frames, "chunk size {chunk}");
+            assert_eq!(d.buffered(), 0);
+        }
+    }
+
+    #[test]
+    fn skips_empty_and_discards_garbage_but_continues() {
+        let mut d = FrameDecoder::new();
+        d.push(&0u32.to_le_bytes());
+        // 3 bytes: field 1 with wire type 7 (invalid).
+        d.push(&3u32.to_le_bytes());
+        d.push(&[0x0f, 0xff, 0xff]);
+        d.push(&encode_frame(&invoke(9, vec![])).unwrap());
+        assert_eq!(drain(&mut d), vec![invoke(9, vec![])]);
+        assert_eq!(d.discarded(), 1);
+    }
+
+    #[test]
+    fn truncated_frame_waits_for_more() {
+        let bytes = encode_frame(&invoke(4, b"xyz".to_vec())).unwrap();
+        let mut d = FrameDecoder::new();
+        d.push(&bytes[..bytes.len() - 1]);
+        assert_eq!(d.next_frame(), Ok(None));
+        assert_eq!(d.buffered(), bytes.len() - 1);
+        d.push(&bytes[bytes.len() - 1..]);
+        assert_eq!(d.next_frame(), Ok(Some(invoke(4, b"xyz".to_vec()))));
+    }
+
+    #[test]
+    fn oversized_header_is_fatal() {
+        let mut d = FrameDecoder::new();
+        d.push(&(MAX_PAYLOAD as u32 + 1).to_le_bytes());
+        let err = d.next_frame().unwrap_err();
+        assert_eq!(err.len_untrusted, MAX_PAYLOAD as u64 + 1);
+        assert!(err.to_string().contains("too large"));
+        d.push(&encode_frame(&invoke(1, vec![])).unwrap());
+        assert!(d.next_frame().is_err(), "decoder must stay failed");
+    }
+
+    #[test]
+    fn largest_frame_fits_exactly_and_encoder_refuses_more() {
+        // args of n bytes cost n + overhead; find the n that lands on the limit.
+        let overhead = encode_frame(&invoke(1, vec![])).unwrap().len() - HEADER_SIZE;
+        let mut n = MAX_PAYLOAD - overhead - 4;
+        while encode_frame(&invoke(1, vec![0; n + 1])).is_ok() {
+            n += 1;
+        }
+        let max = encode_frame(&invoke(1, vec![0; n])).unwrap();
+        assert_eq!(max.len(), IPC_BUFFER_SIZE);
+        let mut d = FrameDecoder::new();
+        d.push(&max);
+        assert!(d.next_frame().unwrap().is_some());
+        assert!(encode_frame(&invoke(1, vec![0; n + 1])).is_err());
+    }
+}

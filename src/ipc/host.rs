@@ -1,0 +1,634 @@
+//! The server side of the IPC: listens, accepts, speaks BindService /
+//! InvokeMethod, and hands calls to the application's [`Services`].
+//!
+//! # Shape
+//!
+//! The [`Host`] owns sockets and per-client state but not the services:
+//! the application keeps its service state next to the host in its own
+//! [`Handler`] and passes it in on every I/O event. Services answer through
+//! a [`ReplySink`], either during the call or later (deferred replies,
+//! never-ending streams): a [`ReplyTo`] is plain `Copy` data that can be
+//! stored anywhere, and `Host` itself implements [`ReplySink`] so replies
+//! can also be sent from timers and messages.
+//!
+//! ```no_run
+//! use tracebox::base::event_loop::*;
+//! use tracebox::base::sock_addr::SockAddr;
+//! use tracebox::ipc::host::*;
+//!
+//! struct Echo;
+//! impl Services for Echo {
+//!     fn invoke(&mut self, call: Call<'_>, out: &mut dyn ReplySink) {
+//!         out.reply(&call.reply_to, Reply::ok(call.args));
+//!     }
+//! }
+//!
+//! let mut el = EventLoop::<()>::new().unwrap();
+//! let mut host = Host::new();
+//! host.expose_service("EchoPort", &["Echo"]);
+//! host.listen(&mut el.ctl(), &SockAddr::parse("@echo").unwrap()).unwrap();
+//! el.run(&mut HostApp { host, services: Echo }).unwrap();
+//! ```
+//!
+//! # Protocol rules implemented here
+//!
+//! * BindService: service ids 1.. in [`Host::expose_service`] order; method
+//!   ids 1..N in the order given; unknown name → `success=false`.
+//! * InvokeMethod with an unknown service id or method id 0 / > N →
+//!   `success=false` without calling the service. Undecodable `args` are
+//!   the service's to reject (reply [`Reply::fail`]).
+//! * `drop_reply=true`: [`ReplyTo::drop_reply`] is set and every reply to
+//!   it is silently discarded.
+//! * Frames of any other type → `RequestError{"unknown request"}`.
+//! * An fd received with a frame is passed in [`Call::fd`]; a reply can
+//!   carry one fd.
+//! * A client whose send queue exceeds the bound is dropped (logged); an
+//!   oversized frame from a client drops it too.
+//!
+//! [`Handler`]: crate::base::event_loop::Handler
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::OwnedFd;
+
+use crate::base::event_loop::{Handler, Interest, LoopCtl, Ready, Token};
+use crate::base::sock_addr::SockAddr;
+use crate::base::unix_socket::{PeerCred, UnixListener, UnixStream};
+use crate::pb::protos::mod_IPCFrame::mod_BindServiceReply::MethodInfo;
+use crate::pb::protos::mod_IPCFrame::{
+    BindServiceReply, InvokeMethod, InvokeMethodReply, OneOfmsg, RequestError,
+};
+use crate::pb::protos::IPCFrame;
+use crate::{log_debug, log_info, log_warn};
+
+use super::conn::{Conn, ReadStatus, Received, SendError, DEFAULT_MAX_QUEUED_BYTES};
+
+/// A connected client; never reused within one host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientId(pub u64);
+
+/// A service exposed by the host, numbered from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceId(pub u32);
+
+/// Where a reply goes. Plain data: store it for deferred or streaming
+/// replies; replying after the client left is a harmless no-op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReplyTo {
+    /// The calling client.
+    pub client: ClientId,
+    /// The request id to echo.
+    pub request_id: u64,
+    /// The caller asked for no reply; replies are discarded.
+    pub drop_reply: bool,
+}
+
+/// One reply frame (`InvokeMethodReply`).
+#[derive(Debug, Default)]
+pub struct Reply {
+    /// False for rejected or failed calls (then `payload` is ignored).
+    pub success: bool,
+    /// More replies to the same request follow (streaming).
+    pub has_more: bool,
+    /// Serialized reply message.
+    pub payload: Vec<u8>,
+    /// An fd to pass along with this reply.
+    pub fd: Option<OwnedFd>,
+}
+
+impl Reply {
+    /// Final successful reply.
+    pub fn ok(payload: Vec<u8>) -> Self {
+        Reply { success: true, has_more: false, payload, fd: None }
+    }
+    /// Successful streaming reply; more will follow.
+    pub fn more(payload: Vec<u8>) -> Self {
+        Reply { success: true, has_more: true, payload, fd: None }
+    }
+    /// Failure (`success=false`, no payload); ends any stream.
+    pub fn fail() -> Self {
+        Reply::default()
+    }
+    /// Attaches an fd.
+    pub fn with_fd(mut self, fd: OwnedFd) -> Self {
+        self.fd = Some(fd);
+        self
+    }
+}
+
+/// A validated method call.
+#[derive(Debug)]
+pub struct Call<'a> {
+    /// The calling client.
+    pub client: ClientId,
+    /// Its credentials (`SO_PEERCRED` at accept).
+    pub peer: PeerCred,
+    /// Which exposed service.
+    pub service: ServiceId,
+    /// Method id, 1..=N.
+    pub method_id: u32,
+    /// Method name from the service's table.
+    pub method_name: &'a str,
+    /// Serialized arguments, untrusted.
+    pub args: Vec<u8>,
+    /// The fd that came with the request frame, if any.
+    pub fd: Option<OwnedFd>,
+    /// Where replies go.
+    pub reply_to: ReplyTo,
+}
+
+/// Sends replies; implemented by [`Host`] (and by fakes in service tests).
+pub trait ReplySink {
+    /// Sends one reply. Returns false if it was discarded: `drop_reply`,
+    /// unknown/gone client, or the client was just dropped for not reading.
+    fn reply(&mut self, to: &ReplyTo, reply: Reply) -> bool;
+    /// Disconnects a client (e.g. a misbehaving producer).
+    fn disconnect(&mut self, client: ClientId);
+}
+
+/// The application side: all exposed services behind one object, so that
+/// several services can share state without `Rc<RefCell<_>>`.
+pub trait Services {
+    /// A call to a known service and method. Reply now or later via `out`.
+    fn invoke(&mut self, call: Call<'_>, out: &mut dyn ReplySink);
+    /// The client is gone; its pending [`ReplyTo`]s are now dead.
+    fn on_client_disconnected(&mut self, _client: ClientId, _out: &mut dyn ReplySink) {}
+}
+
+/// Counters for diagnostics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Clients accepted so far.
+    pub clients_accepted: u64,
+    /// Clients dropped because their send queue overflowed.
+    pub clients_dropped_slow: u64,
+    /// Clients dropped for sending an oversized frame or a socket error.
+    pub clients_dropped_bad: u64,
+    /// Frames discarded (unparsable), summed over closed clients too.
+    pub frames_discarded: u64,
+    /// Frames answered with RequestError.
+    pub unknown_requests: u64,
+}
+
+#[derive(Debug)]
+struct ServiceDesc {
+    name: String,
+    methods: Vec<String>,
+}
+
+#[derive(Debug)]
+struct Client {
+    id: ClientId,
+    cred: PeerCred,
+    conn: Conn,
+    /// Set when dropped from inside a reply; reaped on the next event.
+    dead: bool,
+}
+
+/// Live connections; the [`ReplySink`] handed to services.
+#[derive(Debug, Default)]
+struct Clients {
+    by_token: HashMap<Token, Client>,
+    by_id: HashMap<ClientId, Token>,
+    stats: HostStats,
+}
+
+/// The IPC host. See the module docs.
+#[derive(Debug)]
+pub struct Host {
+    listeners: Vec<(UnixListener, Token)>,
+    services: Vec<ServiceDesc>,
+    clients: Clients,
+    next_client: u64,
+    max_queued: usize,
+}
+
+impl Default for Host {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Host {
+    /// A host with no listeners or services.
+    pub fn new() -> Self {
+        Host {
+            listeners: Vec::new(),
+            services: Vec::new(),
+            clients: Clients::default(),
+            next_client: 0,
+            max_queued: DEFAULT_MAX_QUEUED_BYTES,
+        }
+    }
+
+    /// Bound on bytes queued per client before it is dropped.
+    pub fn set_max_queued_bytes(&mut self, bytes: usize) {
+        self.max_queued = bytes;
+    }
+
+    /// Exposes a service; `methods` are numbered 1..N in this order.
+    pub fn expose_service(&mut self, name: &str, methods: &[&str]) -> ServiceId {
+        self.services.push(ServiceDesc {
+            name: name.to_string(),
+            methods: methods.iter().map(|m| m.to_string()).collect(),
+        });
+        ServiceId(self.services.len() as u32)
+    }
+
+    /// Binds `addr` and starts accepting on it.
+    pub fn listen<M>(&mut self, ctl: &mut LoopCtl<'_, M>, addr: &SockAddr) -> io::Result<()> {
+        let listener = UnixListener::bind(addr)?;
+        self.add_listener(ctl, listener)
+    }
+
+    /// Accepts on an existing listener (e.g. adopted from Android init).
+    pub fn add_listener<M>(&mut self, ctl: &mut LoopCtl<'_, M>, listener: UnixListener) -> io::Result<()> {
+        let token = ctl.register(&listener, Interest::READABLE)?;
+        self.listeners.push((listener, token));
+        Ok(())
+    }
+
+    /// True if `token` belongs to this host (route `on_io` here).
+    pub fn owns(&self, token: Token) -> bool {
+        self.clients.by_token.contains_key(&token) || self.listeners.iter().any(|(_, t)| *t == token)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HostStats {
+        let mut s = self.clients.stats;
+        s.frames_discarded += self.clients.by_token.values().map(|c| c.conn.frames_discarded()).sum::<u64>();
+        s
+    }
+
+    /// Credentials of a connected client.
+    pub fn peer_cred(&self, client: ClientId) -> Option<PeerCred> {
+        let token = self.clients.by_id.get(&client)?;
+        self.clients.by_token.get(token).map(|c| c.cred)
+    }
+
+    /// Number of connected clients.
+    pub fn client_count(&self) -> usize {
+        self.clients.by_token.len()
+    }
+
+    /// Handles readiness of a token this host [`owns`](Self::owns); other
+    /// tokens are ignored. Also reaps clients dropped since the last call.
+    pub fn on_io<M>(&mut self, ctl: &mut LoopCtl<'_, M>, token: Token, ready: Ready, services: &mut dyn Services) {
+        if let Some(i) = self.listeners.iter().position(|(_, t)| *t == token) {
+            self.accept_all(ctl, i);
+        } else if self.clients.by_token.contains_key(&token) {
+            self.client_io(token, ready, services);
+        }
+        self.reap(ctl, services);
+    }
+
+    fn accept_all<M>(&mut self, ctl: &mut LoopCtl<'_, M>, i: usize) {
+        loop {
+            let (stream, cred) = match self.listeners[i].0.accept() {
+                Ok(Some(c)) => c,
+                Ok(None) => return,
+                Err(e) => {
+                    // E.g. EMFILE: log and wait for the next edge.
+                    log_warn!("accept failed: {e}");
+                    return;
+                }
+            };
+            if let Err(e) = self.add_client(ctl, stream, cred) {
+                log_warn!("registering client failed: {e}");
+            }
+        }
+    }
+
+    fn add_client<M>(&mut self, ctl: &mut LoopCtl<'_, M>, stream: UnixStream, cred: PeerCred) -> io::Result<()> {
+        // Writable too: edge-triggered, so it only fires when a full send
+        // buffer drains, which is exactly when the queue needs flushing.
+        let token = ctl.register(&stream, Interest::READABLE | Interest::WRITABLE)?;
+        self.next_client += 1;
+        let id = ClientId(self.next_client);
+        log_debug!("client {} connected (pid {}, uid {})", id.0, cred.pid, cred.uid);
+        self.clients.stats.clients_accepted += 1;
+        self.clients.by_id.insert(id, token);
+        self.clients.by_token.insert(
+            token,
+            Client { id, cred, conn: Conn::new(stream, self.max_queued), dead: false },
+        );
+        Ok(())
+    }
+
+    fn client_io(&mut self, token: Token, ready: Ready, services: &mut dyn Services) {
+        if ready.writable {
+            if let Some(c) = self.clients.by_token.get_mut(&token) {
+                if let Err(e) = c.conn.flush() {
+                    log_debug!("client {}: {e}", c.id.0);
+                    self.clients.kill(token);
+                }
+            }
+        }
+        let mut frames = Vec::new();
+        loop {
+            let Some(c) = self.clients.by_token.get_mut(&token) else { return };
+            if c.dead {
+                return;
+            }
+            let status = c.conn.read_some(&mut frames);
+            let (id, cred) = (c.id, c.cred);
+            for r in frames.drain(..) {
+                self.handle_frame(id, cred, r, services);
+            }
+            match status {
+                Ok(ReadStatus::Progress) => continue,
+                Ok(ReadStatus::WouldBlock) => return,
+                Ok(ReadStatus::Eof) => {
+                    self.clients.kill(token);
+                    return;
+                }
+                Err(e) => {
+                    log_warn!("client {} (pid {}): {e}; dropping it", id.0, cred.pid);
+                    self.clients.stats.clients_dropped_bad += 1;
+                    self.clients.kill(token);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn handle_frame(&mut self, client: ClientId, peer: PeerCred, r: Received, services: &mut dyn Services) {
+        let request_id = r.frame.request_id.unwrap_or(0);
+        match r.frame.msg {
+            OneOfmsg::msg_bind_service(bind) => {
+                let name = bind.service_name.unwrap_or_default();
+                let found = self.services.iter().position(|s| s.name == name);
+                let reply = match found {
+                    Some(i) => BindServiceReply {
+                        success: Some(true),
+                        service_id: Some(i as u32 + 1),
+                        methods: self.services[i]
+                            .methods
+                            .iter()
+                            .enumerate()
+                            .map(|(m, n)| MethodInfo { id: Some(m as u32 + 1), name: Some(n.clone()) })
+                            .collect(),
+                    },
+                    None => {
+                        log_debug!("client {}: unknown service {name:?}", client.0);
+                        BindServiceReply { success: Some(false), ..Default::default() }
+                    }
+                };
+                self.clients.send(client, request_id, OneOfmsg::msg_bind_service_reply(reply), None);
+            }
+            OneOfmsg::msg_invoke_method(inv) => self.invoke(client, peer, request_id, inv, r.fd, services),
+            OneOfmsg::set_peer_identity(_) => {
+                // Only meaningful through a relay on TCP/vsock.
+                log_debug!("client {}: ignoring SetPeerIdentity on a UNIX socket", client.0);
+            }
+            _ => {
+                self.clients.stats.unknown_requests += 1;
+                let err = RequestError { error: Some("unknown request".to_string()) };
+                self.clients.send(client, request_id, OneOfmsg::msg_request_error(err), None);
+            }
+        }
+    }
+
+    fn invoke(
+        &mut self,
+        client: ClientId,
+        peer: PeerCred,
+        request_id: u64,
+        inv: InvokeMethod,
+        fd: Option<OwnedFd>,
+        services: &mut dyn Services,
+    ) {
+        let reply_to = ReplyTo { client, request_id, drop_reply: inv.drop_reply.unwrap_or(false) };
+        let service_id_untrusted = inv.service_id.unwrap_or(0) as usize;
+        let method_id_untrusted = inv.method_id.unwrap_or(0) as usize;
+        let desc = service_id_untrusted.checked_sub(1).and_then(|i| self.services.get(i));
+        let method = desc.and_then(|d| method_id_untrusted.checked_sub(1).and_then(|m| d.methods.get(m)));
+        let Some(method_name) = method else {
+            log_debug!(
+                "client {}: invalid method {service_id_untrusted}/{method_id_untrusted}",
+                client.0
+            );
+            self.clients.reply(&reply_to, Reply::fail());
+            return;
+        };
+        let call = Call {
+            client,
+            peer,
+            service: ServiceId(service_id_untrusted as u32),
+            method_id: method_id_untrusted as u32,
+            method_name,
+            args: inv.args_proto.unwrap_or_default(),
+            fd,
+            reply_to,
+        };
+        services.invoke(call, &mut self.clients);
+    }
+
+    /// Removes dead clients and tells the services.
+    fn reap<M>(&mut self, ctl: &mut LoopCtl<'_, M>, services: &mut dyn Services) {
+        // Services may drop more clients while being notified: loop.
+        loop {
+            let dead: Vec<Token> =
+                self.clients.by_token.iter().filter(|(_, c)| c.dead).map(|(t, _)| *t).collect();
+            if dead.is_empty() {
+                return;
+            }
+            for token in dead {
+                let Some(c) = self.clients.by_token.remove(&token) else { continue };
+                self.clients.by_id.remove(&c.id);
+                self.clients.stats.frames_discarded += c.conn.frames_discarded();
+                let _ = ctl.deregister(c.conn.socket());
+                let id = c.id;
+                log_debug!("client {} disconnected", id.0);
+                drop(c); // Closes the socket.
+                services.on_client_disconnected(id, &mut self.clients);
+            }
+        }
+    }
+}
+
+impl Clients {
+    /// Marks a client dead and shuts its socket down. The shutdown also
+    /// wakes the loop with a hang-up event on the client's token, so the
+    /// host reaps it promptly even when this ran outside `on_io`.
+    fn kill(&mut self, token: Token) {
+        if let Some(c) = self.by_token.get_mut(&token) {
+            if !c.dead {
+                c.dead = true;
+                let _ = c.conn.socket().shutdown();
+            }
+        }
+    }
+
+    fn send(&mut self, client: ClientId, request_id: u64, msg: OneOfmsg, fd: Option<OwnedFd>) -> bool {
+        let Some(&token) = self.by_id.get(&client) else { return false };
+        let Some(c) = self.by_token.get_mut(&token) else { return false };
+        if c.dead {
+            return false;
+        }
+        let frame = IPCFrame { request_id: Some(request_id), msg, ..Default::default() };
+        match c.conn.send(&frame, fd) {
+            Ok(()) => true,
+            Err(SendError::TooLarge(e)) => {
+                // Our own bug (a service built a reply over the limit): the
+                // caller learns success=false rather than losing the client.
+                crate::log_error!("client {}: reply not sent: {e}", client.0);
+                let fail = InvokeMethodReply { success: Some(false), ..Default::default() };
+                let frame = IPCFrame {
+                    request_id: Some(request_id),
+                    msg: OneOfmsg::msg_invoke_method_reply(fail),
+                    ..Default::default()
+                };
+                let _ = c.conn.send(&frame, None);
+                false
+            }
+            Err(SendError::QueueFull { queued }) => {
+                log_info!(
+                    "client {} (pid {}) is not reading ({queued} bytes queued); dropping it",
+                    client.0,
+                    c.cred.pid
+                );
+                self.stats.clients_dropped_slow += 1;
+                self.kill(token);
+                false
+            }
+            Err(SendError::Io(e)) => {
+                log_debug!("client {}: {e}", client.0);
+                self.kill(token);
+                false
+            }
+        }
+    }
+}
+
+impl ReplySink for Clients {
+    fn reply(&mut self, to: &ReplyTo, reply: Reply) -> bool {
+        if to.drop_reply {
+            return false;
+        }
+        let msg = InvokeMethodReply {
+            success: Some(reply.success),
+            has_more: Some(reply.has_more),
+            reply_proto: if reply.success { Some(reply.payload) } else { None },
+        };
+        self.send(to.client, to.request_id, OneOfmsg::msg_invoke_method_reply(msg), reply.fd)
+    }
+
+    fn disconnect(&mut self, client: ClientId) {
+        if let Some(&token) = self.by_id.get(&client) {
+            self.kill(token);
+        }
+    }
+}
+
+/// Replies from outside `on_io` (timers, messages, deferred work).
+impl ReplySink for Host {
+    fn reply(&mut self, to: &ReplyTo, reply: Reply) -> bool {
+        self.clients.reply(to, reply)
+    }
+    fn disconnect(&mut self, client: ClientId) {
+        self.clients.disconnect(client)
+    }
+}
+
+/// A ready-made [`Handler`] for processes whose only I/O is one host
+/// (tests, simple daemons): posting `()` to its loop makes it quit.
+/// Larger applications embed [`Host`] in their own handler and route
+/// tokens with [`Host::owns`].
+#[derive(Debug)]
+pub struct HostApp<S> {
+    /// The host.
+    pub host: Host,
+    /// The services it dispatches to.
+    pub services: S,
+}
+
+impl<S: Services> Handler for HostApp<S> {
+    type Msg = ();
+    fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, token: Token, ready: Ready) {
+        self.host.on_io(ctl, token, ready, &mut self.services);
+    }
+    fn on_message(&mut self, ctl: &mut LoopCtl<'_, ()>, _msg: ()) {
+        ctl.quit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::event_loop::{EventLoop, TaskRunner, TimerId};
+    use std::time::Duration;
+
+    /// Parks every call; replies come later from a timer.
+    #[derive(Default)]
+    struct Parking {
+        parked: Vec<ReplyTo>,
+        disconnected: Vec<ClientId>,
+    }
+
+    impl Services for Parking {
+        fn invoke(&mut self, call: Call<'_>, _out: &mut dyn ReplySink) {
+            self.parked.push(call.reply_to);
+        }
+        fn on_client_disconnected(&mut self, client: ClientId, _out: &mut dyn ReplySink) {
+            self.disconnected.push(client);
+        }
+    }
+
+    struct App {
+        host: Host,
+        services: Parking,
+        flood_timer: Option<TimerId>,
+    }
+
+    impl Handler for App {
+        type Msg = ();
+        fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, token: Token, ready: Ready) {
+            self.host.on_io(ctl, token, ready, &mut self.services);
+            if !self.services.parked.is_empty() && self.flood_timer.is_none() {
+                self.flood_timer = Some(ctl.add_timer(Duration::ZERO));
+            }
+            if !self.services.disconnected.is_empty() {
+                ctl.quit();
+            }
+        }
+        fn on_timer(&mut self, _ctl: &mut LoopCtl<'_, ()>, _id: TimerId) {
+            // Outside on_io: the overflow drop must still be reaped,
+            // woken by the hang-up event of our own shutdown.
+            let to = self.services.parked[0];
+            while self.host.reply(&to, Reply::more(vec![0; 60 * 1024])) {}
+            assert!(!self.host.reply(&to, Reply::ok(vec![])), "dead client accepted a reply");
+        }
+    }
+
+    #[test]
+    fn client_dropped_from_a_timer_is_reaped_and_reported() {
+        let mut el = EventLoop::new().unwrap();
+        let mut host = Host::new();
+        host.set_max_queued_bytes(256 * 1024);
+        host.expose_service("P", &["M"]);
+        let addr = SockAddr::Abstract(format!("tracebox-host-unit-{}", std::process::id()).into_bytes());
+        host.listen(&mut el.ctl(), &addr).unwrap();
+
+        // A client that sends one call and never reads.
+        let sock = UnixStream::connect(&addr).unwrap();
+        let mut conn = Conn::new(sock, 1 << 20);
+        let invoke = |id, service_id, method_id| IPCFrame {
+            request_id: Some(id),
+            msg: OneOfmsg::msg_invoke_method(InvokeMethod {
+                service_id: Some(service_id),
+                method_id: Some(method_id),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        conn.send(&invoke(1, 1, 1), None).unwrap();
+
+        let mut app = App { host, services: Parking::default(), flood_timer: None };
+        el.run(&mut app).unwrap();
+        assert_eq!(app.services.disconnected, vec![ClientId(1)]);
+        assert_eq!(app.host.client_count(), 0);
+        let stats = app.host.stats();
+        assert_eq!((stats.clients_accepted, stats.clients_dropped_slow), (1, 1));
+    }
+}

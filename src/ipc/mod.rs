@@ -1,0 +1,13 @@
+//! Perfetto-compatible RPC over UNIX sockets. Knows nothing about tracing.
+//!
+//! * [`frame`]: the length-prefixed `IPCFrame` codec (pure).
+//! * [`conn`]: one framed connection (send queue, fd passing).
+//! * [`host`]: the server side; services plug in through [`host::Services`].
+//! * [`client`]: the client side, event-loop driven or blocking.
+//! * [`default_sockets`]: where traced listens by default.
+
+pub mod client;
+pub mod conn;
+pub mod default_sockets;
+pub mod frame;
+pub mod host;

@@ -1,0 +1,256 @@
+//! Turns raw ring-buffer pages into `FtraceEventBundle` trace packets.
+//!
+//! Pure: pages in, protobuf out through a [`PacketWriter`], which the
+//! data source backs with a TraceWriter (and tests with memory).
+
+use super::compact_sched::{CompactSchedBuffer, CompactSchedFormat, INTERNER_THRESHOLD};
+use super::format::PageHeaderLayout;
+use super::page_parser::{parse_page, PageSink, ParseError};
+use super::table::ftrace_event;
+use super::translate::{
+    read_int, write_generic_fields, write_typed_fields, Metadata, Target, TranslationTable,
+};
+use crate::protozero::{begin_nested, end_nested, put_varint, Nested, Stream};
+
+/// `TracePacket.ftrace_events`.
+pub const TRACE_PACKET_FTRACE_EVENTS: u32 = 1;
+
+mod bundle_field {
+    pub const CPU: u32 = 1;
+    pub const EVENT: u32 = 2;
+    pub const LOST_EVENTS: u32 = 3;
+    pub const FTRACE_CLOCK: u32 = 5;
+    pub const FTRACE_TIMESTAMP: u32 = 6;
+    pub const BOOT_TIMESTAMP: u32 = 7;
+    pub const ERROR: u32 = 8;
+    pub const PREVIOUS_BUNDLE_END_TIMESTAMP: u32 = 10;
+}
+
+/// Hands out trace packets.
+pub trait PacketWriter {
+    type Stream: Stream;
+    /// Finishes the current packet, if any, and starts a new one.
+    fn new_packet(&mut self);
+    /// The current packet. Only called after [`new_packet`](Self::new_packet).
+    fn stream(&mut self) -> &mut Self::Stream;
+    /// Finishes the current packet.
+    fn finish_packet(&mut self);
+}
+
+/// Which event ids a data source wants (a bitmap over ftrace ids).
+#[derive(Debug, Default, Clone)]
+pub struct EventFilter {
+    bits: Vec<u64>,
+}
+
+impl EventFilter {
+    pub fn enable(&mut self, id: u32) {
+        let (w, b) = (id as usize / 64, id % 64);
+        if self.bits.len() <= w {
+            self.bits.resize(w + 1, 0);
+        }
+        self.bits[w] |= 1 << b;
+    }
+
+    pub fn is_enabled(&self, id: u32) -> bool {
+        self.bits
+            .get(id as usize / 64)
+            .is_some_and(|w| w & (1 << (id % 64)) != 0)
+    }
+}
+
+/// The trace clock, when it is not `boot` (`FtraceClock` enum values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSnapshot {
+    pub ftrace_clock: u32,
+    pub ftrace_timestamp: i64,
+    pub boot_timestamp: i64,
+}
+
+/// Read-only inputs of one data source.
+pub struct BundleContext<'a> {
+    pub table: &'a TranslationTable,
+    pub filter: &'a EventFilter,
+    /// `Some` when compact sched is on and the kernel formats allow it.
+    pub compact_sched: Option<CompactSchedFormat>,
+    pub clock: Option<ClockSnapshot>,
+}
+
+/// Per (data source, cpu) state kept across read passes.
+#[derive(Debug, Default)]
+pub struct CpuState {
+    /// Timestamp of the last event written on this cpu (0 before any).
+    pub bundle_end_timestamp: u64,
+    pub compact: CompactSchedBuffer,
+    pub metadata: Metadata,
+    /// Every parse error seen (for `FtraceStats.ftrace_parse_errors`).
+    pub parse_errors: Vec<ParseError>,
+}
+
+/// What one call to [`write_pages`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WriteSummary {
+    pub pages: usize,
+    pub events: usize,
+    pub bundles: usize,
+    pub errors: usize,
+}
+
+struct Bundler<'a, W: PacketWriter> {
+    w: &'a mut W,
+    ctx: &'a BundleContext<'a>,
+    state: &'a mut CpuState,
+    cpu: u32,
+    open: Option<Nested>,
+    /// The next bundle must carry lost_events.
+    lost_pending: bool,
+    summary: WriteSummary,
+}
+
+impl<W: PacketWriter> Bundler<'_, W> {
+    fn stream(&mut self) -> &mut W::Stream {
+        self.ensure_open();
+        self.w.stream()
+    }
+
+    /// Opens a bundle (and its packet) unless one is open.
+    fn ensure_open(&mut self) {
+        if self.open.is_none() {
+            self.w.new_packet();
+            let s = self.w.stream();
+            let n = begin_nested(s, TRACE_PACKET_FTRACE_EVENTS);
+            put_varint(s, bundle_field::CPU, self.cpu as u64);
+            if self.lost_pending {
+                put_varint(s, bundle_field::LOST_EVENTS, 1);
+            }
+            let prev = self.state.bundle_end_timestamp;
+            put_varint(s, bundle_field::PREVIOUS_BUNDLE_END_TIMESTAMP, prev);
+            if let Some(c) = self.ctx.clock {
+                put_varint(s, bundle_field::FTRACE_CLOCK, c.ftrace_clock as u64);
+                put_varint(s, bundle_field::FTRACE_TIMESTAMP, c.ftrace_timestamp as u64);
+                put_varint(s, bundle_field::BOOT_TIMESTAMP, c.boot_timestamp as u64);
+            }
+            self.open = Some(n);
+            self.lost_pending = false;
+            self.summary.bundles += 1;
+        }
+    }
+
+    fn close(&mut self) {
+        if let Some(n) = self.open.take() {
+            let s = self.w.stream();
+            self.state.compact.write_and_reset(s);
+            end_nested(s, n);
+            self.w.finish_packet();
+        }
+    }
+
+    fn error(&mut self, timestamp: u64, e: ParseError) {
+        self.state.parse_errors.push(e);
+        self.summary.errors += 1;
+        let s = self.stream();
+        let n = begin_nested(s, bundle_field::ERROR);
+        put_varint(s, 1, timestamp);
+        put_varint(s, 2, e.status() as u64);
+        end_nested(s, n);
+    }
+
+    fn write_event(&mut self, ts: u64, id: u32, rec: &[u8]) -> Result<(), ParseError> {
+        let ctx = self.ctx;
+        if let Some(c) = &ctx.compact_sched {
+            if id == c.switch.event_id {
+                self.ensure_open();
+                return self.state.compact.add_switch(ts, rec, &c.switch);
+            }
+            if id == c.waking.event_id {
+                self.ensure_open();
+                return self.state.compact.add_waking(ts, rec, &c.waking);
+            }
+        }
+        let Some(ev) = ctx.table.event(id) else {
+            return Ok(());
+        };
+        let pid = read_int(rec, ctx.table.common_pid_offset as usize, 4);
+        self.ensure_open();
+        let s = self.w.stream();
+        let meta = &mut self.state.metadata;
+        let n = begin_nested(s, bundle_field::EVENT);
+        put_varint(s, ftrace_event::TIMESTAMP, ts);
+        if let Some(pid) = pid {
+            put_varint(s, ftrace_event::PID, pid as u32 as u64);
+            meta.pids.push(pid as i32);
+        }
+        let field = match ev.target {
+            Target::Typed(f) => f,
+            Target::Generic => ftrace_event::GENERIC,
+        };
+        let p = begin_nested(s, field);
+        let ok = match ev.target {
+            Target::Typed(_) => write_typed_fields(s, ev, rec, ctx.table, meta),
+            Target::Generic => write_generic_fields(s, ev, rec, ctx.table, meta),
+        };
+        end_nested(s, p);
+        end_nested(s, n);
+        ok.ok_or(ParseError::InvalidEvent)
+    }
+}
+
+impl<W: PacketWriter> PageSink for Bundler<'_, W> {
+    fn on_event(&mut self, ts: u64, id: u16, rec: &[u8]) -> Result<(), ParseError> {
+        if !self.ctx.filter.is_enabled(id as u32) {
+            return Ok(());
+        }
+        self.write_event(ts, id as u32, rec)?;
+        self.state.bundle_end_timestamp = ts;
+        self.summary.events += 1;
+        Ok(())
+    }
+}
+
+/// Parses `pages` (whole pages of `layout.page_size` bytes each, the
+/// last one possibly shorter) read from `cpu` and writes bundles. A new
+/// bundle starts when a page reports lost events or too many comms are
+/// interned. Errors become bundle `error` entries and stop only their page.
+pub fn write_pages<W: PacketWriter>(
+    w: &mut W,
+    cpu: u32,
+    pages: &[u8],
+    layout: &PageHeaderLayout,
+    ctx: &BundleContext<'_>,
+    state: &mut CpuState,
+) -> WriteSummary {
+    let mut b = Bundler {
+        w,
+        ctx,
+        state,
+        cpu,
+        open: None,
+        lost_pending: false,
+        summary: WriteSummary::default(),
+    };
+    for page in pages.chunks(layout.page_size.max(1)) {
+        b.summary.pages += 1;
+        let header = super::page_parser::parse_page_header(page, layout);
+        let lost = header.is_ok_and(|h| h.lost_events);
+        if lost || b.state.compact.interned() > INTERNER_THRESHOLD {
+            b.close();
+            b.lost_pending = lost;
+        }
+        match parse_page(page, layout, &mut b) {
+            Ok(s) => {
+                if let Some(e) = s.error {
+                    b.error(s.header.timestamp, e);
+                }
+            }
+            Err(e) => {
+                let ts = header.map(|h| h.timestamp).unwrap_or(0);
+                b.error(ts, e);
+            }
+        }
+    }
+    if b.lost_pending {
+        b.ensure_open();
+    }
+    b.close();
+    b.summary
+}

@@ -1,0 +1,569 @@
+//! Producer-side SMB arbiter: hands chunks to trace writers and batches
+//! what must be told to the service (Perfetto's SharedMemoryArbiterImpl).
+//!
+//! * Chunk allocation scans pages round-robin from the last page used,
+//!   partitions free pages with the configured layout and CASes a free chunk
+//!   to BeingWritten. When nothing is free, the writer's
+//!   [`BufferExhaustedPolicy`] decides: `Stall` sends pending commits and
+//!   sleeps with backoff (bounded by [`ArbiterConfig::max_stall_attempts`],
+//!   after which it gives up like `Drop`), `Drop` returns no chunk at once
+//!   and the writer discards data until a chunk is available again.
+//! * Returned chunks and filled patches accumulate in a [`CommitBatch`]. It
+//!   is sent through [`ProducerTransport::commit_data`] right away unless
+//!   [`ArbiterConfig::batch_commits`] is set, in which case it is sent when
+//!   patches must go out, when half the SMB is pending, on a stall, or on
+//!   an explicit [`Arbiter::flush_pending_commits`].
+//! * With direct SMB patching (the service advertised it), a returned chunk
+//!   that still awaits patches stays BeingWritten while it is in the pending
+//!   batch, and its patches are written in place; anything not patched by
+//!   the time the batch is sent is released as Complete and patched through
+//!   `chunks_to_patch`.
+//!
+//! Thread safety: allocation and batching state sit behind one mutex; chunk
+//! memory is written without locks by the writer owning the chunk. Batches
+//! are sent under a second lock so they reach the transport in order.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::patch_list::PatchList;
+use super::smb_abi::{
+    Chunk, ChunkHeader, ChunkState, PageLayout, SmbAbi, FLAG_CHUNK_NEEDS_PATCHING, MAX_WRITER_ID,
+    PATCH_SIZE,
+};
+use super::trace_writer::TraceWriter;
+
+/// Global id of a service-side trace buffer.
+pub type BufferId = u16;
+/// Id of one trace writer (packet sequence) within a producer.
+pub type WriterId = u16;
+
+/// What a writer does when the SMB has no free chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferExhaustedPolicy {
+    /// Wait for the service to free chunks (bounded, then drop).
+    Stall,
+    /// Discard data until a chunk frees up; the next packet that makes it
+    /// carries `previous_packet_dropped`.
+    Drop,
+}
+
+/// A chunk the service should copy out (CommitDataRequest.chunks_to_move).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkToMove {
+    pub page: u32,
+    pub chunk: u32,
+    pub target_buffer: BufferId,
+}
+
+/// One 4-byte fix-up (CommitDataRequest.ChunkToPatch.Patch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patch {
+    /// From the first payload byte (after the 8-byte chunk header).
+    pub offset: u32,
+    pub data: [u8; PATCH_SIZE],
+}
+
+/// Patches for one chunk (CommitDataRequest.chunks_to_patch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkToPatch {
+    pub target_buffer: BufferId,
+    pub writer_id: WriterId,
+    pub chunk_id: u32,
+    pub patches: Vec<Patch>,
+    /// More patches for this chunk will follow in a later batch.
+    pub has_more_patches: bool,
+}
+
+/// One CommitData request's worth of work.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitBatch {
+    pub chunks_to_move: Vec<ChunkToMove>,
+    pub chunks_to_patch: Vec<ChunkToPatch>,
+    /// Acks every flush request with id <= this.
+    pub flush_request_id: Option<u64>,
+}
+
+impl CommitBatch {
+    pub fn is_empty(&self) -> bool {
+        self.chunks_to_move.is_empty()
+            && self.chunks_to_patch.is_empty()
+            && self.flush_request_id.is_none()
+    }
+}
+
+/// How the arbiter talks to the service (the IPC adapter implements it).
+///
+/// Methods are called from writer threads and must not call back into the
+/// [`Arbiter`] (they run under its send lock). They should be quick: queue
+/// the message for the IPC thread.
+pub trait ProducerTransport: Send + Sync {
+    /// Send a CommitDataRequest.
+    fn commit_data(&self, batch: CommitBatch);
+    /// Send RegisterTraceWriter (a writer was created).
+    fn register_trace_writer(&self, writer_id: WriterId, target_buffer: BufferId);
+    /// Send UnregisterTraceWriter (a writer was dropped).
+    fn unregister_trace_writer(&self, writer_id: WriterId);
+}
+
+/// Arbiter settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ArbiterConfig {
+    /// Layout for newly partitioned pages (Perfetto uses one chunk/page).
+    pub page_layout: PageLayout,
+    /// Stall iterations before a `Stall` writer gives up and drops.
+    pub max_stall_attempts: u32,
+    /// Hold commits until patches, half-full SMB, stall or flush.
+    pub batch_commits: bool,
+}
+
+impl Default for ArbiterConfig {
+    fn default() -> Self {
+        ArbiterConfig {
+            page_layout: PageLayout::Div1,
+            max_stall_attempts: 300,
+            batch_commits: false,
+        }
+    }
+}
+
+/// Counters, see [`Arbiter::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArbiterStats {
+    /// Times a writer had to wait for a free chunk.
+    pub stalls: u64,
+    /// Stalls that hit the bound and fell back to dropping.
+    pub stall_give_ups: u64,
+    /// Chunk requests that found the SMB full and returned nothing.
+    pub chunk_requests_failed: u64,
+    pub chunks_committed: u64,
+    pub commit_batches_sent: u64,
+    pub patches_sent: u64,
+    pub patches_applied_in_smb: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    stalls: AtomicU64,
+    stall_give_ups: AtomicU64,
+    chunk_requests_failed: AtomicU64,
+    chunks_committed: AtomicU64,
+    commit_batches_sent: AtomicU64,
+    patches_sent: AtomicU64,
+    patches_applied_in_smb: AtomicU64,
+}
+
+struct State {
+    page_cursor: usize,
+    pending: CommitBatch,
+    bytes_pending: usize,
+    ids: WriterIdAllocator,
+}
+
+/// The producer-side SMB arbiter. Share it as `Arc<Arbiter>`.
+pub struct Arbiter {
+    abi: SmbAbi,
+    config: ArbiterConfig,
+    transport: Arc<dyn ProducerTransport>,
+    state: Mutex<State>,
+    send_lock: Mutex<()>,
+    direct_patching: AtomicBool,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Arbiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arbiter")
+            .field("abi", &self.abi)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking writer thread must not take the whole producer down.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Arbiter {
+    pub fn new(
+        abi: SmbAbi,
+        config: ArbiterConfig,
+        transport: Arc<dyn ProducerTransport>,
+    ) -> Arc<Arbiter> {
+        Arc::new(Arbiter {
+            abi,
+            config,
+            transport,
+            state: Mutex::new(State {
+                page_cursor: 0,
+                pending: CommitBatch::default(),
+                bytes_pending: 0,
+                ids: WriterIdAllocator::default(),
+            }),
+            send_lock: Mutex::new(()),
+            direct_patching: AtomicBool::new(false),
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn abi(&self) -> &SmbAbi {
+        &self.abi
+    }
+
+    /// Enables in-place patching; call with the service's
+    /// `direct_smb_patching_supported` (InitializeConnection reply).
+    pub fn set_direct_smb_patching(&self, enabled: bool) {
+        self.direct_patching.store(enabled, Ordering::Relaxed);
+    }
+
+    /// Creates a writer on a new writer id and sends RegisterTraceWriter.
+    /// `None` when all 32767 ids are in use.
+    pub fn create_trace_writer(
+        self: &Arc<Self>,
+        target_buffer: BufferId,
+        policy: BufferExhaustedPolicy,
+    ) -> Option<TraceWriter> {
+        let id = lock(&self.state).ids.allocate()?;
+        self.transport.register_trace_writer(id, target_buffer);
+        Some(TraceWriter::new(self.clone(), id, target_buffer, policy))
+    }
+
+    /// Frees a writer id and sends UnregisterTraceWriter (writer drop).
+    pub(crate) fn release_writer_id(&self, id: WriterId) {
+        lock(&self.state).ids.free(id);
+        self.transport.unregister_trace_writer(id);
+    }
+
+    /// Acks flush request `id` (after the data sources flushed their
+    /// writers) and sends the pending batch.
+    pub fn notify_flush_complete(&self, flush_request_id: u64) {
+        {
+            let mut st = lock(&self.state);
+            let cur = st.pending.flush_request_id.unwrap_or(0);
+            st.pending.flush_request_id = Some(cur.max(flush_request_id));
+        }
+        self.flush_pending_commits();
+    }
+
+    /// Counters (relaxed snapshot).
+    pub fn stats(&self) -> ArbiterStats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ArbiterStats {
+            stalls: l(&c.stalls),
+            stall_give_ups: l(&c.stall_give_ups),
+            chunk_requests_failed: l(&c.chunk_requests_failed),
+            chunks_committed: l(&c.chunks_committed),
+            commit_batches_sent: l(&c.commit_batches_sent),
+            patches_sent: l(&c.patches_sent),
+            patches_applied_in_smb: l(&c.patches_applied_in_smb),
+        }
+    }
+
+    fn try_get_chunk(&self, header: &ChunkHeader) -> Option<Chunk> {
+        let mut st = lock(&self.state);
+        let n = self.abi.num_pages();
+        let layout = self.config.page_layout;
+        for i in 0..n {
+            let page = (st.page_cursor + i) % n;
+            let is_new = self.abi.is_page_free(page) && self.abi.try_partition_page(page, layout);
+            let mut free = if is_new {
+                (1u32 << layout.num_chunks()) - 1
+            } else {
+                self.abi.free_chunks(page)
+            };
+            let mut idx = 0;
+            while free != 0 {
+                if free & 1 != 0 {
+                    if let Some(c) = self.abi.try_acquire_chunk_for_writing(page, idx, header) {
+                        st.page_cursor = page;
+                        return Some(c);
+                    }
+                }
+                free >>= 1;
+                idx += 1;
+            }
+        }
+        None
+    }
+
+    /// Acquires a free chunk with `header`, applying `policy` when none is
+    /// free. `None` means "drop".
+    pub fn get_new_chunk(
+        &self,
+        header: &ChunkHeader,
+        policy: BufferExhaustedPolicy,
+    ) -> Option<Chunk> {
+        let mut stalls = 0u32;
+        let mut sleep_us = 0u64;
+        loop {
+            if let Some(c) = self.try_get_chunk(header) {
+                return Some(c);
+            }
+            if policy == BufferExhaustedPolicy::Drop {
+                self.counters
+                    .chunk_requests_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            if stalls >= self.config.max_stall_attempts {
+                self.counters.stall_give_ups.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .chunk_requests_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            stalls += 1;
+            self.counters.stalls.fetch_add(1, Ordering::Relaxed);
+            // The service can only free what it has been told about.
+            self.flush_pending_commits();
+            std::thread::sleep(Duration::from_micros(sleep_us));
+            sleep_us = (sleep_us + 1).saturating_mul(8).min(100_000);
+        }
+    }
+
+    /// A writer gives back a filled chunk, plus whatever patches are ready.
+    pub(crate) fn return_completed_chunk(
+        &self,
+        chunk: Chunk,
+        writer_id: WriterId,
+        target_buffer: BufferId,
+        patches: &mut PatchList,
+    ) {
+        let send_now = {
+            let mut st = lock(&self.state);
+            st.bytes_pending += chunk.size();
+            let ctm = ChunkToMove {
+                page: chunk.page_idx() as u32,
+                chunk: chunk.chunk_idx() as u32,
+                target_buffer,
+            };
+            let needs_patching =
+                self.abi.chunk_header(&chunk).flags & FLAG_CHUNK_NEEDS_PATCHING != 0;
+            if !(needs_patching && self.direct_patching.load(Ordering::Relaxed)) {
+                // Our own chunk in BeingWritten: cannot fail unless the
+                // service corrupted the bitmap; then the chunk is lost.
+                let _ = self.abi.release_chunk_as_complete(chunk);
+            }
+            st.pending.chunks_to_move.push(ctm);
+            self.counters
+                .chunks_committed
+                .fetch_add(1, Ordering::Relaxed);
+            let added_patches = self.take_ready_patches(&mut st, writer_id, target_buffer, patches);
+            self.should_send(&st, added_patches)
+        };
+        if send_now {
+            self.flush_pending_commits();
+        }
+    }
+
+    /// A writer has filled patches but no chunk to return.
+    pub(crate) fn send_patches(
+        &self,
+        writer_id: WriterId,
+        target_buffer: BufferId,
+        patches: &mut PatchList,
+    ) {
+        let send_now = {
+            let mut st = lock(&self.state);
+            let added = self.take_ready_patches(&mut st, writer_id, target_buffer, patches);
+            self.should_send(&st, added)
+        };
+        if send_now {
+            self.flush_pending_commits();
+        }
+    }
+
+    fn should_send(&self, st: &State, added_patches: bool) -> bool {
+        !self.config.batch_commits || added_patches || st.bytes_pending >= self.abi.size() / 2
+    }
+
+    /// Moves ready patches into the pending batch (or into the SMB).
+    /// Returns true if any went into the batch.
+    fn take_ready_patches(
+        &self,
+        st: &mut State,
+        writer_id: WriterId,
+        target_buffer: BufferId,
+        patches: &mut PatchList,
+    ) -> bool {
+        let direct = self.direct_patching.load(Ordering::Relaxed);
+        let mut added = false;
+        let mut last: Option<usize> = None; // index into chunks_to_patch
+        while let Some(p) = patches.pop_ready() {
+            let more_for_chunk = patches.front().is_some_and(|n| n.chunk_id == p.chunk_id);
+            if direct
+                && self.try_direct_patch(
+                    st,
+                    writer_id,
+                    p.chunk_id,
+                    p.offset,
+                    p.data,
+                    more_for_chunk,
+                )
+            {
+                self.counters
+                    .patches_applied_in_smb
+                    .fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let ctp = &mut st.pending.chunks_to_patch;
+            let reuse = last.is_some_and(|i| ctp[i].chunk_id == p.chunk_id);
+            if !reuse {
+                ctp.push(ChunkToPatch {
+                    target_buffer,
+                    writer_id,
+                    chunk_id: p.chunk_id,
+                    patches: Vec::new(),
+                    has_more_patches: false,
+                });
+                last = Some(ctp.len() - 1);
+            }
+            let i = last.unwrap_or(0);
+            ctp[i].patches.push(Patch {
+                offset: u32::from(p.offset),
+                data: p.data,
+            });
+            self.counters.patches_sent.fetch_add(1, Ordering::Relaxed);
+            added = true;
+        }
+        if let Some(i) = last {
+            let ctp = &mut st.pending.chunks_to_patch[i];
+            ctp.has_more_patches = patches.front().is_some_and(|n| n.chunk_id == ctp.chunk_id);
+        }
+        added
+    }
+
+    /// Writes a patch into a chunk still held back in the pending batch.
+    fn try_direct_patch(
+        &self,
+        st: &State,
+        writer_id: WriterId,
+        chunk_id: u32,
+        offset: u16,
+        data: [u8; PATCH_SIZE],
+        more_for_chunk: bool,
+    ) -> bool {
+        for ctm in st.pending.chunks_to_move.iter().rev() {
+            let Ok((state, chunk)) = self.abi.chunk_at(ctm.page as usize, ctm.chunk as usize)
+            else {
+                continue;
+            };
+            if state != ChunkState::BeingWritten {
+                continue;
+            }
+            let h = self.abi.chunk_header(&chunk);
+            if h.writer_id != writer_id || h.chunk_id != chunk_id {
+                continue;
+            }
+            if offset as usize + PATCH_SIZE > chunk.payload_size() {
+                return false;
+            }
+            self.abi
+                .mem()
+                .write(chunk.payload_offset() + offset as usize, &data);
+            if !more_for_chunk {
+                self.abi
+                    .clear_chunk_flags(&chunk, FLAG_CHUNK_NEEDS_PATCHING);
+                let _ = self.abi.release_chunk_as_complete(chunk);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Sends the pending batch, if any. Chunks held back for direct
+    /// patching are released as Complete first.
+    pub fn flush_pending_commits(&self) {
+        let _order = lock(&self.send_lock);
+        let batch = {
+            let mut st = lock(&self.state);
+            if st.pending.is_empty() {
+                return;
+            }
+            for ctm in &st.pending.chunks_to_move {
+                if let Ok((ChunkState::BeingWritten, chunk)) =
+                    self.abi.chunk_at(ctm.page as usize, ctm.chunk as usize)
+                {
+                    let _ = self.abi.release_chunk_as_complete(chunk);
+                }
+            }
+            st.bytes_pending = 0;
+            std::mem::take(&mut st.pending)
+        };
+        self.counters
+            .commit_batches_sent
+            .fetch_add(1, Ordering::Relaxed);
+        self.transport.commit_data(batch);
+    }
+}
+
+/// Writer ids 1..=32767, handed out round-robin so a freed id is not
+/// reused immediately.
+struct WriterIdAllocator {
+    used: Vec<bool>,
+    last: u16,
+    in_use: usize,
+}
+
+impl Default for WriterIdAllocator {
+    fn default() -> Self {
+        WriterIdAllocator {
+            used: vec![false; MAX_WRITER_ID as usize + 1],
+            last: 0,
+            in_use: 0,
+        }
+    }
+}
+
+impl WriterIdAllocator {
+    fn allocate(&mut self) -> Option<WriterId> {
+        if self.in_use >= MAX_WRITER_ID as usize {
+            return None;
+        }
+        let mut id = self.last;
+        loop {
+            id = if id >= MAX_WRITER_ID { 1 } else { id + 1 };
+            if !self.used[id as usize] {
+                self.used[id as usize] = true;
+                self.last = id;
+                self.in_use += 1;
+                return Some(id);
+            }
+        }
+    }
+
+    fn free(&mut self, id: WriterId) {
+        if let Some(u) = self.used.get_mut(id as usize) {
+            if *u {
+                *u = false;
+                self.in_use -= 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writer_ids_cover_the_range_and_are_recycled() {
+        let mut a = WriterIdAllocator::default();
+        assert_eq!(a.allocate(), Some(1));
+        assert_eq!(a.allocate(), Some(2));
+        a.free(1);
+        assert_eq!(a.allocate(), Some(3), "not reused at once");
+        for _ in 3..MAX_WRITER_ID {
+            assert!(a.allocate().is_some());
+        }
+        assert_eq!(a.allocate(), Some(1), "wraps to the freed id");
+        assert_eq!(a.allocate(), None, "all 32767 in use");
+        a.free(0);
+        a.free(40000);
+        a.free(7);
+        assert_eq!(a.allocate(), Some(7));
+    }
+}

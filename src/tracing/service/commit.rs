@@ -1,0 +1,149 @@
+//! CommitData: moving chunks out of a producer's SMB into session buffers,
+//! applying out-of-band patches, acknowledging flushes.
+//!
+//! Everything in the request and in the SMB is untrusted. A bad entry costs
+//! the producer only that entry and is counted; the rest of the request is
+//! processed.
+
+use crate::pb::protos::CommitDataRequest;
+use crate::tracing::core::smb_abi::{
+    ChunkHeader, CHUNK_HEADER_SIZE, MAX_PACKET_COUNT, PACKET_COUNT_BITS, PATCH_SIZE,
+};
+
+use super::service::TracingService;
+use super::trace_buffer::Patch;
+use super::types::*;
+
+/// Patches processed per ChunkToPatch entry (as upstream).
+const MAX_PATCHES_PER_CHUNK: usize = 1024;
+
+impl TracingService {
+    pub fn commit_data(&mut self, now: u64, producer: ProducerId, req: &CommitDataRequest) {
+        if !self.producers.contains_key(&producer) {
+            return;
+        }
+        let mut payload = Vec::new();
+        for mv in &req.chunks_to_move {
+            payload.clear();
+            let header = match &mv.data {
+                Some(data) => self.chunk_from_request(producer, data, &mut payload),
+                None => self.chunk_from_smb(producer, mv.page, mv.chunk, &mut payload),
+            };
+            let Some(header) = header else { continue };
+            let complete = !mv.chunk_incomplete.unwrap_or(false);
+            self.copy_chunk(producer, mv.target_buffer, &header, complete, &payload);
+        }
+        for p in &req.chunks_to_patch {
+            self.apply_patches(producer, p);
+        }
+        if let Some(ack) = req.flush_request_id.filter(|&id| id != 0) {
+            self.on_flush_ack(now, producer, ack);
+        }
+    }
+
+    /// Shmem emulation: the chunk (header included) travels in the request.
+    fn chunk_from_request(&mut self, producer: ProducerId, data: &[u8], payload: &mut Vec<u8>) -> Option<ChunkHeader> {
+        if data.len() < CHUNK_HEADER_SIZE {
+            self.producers.get_mut(&producer)?.abi_violations += 1;
+            return None;
+        }
+        let chunk_id = u32::from_le_bytes(data[0..4].try_into().ok()?);
+        let writer_id = u16::from_le_bytes(data[4..6].try_into().ok()?);
+        let packets = u16::from_le_bytes(data[6..8].try_into().ok()?);
+        let packet_count = packets & MAX_PACKET_COUNT;
+        let flags = (packets >> PACKET_COUNT_BITS) as u8;
+        payload.extend_from_slice(&data[CHUNK_HEADER_SIZE..]);
+        Some(ChunkHeader { chunk_id, writer_id, packet_count, flags })
+    }
+
+    /// Takes a Complete chunk from the SMB, copies it and frees it.
+    fn chunk_from_smb(
+        &mut self,
+        producer: ProducerId,
+        page: Option<u32>,
+        chunk: Option<u32>,
+        payload: &mut Vec<u8>,
+    ) -> Option<ChunkHeader> {
+        let p = self.producers.get_mut(&producer)?;
+        let Some(smb) = p.smb.as_ref() else {
+            p.abi_violations += 1;
+            return None;
+        };
+        let (page_untrusted, chunk_untrusted) = (page? as usize, chunk? as usize);
+        let c = match smb.try_acquire_chunk_for_reading(page_untrusted, chunk_untrusted) {
+            Ok(c) => c,
+            Err(_) => {
+                p.abi_violations += 1;
+                return None;
+            }
+        };
+        let header = smb.read_chunk(&c, payload);
+        if smb.release_chunk_as_free(c).is_err() {
+            p.abi_violations += 1;
+        }
+        Some(header)
+    }
+
+    /// ACL checks, then into the target buffer.
+    fn copy_chunk(
+        &mut self,
+        producer: ProducerId,
+        target_untrusted: Option<u32>,
+        h: &ChunkHeader,
+        complete: bool,
+        payload: &[u8],
+    ) {
+        let Some(p) = self.producers.get_mut(&producer) else { return };
+        let target = target_untrusted.and_then(|t| u16::try_from(t).ok());
+        let allowed = target.filter(|t| p.allowed_buffers.contains(t));
+        let writer_ok = match (allowed, p.writers.get(&h.writer_id)) {
+            (Some(t), Some(&registered)) => registered == t,
+            _ => true,
+        };
+        let (Some(target), true) = (allowed, writer_ok) else {
+            p.chunks_discarded += 1;
+            return;
+        };
+        let client = p.client_identity();
+        let Some(buf) = self.buffers.get_mut(&target) else {
+            p.chunks_discarded += 1;
+            return;
+        };
+        buf.copy_chunk_untrusted(
+            producer,
+            client,
+            h.writer_id,
+            h.chunk_id,
+            h.packet_count,
+            h.flags,
+            complete,
+            payload,
+        );
+    }
+
+    fn apply_patches(&mut self, producer: ProducerId, req: &crate::pb::protos::mod_CommitDataRequest::ChunkToPatch) {
+        let Some(p) = self.producers.get_mut(&producer) else { return };
+        let target = req.target_buffer.and_then(|t| u16::try_from(t).ok()).filter(|t| p.allowed_buffers.contains(t));
+        let writer = req.writer_id.and_then(|w| u16::try_from(w).ok()).filter(|&w| w != 0);
+        let (Some(target), Some(writer), Some(chunk_id)) = (target, writer, req.chunk_id) else {
+            p.patches_discarded += 1;
+            return;
+        };
+        let mut patches = Vec::with_capacity(req.patches.len().min(MAX_PATCHES_PER_CHUNK));
+        for patch in req.patches.iter().take(MAX_PATCHES_PER_CHUNK) {
+            let data = patch.data.as_deref().unwrap_or(&[]);
+            let (Some(offset), Ok(data)) = (patch.offset, <[u8; PATCH_SIZE]>::try_from(data)) else {
+                p.patches_discarded += 1;
+                return;
+            };
+            patches.push(Patch { offset_untrusted: offset, data });
+        }
+        let Some(buf) = self.buffers.get_mut(&target) else {
+            p.patches_discarded += 1;
+            return;
+        };
+        let more = req.has_more_patches.unwrap_or(false);
+        // A failure is counted by the buffer (patches_failed).
+        buf.try_patch_chunk_contents(producer, writer, chunk_id, &patches, more);
+    }
+}

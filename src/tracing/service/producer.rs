@@ -1,0 +1,52 @@
+//! Per-producer connection state kept by the service.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::pb::protos::DataSourceDescriptor;
+use crate::tracing::core::smb_abi::SmbAbi;
+
+use super::trace_buffer::ClientIdentity;
+use super::types::{BufferId, ProducerInfo};
+
+#[derive(Debug)]
+pub struct Producer {
+    pub info: ProducerInfo,
+    /// Registered data sources by name (a name registered twice keeps the
+    /// latest descriptor).
+    pub data_sources: BTreeMap<String, DataSourceDescriptor>,
+    pub smb: Option<SmbAbi>,
+    /// The SMB came from the producer (InitializeConnection fd).
+    pub smb_provided: bool,
+    /// SetupTracing was sent on this connection.
+    pub setup_tracing_sent: bool,
+    /// Buffers this producer may write into: those of sessions in which it
+    /// has a data source instance.
+    pub allowed_buffers: BTreeSet<BufferId>,
+    /// RegisterTraceWriter bindings: writer id -> buffer.
+    pub writers: BTreeMap<u16, BufferId>,
+    /// Counters of what this producer got wrong.
+    pub chunks_discarded: u64,
+    pub patches_discarded: u64,
+    pub abi_violations: u64,
+}
+
+impl Producer {
+    pub fn new(info: ProducerInfo) -> Self {
+        Producer {
+            info,
+            data_sources: BTreeMap::new(),
+            smb: None,
+            smb_provided: false,
+            setup_tracing_sent: false,
+            allowed_buffers: BTreeSet::new(),
+            writers: BTreeMap::new(),
+            chunks_discarded: 0,
+            patches_discarded: 0,
+            abi_violations: 0,
+        }
+    }
+
+    pub fn client_identity(&self) -> ClientIdentity {
+        ClientIdentity { uid: self.info.uid, pid: self.info.pid, machine_id: 0 }
+    }
+}

@@ -1,0 +1,300 @@
+//! Service core tests driven by fake time: duration, flushes, stop
+//! timeouts, write_into_file, triggers.
+
+use super::raw_proto::decode_message;
+use super::session::SessionState;
+use super::test_env::*;
+use super::*;
+use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::{Trigger, TriggerMode};
+use crate::pb::protos::mod_TraceConfig::TriggerConfig;
+use crate::pb::protos::mod_TracePacket::OneOfdata;
+use crate::pb::protos::{DataSourceConfig, DataSourceDescriptor, TraceConfig};
+
+fn global_buffer(outs: &[Output], p: ProducerId) -> u32 {
+    cmds_for(outs, p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::SetupDataSource { config, .. } => {
+                decode_message::<DataSourceConfig>(&config).unwrap().target_buffer
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
+fn flush_request(outs: &[Output], p: ProducerId) -> Option<u64> {
+    cmds_for(outs, p).into_iter().find_map(|c| match c {
+        ProducerCommand::Flush { request_id, .. } => Some(request_id),
+        _ => None,
+    })
+}
+
+fn ack(h: &mut H, p: ProducerId, id: u64) {
+    let req = crate::pb::protos::CommitDataRequest { flush_request_id: Some(id), ..Default::default() };
+    h.svc.commit_data(h.now, p, &req);
+}
+
+#[test]
+fn duration_expiry_flushes_then_disables() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.duration_ms = Some(2000);
+    let sid = h.enable(c, &cfg).unwrap();
+    h.outputs();
+    assert_eq!(h.svc.next_deadline(), Some(h.now + ms(2000)));
+    h.advance(ms(1999));
+    assert!(flush_request(&h.outputs(), p).is_none());
+    h.advance(ms(1));
+    let id = flush_request(&h.outputs(), p).expect("flush before stop");
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
+    ack(&mut h, p, id);
+    let outs = h.outputs();
+    assert!(cmds_for(&outs, p).iter().any(|c| matches!(c, ProducerCommand::StopDataSource { .. })));
+    assert!(outs.contains(&Output::TracingDisabled { consumer: c, error: None }));
+}
+
+#[test]
+fn duration_expiry_stops_even_if_flush_times_out() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.duration_ms = Some(1000);
+    cfg.flush_timeout_ms = Some(300);
+    let sid = h.enable(c, &cfg).unwrap();
+    h.advance(ms(1000));
+    assert!(flush_request(&h.outputs(), p).is_some());
+    h.advance(ms(299));
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
+    h.advance(ms(1));
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
+}
+
+#[test]
+fn consumer_flush_success_and_timeout() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    h.enable(c, &basic_config("ds", 64)).unwrap();
+    h.outputs();
+    h.svc.flush(h.now, c, 1000, 0, 77).unwrap();
+    let id = flush_request(&h.outputs(), p).unwrap();
+    ack(&mut h, p, id);
+    assert!(h.outputs().contains(&Output::FlushResult { consumer: c, token: 77, success: true }));
+    h.svc.flush(h.now, c, 1000, 0, 78).unwrap();
+    h.outputs();
+    h.advance(ms(999));
+    assert!(h.outputs().is_empty());
+    h.advance(ms(1));
+    assert!(h.outputs().contains(&Output::FlushResult { consumer: c, token: 78, success: false }));
+    // Producer disconnect completes a pending flush.
+    h.svc.flush(h.now, c, 1000, 0, 79).unwrap();
+    h.svc.disconnect_producer(h.now, p);
+    assert!(h.outputs().contains(&Output::FlushResult { consumer: c, token: 79, success: true }));
+}
+
+#[test]
+fn periodic_flush() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.flush_period_ms = Some(500);
+    h.enable(c, &cfg).unwrap();
+    h.outputs();
+    h.advance(ms(500));
+    assert!(flush_request(&h.outputs(), p).is_some());
+    h.advance(ms(500));
+    assert!(flush_request(&h.outputs(), p).is_some());
+}
+
+#[test]
+fn stop_waits_for_acks_or_timeout() {
+    let mut h = H::new();
+    let info = ProducerInfo { name: "prod".into(), ..Default::default() };
+    let p = h.svc.connect_producer(info, None).unwrap();
+    let d = DataSourceDescriptor { name: Some("ds".into()), will_notify_on_stop: Some(true), will_notify_on_start: Some(true), ..Default::default() };
+    h.svc.register_data_source(h.now, p, d).unwrap();
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.data_source_stop_timeout_ms = Some(700);
+    let sid = h.enable(c, &cfg).unwrap();
+    let inst = cmds_for(&h.outputs(), p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::StartDataSource { instance_id, .. } => Some(instance_id),
+            _ => None,
+        })
+        .unwrap();
+    h.svc.notify_data_source_started(h.now, p, inst);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Stopping));
+    h.svc.notify_data_source_stopped(h.now, p, inst);
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
+
+    let c2 = h.svc.connect_consumer(0);
+    let sid2 = h.enable(c2, &cfg).unwrap();
+    h.svc.disable_tracing(h.now, c2).unwrap();
+    h.advance(ms(699));
+    assert_eq!(h.svc.session_state(sid2), Some(SessionState::Stopping));
+    h.advance(ms(1));
+    assert_eq!(h.svc.session_state(sid2), Some(SessionState::Disabled));
+}
+
+fn file_outputs(outs: &[Output]) -> (Vec<u8>, bool) {
+    let mut data = Vec::new();
+    let mut closed = false;
+    for o in outs {
+        match o {
+            Output::WriteToFile { data: d, .. } => data.extend_from_slice(d),
+            Output::CloseFile { .. } => closed = true,
+            _ => {}
+        }
+    }
+    (data, closed)
+}
+
+fn trace_packets(file: &[u8]) -> Vec<Vec<u8>> {
+    let t: crate::pb::protos::Trace = decode_message(file).unwrap();
+    t.packet.iter().map(encode).collect()
+}
+
+#[test]
+fn write_into_file_periodically_and_at_stop() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.write_into_file = Some(true);
+    cfg.file_write_period_ms = Some(10); // clamped to 100 ms
+    let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let global = global_buffer(&h.outputs(), p);
+    assert!(h.svc.read_buffers(h.now, c).is_err());
+    h.commit_packets(p, 1, global, &[test_packet(1, 0)]);
+    h.advance(ms(99));
+    assert!(file_outputs(&h.outputs()).0.is_empty());
+    h.advance(ms(1));
+    let (first, closed) = file_outputs(&h.outputs());
+    assert!(!closed);
+    assert_eq!(producer_markers(&trace_packets(&first)), vec![1]);
+    h.commit_packets(p, 1, global, &[test_packet(2, 0)]);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    let outs = h.outputs();
+    let (rest, closed) = file_outputs(&outs);
+    assert!(closed);
+    assert_eq!(producer_markers(&trace_packets(&rest)), vec![2]);
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
+}
+
+#[test]
+fn max_file_size_stops_the_session() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 256);
+    cfg.write_into_file = Some(true);
+    cfg.file_write_period_ms = Some(1000);
+    cfg.max_file_size_bytes = Some(3000);
+    let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let global = global_buffer(&h.outputs(), p);
+    for i in 0..10 {
+        h.commit_packets(p, 1, global, &[test_packet(i, 500)]);
+    }
+    h.advance(ms(1000));
+    let outs = h.outputs();
+    let (data, closed) = file_outputs(&outs);
+    assert!(closed);
+    assert!(data.len() <= 3000 && data.len() > 1000, "{}", data.len());
+    assert!(!trace_packets(&data).is_empty());
+    assert!(matches!(h.svc.session_state(sid), Some(SessionState::Disabled)));
+}
+
+fn trigger_config(mode: TriggerMode, regex: Option<&str>, delay: u32) -> TraceConfig {
+    let mut cfg = basic_config("ds", 64);
+    cfg.trigger_config = Some(TriggerConfig {
+        trigger_mode: Some(mode),
+        trigger_timeout_ms: Some(10_000),
+        triggers: vec![Trigger {
+            name: Some("go".into()),
+            producer_name_regex: regex.map(String::from),
+            stop_delay_ms: Some(delay),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    cfg
+}
+
+#[test]
+fn start_trigger_starts_then_stops_after_delay() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let t = h.producer("app.trigger", 0, &[]);
+    let c = h.svc.connect_consumer(0);
+    let sid = h.enable(c, &trigger_config(TriggerMode::START_TRACING, Some("app\\..*"), 500)).unwrap();
+    let outs = h.outputs();
+    assert!(cmds_for(&outs, p).iter().all(|c| !matches!(c, ProducerCommand::StartDataSource { .. })));
+    assert!(h.read(c).is_empty(), "no trace before a trigger");
+    h.svc.activate_triggers(h.now, p, &["go".into()]); // regex mismatch
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Configured));
+    h.svc.activate_triggers(h.now, t, &["nope".into(), "go".into()]);
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
+    assert!(cmds_for(&h.outputs(), p).iter().any(|c| matches!(c, ProducerCommand::StartDataSource { .. })));
+    h.advance(ms(500));
+    let id = flush_request(&h.outputs(), p).unwrap();
+    ack(&mut h, p, id);
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
+    let packets = h.read(c);
+    let triggers: Vec<_> = packets
+        .iter()
+        .filter_map(|p| match decode_packet(p).data {
+            OneOfdata::trigger(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(triggers.len(), 1);
+    assert_eq!(triggers[0].trigger_name.as_deref(), Some("go"));
+    assert_eq!(triggers[0].producer_name.as_deref(), Some("app.trigger"));
+}
+
+#[test]
+fn start_trigger_timeout_gives_empty_trace() {
+    let mut h = H::new();
+    h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let sid = h.enable(c, &trigger_config(TriggerMode::START_TRACING, None, 0)).unwrap();
+    h.advance(ms(10_000));
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
+    assert!(h.outputs().contains(&Output::TracingDisabled { consumer: c, error: None }));
+    assert!(h.read(c).is_empty());
+}
+
+#[test]
+fn stop_trigger_stops_after_delay_and_timeout_is_empty() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let sid = h.enable(c, &trigger_config(TriggerMode::STOP_TRACING, None, 200)).unwrap();
+    let global = global_buffer(&h.outputs(), p);
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
+    h.commit_packets(p, 1, global, &[test_packet(3, 0)]);
+    h.advance(ms(100));
+    h.svc.activate_triggers(h.now, p, &["go".into()]);
+    h.advance(ms(199));
+    assert!(flush_request(&h.outputs(), p).is_none());
+    h.advance(ms(1));
+    let id = flush_request(&h.outputs(), p).unwrap();
+    ack(&mut h, p, id);
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
+    assert_eq!(producer_markers(&h.read(c)), vec![3]);
+
+    let c2 = h.svc.connect_consumer(0);
+    let sid2 = h.enable(c2, &trigger_config(TriggerMode::STOP_TRACING, None, 200)).unwrap();
+    let global = global_buffer(&h.outputs(), p);
+    h.commit_packets(p, 1, global, &[test_packet(4, 0)]);
+    h.advance(ms(10_000));
+    assert_eq!(h.svc.session_state(sid2), Some(SessionState::Disabled));
+    assert!(h.read(c2).is_empty());
+}
