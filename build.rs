@@ -37,7 +37,10 @@ fn merge_protos(protos: &[PathBuf]) -> String {
             let t = line.trim_start();
             if t.starts_with("syntax ") || t.starts_with("package ") || t.starts_with("import ") {
                 if !t.starts_with("package perfetto.protos;") && t.starts_with("package ") {
-                    panic!("{}: every schema must be in package perfetto.protos", path.display());
+                    panic!(
+                        "{}: every schema must be in package perfetto.protos",
+                        path.display()
+                    );
                 }
                 continue;
             }

@@ -6,6 +6,7 @@
 
 pub mod bundle;
 pub mod compact_sched;
+pub mod cpu_reader;
 pub mod format;
 pub mod page_parser;
 pub(crate) mod sys;

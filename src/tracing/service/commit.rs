@@ -26,7 +26,7 @@ impl TracingService {
         for mv in &req.chunks_to_move {
             payload.clear();
             let header = match &mv.data {
-                Some(data) => self.chunk_from_request(producer, data, &mut payload),
+                Some(data) => self.chunk_from_request(data, &mut payload),
                 None => self.chunk_from_smb(producer, mv.page, mv.chunk, &mut payload),
             };
             let Some(header) = header else { continue };
@@ -42,9 +42,9 @@ impl TracingService {
     }
 
     /// Shmem emulation: the chunk (header included) travels in the request.
-    fn chunk_from_request(&mut self, producer: ProducerId, data: &[u8], payload: &mut Vec<u8>) -> Option<ChunkHeader> {
+    fn chunk_from_request(&mut self, data: &[u8], payload: &mut Vec<u8>) -> Option<ChunkHeader> {
         if data.len() < CHUNK_HEADER_SIZE {
-            self.producers.get_mut(&producer)?.abi_violations += 1;
+            self.chunks_discarded += 1;
             return None;
         }
         let chunk_id = u32::from_le_bytes(data[0..4].try_into().ok()?);
@@ -53,7 +53,12 @@ impl TracingService {
         let packet_count = packets & MAX_PACKET_COUNT;
         let flags = (packets >> PACKET_COUNT_BITS) as u8;
         payload.extend_from_slice(&data[CHUNK_HEADER_SIZE..]);
-        Some(ChunkHeader { chunk_id, writer_id, packet_count, flags })
+        Some(ChunkHeader {
+            chunk_id,
+            writer_id,
+            packet_count,
+            flags,
+        })
     }
 
     /// Takes a Complete chunk from the SMB, copies it and frees it.
@@ -64,23 +69,27 @@ impl TracingService {
         chunk: Option<u32>,
         payload: &mut Vec<u8>,
     ) -> Option<ChunkHeader> {
-        let p = self.producers.get_mut(&producer)?;
+        let p = self.producers.get(&producer)?;
         let Some(smb) = p.smb.as_ref() else {
-            p.abi_violations += 1;
+            self.chunks_discarded += 1;
             return None;
         };
-        let (page_untrusted, chunk_untrusted) = (page? as usize, chunk? as usize);
+        let (Some(page_untrusted), Some(chunk_untrusted)) = (page, chunk) else {
+            self.chunks_discarded += 1;
+            return None;
+        };
+        let (page_untrusted, chunk_untrusted) = (page_untrusted as usize, chunk_untrusted as usize);
         let c = match smb.try_acquire_chunk_for_reading(page_untrusted, chunk_untrusted) {
             Ok(c) => c,
             Err(_) => {
-                p.abi_violations += 1;
+                self.chunks_discarded += 1;
                 return None;
             }
         };
         let header = smb.read_chunk(&c, payload);
-        if smb.release_chunk_as_free(c).is_err() {
-            p.abi_violations += 1;
-        }
+        // Failing to free it only hurts the producer (the chunk stays
+        // BeingRead); the data was copied.
+        let _ = smb.release_chunk_as_free(c);
         Some(header)
     }
 
@@ -93,7 +102,9 @@ impl TracingService {
         complete: bool,
         payload: &[u8],
     ) {
-        let Some(p) = self.producers.get_mut(&producer) else { return };
+        let Some(p) = self.producers.get_mut(&producer) else {
+            return;
+        };
         let target = target_untrusted.and_then(|t| u16::try_from(t).ok());
         let allowed = target.filter(|t| p.allowed_buffers.contains(t));
         let writer_ok = match (allowed, p.writers.get(&h.writer_id)) {
@@ -101,12 +112,12 @@ impl TracingService {
             _ => true,
         };
         let (Some(target), true) = (allowed, writer_ok) else {
-            p.chunks_discarded += 1;
+            self.chunks_discarded += 1;
             return;
         };
         let client = p.client_identity();
         let Some(buf) = self.buffers.get_mut(&target) else {
-            p.chunks_discarded += 1;
+            self.chunks_discarded += 1;
             return;
         };
         buf.copy_chunk_untrusted(
@@ -121,25 +132,41 @@ impl TracingService {
         );
     }
 
-    fn apply_patches(&mut self, producer: ProducerId, req: &crate::pb::protos::mod_CommitDataRequest::ChunkToPatch) {
-        let Some(p) = self.producers.get_mut(&producer) else { return };
-        let target = req.target_buffer.and_then(|t| u16::try_from(t).ok()).filter(|t| p.allowed_buffers.contains(t));
-        let writer = req.writer_id.and_then(|w| u16::try_from(w).ok()).filter(|&w| w != 0);
+    fn apply_patches(
+        &mut self,
+        producer: ProducerId,
+        req: &crate::pb::protos::mod_CommitDataRequest::ChunkToPatch,
+    ) {
+        let Some(p) = self.producers.get_mut(&producer) else {
+            return;
+        };
+        let target = req
+            .target_buffer
+            .and_then(|t| u16::try_from(t).ok())
+            .filter(|t| p.allowed_buffers.contains(t));
+        let writer = req
+            .writer_id
+            .and_then(|w| u16::try_from(w).ok())
+            .filter(|&w| w != 0);
         let (Some(target), Some(writer), Some(chunk_id)) = (target, writer, req.chunk_id) else {
-            p.patches_discarded += 1;
+            self.patches_discarded += 1;
             return;
         };
         let mut patches = Vec::with_capacity(req.patches.len().min(MAX_PATCHES_PER_CHUNK));
         for patch in req.patches.iter().take(MAX_PATCHES_PER_CHUNK) {
             let data = patch.data.as_deref().unwrap_or(&[]);
-            let (Some(offset), Ok(data)) = (patch.offset, <[u8; PATCH_SIZE]>::try_from(data)) else {
-                p.patches_discarded += 1;
+            let (Some(offset), Ok(data)) = (patch.offset, <[u8; PATCH_SIZE]>::try_from(data))
+            else {
+                self.patches_discarded += 1;
                 return;
             };
-            patches.push(Patch { offset_untrusted: offset, data });
+            patches.push(Patch {
+                offset_untrusted: offset,
+                data,
+            });
         }
         let Some(buf) = self.buffers.get_mut(&target) else {
-            p.patches_discarded += 1;
+            self.patches_discarded += 1;
             return;
         };
         let more = req.has_more_patches.unwrap_or(false);

@@ -14,21 +14,33 @@ const MAX_BUFFER_SIZE_KB: u32 = 4 * 1024 * 1024 - 1;
 
 /// The trigger mode, with UNSPECIFIED when there is no trigger config.
 pub fn trigger_mode(cfg: &TraceConfig) -> TriggerMode {
-    cfg.trigger_config.as_ref().and_then(|t| t.trigger_mode).unwrap_or_default()
+    cfg.trigger_config
+        .as_ref()
+        .and_then(|t| t.trigger_mode)
+        .unwrap_or_default()
 }
 
 pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
     let guardrails = cfg.enable_extra_guardrails.unwrap_or(false);
-    let max_duration = if guardrails { GUARDRAILS_MAX_DURATION_MS } else { MAX_DURATION_MS };
+    let max_duration = if guardrails {
+        GUARDRAILS_MAX_DURATION_MS
+    } else {
+        MAX_DURATION_MS
+    };
     let duration = cfg.duration_ms.unwrap_or(0);
     if duration > max_duration {
-        return Err(format!("Requested too long trace ({duration} ms > {max_duration} ms)"));
+        return Err(format!(
+            "Requested too long trace ({duration} ms > {max_duration} ms)"
+        ));
     }
 
     validate_triggers(cfg, max_duration)?;
 
     if let Some(name) = &cfg.bugreport_filename {
-        if !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
             return Err("bugreport_filename contains invalid chars. Use [a-zA-Z0-9-_.]+".into());
         }
     }
@@ -48,7 +60,9 @@ pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
             return Err(format!("Buffer {i} has size_kb == 0"));
         }
         if kb > MAX_BUFFER_SIZE_KB {
-            return Err(format!("Buffer {i} is too large ({kb} KB, must be < 4 GiB)"));
+            return Err(format!(
+                "Buffer {i} is too large ({kb} KB, must be < 4 GiB)"
+            ));
         }
     }
 
@@ -60,7 +74,9 @@ pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
         for b in &cfg.buffers {
             let kb = b.size_kb.unwrap_or(0);
             if kb % 4 != 0 {
-                return Err(format!("buffer size_kb ({kb}) must be a multiple of 4 with guardrails"));
+                return Err(format!(
+                    "buffer size_kb ({kb}) must be a multiple of 4 with guardrails"
+                ));
             }
             sum += kb as u64;
         }
@@ -71,7 +87,9 @@ pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
             .filter(|&m| m > 0)
             .map_or(GUARDRAILS_MAX_BUFFER_SIZE_KB, u64::from);
         if sum > max {
-            return Err(format!("Requested too large trace buffer ({sum} KB > {max} KB)"));
+            return Err(format!(
+                "Requested too large trace buffer ({sum} KB > {max} KB)"
+            ));
         }
     }
 
@@ -95,7 +113,9 @@ pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
 }
 
 fn validate_triggers(cfg: &TraceConfig, max_duration: u32) -> Result<(), String> {
-    let Some(tc) = &cfg.trigger_config else { return Ok(()) };
+    let Some(tc) = &cfg.trigger_config else {
+        return Ok(());
+    };
     let mode = trigger_mode(cfg);
     let has_trigger_config = mode != TriggerMode::UNSPECIFIED;
     let timeout = tc.trigger_timeout_ms.unwrap_or(0);
@@ -106,13 +126,17 @@ fn validate_triggers(cfg: &TraceConfig, max_duration: u32) -> Result<(), String>
         ));
     }
     if tc.use_clone_snapshot_if_available.unwrap_or(false) && mode != TriggerMode::STOP_TRACING {
-        return Err("trigger_mode must be STOP_TRACING when use_clone_snapshot_if_available=true".into());
+        return Err(
+            "trigger_mode must be STOP_TRACING when use_clone_snapshot_if_available=true".into(),
+        );
     }
     if has_trigger_config && cfg.duration_ms.unwrap_or(0) != 0 {
         return Err("duration_ms was set, this must not be set for traces with triggers.".into());
     }
-    if matches!(mode, TriggerMode::STOP_TRACING | TriggerMode::CLONE_SNAPSHOT)
-        && cfg.write_into_file.unwrap_or(false)
+    if matches!(
+        mode,
+        TriggerMode::STOP_TRACING | TriggerMode::CLONE_SNAPSHOT
+    ) && cfg.write_into_file.unwrap_or(false)
     {
         return Err(
             "Specifying trigger mode STOP_TRACING/CLONE_SNAPSHOT and write_into_file together is unsupported"
@@ -141,9 +165,15 @@ mod tests {
 
     fn base() -> TraceConfig {
         TraceConfig {
-            buffers: vec![BufferConfig { size_kb: Some(64), ..Default::default() }],
+            buffers: vec![BufferConfig {
+                size_kb: Some(64),
+                ..Default::default()
+            }],
             data_sources: vec![DataSource {
-                config: Some(DataSourceConfig { name: Some("ds".into()), ..Default::default() }),
+                config: Some(DataSourceConfig {
+                    name: Some("ds".into()),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }],
             ..Default::default()
@@ -156,7 +186,10 @@ mod tests {
             trigger_timeout_ms: Some(timeout),
             triggers: names
                 .iter()
-                .map(|n| Trigger { name: Some(n.to_string()), ..Default::default() })
+                .map(|n| Trigger {
+                    name: Some(n.to_string()),
+                    ..Default::default()
+                })
                 .collect(),
             ..Default::default()
         })
@@ -180,7 +213,13 @@ mod tests {
         c.buffers[0].size_kb = Some(0);
         assert!(err(&c).contains("size_kb == 0"));
         let mut c = base();
-        c.buffers = vec![BufferConfig { size_kb: Some(4), ..Default::default() }; 129];
+        c.buffers = vec![
+            BufferConfig {
+                size_kb: Some(4),
+                ..Default::default()
+            };
+            129
+        ];
         assert!(err(&c).contains("Too many buffers"));
         let mut c = base();
         c.data_sources[0].config.as_mut().unwrap().target_buffer = Some(1);

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::pb::protos::mod_ObservableEvents::{DataSourceInstanceState, DataSourceInstanceStateChange};
+use crate::pb::protos::mod_ObservableEvents::{
+    DataSourceInstanceState, DataSourceInstanceStateChange,
+};
 use crate::pb::protos::mod_TracingServiceState as tss;
 use crate::pb::protos::{ObservableEvents, TracingServiceCapabilities, TracingServiceState};
 
@@ -32,20 +34,29 @@ fn encode_events(ev: &ObservableEvents) -> Vec<u8> {
 
 impl TracingService {
     pub fn get_trace_stats(&self, consumer: ConsumerId) -> Result<Vec<u8>, String> {
-        let sid = self.consumer_session(consumer).ok_or("No tracing session for this consumer")?;
+        let sid = self
+            .consumer_session(consumer)
+            .ok_or("No tracing session for this consumer")?;
         Ok(self.trace_stats_for(sid))
     }
 
     /// QueryServiceState. Sessions of other uids are hidden unless the
     /// consumer is root.
-    pub fn query_service_state(&self, consumer: ConsumerId, sessions_only: bool) -> TracingServiceState {
+    pub fn query_service_state(
+        &self,
+        consumer: ConsumerId,
+        sessions_only: bool,
+    ) -> TracingServiceState {
         let uid = self.consumers.get(&consumer).map_or(u32::MAX, |c| c.uid);
         let mut st = TracingServiceState {
             supports_tracing_sessions: Some(true),
             tracing_service_version: Some(crate::applets::VERSION.to_string()),
             num_sessions: Some(self.sessions.len() as i32),
             num_sessions_started: Some(
-                self.sessions.values().filter(|s| s.state == SessionState::Started).count() as i32,
+                self.sessions
+                    .values()
+                    .filter(|s| s.state == SessionState::Started)
+                    .count() as i32,
             ),
             ..Default::default()
         };
@@ -67,13 +78,22 @@ impl TracingService {
                 }
             }
         }
-        for s in self.sessions.values().filter(|s| uid == 0 || s.consumer_uid == uid) {
+        for s in self
+            .sessions
+            .values()
+            .filter(|s| uid == 0 || s.consumer_uid == uid)
+        {
             st.tracing_sessions.push(tss::TracingSession {
                 id: Some(s.id),
                 consumer_uid: Some(s.consumer_uid as i32),
                 state: Some(s.state.name().to_string()),
                 unique_session_name: s.config.unique_session_name.clone(),
-                buffer_size_kb: s.config.buffers.iter().map(|b| b.size_kb.unwrap_or(0)).collect(),
+                buffer_size_kb: s
+                    .config
+                    .buffers
+                    .iter()
+                    .map(|b| b.size_kb.unwrap_or(0))
+                    .collect(),
                 duration_ms: s.config.duration_ms,
                 num_data_sources: Some(s.config.data_sources.len() as u32),
                 bugreport_score: s.config.bugreport_score,
@@ -89,7 +109,10 @@ impl TracingService {
         use crate::pb::protos::mod_ObservableEvents::Type;
         TracingServiceCapabilities {
             has_query_capabilities: Some(true),
-            observable_events: vec![Type::TYPE_DATA_SOURCES_INSTANCES, Type::TYPE_ALL_DATA_SOURCES_STARTED],
+            observable_events: vec![
+                Type::TYPE_DATA_SOURCES_INSTANCES,
+                Type::TYPE_ALL_DATA_SOURCES_STARTED,
+            ],
             has_trace_config_output_path: Some(false),
             has_clone_session: Some(true),
         }
@@ -97,46 +120,89 @@ impl TracingService {
 
     /// ObserveEvents: `mask` of ObservableEvents.Type bits (0 = stop).
     pub fn observe_events(&mut self, consumer: ConsumerId, mask: u32) {
-        let Some(c) = self.consumers.get_mut(&consumer) else { return };
+        let Some(c) = self.consumers.get_mut(&consumer) else {
+            return;
+        };
         c.observe_mask = mask;
         if mask & OBSERVE_DATA_SOURCES_INSTANCES == 0 {
             return;
         }
         // Report the current state of the consumer's instances right away.
-        let Some(s) = c.session.and_then(|sid| self.sessions.get(&sid)) else { return };
+        let Some(s) = c.session.and_then(|sid| self.sessions.get(&sid)) else {
+            return;
+        };
         let mut ev = ObservableEvents::default();
         for i in &s.instances {
             let started = i.state == super::session::InstanceState::Started;
             ev.instance_state_changes.push(state_change(i, started));
         }
         if !ev.instance_state_changes.is_empty() {
-            self.emit(Output::ObservableEvents { consumer, events: encode_events(&ev) });
+            self.emit(Output::ObservableEvents {
+                consumer,
+                events: encode_events(&ev),
+            });
         }
     }
 
-    pub(super) fn notify_instance_state(&mut self, sid: SessionId, inst: &DsInstance, started: bool) {
-        let Some(c) = self.sessions.get(&sid).and_then(|s| s.consumer) else { return };
-        if self.consumers.get(&c).is_some_and(|c| c.observe_mask & OBSERVE_DATA_SOURCES_INSTANCES != 0) {
-            let ev = ObservableEvents { instance_state_changes: vec![state_change(inst, started)], ..Default::default() };
-            self.emit(Output::ObservableEvents { consumer: c, events: encode_events(&ev) });
+    pub(super) fn notify_instance_state(
+        &mut self,
+        sid: SessionId,
+        inst: &DsInstance,
+        started: bool,
+    ) {
+        let Some(c) = self.sessions.get(&sid).and_then(|s| s.consumer) else {
+            return;
+        };
+        if self
+            .consumers
+            .get(&c)
+            .is_some_and(|c| c.observe_mask & OBSERVE_DATA_SOURCES_INSTANCES != 0)
+        {
+            let ev = ObservableEvents {
+                instance_state_changes: vec![state_change(inst, started)],
+                ..Default::default()
+            };
+            self.emit(Output::ObservableEvents {
+                consumer: c,
+                events: encode_events(&ev),
+            });
         }
     }
 
     pub(super) fn notify_all_started(&mut self, consumer: ConsumerId) {
-        if self.consumers.get(&consumer).is_some_and(|c| c.observe_mask & OBSERVE_ALL_DATA_SOURCES_STARTED != 0) {
-            let ev = ObservableEvents { all_data_sources_started: Some(true), ..Default::default() };
-            self.emit(Output::ObservableEvents { consumer, events: encode_events(&ev) });
+        if self
+            .consumers
+            .get(&consumer)
+            .is_some_and(|c| c.observe_mask & OBSERVE_ALL_DATA_SOURCES_STARTED != 0)
+        {
+            let ev = ObservableEvents {
+                all_data_sources_started: Some(true),
+                ..Default::default()
+            };
+            self.emit(Output::ObservableEvents {
+                consumer,
+                events: encode_events(&ev),
+            });
         }
     }
 
     /// Detach: the session outlives this consumer, findable by (uid, key).
     pub fn detach(&mut self, consumer: ConsumerId, key: &str) -> Result<(), String> {
-        let sid = self.consumer_session(consumer).ok_or("No tracing session for this consumer")?;
+        let sid = self
+            .consumer_session(consumer)
+            .ok_or("No tracing session for this consumer")?;
         let uid = self.consumers[&consumer].uid;
-        if self.sessions.values().any(|s| s.consumer_uid == uid && s.detach_key.as_deref() == Some(key)) {
+        if self
+            .sessions
+            .values()
+            .any(|s| s.consumer_uid == uid && s.detach_key.as_deref() == Some(key))
+        {
             return Err(format!("A session with key \"{key}\" is already detached"));
         }
-        let s = self.sessions.get_mut(&sid).expect("consumer_session checked");
+        let s = self
+            .sessions
+            .get_mut(&sid)
+            .expect("consumer_session checked");
         s.detach_key = Some(key.to_string());
         s.consumer = None;
         self.consumers.get_mut(&consumer).expect("exists").session = None;
@@ -166,7 +232,9 @@ impl TracingService {
     /// EnableTracing with `attach_notification_only`: re-arms the
     /// end-of-session notification after Attach.
     pub fn enable_tracing_notification_only(&mut self, consumer: ConsumerId) -> Result<(), String> {
-        let sid = self.consumer_session(consumer).ok_or("No tracing session for this consumer")?;
+        let sid = self
+            .consumer_session(consumer)
+            .ok_or("No tracing session for this consumer")?;
         if matches!(self.sessions[&sid].state, SessionState::Disabled) {
             self.notify_tracing_disabled(sid, None);
         }
@@ -193,7 +261,9 @@ impl TracingService {
             .filter(|s| s.state != SessionState::ClonedReadOnly)
             .find(|s| match &selector {
                 CloneSelector::Id(id) => s.id == *id,
-                CloneSelector::UniqueName(n) => s.config.unique_session_name.as_deref() == Some(n.as_str()),
+                CloneSelector::UniqueName(n) => {
+                    s.config.unique_session_name.as_deref() == Some(n.as_str())
+                }
             })
             .ok_or("Tracing session not found")?;
         if uid != 0 && src.consumer_uid != uid {
@@ -201,24 +271,56 @@ impl TracingService {
         }
         let (sid, timeout) = (src.id, src.flush_timeout_ms());
         let flags = flush_flags::REASON_TRACE_CLONE | flush_flags::INITIATOR_TRACED;
-        self.start_flush(now, sid, timeout, flags, FlushOrigin::Clone { consumer, token });
+        self.start_flush(
+            now,
+            sid,
+            timeout,
+            flags,
+            FlushOrigin::Clone { consumer, token },
+        );
         Ok(())
     }
 
-    pub(super) fn finish_clone(&mut self, _now: u64, src_sid: SessionId, consumer: ConsumerId, token: RequestToken) {
+    pub(super) fn finish_clone(
+        &mut self,
+        _now: u64,
+        src_sid: SessionId,
+        consumer: ConsumerId,
+        token: RequestToken,
+    ) {
         let result = self.make_clone(src_sid, consumer);
-        self.emit(Output::CloneResult { consumer, token, result });
+        self.emit(Output::CloneResult {
+            consumer,
+            token,
+            result,
+        });
     }
 
-    fn make_clone(&mut self, src_sid: SessionId, consumer: ConsumerId) -> Result<CloneResult, String> {
-        let uid = self.consumers.get(&consumer).ok_or("The consumer disconnected")?.uid;
+    fn make_clone(
+        &mut self,
+        src_sid: SessionId,
+        consumer: ConsumerId,
+    ) -> Result<CloneResult, String> {
+        let uid = self
+            .consumers
+            .get(&consumer)
+            .ok_or("The consumer disconnected")?
+            .uid;
         if self.consumers[&consumer].session.is_some() {
             return Err("The consumer is already attached to another tracing session".into());
         }
-        let src = self.sessions.get(&src_sid).ok_or("The source session is gone")?;
+        let src = self
+            .sessions
+            .get(&src_sid)
+            .ok_or("The source session is gone")?;
         let mut copies = Vec::new();
         for b in &src.buffers {
-            copies.push(self.buffers.get(b).map(|x| x.clone_read_only()).ok_or("buffer missing")?);
+            copies.push(
+                self.buffers
+                    .get(b)
+                    .map(|x| x.clone_read_only())
+                    .ok_or("buffer missing")?,
+            );
         }
         let (cfg, raw, ds_raw, snapshot, triggers, wif) = (
             src.config.clone(),
@@ -241,8 +343,10 @@ impl TracingService {
         }
         let uuid = (self.env.random_u64() as i64, self.env.random_u64() as i64);
         let sid = self.alloc_session_id();
-        let mut read = super::session::ReadState::default();
-        read.stats_due = true;
+        let read = super::session::ReadState {
+            stats_due: true,
+            ..Default::default()
+        };
         self.sessions.insert(
             sid,
             Session {
@@ -274,7 +378,12 @@ impl TracingService {
             },
         );
         self.consumers.get_mut(&consumer).expect("checked").session = Some(sid);
-        Ok(CloneResult { session: sid, uuid_msb: uuid.0, uuid_lsb: uuid.1, was_write_into_file: wif })
+        Ok(CloneResult {
+            session: sid,
+            uuid_msb: uuid.0,
+            uuid_lsb: uuid.1,
+            was_write_into_file: wif,
+        })
     }
 }
 

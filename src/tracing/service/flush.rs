@@ -11,11 +11,17 @@ use super::types::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushOrigin {
-    Consumer { consumer: ConsumerId, token: RequestToken },
+    Consumer {
+        consumer: ConsumerId,
+        token: RequestToken,
+    },
     /// Flush before stopping (duration expiry, stop trigger).
     StopSession,
     Periodic,
-    Clone { consumer: ConsumerId, token: RequestToken },
+    Clone {
+        consumer: ConsumerId,
+        token: RequestToken,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -35,9 +41,21 @@ impl TracingService {
         flags: u64,
         token: RequestToken,
     ) -> Result<(), String> {
-        let sid = self.consumer_session(consumer).ok_or("No tracing session for this consumer")?;
-        let timeout = if timeout_ms == 0 { self.sessions[&sid].flush_timeout_ms() } else { timeout_ms };
-        self.start_flush(now, sid, timeout, flags, FlushOrigin::Consumer { consumer, token });
+        let sid = self
+            .consumer_session(consumer)
+            .ok_or("No tracing session for this consumer")?;
+        let timeout = if timeout_ms == 0 {
+            self.sessions[&sid].flush_timeout_ms()
+        } else {
+            timeout_ms
+        };
+        self.start_flush(
+            now,
+            sid,
+            timeout,
+            flags,
+            FlushOrigin::Consumer { consumer, token },
+        );
         Ok(())
     }
 
@@ -64,14 +82,29 @@ impl TracingService {
         }
         let pending: BTreeSet<_> = per_producer.keys().copied().collect();
         for (producer, instance_ids) in per_producer {
-            self.send_to_producer(producer, ProducerCommand::Flush { request_id: id, instance_ids, flags });
+            self.send_to_producer(
+                producer,
+                ProducerCommand::Flush {
+                    request_id: id,
+                    instance_ids,
+                    flags,
+                },
+            );
         }
         let empty = pending.is_empty();
-        self.flushes.insert(id, PendingFlush { session: sid, pending, origin });
+        self.flushes.insert(
+            id,
+            PendingFlush {
+                session: sid,
+                pending,
+                origin,
+            },
+        );
         if empty {
             self.complete_flush(now, id, true);
         } else {
-            self.timers.add(now + ms(timeout_ms), Timer::FlushTimeout(id));
+            self.timers
+                .add(now + ms(timeout_ms), Timer::FlushTimeout(id));
         }
         id
     }
@@ -92,7 +125,9 @@ impl TracingService {
 
     /// Ends a flush (all acked, or timed out when `success` is false).
     pub(super) fn complete_flush(&mut self, now: u64, id: FlushRequestId, success: bool) {
-        let Some(f) = self.flushes.remove(&id) else { return };
+        let Some(f) = self.flushes.remove(&id) else {
+            return;
+        };
         if let Some(s) = self.sessions.get_mut(&f.session) {
             if success {
                 s.stats.flushes_succeeded += 1;
@@ -102,9 +137,11 @@ impl TracingService {
             }
         }
         match f.origin {
-            FlushOrigin::Consumer { consumer, token } => {
-                self.emit(Output::FlushResult { consumer, token, success })
-            }
+            FlushOrigin::Consumer { consumer, token } => self.emit(Output::FlushResult {
+                consumer,
+                token,
+                success,
+            }),
             FlushOrigin::StopSession => {
                 if let Some(s) = self.sessions.get_mut(&f.session) {
                     s.stats.final_flush_outcome = if success { 1 } else { 2 };
@@ -112,7 +149,9 @@ impl TracingService {
                 self.stop_session(now, f.session);
             }
             FlushOrigin::Periodic => {}
-            FlushOrigin::Clone { consumer, token } => self.finish_clone(now, f.session, consumer, token),
+            FlushOrigin::Clone { consumer, token } => {
+                self.finish_clone(now, f.session, consumer, token)
+            }
         }
     }
 
@@ -131,13 +170,20 @@ impl TracingService {
 
     /// The session is gone: pending consumer flushes fail.
     pub(super) fn flush_forget_session(&mut self, _now: u64, sid: SessionId) {
-        let ids: Vec<_> = self.flushes.iter().filter(|(_, f)| f.session == sid).map(|(id, _)| *id).collect();
+        let ids: Vec<_> = self
+            .flushes
+            .iter()
+            .filter(|(_, f)| f.session == sid)
+            .map(|(id, _)| *id)
+            .collect();
         for id in ids {
             let f = self.flushes.remove(&id).expect("listed above");
             match f.origin {
-                FlushOrigin::Consumer { consumer, token } => {
-                    self.emit(Output::FlushResult { consumer, token, success: false })
-                }
+                FlushOrigin::Consumer { consumer, token } => self.emit(Output::FlushResult {
+                    consumer,
+                    token,
+                    success: false,
+                }),
                 FlushOrigin::Clone { consumer, token } => self.emit(Output::CloneResult {
                     consumer,
                     token,
@@ -149,7 +195,9 @@ impl TracingService {
     }
 
     pub(super) fn on_periodic_flush(&mut self, now: u64, sid: SessionId) {
-        let Some(s) = self.sessions.get(&sid) else { return };
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
         if !s.is_active() {
             return;
         }
@@ -161,11 +209,18 @@ impl TracingService {
     }
 
     pub(super) fn on_clear_incremental_state(&mut self, now: u64, sid: SessionId) {
-        let Some(s) = self.sessions.get(&sid) else { return };
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
         if !s.is_active() {
             return;
         }
-        let period = s.config.incremental_state_config.as_ref().and_then(|c| c.clear_period_ms).unwrap_or(0);
+        let period = s
+            .config
+            .incremental_state_config
+            .as_ref()
+            .and_then(|c| c.clear_period_ms)
+            .unwrap_or(0);
         let mut per_producer: std::collections::BTreeMap<ProducerId, Vec<DataSourceInstanceId>> =
             Default::default();
         for i in &s.instances {
@@ -174,10 +229,14 @@ impl TracingService {
             }
         }
         for (producer, instance_ids) in per_producer {
-            self.send_to_producer(producer, ProducerCommand::ClearIncrementalState { instance_ids });
+            self.send_to_producer(
+                producer,
+                ProducerCommand::ClearIncrementalState { instance_ids },
+            );
         }
         if period > 0 {
-            self.timers.add(now + ms(period), Timer::ClearIncrementalState(sid));
+            self.timers
+                .add(now + ms(period), Timer::ClearIncrementalState(sid));
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod name_matcher;
 pub mod producer;
 pub mod raw_proto;
 pub mod read_pass;
+#[allow(clippy::module_inception)]
 pub mod service;
 pub mod service_packets;
 pub mod session;
@@ -35,11 +36,13 @@ mod triggers;
 pub mod types;
 
 #[cfg(test)]
-mod test_env;
-#[cfg(test)]
 mod service_tests;
 #[cfg(test)]
+mod service_tests_acl;
+#[cfg(test)]
 mod service_tests_timing;
+#[cfg(test)]
+mod test_env;
 
 pub use consumer_ops::CloneSelector;
 pub use service::TracingService;

@@ -15,7 +15,10 @@
 enum Atom {
     Char(char),
     Any,
-    Class { ranges: Vec<(char, char)>, negated: bool },
+    Class {
+        ranges: Vec<(char, char)>,
+        negated: bool,
+    },
     Group(Box<Alt>),
 }
 
@@ -124,7 +127,9 @@ impl Parser<'_> {
             } else {
                 c
             };
-            if self.p.get(self.i + 1) == Some(&'-') && self.p.get(self.i + 2).is_some_and(|&c| c != ']') {
+            if self.p.get(self.i + 1) == Some(&'-')
+                && self.p.get(self.i + 2).is_some_and(|&c| c != ']')
+            {
                 let hi = self.p[self.i + 2];
                 if hi < lo {
                     return None;
@@ -141,7 +146,10 @@ impl Parser<'_> {
 }
 
 fn escape(c: char) -> Atom {
-    let class = |r: &[(char, char)]| Atom::Class { ranges: r.to_vec(), negated: false };
+    let class = |r: &[(char, char)]| Atom::Class {
+        ranges: r.to_vec(),
+        negated: false,
+    };
     match c {
         'd' => class(&[('0', '9')]),
         'w' => class(&[('a', 'z'), ('A', 'Z'), ('0', '9'), ('_', '_')]),
@@ -187,7 +195,13 @@ fn match_alt(alt: &Alt, s: &[char], pos: usize, steps: &mut usize, k: &mut Cont)
     alt.0.iter().any(|seq| match_seq(seq, s, pos, steps, k))
 }
 
-fn match_seq(seq: &[(Atom, Quant)], s: &[char], pos: usize, steps: &mut usize, k: &mut Cont) -> bool {
+fn match_seq(
+    seq: &[(Atom, Quant)],
+    s: &[char],
+    pos: usize,
+    steps: &mut usize,
+    k: &mut Cont,
+) -> bool {
     *steps += 1;
     if *steps > MAX_STEPS {
         return false;

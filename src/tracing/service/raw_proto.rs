@@ -48,7 +48,10 @@ pub struct FieldIter<'a> {
 
 impl<'a> FieldIter<'a> {
     pub fn new(bytes: &'a [u8]) -> Self {
-        FieldIter { rest: bytes, error: false }
+        FieldIter {
+            rest: bytes,
+            error: false,
+        }
     }
 
     fn parse_one(&self) -> Option<(RawField<'a>, usize)> {
@@ -73,7 +76,15 @@ impl<'a> FieldIter<'a> {
         if end > b.len() {
             return None;
         }
-        Some((RawField { number, wire_type, value: &b[start..end], whole: &b[..end] }, end))
+        Some((
+            RawField {
+                number,
+                wire_type,
+                value: &b[start..end],
+                whole: &b[..end],
+            },
+            end,
+        ))
     }
 }
 
@@ -184,7 +195,11 @@ pub fn rewrite_data_source_config(raw: &[u8], owned: &OwnedDsFields) -> Vec<u8> 
     put_varint(&mut out, TARGET_BUFFER, owned.target_buffer as u64);
     put_varint(&mut out, TRACE_DURATION_MS, owned.trace_duration_ms as u64);
     put_varint(&mut out, TRACING_SESSION_ID, owned.tracing_session_id);
-    put_varint(&mut out, ENABLE_EXTRA_GUARDRAILS, owned.enable_extra_guardrails as u64);
+    put_varint(
+        &mut out,
+        ENABLE_EXTRA_GUARDRAILS,
+        owned.enable_extra_guardrails as u64,
+    );
     put_varint(&mut out, STOP_TIMEOUT_MS, owned.stop_timeout_ms as u64);
     put_varint(&mut out, SESSION_INITIATOR, owned.session_initiator as u64);
     if owned.prefer_suspend_clock_for_duration {
@@ -222,18 +237,25 @@ mod tests {
         put_varint(&mut s, 8, 1); // forged TRUSTED_SYSTEM
         let raw = s.into_bytes();
         let out = rewrite_data_source_config(&raw, &owned());
-        let fields: Vec<_> = FieldIter::new(&out).map(|f| (f.number, f.value.to_vec())).collect();
+        let fields: Vec<_> = FieldIter::new(&out)
+            .map(|f| (f.number, f.value.to_vec()))
+            .collect();
         assert_eq!(fields[0], (1, b"linux.ftrace".to_vec()));
         assert_eq!(fields[1], (100, vec![0x0a, 0x03, b'a', b'b', b'c']));
         assert_eq!(fields[2].0, 5000);
-        let get = |n: u32| fields.iter().filter(|f| f.0 == n).map(|f| f.1.clone()).collect::<Vec<_>>();
+        let get = |n: u32| {
+            fields
+                .iter()
+                .filter(|f| f.0 == n)
+                .map(|f| f.1.clone())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(get(2), vec![vec![7]]);
         assert_eq!(get(4), vec![vec![42]]);
         assert_eq!(get(8), vec![vec![0]]);
         assert!(get(122).is_empty());
         // Decodes as a DataSourceConfig with the owned values.
-        let cfg: crate::pb::protos::DataSourceConfig =
-            decode_message(&out).unwrap();
+        let cfg: crate::pb::protos::DataSourceConfig = decode_message(&out).unwrap();
         assert_eq!(cfg.target_buffer, Some(7));
         assert_eq!(cfg.tracing_session_id, Some(42));
         assert_eq!(cfg.stop_timeout_ms, Some(5000));
@@ -258,7 +280,13 @@ mod tests {
 
     #[test]
     fn field_iter_rejects_garbage_without_panicking() {
-        for input in [&[0xff_u8; 12][..], &[0x0b], &[0x12, 0x80], &[0x09, 1, 2], &[0x00]] {
+        for input in [
+            &[0xff_u8; 12][..],
+            &[0x0b],
+            &[0x12, 0x80],
+            &[0x09, 1, 2],
+            &[0x00],
+        ] {
             let mut it = FieldIter::new(input);
             while it.next().is_some() {}
             assert!(it.error, "{input:?}");

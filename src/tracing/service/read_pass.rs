@@ -29,8 +29,14 @@ const MAX_PENDING_SNAPSHOTS: usize = 16;
 impl TracingService {
     /// ReadBuffers: everything readable now, packed in responses to send in
     /// order (`has_more` on all but the last). Never empty.
-    pub fn read_buffers(&mut self, now: u64, consumer: ConsumerId) -> Result<Vec<ReadBuffersResponse>, String> {
-        let sid = self.consumer_session(consumer).ok_or("No tracing session for this consumer")?;
+    pub fn read_buffers(
+        &mut self,
+        now: u64,
+        consumer: ConsumerId,
+    ) -> Result<Vec<ReadBuffersResponse>, String> {
+        let sid = self
+            .consumer_session(consumer)
+            .ok_or("No tracing session for this consumer")?;
         if self.sessions[&sid].write_into_file {
             return Err("ReadBuffers() is not supported with write_into_file".into());
         }
@@ -46,20 +52,36 @@ impl TracingService {
     }
 
     /// One read pass; returns the packets and whether more data is left.
-    pub(super) fn read_pass(&mut self, now: u64, sid: SessionId, max_bytes: usize) -> (Vec<Packet>, bool) {
+    pub(super) fn read_pass(
+        &mut self,
+        now: u64,
+        sid: SessionId,
+        max_bytes: usize,
+    ) -> (Vec<Packet>, bool) {
         let uid = self.service_uid;
         let mut out: Vec<Packet> = Vec::new();
-        let Some(s) = self.sessions.get_mut(&sid) else { return (out, false) };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return (out, false);
+        };
         // Trigger sessions that never triggered produce an empty trace.
         let mode = trigger_mode(&s.config);
-        if matches!(mode, TriggerMode::START_TRACING | TriggerMode::STOP_TRACING) && s.triggers.is_empty() {
+        if matches!(mode, TriggerMode::START_TRACING | TriggerMode::STOP_TRACING)
+            && s.triggers.is_empty()
+        {
             return (out, false);
         }
         let builtin = s.config.builtin_data_sources.clone().unwrap_or_default();
-        let primary = builtin.primary_trace_clock.map(|c| c as u32).filter(|&c| c != 0);
+        let primary = builtin
+            .primary_trace_clock
+            .map(|c| c as u32)
+            .filter(|&c| c != 0);
         if !s.read.did_emit_initial_clock_snapshot && !s.initial_clock_snapshot.is_empty() {
             s.read.did_emit_initial_clock_snapshot = true;
-            out.push(vec![sp::clock_snapshot(uid, &s.initial_clock_snapshot, primary)]);
+            out.push(vec![sp::clock_snapshot(
+                uid,
+                &s.initial_clock_snapshot,
+                primary,
+            )]);
         }
         for snap in s.read.pending_clock_snapshots.drain(..) {
             out.push(vec![sp::clock_snapshot(uid, &snap, primary)]);
@@ -94,14 +116,20 @@ impl TracingService {
         let mut bytes: usize = out.iter().flatten().map(Vec::len).sum();
         let mut has_more = false;
         'buffers: for bid in s.buffers.clone() {
-            let Some(buf) = self.buffers.get_mut(&bid) else { continue };
+            let Some(buf) = self.buffers.get_mut(&bid) else {
+                continue;
+            };
             buf.begin_read();
             while let Some((pkt, info)) = buf.read_next_trace_packet() {
                 if validate_packet(pkt.slices().iter().copied()).is_err() {
                     s.stats.invalid_packets += 1;
                     continue;
                 }
-                let seq = s.seq_ids.get_or_assign(info.client.machine_id, info.producer_id, info.writer_id);
+                let seq = s.seq_ids.get_or_assign(
+                    info.client.machine_id,
+                    info.producer_id,
+                    info.writer_id,
+                );
                 let trailer = TrustedTrailer::new(&info.client, seq, info.previous_packet_dropped);
                 let mut slices: Packet = pkt.slices().iter().map(|x| x.to_vec()).collect();
                 slices.push(trailer.as_bytes().to_vec());
@@ -130,7 +158,9 @@ impl TracingService {
     /// Drains the session into its output file (write_into_file).
     pub(super) fn write_into_file_pass(&mut self, now: u64, sid: SessionId) {
         loop {
-            let Some(s) = self.sessions.get(&sid) else { return };
+            let Some(s) = self.sessions.get(&sid) else {
+                return;
+            };
             if s.file_closed {
                 return;
             }
@@ -166,20 +196,28 @@ impl TracingService {
     }
 
     pub(super) fn on_file_write_timer(&mut self, now: u64, sid: SessionId) {
-        let Some(s) = self.sessions.get(&sid) else { return };
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
         if s.state != SessionState::Started || s.file_closed {
             return;
         }
         let period = super::enable::file_write_period_ms(&s.config);
         self.write_into_file_pass(now, sid);
-        if self.sessions.get(&sid).is_some_and(|s| s.state == SessionState::Started && !s.file_closed) {
+        if self
+            .sessions
+            .get(&sid)
+            .is_some_and(|s| s.state == SessionState::Started && !s.file_closed)
+        {
             self.timers.add(now + ms(period), Timer::FileWrite(sid));
         }
     }
 
     pub(super) fn on_snapshot_tick(&mut self, now: u64, sid: SessionId) {
         let snapshot = self.env.clock_snapshot();
-        let Some(s) = self.sessions.get_mut(&sid) else { return };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
         if !s.is_active() {
             return;
         }
@@ -221,8 +259,11 @@ pub fn pack_into_frames(packets: &[Packet]) -> Vec<ReadBuffersResponse> {
     let mut cur = ReadBuffersResponse::default();
     let mut cur_size = 0usize;
     for p in packets {
-        let pieces: Vec<&[u8]> =
-            p.iter().flat_map(|s| s.chunks(MAX_READ_FRAME - SLICE_OVERHEAD)).filter(|c| !c.is_empty()).collect();
+        let pieces: Vec<&[u8]> = p
+            .iter()
+            .flat_map(|s| s.chunks(MAX_READ_FRAME - SLICE_OVERHEAD))
+            .filter(|c| !c.is_empty())
+            .collect();
         let n = pieces.len();
         for (i, piece) in pieces.into_iter().enumerate() {
             if cur_size + piece.len() + SLICE_OVERHEAD > MAX_READ_FRAME && !cur.slices.is_empty() {
@@ -230,7 +271,10 @@ pub fn pack_into_frames(packets: &[Packet]) -> Vec<ReadBuffersResponse> {
                 cur_size = 0;
             }
             cur_size += piece.len() + SLICE_OVERHEAD;
-            cur.slices.push(Slice { data: Some(piece.to_vec()), last_slice_for_packet: Some(i + 1 == n) });
+            cur.slices.push(Slice {
+                data: Some(piece.to_vec()),
+                last_slice_for_packet: Some(i + 1 == n),
+            });
         }
     }
     frames.push(cur);
@@ -244,14 +288,25 @@ mod tests {
     #[test]
     fn frames_stay_under_limit_and_keep_packet_boundaries() {
         let big = vec![7u8; 300 * 1024];
-        let packets = vec![vec![vec![1u8; 10]], vec![big.clone(), vec![2u8; 5]], vec![vec![3u8; 100_000]]];
+        let packets = vec![
+            vec![vec![1u8; 10]],
+            vec![big.clone(), vec![2u8; 5]],
+            vec![vec![3u8; 100_000]],
+        ];
         let frames = pack_into_frames(&packets);
         let mut joined: Vec<Vec<u8>> = vec![Vec::new()];
         for f in &frames {
-            let size: usize = f.slices.iter().map(|s| s.data.as_ref().unwrap().len() + 16).sum();
+            let size: usize = f
+                .slices
+                .iter()
+                .map(|s| s.data.as_ref().unwrap().len() + 16)
+                .sum();
             assert!(size <= MAX_READ_FRAME);
             for s in &f.slices {
-                joined.last_mut().unwrap().extend_from_slice(s.data.as_ref().unwrap());
+                joined
+                    .last_mut()
+                    .unwrap()
+                    .extend_from_slice(s.data.as_ref().unwrap());
                 if s.last_slice_for_packet == Some(true) {
                     joined.push(Vec::new());
                 }

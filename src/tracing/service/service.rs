@@ -49,6 +49,9 @@ pub struct TracingService {
     next_instance_id: DataSourceInstanceId,
     pub(super) next_flush_id: FlushRequestId,
     pub(super) producers_seen: u64,
+    /// Service-wide counts of rejected commits and patches (TraceStats).
+    pub(super) chunks_discarded: u64,
+    pub(super) patches_discarded: u64,
     pub(super) data_sources_seen: u64,
 }
 
@@ -71,6 +74,8 @@ impl TracingService {
             next_instance_id: 1,
             next_flush_id: 1,
             producers_seen: 0,
+            chunks_discarded: 0,
+            patches_discarded: 0,
             data_sources_seen: 0,
         }
     }
@@ -89,7 +94,9 @@ impl TracingService {
     pub fn on_timer(&mut self, now: u64) {
         while let Some(t) = self.timers.pop_due(now) {
             match t {
-                Timer::StopSession(sid, generation) => self.on_stop_session_timer(now, sid, generation),
+                Timer::StopSession(sid, generation) => {
+                    self.on_stop_session_timer(now, sid, generation)
+                }
                 Timer::TriggerTimeout(sid) => self.on_trigger_timeout(now, sid),
                 Timer::FlushTimeout(id) => self.complete_flush(now, id, false),
                 Timer::PeriodicFlush(sid) => self.on_periodic_flush(now, sid),
@@ -171,13 +178,18 @@ impl TracingService {
     /// For a producer that brought its own SMB: the empty SetupTracing to
     /// push once its GetAsyncCommand stream is open.
     pub fn on_producer_command_stream_open(&mut self, producer: ProducerId) {
-        let Some(p) = self.producers.get_mut(&producer) else { return };
+        let Some(p) = self.producers.get_mut(&producer) else {
+            return;
+        };
         if p.smb_provided && !p.setup_tracing_sent {
             p.setup_tracing_sent = true;
             let page_size_kb = p.smb.as_ref().map_or(4, |s| s.page_size() / 1024) as u32;
             self.send_to_producer(
                 producer,
-                ProducerCommand::SetupTracing { page_size_kb, service_created_smb: false },
+                ProducerCommand::SetupTracing {
+                    page_size_kb,
+                    service_created_smb: false,
+                },
             );
         }
     }
@@ -190,9 +202,16 @@ impl TracingService {
         }
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for sid in sids {
-            let Some(s) = self.sessions.get_mut(&sid) else { continue };
+            let Some(s) = self.sessions.get_mut(&sid) else {
+                continue;
+            };
             let before = s.instances.len();
-            let removed: Vec<_> = s.instances.iter().filter(|i| i.producer == producer).cloned().collect();
+            let removed: Vec<_> = s
+                .instances
+                .iter()
+                .filter(|i| i.producer == producer)
+                .cloned()
+                .collect();
             s.instances.retain(|i| i.producer != producer);
             if before != s.instances.len() {
                 for inst in removed {
@@ -215,7 +234,10 @@ impl TracingService {
         if name.is_empty() {
             return Err("Data source name is empty".into());
         }
-        let p = self.producers.get_mut(&producer).ok_or("unknown producer")?;
+        let p = self
+            .producers
+            .get_mut(&producer)
+            .ok_or("unknown producer")?;
         p.data_sources.insert(name.clone(), desc);
         self.data_sources_seen += 1;
         // Sessions already running pick the new data source up.
@@ -228,7 +250,9 @@ impl TracingService {
 
     /// Replaces a descriptor (matched by `id`, else by name).
     pub fn update_data_source(&mut self, producer: ProducerId, desc: DataSourceDescriptor) {
-        let Some(p) = self.producers.get_mut(&producer) else { return };
+        let Some(p) = self.producers.get_mut(&producer) else {
+            return;
+        };
         let key = p
             .data_sources
             .iter()
@@ -243,11 +267,15 @@ impl TracingService {
     }
 
     pub fn unregister_data_source(&mut self, now: u64, producer: ProducerId, name: &str) {
-        let Some(p) = self.producers.get_mut(&producer) else { return };
+        let Some(p) = self.producers.get_mut(&producer) else {
+            return;
+        };
         p.data_sources.remove(name);
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for sid in sids {
-            let Some(s) = self.sessions.get_mut(&sid) else { continue };
+            let Some(s) = self.sessions.get_mut(&sid) else {
+                continue;
+            };
             let ids: Vec<_> = s
                 .instances
                 .iter()
@@ -260,8 +288,15 @@ impl TracingService {
         }
     }
 
-    pub fn register_trace_writer(&mut self, producer: ProducerId, writer_id: u32, target_buffer: u32) {
-        let Some(p) = self.producers.get_mut(&producer) else { return };
+    pub fn register_trace_writer(
+        &mut self,
+        producer: ProducerId,
+        writer_id: u32,
+        target_buffer: u32,
+    ) {
+        let Some(p) = self.producers.get_mut(&producer) else {
+            return;
+        };
         let (Ok(w), Ok(b)) = (u16::try_from(writer_id), u16::try_from(target_buffer)) else {
             p.abi_violations += 1;
             return;
@@ -284,15 +319,28 @@ impl TracingService {
     pub fn connect_consumer(&mut self, uid: u32) -> ConsumerId {
         let id = self.next_consumer_id;
         self.next_consumer_id += 1;
-        self.consumers.insert(id, Consumer { uid, session: None, observe_mask: 0 });
+        self.consumers.insert(
+            id,
+            Consumer {
+                uid,
+                session: None,
+                observe_mask: 0,
+            },
+        );
         id
     }
 
     /// The consumer went away: its session is destroyed unless detached.
     pub fn disconnect_consumer(&mut self, now: u64, consumer: ConsumerId) {
-        let Some(c) = self.consumers.remove(&consumer) else { return };
+        let Some(c) = self.consumers.remove(&consumer) else {
+            return;
+        };
         if let Some(sid) = c.session {
-            if self.sessions.get(&sid).is_some_and(|s| s.detach_key.is_none()) {
+            if self
+                .sessions
+                .get(&sid)
+                .is_some_and(|s| s.detach_key.is_none())
+            {
                 self.free_session(now, sid);
             }
         }
@@ -300,7 +348,10 @@ impl TracingService {
 
     /// The consumer's session, if any.
     pub(super) fn consumer_session(&self, consumer: ConsumerId) -> Option<SessionId> {
-        self.consumers.get(&consumer)?.session.filter(|s| self.sessions.contains_key(s))
+        self.consumers
+            .get(&consumer)?
+            .session
+            .filter(|s| self.sessions.contains_key(s))
     }
 
     // ---- introspection for adapters and tests ----

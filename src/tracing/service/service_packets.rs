@@ -27,8 +27,9 @@ mod field {
 pub const SERVICE_SEQUENCE_ID: u64 = 1;
 
 /// Marks a point readers can resynchronise on in a corrupt stream.
-pub const SYNC_MARKER: [u8; 16] =
-    [0x82, 0x47, 0x7a, 0x76, 0xb2, 0x8d, 0x42, 0xba, 0x81, 0xdc, 0x33, 0x32, 0x6d, 0x57, 0xa0, 0x79];
+pub const SYNC_MARKER: [u8; 16] = [
+    0x82, 0x47, 0x7a, 0x76, 0xb2, 0x8d, 0x42, 0xba, 0x81, 0xdc, 0x33, 0x32, 0x6d, 0x57, 0xa0, 0x79,
+];
 
 fn packet(uid: u32, ts: Option<u64>, body: impl FnOnce(&mut VecStream)) -> Vec<u8> {
     let mut s = VecStream::new();
@@ -38,7 +39,11 @@ fn packet(uid: u32, ts: Option<u64>, body: impl FnOnce(&mut VecStream)) -> Vec<u
         put_varint(&mut s, field::TIMESTAMP_CLOCK_ID, CLOCK_BOOTTIME as u64);
     }
     put_varint(&mut s, field::TRUSTED_UID, uid as u64);
-    put_varint(&mut s, field::TRUSTED_PACKET_SEQUENCE_ID, SERVICE_SEQUENCE_ID);
+    put_varint(
+        &mut s,
+        field::TRUSTED_PACKET_SEQUENCE_ID,
+        SERVICE_SEQUENCE_ID,
+    );
     s.into_bytes()
 }
 
@@ -61,11 +66,15 @@ pub fn clock_snapshot(uid: u32, clocks: &[(u32, u64)], primary_clock: Option<u32
 }
 
 pub fn sync_marker(uid: u32) -> Vec<u8> {
-    packet(uid, None, |s| put_bytes(s, field::SYNCHRONIZATION_MARKER, &SYNC_MARKER))
+    packet(uid, None, |s| {
+        put_bytes(s, field::SYNCHRONIZATION_MARKER, &SYNC_MARKER)
+    })
 }
 
 pub fn trace_config(uid: u32, ts: u64, config_raw: &[u8]) -> Vec<u8> {
-    packet(uid, Some(ts), |s| put_bytes(s, field::TRACE_CONFIG, config_raw))
+    packet(uid, Some(ts), |s| {
+        put_bytes(s, field::TRACE_CONFIG, config_raw)
+    })
 }
 
 pub fn trigger(uid: u32, t: &ReceivedTrigger) -> Vec<u8> {
@@ -89,7 +98,9 @@ pub fn trace_uuid(uid: u32, ts: u64, msb: i64, lsb: i64) -> Vec<u8> {
 }
 
 pub fn system_info(uid: u32, ts: u64, system_info_raw: &[u8]) -> Vec<u8> {
-    packet(uid, Some(ts), |s| put_bytes(s, field::SYSTEM_INFO, system_info_raw))
+    packet(uid, Some(ts), |s| {
+        put_bytes(s, field::SYSTEM_INFO, system_info_raw)
+    })
 }
 
 /// A `TracingServiceEvent` with one boolean event field set.
@@ -103,7 +114,9 @@ pub fn service_event(uid: u32, event_field: u32, ts: u64) -> Vec<u8> {
 
 /// `trace_stats_raw` is an encoded TraceStats message.
 pub fn trace_stats(uid: u32, ts: u64, trace_stats_raw: &[u8]) -> Vec<u8> {
-    packet(uid, Some(ts), |s| put_bytes(s, field::TRACE_STATS, trace_stats_raw))
+    packet(uid, Some(ts), |s| {
+        put_bytes(s, field::TRACE_STATS, trace_stats_raw)
+    })
 }
 
 #[cfg(test)]

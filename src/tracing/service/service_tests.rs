@@ -12,7 +12,10 @@ fn setup_ds_instance(outs: &[Output], producer: ProducerId) -> (u64, Vec<u8>) {
     cmds_for(outs, producer)
         .into_iter()
         .find_map(|c| match c {
-            ProducerCommand::SetupDataSource { instance_id, config } => Some((instance_id, config)),
+            ProducerCommand::SetupDataSource {
+                instance_id,
+                config,
+            } => Some((instance_id, config)),
             _ => None,
         })
         .expect("SetupDataSource sent")
@@ -26,7 +29,13 @@ fn full_session_roundtrip() {
     let sid = h.enable(c, &basic_config("ds", 64)).unwrap();
     let outs = h.outputs();
     let cmds = cmds_for(&outs, p);
-    assert!(matches!(cmds[0], ProducerCommand::SetupTracing { page_size_kb: 4, service_created_smb: true }));
+    assert!(matches!(
+        cmds[0],
+        ProducerCommand::SetupTracing {
+            page_size_kb: 4,
+            service_created_smb: true
+        }
+    ));
     assert!(matches!(cmds[1], ProducerCommand::SetupDataSource { .. }));
     assert!(matches!(cmds[2], ProducerCommand::StartDataSource { .. }));
     let (_, cfg) = setup_ds_instance(&outs, p);
@@ -40,8 +49,13 @@ fn full_session_roundtrip() {
     h.commit_packets(p, 2, global, &[test_packet(21, 0)]);
     h.svc.disable_tracing(h.now, c).unwrap();
     let outs = h.outputs();
-    assert!(cmds_for(&outs, p).iter().any(|c| matches!(c, ProducerCommand::StopDataSource { .. })));
-    assert!(outs.contains(&Output::TracingDisabled { consumer: c, error: None }));
+    assert!(cmds_for(&outs, p)
+        .iter()
+        .any(|c| matches!(c, ProducerCommand::StopDataSource { .. })));
+    assert!(outs.contains(&Output::TracingDisabled {
+        consumer: c,
+        error: None
+    }));
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
 
     let packets = h.read(c);
@@ -52,11 +66,17 @@ fn full_session_roundtrip() {
     assert!(matches!(decoded[0].data, OneOfdata::clock_snapshot(_)));
     assert!(matches!(decoded[1].data, OneOfdata::clock_snapshot(_)));
     let decoded = &decoded[1..];
-    assert!(matches!(decoded[1].data, OneOfdata::synchronization_marker(_)));
+    assert!(matches!(
+        decoded[1].data,
+        OneOfdata::synchronization_marker(_)
+    ));
     assert!(matches!(decoded[2].data, OneOfdata::trace_config(_)));
     assert!(matches!(decoded[3].data, OneOfdata::trace_uuid(_)));
     assert!(matches!(decoded[4].data, OneOfdata::system_info(_)));
-    assert!(matches!(decoded.last().unwrap().data, OneOfdata::trace_stats(_)));
+    assert!(matches!(
+        decoded.last().unwrap().data,
+        OneOfdata::trace_stats(_)
+    ));
     for d in &decoded[..5] {
         assert_eq!(trusted_uid(d), Some(SERVICE_UID as i32));
         assert_eq!(seq_id(d), Some(1));
@@ -72,8 +92,16 @@ fn full_session_roundtrip() {
         })
         .collect();
     assert!(events.len() >= 4, "{events:?}");
-    let prod: Vec<_> = decoded.iter().filter(|d| seq_id(d).unwrap_or(0) >= 2).collect();
-    assert_eq!(prod.iter().map(|d| d.timestamp.unwrap()).collect::<Vec<_>>(), vec![11, 12, 21]);
+    let prod: Vec<_> = decoded
+        .iter()
+        .filter(|d| seq_id(d).unwrap_or(0) >= 2)
+        .collect();
+    assert_eq!(
+        prod.iter()
+            .map(|d| d.timestamp.unwrap())
+            .collect::<Vec<_>>(),
+        vec![11, 12, 21]
+    );
     for d in &prod {
         assert_eq!(trusted_uid(d), Some(1000));
         assert_eq!(d.trusted_pid, Some(1001));
@@ -81,7 +109,10 @@ fn full_session_roundtrip() {
     assert_eq!(seq_id(prod[0]), Some(2));
     assert_eq!(seq_id(prod[2]), Some(3));
     // Producer packet bytes are passed through, trailer appended.
-    let raw = packets.iter().find(|p| decode_packet(p).timestamp == Some(12)).unwrap();
+    let raw = packets
+        .iter()
+        .find(|p| decode_packet(p).timestamp == Some(12))
+        .unwrap();
     assert!(raw.starts_with(&test_packet(12, 30)));
     // The last packet is trace_stats with one BufferStats.
     if let OneOfdata::trace_stats(st) = &decoded.last().unwrap().data {
@@ -92,7 +123,9 @@ fn full_session_roundtrip() {
     // A second read returns no buffer data and no initial packets again.
     let again = h.read(c);
     assert!(producer_markers(&again).is_empty());
-    assert!(again.iter().all(|p| !matches!(decode_packet(p).data, OneOfdata::trace_config(_))));
+    assert!(again
+        .iter()
+        .all(|p| !matches!(decode_packet(p).data, OneOfdata::trace_config(_))));
     h.svc.free_buffers(h.now, c).unwrap();
     assert!(h.svc.session_ids().is_empty());
 }
@@ -113,9 +146,14 @@ fn data_source_config_bytes_pass_through() {
     put_bytes(&mut tc, 1, &[0x08, 0x40]); // buffers { size_kb: 64 }
     put_bytes(&mut tc, 2, ds.as_bytes());
     put_varint(&mut tc, 3, 0);
-    let sid = h.svc.enable_tracing(h.now, c, tc.as_bytes(), false).unwrap();
+    let sid = h
+        .svc
+        .enable_tracing(h.now, c, tc.as_bytes(), false)
+        .unwrap();
     let (_, cfg) = setup_ds_instance(&h.outputs(), p);
-    let fields: Vec<_> = FieldIter::new(&cfg).map(|f| (f.number, f.value.to_vec())).collect();
+    let fields: Vec<_> = FieldIter::new(&cfg)
+        .map(|f| (f.number, f.value.to_vec()))
+        .collect();
     assert_eq!(fields[0], (1, b"ds".to_vec()));
     assert_eq!(fields[1], (100, vec![0x0a, 0x01, b'x', 0xf8, 0x7f, 0x01]));
     assert_eq!(fields[2].0, 7777);
@@ -140,7 +178,10 @@ fn producer_name_filters_and_multiple_producers() {
     // A second entry for the same data source without filters would match
     // everyone; check filters apply per entry.
     cfg.data_sources.push(DataSource {
-        config: Some(DataSourceConfig { name: Some("missing".into()), ..Default::default() }),
+        config: Some(DataSourceConfig {
+            name: Some("missing".into()),
+            ..Default::default()
+        }),
         ..Default::default()
     });
     h.enable(c, &cfg).unwrap();
@@ -153,7 +194,9 @@ fn producer_name_filters_and_multiple_producers() {
     h.enable(c2, &basic_config("track_event", 64)).unwrap();
     let outs = h.outputs();
     for p in [a, b, x] {
-        assert!(cmds_for(&outs, p).iter().any(|c| matches!(c, ProducerCommand::StartDataSource { .. })));
+        assert!(cmds_for(&outs, p)
+            .iter()
+            .any(|c| matches!(c, ProducerCommand::StartDataSource { .. })));
     }
 }
 
@@ -169,9 +212,22 @@ fn smb_size_priority() {
     };
     let p1 = h.svc.connect_producer(info("hinted"), None).unwrap();
     let p2 = h.svc.connect_producer(info("overridden"), None).unwrap();
-    let p3 = h.svc.connect_producer(ProducerInfo { name: "bad".into(), page_size_hint_bytes: 3000, ..Default::default() }, None).unwrap();
+    let p3 = h
+        .svc
+        .connect_producer(
+            ProducerInfo {
+                name: "bad".into(),
+                page_size_hint_bytes: 3000,
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap();
     for p in [p1, p2, p3] {
-        let d = crate::pb::protos::DataSourceDescriptor { name: Some("ds".into()), ..Default::default() };
+        let d = crate::pb::protos::DataSourceDescriptor {
+            name: Some("ds".into()),
+            ..Default::default()
+        };
         h.svc.register_data_source(h.now, p, d).unwrap();
     }
     let c = h.svc.connect_consumer(0);
@@ -184,7 +240,14 @@ fn smb_size_priority() {
     h.enable(c, &cfg).unwrap();
     let mut reqs = h.log.borrow().smb_requests.clone();
     reqs.sort();
-    assert_eq!(reqs, vec![(p1, 2 << 20, 32 << 10), (p2, 512 << 10, 8 << 10), (p3, 256 << 10, 4 << 10)]);
+    assert_eq!(
+        reqs,
+        vec![
+            (p1, 2 << 20, 32 << 10),
+            (p2, 512 << 10, 8 << 10),
+            (p3, 256 << 10, 4 << 10)
+        ]
+    );
     // The SMB is created once per producer, not per session.
     let c2 = h.svc.connect_consumer(0);
     h.enable(c2, &cfg).unwrap();
@@ -213,7 +276,9 @@ fn deferred_start_waits_for_start_tracing() {
     cfg.deferred_start = Some(true);
     let sid = h.enable(c, &cfg).unwrap();
     let cmds = cmds_for(&h.outputs(), p);
-    assert!(cmds.iter().all(|c| !matches!(c, ProducerCommand::StartDataSource { .. })));
+    assert!(cmds
+        .iter()
+        .all(|c| !matches!(c, ProducerCommand::StartDataSource { .. })));
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Configured));
     h.svc.start_tracing(h.now, c).unwrap();
     let cmds = cmds_for(&h.outputs(), p);
@@ -225,12 +290,19 @@ fn deferred_start_waits_for_start_tracing() {
 fn enable_errors_are_reported() {
     let mut h = H::new();
     let c = h.svc.connect_consumer(0);
-    assert!(h.svc.enable_tracing(h.now, c, &[0xff, 0xff], false).unwrap_err().contains("decode"));
+    assert!(h
+        .svc
+        .enable_tracing(h.now, c, &[0xff, 0xff], false)
+        .unwrap_err()
+        .contains("decode"));
     let mut cfg = basic_config("ds", 64);
     cfg.write_into_file = Some(true);
     assert!(h.enable(c, &cfg).unwrap_err().contains("no output file"));
     h.enable(c, &basic_config("ds", 64)).unwrap();
-    assert!(h.enable(c, &basic_config("ds", 64)).unwrap_err().contains("already active"));
+    assert!(h
+        .enable(c, &basic_config("ds", 64))
+        .unwrap_err()
+        .contains("already active"));
 }
 
 #[test]
@@ -241,7 +313,10 @@ fn unique_session_name_and_limits() {
     let c1 = h.svc.connect_consumer(5);
     h.enable(c1, &cfg).unwrap();
     let c2 = h.svc.connect_consumer(5);
-    assert!(h.enable(c2, &cfg).unwrap_err().contains("unique session name"));
+    assert!(h
+        .enable(c2, &cfg)
+        .unwrap_err()
+        .contains("unique session name"));
     let cfg = basic_config("ds", 4);
     for _ in 0..4 {
         let c = h.svc.connect_consumer(5);
@@ -254,7 +329,10 @@ fn unique_session_name_and_limits() {
         h.enable(c, &cfg).unwrap();
     }
     let c = h.svc.connect_consumer(200);
-    assert!(h.enable(c, &cfg).unwrap_err().contains("Too many concurrent"));
+    assert!(h
+        .enable(c, &cfg)
+        .unwrap_err()
+        .contains("Too many concurrent"));
 }
 
 #[test]
@@ -265,12 +343,17 @@ fn consumer_disconnect_frees_unless_detached() {
     h.enable(c, &basic_config("ds", 64)).unwrap();
     h.svc.disconnect_consumer(h.now, c);
     assert!(h.svc.session_ids().is_empty());
-    assert!(cmds_for(&h.outputs(), p).iter().any(|c| matches!(c, ProducerCommand::StopDataSource { .. })));
+    assert!(cmds_for(&h.outputs(), p)
+        .iter()
+        .any(|c| matches!(c, ProducerCommand::StopDataSource { .. })));
 
     let c = h.svc.connect_consumer(7);
     let sid = h.enable(c, &basic_config("ds", 64)).unwrap();
     let (_, cfg) = setup_ds_instance(&h.outputs(), p);
-    let global = decode_message::<DataSourceConfig>(&cfg).unwrap().target_buffer.unwrap();
+    let global = decode_message::<DataSourceConfig>(&cfg)
+        .unwrap()
+        .target_buffer
+        .unwrap();
     h.commit_packets(p, 1, global, &[test_packet(5, 0)]);
     h.svc.detach(c, "key").unwrap();
     h.svc.disconnect_consumer(h.now, c);
@@ -291,7 +374,10 @@ fn producer_disconnect_keeps_committed_data() {
     let c = h.svc.connect_consumer(0);
     h.enable(c, &basic_config("ds", 64)).unwrap();
     let (_, cfg) = setup_ds_instance(&h.outputs(), p);
-    let global = decode_message::<DataSourceConfig>(&cfg).unwrap().target_buffer.unwrap();
+    let global = decode_message::<DataSourceConfig>(&cfg)
+        .unwrap()
+        .target_buffer
+        .unwrap();
     h.commit_packets(p, 1, global, &[test_packet(1, 0), test_packet(2, 0)]);
     h.svc.disconnect_producer(h.now, p);
     assert_eq!(h.svc.num_producers(), 0);

@@ -15,7 +15,9 @@ fn global_buffer(outs: &[Output], p: ProducerId) -> u32 {
         .into_iter()
         .find_map(|c| match c {
             ProducerCommand::SetupDataSource { config, .. } => {
-                decode_message::<DataSourceConfig>(&config).unwrap().target_buffer
+                decode_message::<DataSourceConfig>(&config)
+                    .unwrap()
+                    .target_buffer
             }
             _ => None,
         })
@@ -30,7 +32,10 @@ fn flush_request(outs: &[Output], p: ProducerId) -> Option<u64> {
 }
 
 fn ack(h: &mut H, p: ProducerId, id: u64) {
-    let req = crate::pb::protos::CommitDataRequest { flush_request_id: Some(id), ..Default::default() };
+    let req = crate::pb::protos::CommitDataRequest {
+        flush_request_id: Some(id),
+        ..Default::default()
+    };
     h.svc.commit_data(h.now, p, &req);
 }
 
@@ -51,8 +56,13 @@ fn duration_expiry_flushes_then_disables() {
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
     ack(&mut h, p, id);
     let outs = h.outputs();
-    assert!(cmds_for(&outs, p).iter().any(|c| matches!(c, ProducerCommand::StopDataSource { .. })));
-    assert!(outs.contains(&Output::TracingDisabled { consumer: c, error: None }));
+    assert!(cmds_for(&outs, p)
+        .iter()
+        .any(|c| matches!(c, ProducerCommand::StopDataSource { .. })));
+    assert!(outs.contains(&Output::TracingDisabled {
+        consumer: c,
+        error: None
+    }));
 }
 
 #[test]
@@ -82,17 +92,29 @@ fn consumer_flush_success_and_timeout() {
     h.svc.flush(h.now, c, 1000, 0, 77).unwrap();
     let id = flush_request(&h.outputs(), p).unwrap();
     ack(&mut h, p, id);
-    assert!(h.outputs().contains(&Output::FlushResult { consumer: c, token: 77, success: true }));
+    assert!(h.outputs().contains(&Output::FlushResult {
+        consumer: c,
+        token: 77,
+        success: true
+    }));
     h.svc.flush(h.now, c, 1000, 0, 78).unwrap();
     h.outputs();
     h.advance(ms(999));
     assert!(h.outputs().is_empty());
     h.advance(ms(1));
-    assert!(h.outputs().contains(&Output::FlushResult { consumer: c, token: 78, success: false }));
+    assert!(h.outputs().contains(&Output::FlushResult {
+        consumer: c,
+        token: 78,
+        success: false
+    }));
     // Producer disconnect completes a pending flush.
     h.svc.flush(h.now, c, 1000, 0, 79).unwrap();
     h.svc.disconnect_producer(h.now, p);
-    assert!(h.outputs().contains(&Output::FlushResult { consumer: c, token: 79, success: true }));
+    assert!(h.outputs().contains(&Output::FlushResult {
+        consumer: c,
+        token: 79,
+        success: true
+    }));
 }
 
 #[test]
@@ -113,9 +135,17 @@ fn periodic_flush() {
 #[test]
 fn stop_waits_for_acks_or_timeout() {
     let mut h = H::new();
-    let info = ProducerInfo { name: "prod".into(), ..Default::default() };
+    let info = ProducerInfo {
+        name: "prod".into(),
+        ..Default::default()
+    };
     let p = h.svc.connect_producer(info, None).unwrap();
-    let d = DataSourceDescriptor { name: Some("ds".into()), will_notify_on_stop: Some(true), will_notify_on_start: Some(true), ..Default::default() };
+    let d = DataSourceDescriptor {
+        name: Some("ds".into()),
+        will_notify_on_stop: Some(true),
+        will_notify_on_start: Some(true),
+        ..Default::default()
+    };
     h.svc.register_data_source(h.now, p, d).unwrap();
     let c = h.svc.connect_consumer(0);
     let mut cfg = basic_config("ds", 64);
@@ -208,7 +238,10 @@ fn max_file_size_stops_the_session() {
     assert!(closed);
     assert!(data.len() <= 3000 && data.len() > 1000, "{}", data.len());
     assert!(!trace_packets(&data).is_empty());
-    assert!(matches!(h.svc.session_state(sid), Some(SessionState::Disabled)));
+    assert!(matches!(
+        h.svc.session_state(sid),
+        Some(SessionState::Disabled)
+    ));
 }
 
 fn trigger_config(mode: TriggerMode, regex: Option<&str>, delay: u32) -> TraceConfig {
@@ -233,15 +266,25 @@ fn start_trigger_starts_then_stops_after_delay() {
     let p = h.producer("prod", 0, &["ds"]);
     let t = h.producer("app.trigger", 0, &[]);
     let c = h.svc.connect_consumer(0);
-    let sid = h.enable(c, &trigger_config(TriggerMode::START_TRACING, Some("app\\..*"), 500)).unwrap();
+    let sid = h
+        .enable(
+            c,
+            &trigger_config(TriggerMode::START_TRACING, Some("app\\..*"), 500),
+        )
+        .unwrap();
     let outs = h.outputs();
-    assert!(cmds_for(&outs, p).iter().all(|c| !matches!(c, ProducerCommand::StartDataSource { .. })));
+    assert!(cmds_for(&outs, p)
+        .iter()
+        .all(|c| !matches!(c, ProducerCommand::StartDataSource { .. })));
     assert!(h.read(c).is_empty(), "no trace before a trigger");
     h.svc.activate_triggers(h.now, p, &["go".into()]); // regex mismatch
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Configured));
-    h.svc.activate_triggers(h.now, t, &["nope".into(), "go".into()]);
+    h.svc
+        .activate_triggers(h.now, t, &["nope".into(), "go".into()]);
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
-    assert!(cmds_for(&h.outputs(), p).iter().any(|c| matches!(c, ProducerCommand::StartDataSource { .. })));
+    assert!(cmds_for(&h.outputs(), p)
+        .iter()
+        .any(|c| matches!(c, ProducerCommand::StartDataSource { .. })));
     h.advance(ms(500));
     let id = flush_request(&h.outputs(), p).unwrap();
     ack(&mut h, p, id);
@@ -264,10 +307,15 @@ fn start_trigger_timeout_gives_empty_trace() {
     let mut h = H::new();
     h.producer("prod", 0, &["ds"]);
     let c = h.svc.connect_consumer(0);
-    let sid = h.enable(c, &trigger_config(TriggerMode::START_TRACING, None, 0)).unwrap();
+    let sid = h
+        .enable(c, &trigger_config(TriggerMode::START_TRACING, None, 0))
+        .unwrap();
     h.advance(ms(10_000));
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
-    assert!(h.outputs().contains(&Output::TracingDisabled { consumer: c, error: None }));
+    assert!(h.outputs().contains(&Output::TracingDisabled {
+        consumer: c,
+        error: None
+    }));
     assert!(h.read(c).is_empty());
 }
 
@@ -276,7 +324,9 @@ fn stop_trigger_stops_after_delay_and_timeout_is_empty() {
     let mut h = H::new();
     let p = h.producer("prod", 0, &["ds"]);
     let c = h.svc.connect_consumer(0);
-    let sid = h.enable(c, &trigger_config(TriggerMode::STOP_TRACING, None, 200)).unwrap();
+    let sid = h
+        .enable(c, &trigger_config(TriggerMode::STOP_TRACING, None, 200))
+        .unwrap();
     let global = global_buffer(&h.outputs(), p);
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
     h.commit_packets(p, 1, global, &[test_packet(3, 0)]);
@@ -291,7 +341,9 @@ fn stop_trigger_stops_after_delay_and_timeout_is_empty() {
     assert_eq!(producer_markers(&h.read(c)), vec![3]);
 
     let c2 = h.svc.connect_consumer(0);
-    let sid2 = h.enable(c2, &trigger_config(TriggerMode::STOP_TRACING, None, 200)).unwrap();
+    let sid2 = h
+        .enable(c2, &trigger_config(TriggerMode::STOP_TRACING, None, 200))
+        .unwrap();
     let global = global_buffer(&h.outputs(), p);
     h.commit_packets(p, 1, global, &[test_packet(4, 0)]);
     h.advance(ms(10_000));

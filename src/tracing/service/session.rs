@@ -152,11 +152,17 @@ impl Session {
     }
 
     pub fn flush_timeout_ms(&self) -> u32 {
-        self.config.flush_timeout_ms.filter(|&v| v > 0).unwrap_or(5000)
+        self.config
+            .flush_timeout_ms
+            .filter(|&v| v > 0)
+            .unwrap_or(5000)
     }
 
     pub fn stop_timeout_ms(&self) -> u32 {
-        self.config.data_source_stop_timeout_ms.filter(|&v| v > 0).unwrap_or(5000)
+        self.config
+            .data_source_stop_timeout_ms
+            .filter(|&v| v > 0)
+            .unwrap_or(5000)
     }
 }
 

@@ -10,7 +10,9 @@ use super::types::*;
 impl TracingService {
     /// DisableTracing from the consumer.
     pub fn disable_tracing(&mut self, now: u64, consumer: ConsumerId) -> Result<(), String> {
-        let sid = self.consumer_session(consumer).ok_or("No tracing session for this consumer")?;
+        let sid = self
+            .consumer_session(consumer)
+            .ok_or("No tracing session for this consumer")?;
         self.stop_session(now, sid);
         Ok(())
     }
@@ -18,7 +20,9 @@ impl TracingService {
     /// Sends StopDataSource to every instance; the session becomes Disabled
     /// once all acks arrived (or after `data_source_stop_timeout_ms`).
     pub(super) fn stop_session(&mut self, now: u64, sid: SessionId) {
-        let Some(s) = self.sessions.get_mut(&sid) else { return };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
         if !s.is_active() {
             return;
         }
@@ -34,9 +38,19 @@ impl TracingService {
 
     /// Sends StopDataSource for one instance. `remove` drops the instance
     /// (its producer unregistered the data source).
-    pub(super) fn stop_instance(&mut self, now: u64, sid: SessionId, id: DataSourceInstanceId, remove: bool) {
-        let Some(s) = self.sessions.get_mut(&sid) else { return };
-        let Some(inst) = s.instance_mut(id) else { return };
+    pub(super) fn stop_instance(
+        &mut self,
+        now: u64,
+        sid: SessionId,
+        id: DataSourceInstanceId,
+        remove: bool,
+    ) {
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let Some(inst) = s.instance_mut(id) else {
+            return;
+        };
         if matches!(inst.state, InstanceState::Stopping | InstanceState::Stopped) && !remove {
             return;
         }
@@ -51,7 +65,10 @@ impl TracingService {
             s.instances.retain(|i| i.id != id);
         }
         if was_running {
-            self.send_to_producer(inst.producer, ProducerCommand::StopDataSource { instance_id: id });
+            self.send_to_producer(
+                inst.producer,
+                ProducerCommand::StopDataSource { instance_id: id },
+            );
         }
         if inst.state == InstanceState::Stopped && was_running {
             self.notify_instance_state(sid, &inst, false);
@@ -60,8 +77,15 @@ impl TracingService {
     }
 
     /// NotifyDataSourceStopped from a producer.
-    pub fn notify_data_source_stopped(&mut self, now: u64, producer: ProducerId, id: DataSourceInstanceId) {
-        let Some(sid) = self.session_of_instance(producer, id) else { return };
+    pub fn notify_data_source_stopped(
+        &mut self,
+        now: u64,
+        producer: ProducerId,
+        id: DataSourceInstanceId,
+    ) {
+        let Some(sid) = self.session_of_instance(producer, id) else {
+            return;
+        };
         let s = self.sessions.get_mut(&sid).expect("found above");
         let inst = s.instance_mut(id).expect("found above");
         if inst.state != InstanceState::Stopping {
@@ -74,18 +98,25 @@ impl TracingService {
     }
 
     pub(super) fn check_all_stopped(&mut self, now: u64, sid: SessionId) {
-        let Some(s) = self.sessions.get(&sid) else { return };
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
         if s.state != SessionState::Stopping {
             return;
         }
-        if s.instances.iter().any(|i| i.state == InstanceState::Stopping) {
+        if s.instances
+            .iter()
+            .any(|i| i.state == InstanceState::Stopping)
+        {
             return;
         }
         self.finalize_disable(now, sid);
     }
 
     pub(super) fn on_stop_timeout(&mut self, now: u64, sid: SessionId) {
-        let Some(s) = self.sessions.get_mut(&sid) else { return };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
         if s.state != SessionState::Stopping {
             return;
         }
@@ -98,7 +129,9 @@ impl TracingService {
     /// The session is now Disabled: final file drain, consumer notified.
     pub(super) fn finalize_disable(&mut self, now: u64, sid: SessionId) {
         let snapshot = self.env.clock_snapshot();
-        let Some(s) = self.sessions.get_mut(&sid) else { return };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
         s.state = SessionState::Disabled;
         s.add_event(event::TRACING_DISABLED, now);
         s.read.stats_due = true;
@@ -118,7 +151,9 @@ impl TracingService {
 
     /// Completes the consumer's pending EnableTracing, once.
     pub(super) fn notify_tracing_disabled(&mut self, sid: SessionId, error: Option<String>) {
-        let Some(s) = self.sessions.get_mut(&sid) else { return };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
         if s.disabled_notified {
             return;
         }
@@ -130,7 +165,9 @@ impl TracingService {
 
     /// `duration_ms` or a trigger's stop delay elapsed: flush, then stop.
     pub(super) fn on_stop_session_timer(&mut self, now: u64, sid: SessionId, generation: u32) {
-        let Some(s) = self.sessions.get(&sid) else { return };
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
         if s.stop_generation != generation || !s.is_active() {
             return;
         }
@@ -141,15 +178,20 @@ impl TracingService {
 
     /// Schedules flush + stop `delay_ms` from now (replacing earlier plans).
     pub(super) fn schedule_stop(&mut self, now: u64, sid: SessionId, delay_ms: u32) {
-        let Some(s) = self.sessions.get_mut(&sid) else { return };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
         s.stop_generation += 1;
         let generation = s.stop_generation;
-        self.timers.add(now + ms(delay_ms), Timer::StopSession(sid, generation));
+        self.timers
+            .add(now + ms(delay_ms), Timer::StopSession(sid, generation));
     }
 
     /// FreeBuffers from the consumer: destroys its session.
     pub fn free_buffers(&mut self, now: u64, consumer: ConsumerId) -> Result<(), String> {
-        let sid = self.consumer_session(consumer).ok_or("No tracing session for this consumer")?;
+        let sid = self
+            .consumer_session(consumer)
+            .ok_or("No tracing session for this consumer")?;
         self.free_session(now, sid);
         if let Some(c) = self.consumers.get_mut(&consumer) {
             c.session = None;
@@ -162,10 +204,16 @@ impl TracingService {
         if self.sessions.get(&sid).is_some_and(|s| s.is_active()) {
             self.stop_session(now, sid);
         }
-        if self.sessions.get(&sid).is_some_and(|s| s.state == SessionState::Stopping) {
+        if self
+            .sessions
+            .get(&sid)
+            .is_some_and(|s| s.state == SessionState::Stopping)
+        {
             self.finalize_disable(now, sid);
         }
-        let Some(s) = self.sessions.remove(&sid) else { return };
+        let Some(s) = self.sessions.remove(&sid) else {
+            return;
+        };
         self.timers.cancel_session(sid);
         for b in &s.buffers {
             self.buffers.remove(b);

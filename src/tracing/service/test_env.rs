@@ -8,7 +8,9 @@ use std::sync::Arc;
 use quick_protobuf::{MessageWrite, Writer};
 
 use crate::pb::protos::mod_CommitDataRequest::ChunksToMove;
-use crate::pb::protos::mod_TracePacket::{OneOfoptional_trusted_packet_sequence_id as Seq, OneOfoptional_trusted_uid as Uid};
+use crate::pb::protos::mod_TracePacket::{
+    OneOfoptional_trusted_packet_sequence_id as Seq, OneOfoptional_trusted_uid as Uid,
+};
 use crate::pb::protos::{CommitDataRequest, DataSourceDescriptor, TraceConfig, TracePacket};
 use crate::protozero::{put_varint, VecStream};
 use crate::tracing::core::shared_mem::SharedMem;
@@ -33,17 +35,32 @@ impl ServiceEnv for FakeEnv {
         let mut l = self.log.borrow_mut();
         l.clock_reads += 1;
         let t = l.clock_reads * 1000;
-        vec![(CLOCK_BOOTTIME, t), (CLOCK_REALTIME, 1_700_000_000_000_000_000 + t), (CLOCK_MONOTONIC, t)]
+        vec![
+            (CLOCK_BOOTTIME, t),
+            (CLOCK_REALTIME, 1_700_000_000_000_000_000 + t),
+            (CLOCK_MONOTONIC, t),
+        ]
     }
     fn system_info(&mut self) -> Option<Vec<u8>> {
         Some(vec![0x3a, 0x02, b'4', b'2']) // field 7 (some string) = "42"
     }
     fn random_u64(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.rng = self
+            .rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.rng
     }
-    fn create_smb(&mut self, producer: ProducerId, size: usize, page_size: usize) -> Option<Arc<SharedMem>> {
-        self.log.borrow_mut().smb_requests.push((producer, size, page_size));
+    fn create_smb(
+        &mut self,
+        producer: ProducerId,
+        size: usize,
+        page_size: usize,
+    ) -> Option<Arc<SharedMem>> {
+        self.log
+            .borrow_mut()
+            .smb_requests
+            .push((producer, size, page_size));
         SharedMem::new_heap(size).map(Arc::new)
     }
 }
@@ -90,9 +107,15 @@ pub fn fragment(p: &[u8]) -> Vec<u8> {
 pub fn basic_config(ds: &str, size_kb: u32) -> TraceConfig {
     use crate::pb::protos::mod_TraceConfig::{BufferConfig, DataSource};
     TraceConfig {
-        buffers: vec![BufferConfig { size_kb: Some(size_kb), ..Default::default() }],
+        buffers: vec![BufferConfig {
+            size_kb: Some(size_kb),
+            ..Default::default()
+        }],
         data_sources: vec![DataSource {
-            config: Some(crate::pb::protos::DataSourceConfig { name: Some(ds.into()), ..Default::default() }),
+            config: Some(crate::pb::protos::DataSourceConfig {
+                name: Some(ds.into()),
+                ..Default::default()
+            }),
             ..Default::default()
         }],
         ..Default::default()
@@ -102,22 +125,39 @@ pub fn basic_config(ds: &str, size_kb: u32) -> TraceConfig {
 impl H {
     pub fn new() -> H {
         let log = Rc::new(RefCell::new(EnvLog::default()));
-        let env = FakeEnv { log: Rc::clone(&log), rng: 1 };
-        H { svc: TracingService::new(Box::new(env), SERVICE_UID), log, now: ms(1000), chunk_ids: Default::default() }
+        let env = FakeEnv {
+            log: Rc::clone(&log),
+            rng: 1,
+        };
+        H {
+            svc: TracingService::new(Box::new(env), SERVICE_UID),
+            log,
+            now: ms(1000),
+            chunk_ids: Default::default(),
+        }
     }
 
     pub fn producer(&mut self, name: &str, uid: u32, data_sources: &[&str]) -> ProducerId {
-        let info = ProducerInfo { uid, pid: Some(uid as i32 + 1), name: name.into(), ..Default::default() };
+        let info = ProducerInfo {
+            uid,
+            pid: Some(uid as i32 + 1),
+            name: name.into(),
+            ..Default::default()
+        };
         let id = self.svc.connect_producer(info, None).unwrap();
         for ds in data_sources {
-            let d = DataSourceDescriptor { name: Some(ds.to_string()), ..Default::default() };
+            let d = DataSourceDescriptor {
+                name: Some(ds.to_string()),
+                ..Default::default()
+            };
             self.svc.register_data_source(self.now, id, d).unwrap();
         }
         id
     }
 
     pub fn enable(&mut self, consumer: ConsumerId, cfg: &TraceConfig) -> Result<SessionId, String> {
-        self.svc.enable_tracing(self.now, consumer, &encode(cfg), false)
+        self.svc
+            .enable_tracing(self.now, consumer, &encode(cfg), false)
     }
 
     pub fn advance(&mut self, d: u64) {
@@ -140,7 +180,11 @@ impl H {
         count: u16,
         flags: u8,
     ) -> ChunksToMove {
-        let smb = self.svc.producer_smb(producer).expect("producer has an SMB").clone();
+        let smb = self
+            .svc
+            .producer_smb(producer)
+            .expect("producer has an SMB")
+            .clone();
         let cid = self.chunk_ids.entry((producer, writer)).or_insert(0);
         let chunk_id = *cid;
         *cid += 1;
@@ -148,21 +192,40 @@ impl H {
             if !smb.try_partition_page(page, PageLayout::Div1) {
                 continue;
             }
-            let h = ChunkHeader { chunk_id, writer_id: writer, packet_count: count, flags };
+            let h = ChunkHeader {
+                chunk_id,
+                writer_id: writer,
+                packet_count: count,
+                flags,
+            };
             let c = smb.try_acquire_chunk_for_writing(page, 0, &h).unwrap();
             assert!(frags.len() <= c.payload_size());
             smb.mem().write(c.payload_offset(), frags);
             smb.release_chunk_as_complete(c).unwrap();
-            return ChunksToMove { page: Some(page as u32), chunk: Some(0), target_buffer: Some(target_buffer), ..Default::default() };
+            return ChunksToMove {
+                page: Some(page as u32),
+                chunk: Some(0),
+                target_buffer: Some(target_buffer),
+                ..Default::default()
+            };
         }
         panic!("SMB full");
     }
 
     /// Writes the packets (one chunk) and commits them.
-    pub fn commit_packets(&mut self, producer: ProducerId, writer: u16, target: u32, packets: &[Vec<u8>]) {
+    pub fn commit_packets(
+        &mut self,
+        producer: ProducerId,
+        writer: u16,
+        target: u32,
+        packets: &[Vec<u8>],
+    ) {
         let frags: Vec<u8> = packets.iter().flat_map(|p| fragment(p)).collect();
         let mv = self.write_chunk(producer, writer, target, &frags, packets.len() as u16, 0);
-        let req = CommitDataRequest { chunks_to_move: vec![mv], ..Default::default() };
+        let req = CommitDataRequest {
+            chunks_to_move: vec![mv],
+            ..Default::default()
+        };
         self.svc.commit_data(self.now, producer, &req);
     }
 

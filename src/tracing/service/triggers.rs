@@ -15,7 +15,9 @@ use super::types::*;
 impl TracingService {
     /// ActivateTriggers from a producer.
     pub fn activate_triggers(&mut self, now: u64, producer: ProducerId, names: &[String]) {
-        let Some(p) = self.producers.get(&producer) else { return };
+        let Some(p) = self.producers.get(&producer) else {
+            return;
+        };
         let (pname, puid) = (p.info.name.clone(), p.info.uid);
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for name in names {
@@ -26,14 +28,19 @@ impl TracingService {
     }
 
     fn trigger_session(&mut self, now: u64, sid: SessionId, name: &str, pname: &str, puid: u32) {
-        let Some(s) = self.sessions.get_mut(&sid) else { return };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
         let mode = trigger_mode(&s.config);
         if mode == TriggerMode::UNSPECIFIED || !s.is_active() {
             return;
         }
-        let Some(t) = s.config.trigger_config.as_ref().and_then(|tc| {
-            tc.triggers.iter().find(|t| t.name.as_deref() == Some(name))
-        }) else {
+        let Some(t) = s
+            .config
+            .trigger_config
+            .as_ref()
+            .and_then(|tc| tc.triggers.iter().find(|t| t.name.as_deref() == Some(name)))
+        else {
             return;
         };
         if let Some(re) = t.producer_name_regex.as_deref().filter(|r| !r.is_empty()) {
@@ -51,16 +58,12 @@ impl TracingService {
             stop_delay_ms,
         });
         match mode {
-            TriggerMode::START_TRACING => {
-                if first && s.state == SessionState::Configured {
-                    self.start_session(now, sid);
-                    self.schedule_stop(now, sid, stop_delay_ms);
-                }
+            TriggerMode::START_TRACING if first && s.state == SessionState::Configured => {
+                self.start_session(now, sid);
+                self.schedule_stop(now, sid, stop_delay_ms);
             }
-            TriggerMode::STOP_TRACING => {
-                if first && s.state == SessionState::Started {
-                    self.schedule_stop(now, sid, stop_delay_ms);
-                }
+            TriggerMode::STOP_TRACING if first && s.state == SessionState::Started => {
+                self.schedule_stop(now, sid, stop_delay_ms);
             }
             _ => {}
         }
@@ -69,7 +72,9 @@ impl TracingService {
     /// No trigger arrived in `trigger_timeout_ms`: the session ends; its
     /// trace will be empty (ReadBuffers returns nothing).
     pub(super) fn on_trigger_timeout(&mut self, now: u64, sid: SessionId) {
-        let Some(s) = self.sessions.get(&sid) else { return };
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
         if !s.triggers.is_empty() || !s.is_active() {
             return;
         }

@@ -57,21 +57,42 @@ pub trait ServiceEnv {
     fn random_u64(&mut self) -> u64;
     /// Creates a shared-memory buffer for `producer`. The adapter keeps the
     /// fd and sends it with the producer's `SetupTracing` command.
-    fn create_smb(&mut self, producer: ProducerId, size: usize, page_size: usize)
-        -> Option<Arc<SharedMem>>;
+    fn create_smb(
+        &mut self,
+        producer: ProducerId,
+        size: usize,
+        page_size: usize,
+    ) -> Option<Arc<SharedMem>>;
 }
 
 /// Commands pushed to a producer on its GetAsyncCommand stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProducerCommand {
     /// The adapter attaches the SMB fd when `service_created_smb`.
-    SetupTracing { page_size_kb: u32, service_created_smb: bool },
+    SetupTracing {
+        page_size_kb: u32,
+        service_created_smb: bool,
+    },
     /// `config` is the raw DataSourceConfig (owned fields rewritten).
-    SetupDataSource { instance_id: DataSourceInstanceId, config: Vec<u8> },
-    StartDataSource { instance_id: DataSourceInstanceId, config: Vec<u8> },
-    StopDataSource { instance_id: DataSourceInstanceId },
-    Flush { request_id: FlushRequestId, instance_ids: Vec<DataSourceInstanceId>, flags: u64 },
-    ClearIncrementalState { instance_ids: Vec<DataSourceInstanceId> },
+    SetupDataSource {
+        instance_id: DataSourceInstanceId,
+        config: Vec<u8>,
+    },
+    StartDataSource {
+        instance_id: DataSourceInstanceId,
+        config: Vec<u8>,
+    },
+    StopDataSource {
+        instance_id: DataSourceInstanceId,
+    },
+    Flush {
+        request_id: FlushRequestId,
+        instance_ids: Vec<DataSourceInstanceId>,
+        flags: u64,
+    },
+    ClearIncrementalState {
+        instance_ids: Vec<DataSourceInstanceId>,
+    },
 }
 
 impl ProducerCommand {
@@ -84,18 +105,24 @@ impl ProducerCommand {
                 put_varint(&mut s, 1, *page_size_kb as u64);
                 end_nested(&mut s, n);
             }
-            ProducerCommand::SetupDataSource { instance_id, config } => {
-                encode_ds(&mut s, 6, *instance_id, config)
-            }
-            ProducerCommand::StartDataSource { instance_id, config } => {
-                encode_ds(&mut s, 1, *instance_id, config)
-            }
+            ProducerCommand::SetupDataSource {
+                instance_id,
+                config,
+            } => encode_ds(&mut s, 6, *instance_id, config),
+            ProducerCommand::StartDataSource {
+                instance_id,
+                config,
+            } => encode_ds(&mut s, 1, *instance_id, config),
             ProducerCommand::StopDataSource { instance_id } => {
                 let n = begin_nested(&mut s, 2);
                 put_varint(&mut s, 1, *instance_id);
                 end_nested(&mut s, n);
             }
-            ProducerCommand::Flush { request_id, instance_ids, flags } => {
+            ProducerCommand::Flush {
+                request_id,
+                instance_ids,
+                flags,
+            } => {
                 let n = begin_nested(&mut s, 5);
                 for id in instance_ids {
                     put_varint(&mut s, 1, *id);
@@ -135,17 +162,34 @@ pub struct CloneResult {
 /// Everything the core asks the adapter to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
-    ProducerCommand { producer: ProducerId, cmd: ProducerCommand },
+    ProducerCommand {
+        producer: ProducerId,
+        cmd: ProducerCommand,
+    },
     /// Completes the consumer's deferred EnableTracing request.
-    TracingDisabled { consumer: ConsumerId, error: Option<String> },
-    FlushResult { consumer: ConsumerId, token: RequestToken, success: bool },
-    CloneResult { consumer: ConsumerId, token: RequestToken, result: Result<CloneResult, String> },
+    TracingDisabled {
+        consumer: ConsumerId,
+        error: Option<String>,
+    },
+    FlushResult {
+        consumer: ConsumerId,
+        token: RequestToken,
+        success: bool,
+    },
+    CloneResult {
+        consumer: ConsumerId,
+        token: RequestToken,
+        result: Result<CloneResult, String>,
+    },
     /// Append to the session's output file (already framed as `Trace`).
     WriteToFile { session: SessionId, data: Vec<u8> },
     /// The session is done with its output file.
     CloseFile { session: SessionId },
     /// An encoded `ObservableEvents` message for a subscribed consumer.
-    ObservableEvents { consumer: ConsumerId, events: Vec<u8> },
+    ObservableEvents {
+        consumer: ConsumerId,
+        events: Vec<u8>,
+    },
 }
 
 /// FlushFlags (bits 0-3 reason, 4-7 initiator).
@@ -159,13 +203,18 @@ pub mod flush_flags {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pb::protos::GetAsyncCommandResponse;
     use crate::pb::protos::mod_GetAsyncCommandResponse::OneOfcmd;
+    use crate::pb::protos::GetAsyncCommandResponse;
 
     #[test]
     fn commands_decode_as_get_async_command_response() {
-        let cmd = ProducerCommand::Flush { request_id: 9, instance_ids: vec![1, 2], flags: 0x12 };
-        let r: GetAsyncCommandResponse = crate::tracing::service::raw_proto::decode_message(&cmd.encode()).unwrap();
+        let cmd = ProducerCommand::Flush {
+            request_id: 9,
+            instance_ids: vec![1, 2],
+            flags: 0x12,
+        };
+        let r: GetAsyncCommandResponse =
+            crate::tracing::service::raw_proto::decode_message(&cmd.encode()).unwrap();
         match r.cmd {
             OneOfcmd::flush(f) => {
                 assert_eq!(f.data_source_ids, vec![1, 2]);
@@ -174,8 +223,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let cmd = ProducerCommand::SetupTracing { page_size_kb: 4, service_created_smb: true };
-        let r: GetAsyncCommandResponse = crate::tracing::service::raw_proto::decode_message(&cmd.encode()).unwrap();
-        assert!(matches!(r.cmd, OneOfcmd::setup_tracing(t) if t.shared_buffer_page_size_kb == Some(4)));
+        let cmd = ProducerCommand::SetupTracing {
+            page_size_kb: 4,
+            service_created_smb: true,
+        };
+        let r: GetAsyncCommandResponse =
+            crate::tracing::service::raw_proto::decode_message(&cmd.encode()).unwrap();
+        assert!(
+            matches!(r.cmd, OneOfcmd::setup_tracing(t) if t.shared_buffer_page_size_kb == Some(4))
+        );
     }
 }
