@@ -10,6 +10,7 @@ pub mod cpu_reader;
 pub mod format;
 pub mod page_parser;
 pub(crate) mod sys;
+pub mod stats;
 pub mod table;
 pub mod tracefs;
 pub mod translate;
