@@ -2,7 +2,7 @@
 //! per-cpu readers.
 //!
 //! Pure (bytes in, protobuf out; no OS access): `format`, `page_parser`,
-//! `table`, `translate`, `compact_sched`, `bundle`, `stats`.
+//! `table`, `translate`, `compact_sched`, `bundle`, `stats`, `atrace`.
 //! I/O: `tracefs` (all tracefs files), `sys` (raw syscalls), `cpu_reader`
 //! (splice workers).
 //!
@@ -15,6 +15,7 @@
 //!    `drain(|cpu, pages| bundle::write_pages(..))`, on flush `flush(..)`;
 //! 4. `stats::write_ftrace_stats` at start and end; `tracefs.reset(..)`.
 
+pub mod atrace;
 pub mod bundle;
 pub mod compact_sched;
 pub mod cpu_reader;
