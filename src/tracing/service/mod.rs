@@ -28,6 +28,7 @@ pub mod read_pass;
 #[allow(clippy::module_inception)]
 pub mod service;
 pub mod service_packets;
+mod scrape;
 pub mod session;
 mod stats;
 mod stop;

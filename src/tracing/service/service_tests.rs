@@ -384,3 +384,38 @@ fn producer_disconnect_keeps_committed_data() {
     h.svc.disable_tracing(h.now, c).unwrap();
     assert_eq!(producer_markers(&h.read(c)), vec![1, 2]);
 }
+
+#[test]
+fn smb_scraping_copies_uncommitted_chunks_at_stop() {
+    use crate::tracing::core::smb_abi::{ChunkHeader, PageLayout};
+    for scraping in [true, false] {
+        let mut h = H::new();
+        let info = ProducerInfo { name: "sdk".into(), smb_scraping_enabled: scraping, ..Default::default() };
+        let p = h.svc.connect_producer(info, None).unwrap();
+        let d = crate::pb::protos::DataSourceDescriptor { name: Some("ds".into()), ..Default::default() };
+        h.svc.register_data_source(h.now, p, d).unwrap();
+        let c = h.svc.connect_consumer(0);
+        h.enable(c, &basic_config("ds", 64)).unwrap();
+        let (_, cfg) = setup_ds_instance(&h.outputs(), p);
+        let global = decode_message::<DataSourceConfig>(&cfg).unwrap().target_buffer.unwrap();
+        h.svc.register_trace_writer(p, 1, global);
+        // A complete chunk never committed.
+        let frags = [fragment(&test_packet(1, 0)), fragment(&test_packet(2, 0))].concat();
+        h.write_chunk(p, 1, global, &frags, 2, 0);
+        // A chunk still being written: 2 packets counted, the last one in
+        // progress.
+        let smb = h.svc.producer_smb(p).unwrap().clone();
+        assert!(smb.try_partition_page(1, PageLayout::Div1));
+        let hdr = ChunkHeader { chunk_id: 1, writer_id: 1, packet_count: 2, flags: 0 };
+        let chunk = smb.try_acquire_chunk_for_writing(1, 0, &hdr).unwrap();
+        let frags = [fragment(&test_packet(3, 0)), vec![0x05, 0x40]].concat();
+        smb.mem().write(chunk.payload_offset(), &frags);
+        h.svc.disable_tracing(h.now, c).unwrap();
+        let markers = producer_markers(&h.read(c));
+        if scraping {
+            assert_eq!(markers, vec![1, 2, 3]);
+        } else {
+            assert!(markers.is_empty());
+        }
+    }
+}
