@@ -9,10 +9,13 @@
 use std::process::{Command, Stdio};
 
 use tracebox::probes::fs_root::FsRoot;
-use tracebox::probes::ps::{write_process_stats_packet, write_process_tree_packet, ProcessStatsPoller, ProcessStatsSettings};
+use tracebox::probes::ps::{
+    write_process_stats_packet, write_process_tree_packet, ProcessStatsPoller, ProcessStatsSettings,
+};
 use tracebox::protozero::VecStream;
 
-fn cpu_us(who: i32) -> u64 {
+/// (user, system) CPU time in µs.
+fn cpu_split_us(who: i32) -> (u64, u64) {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `ru` is a valid, writable rusage; getrusage only writes it.
     let ru = unsafe {
@@ -20,7 +23,12 @@ fn cpu_us(who: i32) -> u64 {
         ru.assume_init()
     };
     let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    us(ru.ru_utime) + us(ru.ru_stime)
+    (us(ru.ru_utime), us(ru.ru_stime))
+}
+
+fn cpu_us(who: i32) -> u64 {
+    let (u, s) = cpu_split_us(who);
+    u + s
 }
 
 fn boottime_ns() -> u64 {
@@ -30,21 +38,33 @@ fn boottime_ns() -> u64 {
 
 fn report(name: &str, procs: usize, threads: usize, total_us: u64, iters: u64) {
     let per_iter = total_us as f64 / iters as f64;
-    println!("{name} {procs} {threads} {per_iter:.0} {:.2}", per_iter / procs.max(1) as f64);
+    println!(
+        "{name} {procs} {threads} {per_iter:.0} {:.2}",
+        per_iter / procs.max(1) as f64
+    );
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
-    let iters: u64 = args.first().filter(|_| split > 0).and_then(|a| a.parse().ok()).unwrap_or(20);
+    let iters: u64 = args
+        .first()
+        .filter(|_| split > 0)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(20);
     let peer = args.get(split + 1..).unwrap_or_default();
     let root = FsRoot::host();
     let mut out = VecStream::with_capacity(1 << 20);
 
     // Full scan (scan_all_processes_on_start, thread names on), encoded.
-    let settings = ProcessStatsSettings { record_thread_names: true, on_demand_dumps: true, ..Default::default() };
+    let settings = ProcessStatsSettings {
+        record_thread_names: true,
+        on_demand_dumps: true,
+        ..Default::default()
+    };
     let (mut procs, mut threads) = (0, 0);
     let start = cpu_us(libc::RUSAGE_SELF);
+    let (u0, _) = cpu_split_us(libc::RUSAGE_SELF);
     for _ in 0..iters {
         let mut p = ProcessStatsPoller::new(settings.clone(), &root, Box::new(boottime_ns));
         let (tree, _) = p.scan_all();
@@ -53,7 +73,15 @@ fn main() {
         out.clear();
         write_process_tree_packet(&mut out, &tree);
     }
-    report("full_scan", procs, threads, cpu_us(libc::RUSAGE_SELF) - start, iters);
+    let (u1, _) = cpu_split_us(libc::RUSAGE_SELF);
+    report(
+        "full_scan",
+        procs,
+        threads,
+        cpu_us(libc::RUSAGE_SELF) - start,
+        iters,
+    );
+    report("full_scan_user", procs, threads, u1 - u0, iters);
 
     // Periodic stats poll, cache TTL of one tick (every value re-emitted),
     // with runtimes: the worst case per tick.
@@ -74,13 +102,29 @@ fn main() {
             write_process_stats_packet(&mut out, &stats);
         }
     }
-    report("stats_poll", procs, threads, cpu_us(libc::RUSAGE_SELF) - start, iters);
+    report(
+        "stats_poll",
+        procs,
+        threads,
+        cpu_us(libc::RUSAGE_SELF) - start,
+        iters,
+    );
 
     if let Some((cmd, rest)) = peer.split_first() {
         let start = cpu_us(libc::RUSAGE_CHILDREN);
         for _ in 0..iters {
-            Command::new(cmd).args(rest).stdout(Stdio::null()).status().expect("peer command");
+            Command::new(cmd)
+                .args(rest)
+                .stdout(Stdio::null())
+                .status()
+                .expect("peer command");
         }
-        report(&format!("peer:{}", peer.join("_")), procs, threads, cpu_us(libc::RUSAGE_CHILDREN) - start, iters);
+        report(
+            &format!("peer:{}", peer.join("_")),
+            procs,
+            threads,
+            cpu_us(libc::RUSAGE_CHILDREN) - start,
+            iters,
+        );
     }
 }

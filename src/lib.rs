@@ -5,12 +5,12 @@
 //! touch the OS; only `base` does.
 
 pub mod applets;
-pub mod cmd;
 pub mod base;
+pub mod cmd;
+pub mod ipc;
 pub mod pb;
 pub mod probes;
 pub mod protozero;
 pub mod schema;
 pub mod tracing;
-pub mod ipc;
 pub mod traced;

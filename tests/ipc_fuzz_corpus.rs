@@ -14,20 +14,36 @@ use tracebox::pb::protos::mod_IPCFrame::{
 use tracebox::pb::protos::IPCFrame;
 
 fn frame(request_id: u64, msg: OneOfmsg) -> Vec<u8> {
-    encode_frame(&IPCFrame { request_id: Some(request_id), msg, ..Default::default() }).unwrap()
+    encode_frame(&IPCFrame {
+        request_id: Some(request_id),
+        msg,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 /// (file name, chunk size, stream, frames the decoder must yield, must fail)
 fn seeds() -> Vec<(&'static str, u8, Vec<u8>, usize, bool)> {
-    let bind = frame(1, OneOfmsg::msg_bind_service(BindService { service_name: Some("ConsumerPort".into()) }));
+    let bind = frame(
+        1,
+        OneOfmsg::msg_bind_service(BindService {
+            service_name: Some("ConsumerPort".into()),
+        }),
+    );
     let bind_reply = frame(
         1,
         OneOfmsg::msg_bind_service_reply(BindServiceReply {
             success: Some(true),
             service_id: Some(1),
             methods: vec![
-                MethodInfo { id: Some(1), name: Some("EnableTracing".into()) },
-                MethodInfo { id: Some(2), name: Some("ReadBuffers".into()) },
+                MethodInfo {
+                    id: Some(1),
+                    name: Some("EnableTracing".into()),
+                },
+                MethodInfo {
+                    id: Some(2),
+                    name: Some("ReadBuffers".into()),
+                },
             ],
         }),
     );
@@ -51,7 +67,12 @@ fn seeds() -> Vec<(&'static str, u8, Vec<u8>, usize, bool)> {
             }),
         ));
     }
-    let err = frame(4, OneOfmsg::msg_request_error(RequestError { error: Some("unknown request".into()) }));
+    let err = frame(
+        4,
+        OneOfmsg::msg_request_error(RequestError {
+            error: Some("unknown request".into()),
+        }),
+    );
     let mut garbage = Vec::new();
     garbage.extend(0u32.to_le_bytes());
     garbage.extend([3, 0, 0, 0, 0x0f, 0xff, 0xff]);
@@ -97,6 +118,10 @@ fn fuzz_seeds_match_the_codec() {
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(&path, &seed).unwrap();
         }
-        assert_eq!(std::fs::read(&path).unwrap_or_default(), seed, "{name} is stale; regenerate (see module docs)");
+        assert_eq!(
+            std::fs::read(&path).unwrap_or_default(),
+            seed,
+            "{name} is stale; regenerate (see module docs)"
+        );
     }
 }

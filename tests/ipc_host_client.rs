@@ -74,14 +74,34 @@ fn memfds_cross_in_both_directions() {
     let _host = spawn_host_child(&addr);
     let (mut c, svc) = connect_bound(&addr);
     // Request with an fd: the host reads the memfd we created.
-    let r = c.invoke(&svc, "ReadFd", b"", Some(memfd_with(b"written by the client"))).unwrap();
+    let r = c
+        .invoke(
+            &svc,
+            "ReadFd",
+            b"",
+            Some(memfd_with(b"written by the client")),
+        )
+        .unwrap();
     assert!(r[0].success);
     assert_eq!(text(&r[0].payload), "written by the client");
+    // Pipelined: the fd reaches the call it was sent with, not the one
+    // before it, even when the host reads both in one recvmsg.
+    let first = c.start_invoke(&svc, "Echo", b"no fd", None).unwrap();
+    let second = c
+        .start_invoke(&svc, "ReadFd", b"", Some(memfd_with(b"second")))
+        .unwrap();
+    assert_eq!(c.next_reply(first).unwrap().unwrap().payload, b"no fd");
+    assert_eq!(
+        text(&c.next_reply(second).unwrap().unwrap().payload),
+        "second"
+    );
     // No fd: the host's handler gets None and fails the call.
     let r = c.invoke(&svc, "ReadFd", b"", None).unwrap();
     assert!(!r[0].success);
     // Reply with an fd: we read the host's memfd.
-    let mut r = c.invoke(&svc, "SendFd", b"written by the host", None).unwrap();
+    let mut r = c
+        .invoke(&svc, "SendFd", b"written by the host", None)
+        .unwrap();
     let fd = r[0].fd.take().expect("reply carries an fd");
     let mut f = std::fs::File::from(fd);
     f.rewind().unwrap();
@@ -104,16 +124,32 @@ fn drop_reply_unknown_service_and_bad_method_ids() {
         Err(ClientError::UnknownService(n)) => assert_eq!(n, "NoSuchPort"),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(c.invoke(&svc, "NoSuchMethod", b"", None), Err(ClientError::UnknownMethod(_))));
+    assert!(matches!(
+        c.invoke(&svc, "NoSuchMethod", b"", None),
+        Err(ClientError::UnknownMethod(_))
+    ));
     let n = METHODS.len() as u32;
-    for (service_id, method_id) in [(svc.service_id, 0), (svc.service_id, n + 1), (99, 1), (0, 1)] {
-        let id = c.start_invoke_raw(service_id, method_id, b"x", None).unwrap();
+    for (service_id, method_id) in [
+        (svc.service_id, 0),
+        (svc.service_id, n + 1),
+        (99, 1),
+        (0, 1),
+    ] {
+        let id = c
+            .start_invoke_raw(service_id, method_id, b"x", None)
+            .unwrap();
         let r = c.next_reply(id).unwrap().unwrap();
-        assert!(!r.success && !r.has_more && r.payload.is_empty(), "{service_id}/{method_id}");
+        assert!(
+            !r.success && !r.has_more && r.payload.is_empty(),
+            "{service_id}/{method_id}"
+        );
         assert!(c.next_reply(id).unwrap().is_none());
     }
     // The connection is still fine.
-    assert_eq!(c.invoke(&svc, "Echo", b"ok", None).unwrap()[0].payload, b"ok");
+    assert_eq!(
+        c.invoke(&svc, "Echo", b"ok", None).unwrap()[0].payload,
+        b"ok"
+    );
 }
 
 #[test]
@@ -146,12 +182,22 @@ fn stuck_client_is_dropped_without_blocking_others() {
     let (mut other, _) = connect_bound(&addr);
     // Fill the stuck client's socket and part of its host-side queue.
     let half = (TEST_MAX_QUEUED / FLOOD_CHUNK / 2).to_string();
-    stuck.start_invoke(&svc, "Flood", half.as_bytes(), None).unwrap();
-    assert_eq!(other.invoke(&svc, "Echo", b"still served", None).unwrap()[0].payload, b"still served");
+    stuck
+        .start_invoke(&svc, "Flood", half.as_bytes(), None)
+        .unwrap();
+    assert_eq!(
+        other.invoke(&svc, "Echo", b"still served", None).unwrap()[0].payload,
+        b"still served"
+    );
     // Now far more than the queue bound: the host must drop it.
     let flood = (4 * TEST_MAX_QUEUED / FLOOD_CHUNK).to_string();
-    let flood_id = stuck.start_invoke(&svc, "Flood", flood.as_bytes(), None).unwrap();
-    assert_eq!(other.invoke(&svc, "Echo", b"still served", None).unwrap()[0].payload, b"still served");
+    let flood_id = stuck
+        .start_invoke(&svc, "Flood", flood.as_bytes(), None)
+        .unwrap();
+    assert_eq!(
+        other.invoke(&svc, "Echo", b"still served", None).unwrap()[0].payload,
+        b"still served"
+    );
     // The stuck client reads what was delivered before the cut, then EOF.
     let mut got = 0;
     let err = loop {
@@ -163,7 +209,10 @@ fn stuck_client_is_dropped_without_blocking_others() {
     };
     assert!(matches!(err, ClientError::Disconnected), "{err}");
     assert!(got < 4 * TEST_MAX_QUEUED / FLOOD_CHUNK);
-    assert_ne!(text(&other.invoke(&svc, "Disconnects", b"", None).unwrap()[0].payload), "0");
+    assert_ne!(
+        text(&other.invoke(&svc, "Disconnects", b"", None).unwrap()[0].payload),
+        "0"
+    );
 }
 
 #[test]
@@ -197,14 +246,26 @@ impl Handler for AsyncApp {
         client.on_io(ctl, ready, &mut events);
         for ev in events {
             match ev {
-                ClientEvent::Bound { service: Some(s), .. } => {
+                ClientEvent::Bound {
+                    service: Some(s), ..
+                } => {
                     self.service_id = s.service_id;
                     let echo = s.method_id("Echo").unwrap();
                     let stream = s.method_id("Stream").unwrap();
-                    self.echo = Some(client.invoke(s.service_id, echo, b"async", None, false).unwrap());
-                    self.stream = Some(client.invoke(s.service_id, stream, b"5", None, false).unwrap());
+                    self.echo = Some(
+                        client
+                            .invoke(s.service_id, echo, b"async", None, false)
+                            .unwrap(),
+                    );
+                    self.stream = Some(
+                        client
+                            .invoke(s.service_id, stream, b"5", None, false)
+                            .unwrap(),
+                    );
                 }
-                ClientEvent::Reply(r) if Some(r.request_id) == self.echo => self.echoed = Some(r.payload),
+                ClientEvent::Reply(r) if Some(r.request_id) == self.echo => {
+                    self.echoed = Some(r.payload)
+                }
                 ClientEvent::Reply(r) if Some(r.request_id) == self.stream => {
                     self.streamed.push(String::from_utf8(r.payload).unwrap());
                     if !r.has_more {
@@ -224,7 +285,11 @@ fn event_loop_client_binds_calls_and_streams() {
     let mut el = EventLoop::<()>::new().unwrap();
     let mut app = AsyncApp::default();
     let mut client = Client::connect(&mut el.ctl(), &SockAddr::parse(&addr).unwrap()).unwrap();
-    assert_eq!(client.bind_service(SERVICE).unwrap(), 1, "request ids start at 1");
+    assert_eq!(
+        client.bind_service(SERVICE).unwrap(),
+        1,
+        "request ids start at 1"
+    );
     app.client = Some(client);
     el.run(&mut app).unwrap();
     assert_eq!(app.echoed.as_deref(), Some(&b"async"[..]));
@@ -239,7 +304,10 @@ fn event_loop_client_binds_calls_and_streams() {
         fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, _t: Token, ready: Ready) {
             let mut events = Vec::new();
             self.0.on_io(ctl, ready, &mut events);
-            if events.iter().any(|e| matches!(e, ClientEvent::Disconnected)) {
+            if events
+                .iter()
+                .any(|e| matches!(e, ClientEvent::Disconnected))
+            {
                 self.1 = true;
                 ctl.quit();
             }
@@ -248,7 +316,10 @@ fn event_loop_client_binds_calls_and_streams() {
     let mut w = WaitGone(app.client.take().unwrap(), false);
     el.run(&mut w).unwrap();
     assert!(w.1 && !w.0.is_connected());
-    assert!(matches!(w.0.bind_service(SERVICE), Err(ClientError::Disconnected)));
+    assert!(matches!(
+        w.0.bind_service(SERVICE),
+        Err(ClientError::Disconnected)
+    ));
 }
 
 #[test]

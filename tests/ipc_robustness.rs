@@ -29,7 +29,10 @@ struct Raw {
 
 impl Raw {
     fn connect(addr: &str) -> Self {
-        Raw { sock: UnixStream::connect(&SockAddr::parse(addr).unwrap()).unwrap(), decoder: FrameDecoder::new() }
+        Raw {
+            sock: UnixStream::connect(&SockAddr::parse(addr).unwrap()).unwrap(),
+            decoder: FrameDecoder::new(),
+        }
     }
 
     fn send_bytes(&self, mut data: &[u8]) {
@@ -45,7 +48,11 @@ impl Raw {
     }
 
     fn send(&self, request_id: u64, msg: OneOfmsg) {
-        let frame = IPCFrame { request_id: Some(request_id), msg, ..Default::default() };
+        let frame = IPCFrame {
+            request_id: Some(request_id),
+            msg,
+            ..Default::default()
+        };
         self.send_bytes(&encode_frame(&frame).unwrap());
     }
 
@@ -69,7 +76,12 @@ impl Raw {
 
     /// Binds the test service; returns its id (method 1 is Echo).
     fn bind(&mut self, request_id: u64) -> u32 {
-        self.send(request_id, OneOfmsg::msg_bind_service(BindService { service_name: Some(SERVICE.into()) }));
+        self.send(
+            request_id,
+            OneOfmsg::msg_bind_service(BindService {
+                service_name: Some(SERVICE.into()),
+            }),
+        );
         match self.recv().unwrap().msg {
             OneOfmsg::msg_bind_service_reply(r) => r.service_id.unwrap(),
             other => panic!("{other:?}"),
@@ -103,7 +115,10 @@ fn assert_echo_reply(frame: IPCFrame, request_id: u64, args: &[u8]) {
 /// A well-behaved client still gets served.
 fn assert_host_alive(addr: &str) {
     let (mut c, svc) = connect_bound(addr);
-    assert_eq!(c.invoke(&svc, "Echo", b"alive", None).unwrap()[0].payload, b"alive");
+    assert_eq!(
+        c.invoke(&svc, "Echo", b"alive", None).unwrap()[0].payload,
+        b"alive"
+    );
 }
 
 #[test]
@@ -175,7 +190,10 @@ fn unknown_frame_types_get_request_error_and_drop_reply_is_silent() {
     let mut raw = Raw::connect(&addr);
     let sid = raw.bind(1);
     // A reply-type frame sent to the host is not a request.
-    raw.send(2, OneOfmsg::msg_invoke_method_reply(InvokeMethodReply::default()));
+    raw.send(
+        2,
+        OneOfmsg::msg_invoke_method_reply(InvokeMethodReply::default()),
+    );
     let f = raw.recv().unwrap();
     assert_eq!(f.request_id, Some(2));
     match f.msg {
@@ -184,15 +202,38 @@ fn unknown_frame_types_get_request_error_and_drop_reply_is_silent() {
     }
     // No oneof at all: also unknown.
     raw.send(3, OneOfmsg::None);
-    assert!(matches!(raw.recv().unwrap().msg, OneOfmsg::msg_request_error(_)));
-    // drop_reply, SetPeerIdentity (ignored on UNIX sockets) and a rejected
-    // drop_reply call produce nothing: the next frame answers request 7.
+    assert!(matches!(
+        raw.recv().unwrap().msg,
+        OneOfmsg::msg_request_error(_)
+    ));
+    // drop_reply and SetPeerIdentity (ignored on UNIX sockets) produce
+    // nothing; an invalid method id is rejected even with drop_reply (as
+    // Perfetto does): the next frames answer requests 6 and 7.
     raw.echo(4, sid, b"silent", true);
-    raw.send(5, OneOfmsg::set_peer_identity(SetPeerIdentity { pid: Some(1), ..Default::default() }));
+    raw.send(
+        5,
+        OneOfmsg::set_peer_identity(SetPeerIdentity {
+            pid: Some(1),
+            ..Default::default()
+        }),
+    );
     raw.send(
         6,
-        OneOfmsg::msg_invoke_method(InvokeMethod { service_id: Some(77), drop_reply: Some(true), ..Default::default() }),
+        OneOfmsg::msg_invoke_method(InvokeMethod {
+            service_id: Some(77),
+            drop_reply: Some(true),
+            ..Default::default()
+        }),
     );
     raw.echo(7, sid, b"loud", false);
+    let f = raw.recv().unwrap();
+    assert_eq!(f.request_id, Some(6));
+    assert!(matches!(
+        f.msg,
+        OneOfmsg::msg_invoke_method_reply(InvokeMethodReply {
+            success: Some(false),
+            ..
+        })
+    ));
     assert_echo_reply(raw.recv().unwrap(), 7, b"loud");
 }

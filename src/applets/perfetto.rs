@@ -1,12 +1,172 @@
-//! `perfetto`: the consumer command-line client.
+//! `perfetto`: the consumer command-line client. Reached through
+//! `tracebox` (perfetto flags or `tracebox perfetto ...`) it autostarts
+//! traced and traced_probes when no service answers.
+
+use std::io::Read;
+use std::time::Duration;
 
 use super::Via;
+use crate::base::daemonize::{self, Side};
+use crate::cmd::flags::{normalize, RawFlags};
+use crate::cmd::options::{self, Action, Background, ConfigInput};
+use crate::cmd::session::ReadyNotifier;
+use crate::cmd::signals::StopSignals;
+use crate::cmd::{attach, autostart, pbtx, query, session, triggers};
+use crate::ipc::default_sockets::{consumer_socket_name, producer_socket_name};
 
-pub fn main(args: &[String], _via: Via) -> i32 {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        eprintln!("Usage: perfetto [-c CONFIG [--txt]] [-t TIME] [-b SIZE] [-o OUT] [EVENTS...]");
+const BACKGROUND_WAIT: Duration = Duration::from_secs(30);
+
+fn usage() -> String {
+    let mut refs = vec!["perfetto"];
+    refs.push("--help");
+    match <RawFlags as argh::FromArgs>::from_args(&["perfetto"], &refs[1..]) {
+        Err(e) => e.output,
+        Ok(_) => String::new(),
+    }
+}
+
+fn read_config(path: &str) -> Result<ConfigInput, String> {
+    let bytes = if path == "-" {
+        let mut b = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut b)
+            .map_err(|e| format!("Could not read stdin: {e}"))?;
+        b
+    } else {
+        std::fs::read(path).map_err(|e| format!("Could not open {path}: {e}"))?
+    };
+    Ok(ConfigInput {
+        name: path.to_owned(),
+        bytes,
+    })
+}
+
+fn text_config(name: &str, bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| format!("{name}: not UTF-8 text"))?;
+    pbtx::trace_config_txt_to_pb(name, text).map_err(|e| e.to_string())
+}
+
+/// A version-4 UUID from the kernel's random pool.
+fn random_uuid() -> (i64, i64) {
+    let mut b = [0u8; 16];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let msb = i64::from_be_bytes(b[..8].try_into().unwrap());
+    let lsb = i64::from_be_bytes(b[8..].try_into().unwrap());
+    (msb, lsb)
+}
+
+pub fn main(args: &[String], via: Via) -> i32 {
+    if args.is_empty() || args.iter().any(|a| a == "-h" || a == "--help") {
+        eprint!("{}", usage());
         return 1;
     }
-    eprintln!("perfetto: not in this build yet");
-    1
+    let norm = normalize(args);
+    let refs: Vec<&str> = norm.iter().map(String::as_str).collect();
+    let flags = match <RawFlags as argh::FromArgs>::from_args(&["perfetto"], &refs) {
+        Ok(f) => f,
+        Err(e) => {
+            eprint!("{}", e.output);
+            return 1;
+        }
+    };
+    let config = match flags.config.as_deref().map(read_config).transpose() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    let action = match options::plan(&flags, config, &text_config, random_uuid()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    if via == Via::Multicall && flags.private_sockets {
+        autostart::use_private_sockets();
+    }
+    let consumer = consumer_socket_name();
+    match action {
+        Action::Version => {
+            println!("{}", super::VERSION);
+            0
+        }
+        Action::Query { raw, long } => query::run(&consumer, raw, long),
+        Action::IsDetached { key } => attach::is_detached(&consumer, &key),
+        Action::Attach { key, stop } => match StopSignals::install() {
+            Ok(mut s) => attach::attach_and_wait(&consumer, &key, stop, &mut s),
+            Err(e) => {
+                eprintln!("signal setup failed: {e}");
+                1
+            }
+        },
+        Action::Clone {
+            target,
+            for_bugreport,
+            output,
+        } => attach::clone(&consumer, &target, for_bugreport, &output),
+        Action::Triggers(names) => triggers::activate(&producer_socket_name(), &names),
+        Action::Trace(plan) => {
+            let mut ready = ReadyNotifier(None);
+            if plan.background != Background::No {
+                match daemonize::background() {
+                    Ok(Side::Parent { child_pid, status }) => {
+                        if plan.background == Background::Detach {
+                            println!("{child_pid}");
+                            return 0;
+                        }
+                        return match daemonize::wait_status(status, BACKGROUND_WAIT) {
+                            Ok(Some(code)) => code as i32,
+                            Ok(None) => 2,
+                            Err(_) => 1,
+                        };
+                    }
+                    Ok(Side::Child { status }) => {
+                        if plan.background == Background::Wait {
+                            ready = ReadyNotifier(Some(status));
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("Could not go to the background: {e}");
+                        return 1;
+                    }
+                }
+            } else if let Some(fd) = plan.notify_fd {
+                ready = ReadyNotifier(take_fd(fd));
+            }
+            let _daemons = if via == Via::Multicall {
+                match autostart::ensure_daemons(&consumer) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        eprintln!("tracebox: could not start the daemons: {e}");
+                        return 1;
+                    }
+                }
+            } else {
+                None
+            };
+            let mut signals = match StopSignals::install() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("signal setup failed: {e}");
+                    return 1;
+                }
+            };
+            session::run(&plan, &consumer, &mut signals, ready)
+        }
+    }
+}
+
+/// Adopts `--notify-fd N`. Only fds above stdio are accepted.
+fn take_fd(fd: i32) -> Option<std::os::fd::OwnedFd> {
+    if fd <= 2 {
+        eprintln!("--notify-fd must name an fd above 2");
+        return None;
+    }
+    // SAFETY: the user handed us this fd number on the command line for
+    // our exclusive use; it is adopted once.
+    Some(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }

@@ -59,11 +59,17 @@ pub fn spawn_applet(
     let mut child = cmd.spawn()?;
     drop(write_end);
     match wait_for_ready(read_end, timeout) {
-        Ok(()) => Ok(Daemon { name: applet, child }),
+        Ok(()) => Ok(Daemon {
+            name: applet,
+            child,
+        }),
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
-            Err(io::Error::new(e.kind(), format!("{applet} did not start: {e}")))
+            Err(io::Error::new(
+                e.kind(),
+                format!("{applet} did not start: {e}"),
+            ))
         }
     }
 }
@@ -71,13 +77,22 @@ pub fn spawn_applet(
 /// Reads the readiness byte: "1" means ready; EOF means the child died.
 fn wait_for_ready(read_end: OwnedFd, timeout: Duration) -> io::Result<()> {
     if !wait_ready(read_end.as_fd(), true, false, Some(timeout))? {
-        return Err(io::Error::new(io::ErrorKind::TimedOut, "no ready notification in time"));
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no ready notification in time",
+        ));
     }
     let mut buf = [0u8; 1];
     match File::from(read_end).read(&mut buf)? {
         1 if buf[0] == b'1' => Ok(()),
-        0 => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited before it was ready")),
-        _ => Err(io::Error::new(io::ErrorKind::InvalidData, "unexpected ready notification")),
+        0 => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "it exited before it was ready",
+        )),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "unexpected ready notification",
+        )),
     }
 }
 

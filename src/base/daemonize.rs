@@ -27,7 +27,10 @@ pub fn background() -> io::Result<Side> {
     match unsafe { fork() }? {
         ForkResult::Parent { child } => {
             drop(write_end);
-            Ok(Side::Parent { child_pid: child.as_raw(), status: read_end })
+            Ok(Side::Parent {
+                child_pid: child.as_raw(),
+                status: read_end,
+            })
         }
         ForkResult::Child => {
             drop(read_end);
@@ -51,5 +54,9 @@ pub fn wait_status(status: OwnedFd, timeout: Duration) -> io::Result<Option<u8>>
         return Ok(None);
     }
     let mut b = [0u8; 1];
-    Ok(Some(if File::from(status).read(&mut b)? == 1 { b[0] } else { 1 }))
+    Ok(Some(if File::from(status).read(&mut b)? == 1 {
+        b[0]
+    } else {
+        1
+    }))
 }

@@ -121,16 +121,37 @@ mod tests {
 
     #[test]
     fn parses_each_form() {
-        assert_eq!(SockAddr::parse("/tmp/x.sock"), Ok(SockAddr::Path("/tmp/x.sock".into())));
+        assert_eq!(
+            SockAddr::parse("/tmp/x.sock"),
+            Ok(SockAddr::Path("/tmp/x.sock".into()))
+        );
         assert_eq!(SockAddr::parse("rel/x"), Ok(SockAddr::Path("rel/x".into())));
-        assert_eq!(SockAddr::parse("@traced-p-1"), Ok(SockAddr::Abstract(b"traced-p-1".to_vec())));
+        assert_eq!(
+            SockAddr::parse("@traced-p-1"),
+            Ok(SockAddr::Abstract(b"traced-p-1".to_vec()))
+        );
         assert_eq!(SockAddr::parse(""), Err(SockAddrError::Empty));
-        assert!(matches!(SockAddr::parse("vsock://2:1234"), Err(SockAddrError::VsockUnsupported(_))));
-        assert!(matches!(SockAddr::parse("127.0.0.1:32278"), Err(SockAddrError::TcpUnsupported(_))));
-        assert!(matches!(SockAddr::parse("[::1]:32278"), Err(SockAddrError::TcpUnsupported(_))));
+        assert!(matches!(
+            SockAddr::parse("vsock://2:1234"),
+            Err(SockAddrError::VsockUnsupported(_))
+        ));
+        assert!(matches!(
+            SockAddr::parse("127.0.0.1:32278"),
+            Err(SockAddrError::TcpUnsupported(_))
+        ));
+        assert!(matches!(
+            SockAddr::parse("[::1]:32278"),
+            Err(SockAddrError::TcpUnsupported(_))
+        ));
         // A path containing a colon is still a path.
-        assert_eq!(SockAddr::parse("/tmp/a:1"), Ok(SockAddr::Path("/tmp/a:1".into())));
-        assert!(matches!(SockAddr::parse(&"x".repeat(108)), Err(SockAddrError::TooLong(_))));
+        assert_eq!(
+            SockAddr::parse("/tmp/a:1"),
+            Ok(SockAddr::Path("/tmp/a:1".into()))
+        );
+        assert!(matches!(
+            SockAddr::parse(&"x".repeat(108)),
+            Err(SockAddrError::TooLong(_))
+        ));
         assert!(SockAddr::parse(&format!("@{}", "x".repeat(107))).is_ok());
     }
 

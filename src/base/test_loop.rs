@@ -55,7 +55,11 @@ impl<M> Default for TestLoop<M> {
 impl<M> TestLoop<M> {
     /// A loop whose clock starts at an arbitrary fixed instant.
     pub fn new() -> Self {
-        TestLoop { now: Instant::now(), timers: TimerHeap::new(), queue: VecDeque::new() }
+        TestLoop {
+            now: Instant::now(),
+            timers: TimerHeap::new(),
+            queue: VecDeque::new(),
+        }
     }
 
     /// Number of armed timers.
@@ -148,7 +152,14 @@ mod tests {
 
     impl Script {
         fn new(start: Instant) -> Self {
-            Script { start, log: vec![], periodic: None, to_cancel: None, ticks: 0, spawned: false }
+            Script {
+                start,
+                log: vec![],
+                periodic: None,
+                to_cancel: None,
+                ticks: 0,
+                spawned: false,
+            }
         }
         fn at(&self, rt: &dyn TaskRunner<&'static str>) -> u128 {
             (rt.now() - self.start).as_millis()

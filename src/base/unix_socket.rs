@@ -38,13 +38,22 @@ fn new_socket(nonblocking: bool) -> io::Result<OwnedFd> {
     if nonblocking {
         flags |= SockFlag::SOCK_NONBLOCK;
     }
-    Ok(socket::socket(AddressFamily::Unix, SockType::Stream, flags, None)?)
+    Ok(socket::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        flags,
+        None,
+    )?)
 }
 
 fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     let flags = OFlag::from_bits_truncate(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?);
-    let flags = if on { flags | OFlag::O_NONBLOCK } else { flags - OFlag::O_NONBLOCK };
+    let flags = if on {
+        flags | OFlag::O_NONBLOCK
+    } else {
+        flags - OFlag::O_NONBLOCK
+    };
     fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags))?;
     Ok(())
 }
@@ -59,7 +68,12 @@ fn set_cloexec(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// `writable`), or `timeout` passes (`None` waits forever). Returns false
 /// on timeout. Hang-up and error count as ready: the next read/write
 /// reports them.
-pub fn wait_ready(fd: BorrowedFd<'_>, readable: bool, writable: bool, timeout: Option<Duration>) -> io::Result<bool> {
+pub fn wait_ready(
+    fd: BorrowedFd<'_>,
+    readable: bool,
+    writable: bool,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let mut events = PollFlags::empty();
     if readable {
@@ -71,8 +85,10 @@ pub fn wait_ready(fd: BorrowedFd<'_>, readable: bool, writable: bool, timeout: O
     let timeout = match timeout {
         None => PollTimeout::NONE,
         // Round up so a sub-millisecond wait does not spin.
-        Some(d) => PollTimeout::try_from(d.as_millis().saturating_add(1).min(i32::MAX as u128) as i32)
-            .unwrap_or(PollTimeout::MAX),
+        Some(d) => {
+            PollTimeout::try_from(d.as_millis().saturating_add(1).min(i32::MAX as u128) as i32)
+                .unwrap_or(PollTimeout::MAX)
+        }
     };
     loop {
         let mut fds = [PollFd::new(fd, events)];
@@ -101,14 +117,22 @@ impl UnixListener {
             match std::fs::remove_file(p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io::Error::new(e.kind(), format!("removing stale {}: {e}", p.display()))),
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("removing stale {}: {e}", p.display()),
+                    ))
+                }
             }
         }
         let unix_addr = addr.to_unix_addr()?;
         socket::bind(fd.as_raw_fd(), &unix_addr)
             .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("bind {addr}: {e}")))?;
         socket::listen(&fd, Backlog::MAXCONN)?;
-        Ok(UnixListener { fd, addr: Some(addr.clone()) })
+        Ok(UnixListener {
+            fd,
+            addr: Some(addr.clone()),
+        })
     }
 
     /// Adopts an already listening socket (e.g. inherited from Android
@@ -117,6 +141,42 @@ impl UnixListener {
         set_nonblocking(fd.as_fd(), true)?;
         set_cloexec(fd.as_fd())?;
         Ok(UnixListener { fd, addr: None })
+    }
+
+    /// Adopts a listening socket inherited by fd number (e.g. Android
+    /// init's `ANDROID_SOCKET_<name>`). Fails unless `fd_untrusted` is an
+    /// open socket in listening state.
+    ///
+    /// Takes ownership: the caller must not use or adopt this fd again.
+    pub fn adopt_inherited(fd_untrusted: RawFd) -> io::Result<Self> {
+        use nix::fcntl::{fcntl, FcntlArg};
+        if fd_untrusted < 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad fd {fd_untrusted}"),
+            ));
+        }
+        fcntl(fd_untrusted, FcntlArg::F_GETFD).map_err(|e| {
+            io::Error::new(io::Error::from(e).kind(), format!("fd {fd_untrusted}: {e}"))
+        })?;
+        // SAFETY:
+        // - F_GETFD just confirmed `fd_untrusted` is open, and it stays open
+        //   for the borrow's short life (only this function touches it).
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd_untrusted) };
+        let listening = socket::getsockopt(&borrowed, sockopt::AcceptConn).map_err(|e| {
+            io::Error::new(io::Error::from(e).kind(), format!("fd {fd_untrusted}: {e}"))
+        })?;
+        if !listening {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("fd {fd_untrusted} is not a listening socket"),
+            ));
+        }
+        // SAFETY:
+        // - The fd is open (checked above); it was inherited for this socket
+        //   and, per this function's contract, nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd_untrusted) };
+        Self::from_fd(fd)
     }
 
     /// The address given to [`bind`](Self::bind), if any.
@@ -128,12 +188,17 @@ impl UnixListener {
     /// (`EAGAIN`). The new stream is non-blocking and close-on-exec.
     pub fn accept(&self) -> io::Result<Option<(UnixStream, PeerCred)>> {
         loop {
-            match socket::accept4(self.fd.as_raw_fd(), SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK) {
+            match socket::accept4(
+                self.fd.as_raw_fd(),
+                SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            ) {
                 Ok(raw) => {
                     // SAFETY:
                     // - accept4 just returned `raw` as a new descriptor that
                     //   nothing else owns; OwnedFd takes sole ownership.
-                    let stream = UnixStream { fd: unsafe { OwnedFd::from_raw_fd(raw) } };
+                    let stream = UnixStream {
+                        fd: unsafe { OwnedFd::from_raw_fd(raw) },
+                    };
                     let cred = stream.peer_cred()?;
                     return Ok(Some((stream, cred)));
                 }
@@ -175,7 +240,10 @@ impl UnixStream {
                 Ok(()) => break,
                 Err(Errno::EINTR) => continue,
                 Err(e) => {
-                    return Err(io::Error::new(io::Error::from(e).kind(), format!("connect {addr}: {e}")))
+                    return Err(io::Error::new(
+                        io::Error::from(e).kind(),
+                        format!("connect {addr}: {e}"),
+                    ))
                 }
             }
         }
@@ -208,7 +276,13 @@ impl UnixStream {
             None => &[],
         };
         loop {
-            match socket::sendmsg::<()>(self.fd.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+            match socket::sendmsg::<()>(
+                self.fd.as_raw_fd(),
+                &iov,
+                cmsgs,
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            ) {
                 Ok(n) => return Ok(n),
                 Err(Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
@@ -230,7 +304,11 @@ impl UnixStream {
     /// `SO_PEERCRED` of the connected peer.
     pub fn peer_cred(&self) -> io::Result<PeerCred> {
         let c = socket::getsockopt(&self.fd, sockopt::PeerCredentials)?;
-        Ok(PeerCred { pid: c.pid(), uid: c.uid(), gid: c.gid() })
+        Ok(PeerCred {
+            pid: c.pid(),
+            uid: c.uid(),
+            gid: c.gid(),
+        })
     }
 
     /// Shuts down both directions; the peer sees EOF, and our own poller
@@ -271,9 +349,15 @@ mod sys {
     #[repr(C, align(8))]
     struct CmsgBuf([u8; CMSG_BUF_LEN]);
 
-    pub(super) fn recv_with_fd(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    pub(super) fn recv_with_fd(
+        sock: BorrowedFd<'_>,
+        buf: &mut [u8],
+    ) -> io::Result<(usize, Option<OwnedFd>)> {
         let mut cbuf = CmsgBuf([0; CMSG_BUF_LEN]);
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
         // SAFETY:
         // - msghdr is plain old data; all-zero is a valid empty header.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -282,7 +366,8 @@ mod sys {
         msg.msg_control = cbuf.0.as_mut_ptr().cast();
         // SAFETY:
         // - CMSG_SPACE only computes a size.
-        msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as _;
+        msg.msg_controllen =
+            unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as _;
         debug_assert!(msg.msg_controllen as usize <= CMSG_BUF_LEN);
 
         // SAFETY:
@@ -317,10 +402,17 @@ mod sys {
         }
         if msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0 {
             // `fds` drops here, closing whatever did arrive.
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated message or control data on socket"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "truncated message or control data on socket",
+            ));
         }
         // Keep the first fd; any extra ones close when `fds` drops.
-        let first = if fds.is_empty() { None } else { Some(fds.swap_remove(0)) };
+        let first = if fds.is_empty() {
+            None
+        } else {
+            Some(fds.swap_remove(0))
+        };
         Ok((n as usize, first))
     }
 }
@@ -371,16 +463,32 @@ mod tests {
     #[test]
     fn extra_fds_are_closed_and_excess_is_an_error() {
         let (a, b) = UnixStream::pair().unwrap();
-        let files: Vec<_> = (0..4).map(|_| std::fs::File::open("/dev/null").unwrap()).collect();
+        let files: Vec<_> = (0..4)
+            .map(|_| std::fs::File::open("/dev/null").unwrap())
+            .collect();
         let raws: Vec<RawFd> = files.iter().map(|f| f.as_raw_fd()).collect();
         // Two fds fit in the rounded-up control buffer: first kept, second closed.
         let cm = [ControlMessage::ScmRights(&raws[..2])];
-        socket::sendmsg::<()>(a.as_raw_fd(), &[io::IoSlice::new(b"a")], &cm, MsgFlags::empty(), None).unwrap();
+        socket::sendmsg::<()>(
+            a.as_raw_fd(),
+            &[io::IoSlice::new(b"a")],
+            &cm,
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
         let (_, fds) = recv_all(&b, 1);
         assert_eq!(fds.len(), 1);
         // Four do not fit: MSG_CTRUNC, reported as an error.
         let cm = [ControlMessage::ScmRights(&raws[..4])];
-        socket::sendmsg::<()>(a.as_raw_fd(), &[io::IoSlice::new(b"b")], &cm, MsgFlags::empty(), None).unwrap();
+        socket::sendmsg::<()>(
+            a.as_raw_fd(),
+            &[io::IoSlice::new(b"b")],
+            &cm,
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
         wait_ready(b.as_fd(), true, false, None).unwrap();
         let err = b.recv(&mut [0u8; 16]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
@@ -392,7 +500,10 @@ mod tests {
         let path = dir.path().join("s.sock");
         std::fs::write(&path, b"stale").unwrap(); // stale file gets replaced
         let name = format!("@tracebox-test-{}", std::process::id());
-        for addr in [SockAddr::Path(path.clone()), SockAddr::parse(&name).unwrap()] {
+        for addr in [
+            SockAddr::Path(path.clone()),
+            SockAddr::parse(&name).unwrap(),
+        ] {
             let l = UnixListener::bind(&addr).unwrap();
             assert!(l.accept().unwrap().is_none());
             let c = UnixStream::connect(&addr).unwrap();
@@ -418,7 +529,8 @@ mod tests {
 
     #[test]
     fn connect_to_missing_socket_fails_clearly() {
-        let err = UnixStream::connect(&SockAddr::Path("/nonexistent/dir/x.sock".into())).unwrap_err();
+        let err =
+            UnixStream::connect(&SockAddr::Path("/nonexistent/dir/x.sock".into())).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/dir/x.sock"), "{err}");
     }
 }

@@ -52,7 +52,10 @@ pub fn use_private_sockets() {
 /// already answers on `consumer_socket`. traced removes a stale socket file
 /// nobody answers on before it binds.
 pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
-    let mut started = Autostarted { pgid: 0, daemons: Vec::new() };
+    let mut started = Autostarted {
+        pgid: 0,
+        daemons: Vec::new(),
+    };
     if service_answers(consumer_socket) {
         return Ok(started);
     }

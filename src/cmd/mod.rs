@@ -1,5 +1,6 @@
 //! The `perfetto` consumer client: flags, config synthesis, session driving.
 
+pub mod attach;
 pub mod autostart;
 pub mod flags;
 pub mod light_config;
@@ -7,4 +8,10 @@ pub mod options;
 pub mod output;
 pub mod packet_writer;
 pub mod pbtx;
+pub mod query;
+pub mod rpc;
+pub mod session;
+pub mod signals;
+pub mod status_line;
+pub mod triggers;
 pub mod units;

@@ -53,11 +53,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t").to_string_lossy().into_owned();
         std::fs::write(&path, b"old").unwrap();
-        let err = open(&Output::File { path: path.clone(), no_clobber: true }).unwrap_err();
+        let err = open(&Output::File {
+            path: path.clone(),
+            no_clobber: true,
+        })
+        .unwrap_err();
         assert!(err.contains("already exists"), "{err}");
-        open(&Output::File { path: path.clone(), no_clobber: false }).unwrap();
+        open(&Output::File {
+            path: path.clone(),
+            no_clobber: false,
+        })
+        .unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"", "truncated");
-        remove_if_empty(&Output::File { path: path.clone(), no_clobber: false });
+        remove_if_empty(&Output::File {
+            path: path.clone(),
+            no_clobber: false,
+        });
         assert!(!std::path::Path::new(&path).exists());
     }
 
@@ -66,7 +77,14 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t").to_string_lossy().into_owned();
-        open(&Output::File { path: path.clone(), no_clobber: false }).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        open(&Output::File {
+            path: path.clone(),
+            no_clobber: false,
+        })
+        .unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 }

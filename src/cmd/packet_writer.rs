@@ -17,7 +17,13 @@ pub struct PacketWriter<W: Write> {
 
 impl<W: Write> PacketWriter<W> {
     pub fn new(out: W) -> Self {
-        Self { out, pending: Vec::new(), pending_len: 0, bytes_written: 0, packets_written: 0 }
+        Self {
+            out,
+            pending: Vec::new(),
+            pending_len: 0,
+            bytes_written: 0,
+            packets_written: 0,
+        }
     }
 
     /// Adds one slice; `last` closes the packet and writes it.

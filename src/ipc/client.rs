@@ -39,7 +39,10 @@ pub struct BoundService {
 impl BoundService {
     /// Id of `method`, looked up by name (ids are host-defined).
     pub fn method_id(&self, method: &str) -> Option<u32> {
-        self.methods.iter().find(|(_, n)| n == method).map(|(id, _)| *id)
+        self.methods
+            .iter()
+            .find(|(_, n)| n == method)
+            .map(|(id, _)| *id)
     }
 }
 
@@ -149,13 +152,26 @@ struct Core {
 
 impl Core {
     fn new(sock: UnixStream) -> Self {
-        Core { conn: Conn::new(sock, DEFAULT_MAX_QUEUED_BYTES), next_request_id: 1, pending: HashMap::new() }
+        Core {
+            conn: Conn::new(sock, DEFAULT_MAX_QUEUED_BYTES),
+            next_request_id: 1,
+            pending: HashMap::new(),
+        }
     }
 
-    fn send_request(&mut self, msg: OneOfmsg, fd: Option<OwnedFd>, pending: Option<Pending>) -> Result<u64, SendError> {
+    fn send_request(
+        &mut self,
+        msg: OneOfmsg,
+        fd: Option<OwnedFd>,
+        pending: Option<Pending>,
+    ) -> Result<u64, SendError> {
         let request_id = self.next_request_id;
         self.next_request_id += 1;
-        let frame = IPCFrame { request_id: Some(request_id), msg, ..Default::default() };
+        let frame = IPCFrame {
+            request_id: Some(request_id),
+            msg,
+            ..Default::default()
+        };
         self.conn.send(&frame, fd)?;
         if let Some(p) = pending {
             self.pending.insert(request_id, p);
@@ -164,7 +180,9 @@ impl Core {
     }
 
     fn bind(&mut self, name: &str) -> Result<u64, SendError> {
-        let msg = OneOfmsg::msg_bind_service(BindService { service_name: Some(name.to_string()) });
+        let msg = OneOfmsg::msg_bind_service(BindService {
+            service_name: Some(name.to_string()),
+        });
         self.send_request(msg, None, Some(Pending::Bind(name.to_string())))
     }
 
@@ -182,7 +200,15 @@ impl Core {
             args_proto: Some(args.to_vec()),
             drop_reply: if drop_reply { Some(true) } else { None },
         });
-        self.send_request(msg, fd, if drop_reply { None } else { Some(Pending::Invoke) })
+        self.send_request(
+            msg,
+            fd,
+            if drop_reply {
+                None
+            } else {
+                Some(Pending::Invoke)
+            },
+        )
     }
 
     /// Turns one incoming frame into an event, if it answers a pending request.
@@ -201,7 +227,10 @@ impl Core {
                         .collect(),
                 });
                 self.pending.remove(&request_id);
-                Some(ClientEvent::Bound { request_id, service })
+                Some(ClientEvent::Bound {
+                    request_id,
+                    service,
+                })
             }
             (OneOfmsg::msg_invoke_method_reply(r), Pending::Invoke) => {
                 let success = r.success.unwrap_or(false);
@@ -219,7 +248,10 @@ impl Core {
             }
             (OneOfmsg::msg_request_error(e), _) => {
                 self.pending.remove(&request_id);
-                Some(ClientEvent::RequestError { request_id, error: e.error.unwrap_or_default() })
+                Some(ClientEvent::RequestError {
+                    request_id,
+                    error: e.error.unwrap_or_default(),
+                })
             }
             _ => None, // Mismatched reply type: ignore, like unknown ids.
         }
@@ -249,7 +281,11 @@ impl Client {
     pub fn connect<M>(ctl: &mut LoopCtl<'_, M>, addr: &SockAddr) -> io::Result<Self> {
         let sock = UnixStream::connect(addr)?;
         let token = ctl.register(&sock, Interest::READABLE | Interest::WRITABLE)?;
-        Ok(Client { core: Core::new(sock), token, connected: true })
+        Ok(Client {
+            core: Core::new(sock),
+            token,
+            connected: true,
+        })
     }
 
     /// The loop token of the connection.
@@ -279,7 +315,9 @@ impl Client {
         drop_reply: bool,
     ) -> Result<u64, ClientError> {
         self.check_connected()?;
-        Ok(self.core.invoke(service_id, method_id, args, fd, drop_reply)?)
+        Ok(self
+            .core
+            .invoke(service_id, method_id, args, fd, drop_reply)?)
     }
 
     fn check_connected(&self) -> Result<(), ClientError> {
@@ -292,7 +330,12 @@ impl Client {
 
     /// Handles readiness of [`token`](Self::token): flushes, reads until
     /// `WouldBlock`, and appends events.
-    pub fn on_io<M>(&mut self, ctl: &mut LoopCtl<'_, M>, ready: Ready, events: &mut Vec<ClientEvent>) {
+    pub fn on_io<M>(
+        &mut self,
+        ctl: &mut LoopCtl<'_, M>,
+        ready: Ready,
+        events: &mut Vec<ClientEvent>,
+    ) {
         if !self.connected {
             return;
         }
@@ -309,6 +352,15 @@ impl Client {
                     return;
                 }
             }
+        }
+    }
+
+    /// Closes the connection on our side (no event is reported). Pending
+    /// requests are forgotten; later requests fail with `Disconnected`.
+    pub fn shutdown<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+        if self.connected {
+            let mut ignored = Vec::new();
+            self.close(ctl, &mut ignored);
         }
     }
 
@@ -336,7 +388,12 @@ impl BlockingClient {
     /// Connects to `addr`.
     pub fn connect(addr: &SockAddr) -> Result<Self, ClientError> {
         let sock = UnixStream::connect(addr)?;
-        Ok(BlockingClient { core: Core::new(sock), timeout: None, inbox: HashMap::new(), disconnected: false })
+        Ok(BlockingClient {
+            core: Core::new(sock),
+            timeout: None,
+            inbox: HashMap::new(),
+            disconnected: false,
+        })
     }
 
     /// Bounds every later wait for an answer; `None` waits forever.
@@ -353,8 +410,12 @@ impl BlockingClient {
     pub fn bind_service(&mut self, name: &str) -> Result<BoundService, ClientError> {
         let request_id = self.core.bind(name)?;
         match self.wait_event(request_id)? {
-            ClientEvent::Bound { service: Some(s), .. } => Ok(s),
-            ClientEvent::Bound { service: None, .. } => Err(ClientError::UnknownService(name.to_string())),
+            ClientEvent::Bound {
+                service: Some(s), ..
+            } => Ok(s),
+            ClientEvent::Bound { service: None, .. } => {
+                Err(ClientError::UnknownService(name.to_string()))
+            }
             ClientEvent::RequestError { error, .. } => Err(ClientError::RequestError(error)),
             _ => Err(ClientError::Disconnected),
         }
@@ -385,8 +446,11 @@ impl BlockingClient {
         args: &[u8],
         fd: Option<OwnedFd>,
     ) -> Result<(), ClientError> {
-        let method_id = service.method_id(method).ok_or_else(|| ClientError::UnknownMethod(method.to_string()))?;
-        self.core.invoke(service.service_id, method_id, args, fd, true)?;
+        let method_id = service
+            .method_id(method)
+            .ok_or_else(|| ClientError::UnknownMethod(method.to_string()))?;
+        self.core
+            .invoke(service.service_id, method_id, args, fd, true)?;
         self.flush_all()
     }
 
@@ -398,7 +462,9 @@ impl BlockingClient {
         args: &[u8],
         fd: Option<OwnedFd>,
     ) -> Result<u64, ClientError> {
-        let method_id = service.method_id(method).ok_or_else(|| ClientError::UnknownMethod(method.to_string()))?;
+        let method_id = service
+            .method_id(method)
+            .ok_or_else(|| ClientError::UnknownMethod(method.to_string()))?;
         self.start_invoke_raw(service.service_id, method_id, args, fd)
     }
 
@@ -418,7 +484,9 @@ impl BlockingClient {
 
     /// Next reply to `request_id`; `Ok(None)` once its stream has ended.
     pub fn next_reply(&mut self, request_id: u64) -> Result<Option<ClientReply>, ClientError> {
-        if !self.core.pending.contains_key(&request_id) && self.inbox.get(&request_id).map_or(true, |q| q.is_empty()) {
+        if !self.core.pending.contains_key(&request_id)
+            && self.inbox.get(&request_id).is_none_or(|q| q.is_empty())
+        {
             return Ok(None);
         }
         match self.wait_event(request_id)? {
@@ -439,7 +507,12 @@ impl BlockingClient {
         }
     }
 
-    fn wait(&mut self, readable: bool, writable: bool, deadline: Option<Instant>) -> Result<(), ClientError> {
+    fn wait(
+        &mut self,
+        readable: bool,
+        writable: bool,
+        deadline: Option<Instant>,
+    ) -> Result<(), ClientError> {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let fd = self.core.conn.socket().as_fd();
         if left == Some(Duration::ZERO) || !wait_ready(fd, readable, writable, left)? {
@@ -464,7 +537,8 @@ impl BlockingClient {
             let status = self.core.read_some(&mut events);
             for ev in events {
                 let id = match &ev {
-                    ClientEvent::Bound { request_id, .. } | ClientEvent::RequestError { request_id, .. } => *request_id,
+                    ClientEvent::Bound { request_id, .. }
+                    | ClientEvent::RequestError { request_id, .. } => *request_id,
                     ClientEvent::Reply(r) => r.request_id,
                     ClientEvent::Disconnected => continue,
                 };

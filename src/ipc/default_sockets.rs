@@ -11,7 +11,6 @@
 //! list and listens on each; clients use the variable as a whole.
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
 
 use crate::base::unix_socket::UnixListener;
 
@@ -25,7 +24,9 @@ fn use_run_perfetto() -> bool {
     use std::sync::OnceLock;
     // Decided once per process so client and host in one process agree.
     static USE_RUN: OnceLock<bool> = OnceLock::new();
-    *USE_RUN.get_or_init(|| nix::unistd::access("/run/perfetto/", nix::unistd::AccessFlags::X_OK).is_ok())
+    *USE_RUN.get_or_init(|| {
+        nix::unistd::access("/run/perfetto/", nix::unistd::AccessFlags::X_OK).is_ok()
+    })
 }
 
 fn env_nonempty(name: &str) -> Option<String> {
@@ -73,7 +74,11 @@ pub fn consumer_socket_name() -> String {
 }
 
 fn split_socket_list(list: &str) -> Vec<String> {
-    list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Adopts a listening socket that Android init created for service
@@ -85,27 +90,18 @@ fn split_socket_list(list: &str) -> Vec<String> {
 pub fn adopt_android_socket(name: &str) -> Option<io::Result<UnixListener>> {
     let value = std::env::var(format!("ANDROID_SOCKET_{name}")).ok()?;
     let fd_untrusted: i32 = match value.trim().parse() {
-        Ok(fd) if fd >= 0 => fd,
-        _ => {
+        Ok(fd) => fd,
+        Err(_) => {
             return Some(Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("ANDROID_SOCKET_{name}={value:?} is not an fd number"),
             )))
         }
     };
-    // Check that it is an open descriptor before claiming it.
-    if let Err(e) = nix::fcntl::fcntl(fd_untrusted, nix::fcntl::FcntlArg::F_GETFD) {
-        return Some(Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("ANDROID_SOCKET_{name}={fd_untrusted}: {e}"),
-        )));
-    }
-    // SAFETY:
-    // - init passed this descriptor to us for this socket and nothing else
-    //   in the process claims it (callers adopt each name once); F_GETFD
-    //   just confirmed it is open.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd_untrusted) };
-    Some(UnixListener::from_fd(fd))
+    Some(
+        UnixListener::adopt_inherited(fd_untrusted)
+            .map_err(|e| io::Error::new(e.kind(), format!("ANDROID_SOCKET_{name}: {e}"))),
+    )
 }
 
 #[cfg(test)]
@@ -138,11 +134,19 @@ mod tests {
         let var = format!("tracebox_adopt_{}", std::process::id());
         std::env::set_var(format!("ANDROID_SOCKET_{var}"), raw.to_string());
         let adopted = adopt_android_socket(&var).unwrap().unwrap();
-        let _c = crate::base::unix_socket::UnixStream::connect(&SockAddr::Abstract(name.into_bytes())).unwrap();
-        crate::base::unix_socket::wait_ready(std::os::fd::AsFd::as_fd(&adopted), true, false, None).unwrap();
+        let _c =
+            crate::base::unix_socket::UnixStream::connect(&SockAddr::Abstract(name.into_bytes()))
+                .unwrap();
+        crate::base::unix_socket::wait_ready(std::os::fd::AsFd::as_fd(&adopted), true, false, None)
+            .unwrap();
         assert!(adopted.accept().unwrap().is_some());
         assert!(adopt_android_socket("tracebox_never_set").is_none());
         std::env::set_var("ANDROID_SOCKET_tracebox_bad", "x");
         assert!(adopt_android_socket("tracebox_bad").unwrap().is_err());
+        // An open fd that is not a listening socket is refused (and left open).
+        let file = std::fs::File::open("/dev/null").unwrap();
+        std::env::set_var("ANDROID_SOCKET_tracebox_file", file.as_raw_fd().to_string());
+        assert!(adopt_android_socket("tracebox_file").unwrap().is_err());
+        assert!(nix::fcntl::fcntl(file.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFD).is_ok());
     }
 }

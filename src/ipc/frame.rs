@@ -47,7 +47,9 @@ impl std::error::Error for FrameTooLarge {}
 pub fn encode_frame(frame: &IPCFrame) -> Result<Vec<u8>, FrameTooLarge> {
     let size = frame.get_size();
     if size > MAX_PAYLOAD {
-        return Err(FrameTooLarge { len_untrusted: size as u64 });
+        return Err(FrameTooLarge {
+            len_untrusted: size as u64,
+        });
     }
     let mut out = Vec::with_capacity(HEADER_SIZE + size);
     out.extend_from_slice(&(size as u32).to_le_bytes());
@@ -70,6 +72,10 @@ pub struct FrameDecoder {
     buf: Vec<u8>,
     /// Bytes of `buf` already consumed by returned or skipped frames.
     start: usize,
+    /// Stream offset of `buf[start]`: bytes consumed since the beginning.
+    consumed: u64,
+    /// Stream offsets `[start, end)` of the frame last returned.
+    last_span: (u64, u64),
     discarded: u64,
     failed: bool,
 }
@@ -99,6 +105,17 @@ impl FrameDecoder {
         self.buf.len() - self.start
     }
 
+    /// Stream offset just past the last frame returned or skipped.
+    pub fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// Stream offsets `[start, end)` (header included) of the frame last
+    /// returned by [`next_frame`](Self::next_frame).
+    pub fn last_span(&self) -> (u64, u64) {
+        self.last_span
+    }
+
     /// Returns the next complete frame, `Ok(None)` if more bytes are needed.
     /// After an error every later call fails too.
     pub fn next_frame(&mut self) -> Result<Option<IPCFrame>, FrameTooLarge> {
@@ -107,22 +124,30 @@ impl FrameDecoder {
             if avail.len() < HEADER_SIZE {
                 break;
             }
-            let len_untrusted = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
+            let len_untrusted =
+                u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
             if self.failed || len_untrusted > MAX_PAYLOAD {
                 self.failed = true;
-                return Err(FrameTooLarge { len_untrusted: len_untrusted as u64 });
+                return Err(FrameTooLarge {
+                    len_untrusted: len_untrusted as u64,
+                });
             }
             let total = HEADER_SIZE + len_untrusted;
             if avail.len() < total {
                 break;
             }
             let payload = &avail[HEADER_SIZE..total];
+            let frame_start = self.consumed;
             self.start += total;
+            self.consumed += total as u64;
             if payload.is_empty() {
                 continue;
             }
             match decode_payload(payload) {
-                Ok(frame) => return Ok(Some(frame)),
+                Ok(frame) => {
+                    self.last_span = (frame_start, self.consumed);
+                    return Ok(Some(frame));
+                }
                 Err(_) => self.discarded += 1,
             }
         }
@@ -172,7 +197,9 @@ mod tests {
             invoke(1, b"abc".to_vec()),
             IPCFrame {
                 request_id: Some(2),
-                msg: OneOfmsg::msg_bind_service(BindService { service_name: Some("ConsumerPort".into()) }),
+                msg: OneOfmsg::msg_bind_service(BindService {
+                    service_name: Some("ConsumerPort".into()),
+                }),
                 ..Default::default()
             },
             invoke(3, vec![7u8; 5000]),

@@ -38,7 +38,8 @@
 //!   `success=false` without calling the service. Undecodable `args` are
 //!   the service's to reject (reply [`Reply::fail`]).
 //! * `drop_reply=true`: [`ReplyTo::drop_reply`] is set and every reply to
-//!   it is silently discarded.
+//!   it is silently discarded (the invalid-id rejection above is still
+//!   sent, as Perfetto does).
 //! * Frames of any other type → `RequestError{"unknown request"}`.
 //! * An fd received with a frame is passed in [`Call::fd`]; a reply can
 //!   carry one fd.
@@ -62,98 +63,7 @@ use crate::pb::protos::IPCFrame;
 use crate::{log_debug, log_info, log_warn};
 
 use super::conn::{Conn, ReadStatus, Received, SendError, DEFAULT_MAX_QUEUED_BYTES};
-
-/// A connected client; never reused within one host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ClientId(pub u64);
-
-/// A service exposed by the host, numbered from 1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServiceId(pub u32);
-
-/// Where a reply goes. Plain data: store it for deferred or streaming
-/// replies; replying after the client left is a harmless no-op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ReplyTo {
-    /// The calling client.
-    pub client: ClientId,
-    /// The request id to echo.
-    pub request_id: u64,
-    /// The caller asked for no reply; replies are discarded.
-    pub drop_reply: bool,
-}
-
-/// One reply frame (`InvokeMethodReply`).
-#[derive(Debug, Default)]
-pub struct Reply {
-    /// False for rejected or failed calls (then `payload` is ignored).
-    pub success: bool,
-    /// More replies to the same request follow (streaming).
-    pub has_more: bool,
-    /// Serialized reply message.
-    pub payload: Vec<u8>,
-    /// An fd to pass along with this reply.
-    pub fd: Option<OwnedFd>,
-}
-
-impl Reply {
-    /// Final successful reply.
-    pub fn ok(payload: Vec<u8>) -> Self {
-        Reply { success: true, has_more: false, payload, fd: None }
-    }
-    /// Successful streaming reply; more will follow.
-    pub fn more(payload: Vec<u8>) -> Self {
-        Reply { success: true, has_more: true, payload, fd: None }
-    }
-    /// Failure (`success=false`, no payload); ends any stream.
-    pub fn fail() -> Self {
-        Reply::default()
-    }
-    /// Attaches an fd.
-    pub fn with_fd(mut self, fd: OwnedFd) -> Self {
-        self.fd = Some(fd);
-        self
-    }
-}
-
-/// A validated method call.
-#[derive(Debug)]
-pub struct Call<'a> {
-    /// The calling client.
-    pub client: ClientId,
-    /// Its credentials (`SO_PEERCRED` at accept).
-    pub peer: PeerCred,
-    /// Which exposed service.
-    pub service: ServiceId,
-    /// Method id, 1..=N.
-    pub method_id: u32,
-    /// Method name from the service's table.
-    pub method_name: &'a str,
-    /// Serialized arguments, untrusted.
-    pub args: Vec<u8>,
-    /// The fd that came with the request frame, if any.
-    pub fd: Option<OwnedFd>,
-    /// Where replies go.
-    pub reply_to: ReplyTo,
-}
-
-/// Sends replies; implemented by [`Host`] (and by fakes in service tests).
-pub trait ReplySink {
-    /// Sends one reply. Returns false if it was discarded: `drop_reply`,
-    /// unknown/gone client, or the client was just dropped for not reading.
-    fn reply(&mut self, to: &ReplyTo, reply: Reply) -> bool;
-    /// Disconnects a client (e.g. a misbehaving producer).
-    fn disconnect(&mut self, client: ClientId);
-}
-
-/// The application side: all exposed services behind one object, so that
-/// several services can share state without `Rc<RefCell<_>>`.
-pub trait Services {
-    /// A call to a known service and method. Reply now or later via `out`.
-    fn invoke(&mut self, call: Call<'_>, out: &mut dyn ReplySink);
-    /// The client is gone; its pending [`ReplyTo`]s are now dead.
-    fn on_client_disconnected(&mut self, _client: ClientId, _out: &mut dyn ReplySink) {}
-}
+pub use super::service::{Call, ClientId, Reply, ReplySink, ReplyTo, ServiceId, Services};
 
 /// Counters for diagnostics and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -190,6 +100,8 @@ struct Client {
 struct Clients {
     by_token: HashMap<Token, Client>,
     by_id: HashMap<ClientId, Token>,
+    /// Killed but not yet reaped.
+    dead: Vec<Token>,
     stats: HostStats,
 }
 
@@ -242,7 +154,11 @@ impl Host {
     }
 
     /// Accepts on an existing listener (e.g. adopted from Android init).
-    pub fn add_listener<M>(&mut self, ctl: &mut LoopCtl<'_, M>, listener: UnixListener) -> io::Result<()> {
+    pub fn add_listener<M>(
+        &mut self,
+        ctl: &mut LoopCtl<'_, M>,
+        listener: UnixListener,
+    ) -> io::Result<()> {
         let token = ctl.register(&listener, Interest::READABLE)?;
         self.listeners.push((listener, token));
         Ok(())
@@ -250,13 +166,19 @@ impl Host {
 
     /// True if `token` belongs to this host (route `on_io` here).
     pub fn owns(&self, token: Token) -> bool {
-        self.clients.by_token.contains_key(&token) || self.listeners.iter().any(|(_, t)| *t == token)
+        self.clients.by_token.contains_key(&token)
+            || self.listeners.iter().any(|(_, t)| *t == token)
     }
 
     /// Counters.
     pub fn stats(&self) -> HostStats {
         let mut s = self.clients.stats;
-        s.frames_discarded += self.clients.by_token.values().map(|c| c.conn.frames_discarded()).sum::<u64>();
+        s.frames_discarded += self
+            .clients
+            .by_token
+            .values()
+            .map(|c| c.conn.frames_discarded())
+            .sum::<u64>();
         s
     }
 
@@ -273,7 +195,13 @@ impl Host {
 
     /// Handles readiness of a token this host [`owns`](Self::owns); other
     /// tokens are ignored. Also reaps clients dropped since the last call.
-    pub fn on_io<M>(&mut self, ctl: &mut LoopCtl<'_, M>, token: Token, ready: Ready, services: &mut dyn Services) {
+    pub fn on_io<M>(
+        &mut self,
+        ctl: &mut LoopCtl<'_, M>,
+        token: Token,
+        ready: Ready,
+        services: &mut dyn Services,
+    ) {
         if let Some(i) = self.listeners.iter().position(|(_, t)| *t == token) {
             self.accept_all(ctl, i);
         } else if self.clients.by_token.contains_key(&token) {
@@ -299,18 +227,33 @@ impl Host {
         }
     }
 
-    fn add_client<M>(&mut self, ctl: &mut LoopCtl<'_, M>, stream: UnixStream, cred: PeerCred) -> io::Result<()> {
+    fn add_client<M>(
+        &mut self,
+        ctl: &mut LoopCtl<'_, M>,
+        stream: UnixStream,
+        cred: PeerCred,
+    ) -> io::Result<()> {
         // Writable too: edge-triggered, so it only fires when a full send
         // buffer drains, which is exactly when the queue needs flushing.
         let token = ctl.register(&stream, Interest::READABLE | Interest::WRITABLE)?;
         self.next_client += 1;
         let id = ClientId(self.next_client);
-        log_debug!("client {} connected (pid {}, uid {})", id.0, cred.pid, cred.uid);
+        log_debug!(
+            "client {} connected (pid {}, uid {})",
+            id.0,
+            cred.pid,
+            cred.uid
+        );
         self.clients.stats.clients_accepted += 1;
         self.clients.by_id.insert(id, token);
         self.clients.by_token.insert(
             token,
-            Client { id, cred, conn: Conn::new(stream, self.max_queued), dead: false },
+            Client {
+                id,
+                cred,
+                conn: Conn::new(stream, self.max_queued),
+                dead: false,
+            },
         );
         Ok(())
     }
@@ -326,7 +269,9 @@ impl Host {
         }
         let mut frames = Vec::new();
         loop {
-            let Some(c) = self.clients.by_token.get_mut(&token) else { return };
+            let Some(c) = self.clients.by_token.get_mut(&token) else {
+                return;
+            };
             if c.dead {
                 return;
             }
@@ -352,7 +297,13 @@ impl Host {
         }
     }
 
-    fn handle_frame(&mut self, client: ClientId, peer: PeerCred, r: Received, services: &mut dyn Services) {
+    fn handle_frame(
+        &mut self,
+        client: ClientId,
+        peer: PeerCred,
+        r: Received,
+        services: &mut dyn Services,
+    ) {
         let request_id = r.frame.request_id.unwrap_or(0);
         match r.frame.msg {
             OneOfmsg::msg_bind_service(bind) => {
@@ -366,25 +317,44 @@ impl Host {
                             .methods
                             .iter()
                             .enumerate()
-                            .map(|(m, n)| MethodInfo { id: Some(m as u32 + 1), name: Some(n.clone()) })
+                            .map(|(m, n)| MethodInfo {
+                                id: Some(m as u32 + 1),
+                                name: Some(n.clone()),
+                            })
                             .collect(),
                     },
                     None => {
                         log_debug!("client {}: unknown service {name:?}", client.0);
-                        BindServiceReply { success: Some(false), ..Default::default() }
+                        BindServiceReply {
+                            success: Some(false),
+                            ..Default::default()
+                        }
                     }
                 };
-                self.clients.send(client, request_id, OneOfmsg::msg_bind_service_reply(reply), None);
+                self.clients.send(
+                    client,
+                    request_id,
+                    OneOfmsg::msg_bind_service_reply(reply),
+                    None,
+                );
             }
-            OneOfmsg::msg_invoke_method(inv) => self.invoke(client, peer, request_id, inv, r.fd, services),
+            OneOfmsg::msg_invoke_method(inv) => {
+                self.invoke(client, peer, request_id, inv, r.fd, services)
+            }
             OneOfmsg::set_peer_identity(_) => {
                 // Only meaningful through a relay on TCP/vsock.
-                log_debug!("client {}: ignoring SetPeerIdentity on a UNIX socket", client.0);
+                log_debug!(
+                    "client {}: ignoring SetPeerIdentity on a UNIX socket",
+                    client.0
+                );
             }
             _ => {
                 self.clients.stats.unknown_requests += 1;
-                let err = RequestError { error: Some("unknown request".to_string()) };
-                self.clients.send(client, request_id, OneOfmsg::msg_request_error(err), None);
+                let err = RequestError {
+                    error: Some("unknown request".to_string()),
+                };
+                self.clients
+                    .send(client, request_id, OneOfmsg::msg_request_error(err), None);
             }
         }
     }
@@ -398,17 +368,33 @@ impl Host {
         fd: Option<OwnedFd>,
         services: &mut dyn Services,
     ) {
-        let reply_to = ReplyTo { client, request_id, drop_reply: inv.drop_reply.unwrap_or(false) };
+        let reply_to = ReplyTo {
+            client,
+            request_id,
+            drop_reply: inv.drop_reply.unwrap_or(false),
+        };
         let service_id_untrusted = inv.service_id.unwrap_or(0) as usize;
         let method_id_untrusted = inv.method_id.unwrap_or(0) as usize;
-        let desc = service_id_untrusted.checked_sub(1).and_then(|i| self.services.get(i));
-        let method = desc.and_then(|d| method_id_untrusted.checked_sub(1).and_then(|m| d.methods.get(m)));
+        let desc = service_id_untrusted
+            .checked_sub(1)
+            .and_then(|i| self.services.get(i));
+        let method = desc.and_then(|d| {
+            method_id_untrusted
+                .checked_sub(1)
+                .and_then(|m| d.methods.get(m))
+        });
         let Some(method_name) = method else {
             log_debug!(
                 "client {}: invalid method {service_id_untrusted}/{method_id_untrusted}",
                 client.0
             );
-            self.clients.reply(&reply_to, Reply::fail());
+            // Like Perfetto, reject even when drop_reply is set: the
+            // client ignores replies to requests it does not track.
+            let forced = ReplyTo {
+                drop_reply: false,
+                ..reply_to
+            };
+            self.clients.reply(&forced, Reply::fail());
             return;
         };
         let call = Call {
@@ -428,13 +414,14 @@ impl Host {
     fn reap<M>(&mut self, ctl: &mut LoopCtl<'_, M>, services: &mut dyn Services) {
         // Services may drop more clients while being notified: loop.
         loop {
-            let dead: Vec<Token> =
-                self.clients.by_token.iter().filter(|(_, c)| c.dead).map(|(t, _)| *t).collect();
+            let dead = std::mem::take(&mut self.clients.dead);
             if dead.is_empty() {
                 return;
             }
             for token in dead {
-                let Some(c) = self.clients.by_token.remove(&token) else { continue };
+                let Some(c) = self.clients.by_token.remove(&token) else {
+                    continue;
+                };
                 self.clients.by_id.remove(&c.id);
                 self.clients.stats.frames_discarded += c.conn.frames_discarded();
                 let _ = ctl.deregister(c.conn.socket());
@@ -455,25 +442,43 @@ impl Clients {
         if let Some(c) = self.by_token.get_mut(&token) {
             if !c.dead {
                 c.dead = true;
+                self.dead.push(token);
                 let _ = c.conn.socket().shutdown();
             }
         }
     }
 
-    fn send(&mut self, client: ClientId, request_id: u64, msg: OneOfmsg, fd: Option<OwnedFd>) -> bool {
-        let Some(&token) = self.by_id.get(&client) else { return false };
-        let Some(c) = self.by_token.get_mut(&token) else { return false };
+    fn send(
+        &mut self,
+        client: ClientId,
+        request_id: u64,
+        msg: OneOfmsg,
+        fd: Option<OwnedFd>,
+    ) -> bool {
+        let Some(&token) = self.by_id.get(&client) else {
+            return false;
+        };
+        let Some(c) = self.by_token.get_mut(&token) else {
+            return false;
+        };
         if c.dead {
             return false;
         }
-        let frame = IPCFrame { request_id: Some(request_id), msg, ..Default::default() };
+        let frame = IPCFrame {
+            request_id: Some(request_id),
+            msg,
+            ..Default::default()
+        };
         match c.conn.send(&frame, fd) {
             Ok(()) => true,
             Err(SendError::TooLarge(e)) => {
                 // Our own bug (a service built a reply over the limit): the
                 // caller learns success=false rather than losing the client.
                 crate::log_error!("client {}: reply not sent: {e}", client.0);
-                let fail = InvokeMethodReply { success: Some(false), ..Default::default() };
+                let fail = InvokeMethodReply {
+                    success: Some(false),
+                    ..Default::default()
+                };
                 let frame = IPCFrame {
                     request_id: Some(request_id),
                     msg: OneOfmsg::msg_invoke_method_reply(fail),
@@ -509,9 +514,18 @@ impl ReplySink for Clients {
         let msg = InvokeMethodReply {
             success: Some(reply.success),
             has_more: Some(reply.has_more),
-            reply_proto: if reply.success { Some(reply.payload) } else { None },
+            reply_proto: if reply.success {
+                Some(reply.payload)
+            } else {
+                None
+            },
         };
-        self.send(to.client, to.request_id, OneOfmsg::msg_invoke_method_reply(msg), reply.fd)
+        self.send(
+            to.client,
+            to.request_id,
+            OneOfmsg::msg_invoke_method_reply(msg),
+            reply.fd,
+        )
     }
 
     fn disconnect(&mut self, client: ClientId) {
@@ -597,7 +611,10 @@ mod tests {
             // woken by the hang-up event of our own shutdown.
             let to = self.services.parked[0];
             while self.host.reply(&to, Reply::more(vec![0; 60 * 1024])) {}
-            assert!(!self.host.reply(&to, Reply::ok(vec![])), "dead client accepted a reply");
+            assert!(
+                !self.host.reply(&to, Reply::ok(vec![])),
+                "dead client accepted a reply"
+            );
         }
     }
 
@@ -607,7 +624,8 @@ mod tests {
         let mut host = Host::new();
         host.set_max_queued_bytes(256 * 1024);
         host.expose_service("P", &["M"]);
-        let addr = SockAddr::Abstract(format!("tracebox-host-unit-{}", std::process::id()).into_bytes());
+        let addr =
+            SockAddr::Abstract(format!("tracebox-host-unit-{}", std::process::id()).into_bytes());
         host.listen(&mut el.ctl(), &addr).unwrap();
 
         // A client that sends one call and never reads.
@@ -624,7 +642,11 @@ mod tests {
         };
         conn.send(&invoke(1, 1, 1), None).unwrap();
 
-        let mut app = App { host, services: Parking::default(), flood_timer: None };
+        let mut app = App {
+            host,
+            services: Parking::default(),
+            flood_timer: None,
+        };
         el.run(&mut app).unwrap();
         assert_eq!(app.services.disconnected, vec![ClientId(1)]);
         assert_eq!(app.host.client_count(), 0);

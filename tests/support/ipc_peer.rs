@@ -18,16 +18,16 @@ use tracebox::ipc::host::{Call, ClientId, Host, HostApp, Reply, ReplySink, Reply
 
 pub const SERVICE: &str = "TestPort";
 pub const METHODS: &[&str] = &[
-    "Echo",      // 1: replies with the args
-    "Stream",    // 2: args = decimal n; n replies "0".."n-1", the last one final
-    "ReadFd",    // 3: replies with the contents of the passed fd
-    "SendFd",    // 4: replies with a memfd holding the args
-    "Record",    // 5: appends args to a log (used with drop_reply)
-    "GetLog",    // 6: replies with the log joined by ','
-    "WhoAmI",    // 7: replies with the caller's SO_PEERCRED pid
-    "Park",      // 8: stores the reply handle, no reply yet
-    "Release",   // 9: answers every parked call with "released", then itself
-    "Flood",     // 10: args = n; n replies of 64 KiB each
+    "Echo",        // 1: replies with the args
+    "Stream",      // 2: args = decimal n; n replies "0".."n-1", the last one final
+    "ReadFd",      // 3: replies with the contents of the passed fd
+    "SendFd",      // 4: replies with a memfd holding the args
+    "Record",      // 5: appends args to a log (used with drop_reply)
+    "GetLog",      // 6: replies with the log joined by ','
+    "WhoAmI",      // 7: replies with the caller's SO_PEERCRED pid
+    "Park",        // 8: stores the reply handle, no reply yet
+    "Release",     // 9: answers every parked call with "released", then itself
+    "Flood",       // 10: args = n; n replies of 64 KiB each
     "Disconnects", // 11: number of clients seen disconnecting
 ];
 pub const FLOOD_CHUNK: usize = 64 * 1024;
@@ -49,7 +49,10 @@ fn read_fd_contents(fd: OwnedFd) -> std::io::Result<Vec<u8>> {
 }
 
 pub fn memfd_with(contents: &[u8]) -> OwnedFd {
-    let mut f = memfd::MemfdOptions::new().create("tracebox-test").unwrap().into_file();
+    let mut f = memfd::MemfdOptions::new()
+        .create("tracebox-test")
+        .unwrap()
+        .into_file();
     f.write_all(contents).unwrap();
     f.into()
 }
@@ -65,7 +68,14 @@ impl Services for TestService {
                 let n: usize = String::from_utf8_lossy(&call.args).parse().unwrap_or(0);
                 for i in 0..n {
                     let body = i.to_string().into_bytes();
-                    out.reply(&to, if i + 1 == n { Reply::ok(body) } else { Reply::more(body) });
+                    out.reply(
+                        &to,
+                        if i + 1 == n {
+                            Reply::ok(body)
+                        } else {
+                            Reply::more(body)
+                        },
+                    );
                 }
             }
             "ReadFd" => match call.fd.map(read_fd_contents) {
@@ -80,7 +90,8 @@ impl Services for TestService {
                 out.reply(&to, Reply::ok(vec![]).with_fd(memfd_with(&call.args)));
             }
             "Record" => {
-                self.log.push(String::from_utf8_lossy(&call.args).into_owned());
+                self.log
+                    .push(String::from_utf8_lossy(&call.args).into_owned());
                 out.reply(&to, Reply::ok(b"recorded".to_vec())); // dropped if drop_reply
             }
             "GetLog" => {
@@ -127,17 +138,25 @@ impl Services for TestService {
 pub const TEST_MAX_QUEUED: usize = 1024 * 1024;
 
 /// Runs a host on `addrs` in this thread until `()` is posted.
-pub fn run_host(addrs: &[String], ready: impl FnOnce(tracebox::base::event_loop::RemoteHandle<()>)) {
+pub fn run_host(
+    addrs: &[String],
+    ready: impl FnOnce(tracebox::base::event_loop::RemoteHandle<()>),
+) {
     let mut el = EventLoop::<()>::new().unwrap();
     let mut host = Host::new();
     host.set_max_queued_bytes(TEST_MAX_QUEUED);
     host.expose_service("OtherPort", &["Nothing"]);
     host.expose_service(SERVICE, METHODS);
     for a in addrs {
-        host.listen(&mut el.ctl(), &SockAddr::parse(a).unwrap()).unwrap();
+        host.listen(&mut el.ctl(), &SockAddr::parse(a).unwrap())
+            .unwrap();
     }
     ready(el.remote());
-    el.run(&mut HostApp { host, services: TestService::default() }).unwrap();
+    el.run(&mut HostApp {
+        host,
+        services: TestService::default(),
+    })
+    .unwrap();
 }
 
 /// A host in a background thread; quits when dropped.
@@ -150,7 +169,10 @@ impl ThreadHost {
     pub fn start(addrs: Vec<String>) -> Self {
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || run_host(&addrs, |r| tx.send(r).unwrap()));
-        ThreadHost { quit: rx.recv().unwrap(), thread: Some(thread) }
+        ThreadHost {
+            quit: rx.recv().unwrap(),
+            thread: Some(thread),
+        }
     }
 }
 
@@ -174,7 +196,13 @@ impl ChildPeer {
     /// "READY" line (roles print it once they are listening/connected).
     pub fn spawn(role: &str, arg: &str) -> Self {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_role_entry", "--nocapture", "--test-threads=1", "-q"])
+            .args([
+                "--exact",
+                "child_role_entry",
+                "--nocapture",
+                "--test-threads=1",
+                "-q",
+            ])
             .env("TRACEBOX_TEST_ROLE", role)
             .env("TRACEBOX_TEST_ARG", arg)
             .stdout(Stdio::piped())
@@ -219,7 +247,9 @@ pub fn spawn_host_child(addrs: &str) -> ChildPeer {
 /// Body of the `child_role_entry` test: does nothing unless this process
 /// was spawned as a child.
 pub fn child_role_entry_body() {
-    let Ok(role) = std::env::var("TRACEBOX_TEST_ROLE") else { return };
+    let Ok(role) = std::env::var("TRACEBOX_TEST_ROLE") else {
+        return;
+    };
     let arg = std::env::var("TRACEBOX_TEST_ARG").unwrap_or_default();
     match role.as_str() {
         "host" => {
@@ -234,7 +264,9 @@ pub fn child_role_entry_body() {
             let r = c.invoke(&svc, "WhoAmI", b"", None).unwrap();
             println!("PID {}", String::from_utf8(r[0].payload.clone()).unwrap());
             // An fd from the child: the host reads it back in ReadFd.
-            let r = c.invoke(&svc, "ReadFd", b"", Some(memfd_with(b"from-child"))).unwrap();
+            let r = c
+                .invoke(&svc, "ReadFd", b"", Some(memfd_with(b"from-child")))
+                .unwrap();
             println!("FD {}", String::from_utf8(r[0].payload.clone()).unwrap());
         }
         other => panic!("unknown role {other}"),
@@ -254,5 +286,9 @@ pub fn connect_bound(addr: &str) -> (BlockingClient, BoundService) {
 pub fn unique_abstract(tag: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("@tracebox-test-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "@tracebox-test-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }

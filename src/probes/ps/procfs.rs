@@ -59,7 +59,13 @@ impl ProcFs {
     /// Name (comm) of thread `tid` of process `pid`, without the newline.
     pub fn read_task_comm(&mut self, pid: i32, tid: i32) -> Option<String> {
         self.path.clear();
-        let _ = write!(self.path, "{}/{}/task/{}/comm", self.proc_dir.display(), pid, tid);
+        let _ = write!(
+            self.path,
+            "{}/{}/task/{}/comm",
+            self.proc_dir.display(),
+            pid,
+            tid
+        );
         let path = std::mem::take(&mut self.path);
         let res = read_file_into(path.as_ref(), &mut self.buf, true);
         self.path = path;

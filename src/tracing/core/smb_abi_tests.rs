@@ -1,6 +1,9 @@
 //! Unit tests for `smb_abi` (kept apart to keep the ABI file short).
 
 use super::*;
+use crate::tracing::core::shared_mem::SharedMem;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 fn abi(size: usize, page: usize) -> SmbAbi {
     SmbAbi::new(Arc::new(SharedMem::new_heap(size).unwrap()), page).unwrap()
@@ -171,7 +174,8 @@ fn hostile_indices_and_layouts_are_errors() {
 fn shm_size_rules() {
     const K: usize = 1024;
     // (config page KiB, hint page KiB, config size KiB, hint size KiB) -> (size, page)
-    let cases: &[((u32, u64, u32, u64), (usize, usize))] = &[
+    type Case = ((u32, u64, u32, u64), (usize, usize));
+    let cases: &[Case] = &[
         ((0, 0, 0, 0), (256 * K, 4 * K)),
         ((16, 0, 16, 0), (16 * K, 16 * K)),
         ((0, 4, 0, 16), (16 * K, 4 * K)),
@@ -227,10 +231,18 @@ fn random_smb_contents_are_read_safely() {
         }
         for page in 0..4 {
             let r = next();
-            let mut bitmap = if r % 4 == 0 { r as u32 } else { (((r >> 8) % 8) as u32) << 28 };
+            let mut bitmap = if r % 4 == 0 {
+                r as u32
+            } else {
+                (((r >> 8) % 8) as u32) << 28
+            };
             if r % 4 != 0 {
                 for c in 0..14 {
-                    let st = if next() % 2 == 0 { CHUNK_COMPLETE } else { (next() % 4) as u32 };
+                    let st = if next() % 2 == 0 {
+                        CHUNK_COMPLETE
+                    } else {
+                        (next() % 4) as u32
+                    };
                     bitmap |= st << (2 * c);
                 }
             }
@@ -246,7 +258,9 @@ fn random_smb_contents_are_read_safely() {
         }
         for page in 0..6 {
             for chunk in 0..16 {
-                let Ok(c) = a.try_acquire_chunk_for_reading(page, chunk) else { continue };
+                let Ok(c) = a.try_acquire_chunk_for_reading(page, chunk) else {
+                    continue;
+                };
                 assert!(c.end() <= a.size() && c.offset() >= page * page_size + 8);
                 let mut payload = Vec::new();
                 let h = a.read_chunk(&c, &mut payload);

@@ -128,7 +128,11 @@ mod tests {
         let whole = one(b);
         for i in 0..=b.len() {
             for j in i..=b.len() {
-                assert_eq!(validate_packet([&b[..i], &b[i..j], &b[j..]]), whole, "split {i},{j}");
+                assert_eq!(
+                    validate_packet([&b[..i], &b[i..j], &b[j..]]),
+                    whole,
+                    "split {i},{j}"
+                );
             }
         }
         whole
@@ -163,7 +167,10 @@ mod tests {
                 } else {
                     put_bytes(&mut s, id as u32, b"xy");
                 }
-                assert_eq!(all_splits(s.as_bytes()), Err(InvalidPacket::ReservedField(id)));
+                assert_eq!(
+                    all_splits(s.as_bytes()),
+                    Err(InvalidPacket::ReservedField(id))
+                );
             }
         }
         // Neighbours of reserved ids are fine (42 = previous_packet_dropped
@@ -189,12 +196,18 @@ mod tests {
         for cut in 1..p.len() {
             // Cutting at a field boundary is still valid; elsewhere never.
             let r = all_splits(&p[..cut]);
-            assert!(r == Ok(()) || r == Err(InvalidPacket::Truncated), "cut {cut}: {r:?}");
+            assert!(
+                r == Ok(()) || r == Err(InvalidPacket::Truncated),
+                "cut {cut}: {r:?}"
+            );
         }
         assert_eq!(one(&[0x08]), Err(InvalidPacket::Truncated)); // tag, no value
         assert_eq!(one(&[0x08, 0x80]), Err(InvalidPacket::Truncated)); // open varint
         assert_eq!(one(&[0x0d, 1, 2, 3]), Err(InvalidPacket::Truncated)); // fixed32
-        assert_eq!(one(&[0x09, 1, 2, 3, 4, 5, 6, 7]), Err(InvalidPacket::Truncated));
+        assert_eq!(
+            one(&[0x09, 1, 2, 3, 4, 5, 6, 7]),
+            Err(InvalidPacket::Truncated)
+        );
         assert_eq!(one(&[0x0a, 3, 1, 2]), Err(InvalidPacket::Truncated)); // bytes
         assert_eq!(one(&[0x0a]), Err(InvalidPacket::Truncated)); // no length
     }
@@ -216,8 +229,14 @@ mod tests {
     #[test]
     fn length_limit_and_field_id_range() {
         // 2^28 - 1 is allowed (then truncated here), 2^28 is not.
-        assert_eq!(one(&[0x0a, 0xff, 0xff, 0xff, 0x7f]), Err(InvalidPacket::Truncated));
-        assert_eq!(one(&[0x0a, 0x80, 0x80, 0x80, 0x80, 0x01]), Err(InvalidPacket::FieldTooLong(1 << 28)));
+        assert_eq!(
+            one(&[0x0a, 0xff, 0xff, 0xff, 0x7f]),
+            Err(InvalidPacket::Truncated)
+        );
+        assert_eq!(
+            one(&[0x0a, 0x80, 0x80, 0x80, 0x80, 0x01]),
+            Err(InvalidPacket::FieldTooLong(1 << 28))
+        );
         // Field number 2^29 (would alias small ids in decoders that truncate).
         let mut s = VecStream::new();
         put_varint(&mut s, 0, 0); // field 0: tolerated like upstream

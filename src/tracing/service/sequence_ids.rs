@@ -18,7 +18,10 @@ pub struct SequenceIdAllocator {
 
 impl Default for SequenceIdAllocator {
     fn default() -> Self {
-        SequenceIdAllocator { ids: BTreeMap::new(), last: SERVICE_SEQUENCE_ID }
+        SequenceIdAllocator {
+            ids: BTreeMap::new(),
+            last: SERVICE_SEQUENCE_ID,
+        }
     }
 }
 
@@ -32,7 +35,10 @@ impl SequenceIdAllocator {
     /// 32-bit space cannot run out.
     pub fn get_or_assign(&mut self, machine_id: u32, producer_id: u16, writer_id: u16) -> u32 {
         let next = self.last + 1;
-        let id = *self.ids.entry((machine_id, producer_id, writer_id)).or_insert(next);
+        let id = *self
+            .ids
+            .entry((machine_id, producer_id, writer_id))
+            .or_insert(next);
         if id == next {
             self.last = next;
         }

@@ -29,7 +29,9 @@ pub struct TrustedTrailer {
 
 impl std::fmt::Debug for TrustedTrailer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("TrustedTrailer").field(&self.as_bytes()).finish()
+        f.debug_tuple("TrustedTrailer")
+            .field(&self.as_bytes())
+            .finish()
     }
 }
 
@@ -38,7 +40,10 @@ impl TrustedTrailer {
     /// (if known), `machine_id` (if not the host, 0) and
     /// `previous_packet_dropped` (if set), in that order.
     pub fn new(client: &ClientIdentity, sequence_id: u32, previous_packet_dropped: bool) -> Self {
-        let mut t = TrustedTrailer { buf: [0; MAX_TRAILER_SIZE], len: 0 };
+        let mut t = TrustedTrailer {
+            buf: [0; MAX_TRAILER_SIZE],
+            len: 0,
+        };
         // int32 fields: negative values are sign-extended to 64 bits.
         t.put_varint(TRUSTED_UID_FIELD, client.uid as i32 as i64 as u64);
         t.put_varint(TRUSTED_PACKET_SEQUENCE_ID_FIELD, u64::from(sequence_id));
@@ -88,7 +93,11 @@ mod tests {
 
     #[test]
     fn minimal_trailer() {
-        let c = ClientIdentity { uid: 1000, pid: None, machine_id: 0 };
+        let c = ClientIdentity {
+            uid: 1000,
+            pid: None,
+            machine_id: 0,
+        };
         let t = TrustedTrailer::new(&c, 2, false);
         assert_eq!(fields(t.as_bytes()), vec![(3, 1000), (10, 2)]);
         assert_eq!(t.as_bytes(), &[0x18, 0xe8, 0x07, 0x50, 0x02]);
@@ -96,15 +105,26 @@ mod tests {
 
     #[test]
     fn full_trailer_in_field_order() {
-        let c = ClientIdentity { uid: 0, pid: Some(4242), machine_id: 7 };
+        let c = ClientIdentity {
+            uid: 0,
+            pid: Some(4242),
+            machine_id: 7,
+        };
         let t = TrustedTrailer::new(&c, 300, true);
-        assert_eq!(fields(t.as_bytes()), vec![(3, 0), (10, 300), (79, 4242), (98, 7), (42, 1)]);
+        assert_eq!(
+            fields(t.as_bytes()),
+            vec![(3, 0), (10, 300), (79, 4242), (98, 7), (42, 1)]
+        );
         assert!(t.as_bytes().len() <= 32);
     }
 
     #[test]
     fn worst_case_fits_and_is_sign_extended() {
-        let c = ClientIdentity { uid: u32::MAX, pid: Some(-1), machine_id: u32::MAX };
+        let c = ClientIdentity {
+            uid: u32::MAX,
+            pid: Some(-1),
+            machine_id: u32::MAX,
+        };
         let t = TrustedTrailer::new(&c, u32::MAX, true);
         let f = fields(t.as_bytes());
         assert_eq!(f[0], (3, u64::MAX)); // int32 -1
@@ -114,8 +134,15 @@ mod tests {
 
     #[test]
     fn validator_rejects_a_forged_trailer() {
-        let c = ClientIdentity { uid: 0, pid: Some(1), machine_id: 0 };
+        let c = ClientIdentity {
+            uid: 0,
+            pid: Some(1),
+            machine_id: 0,
+        };
         let t = TrustedTrailer::new(&c, 1, false);
-        assert_eq!(validate_packet([t.as_bytes()]), Err(InvalidPacket::ReservedField(3)));
+        assert_eq!(
+            validate_packet([t.as_bytes()]),
+            Err(InvalidPacket::ReservedField(3))
+        );
     }
 }

@@ -10,6 +10,8 @@
 #   CONSUMER_KIND "sdk" (sdk-consumer flags) or "perfetto" (perfetto CLI:
 #                 `-c CONFIG.pb -o OUT`). Either way it is stopped by SIGTERM.
 #   SOCK_STYLE    "path" (files in the run dir, default) or "abstract" (@names).
+#   PRODUCER_API  "rust" (perfetto-sdk crate, default) or "c" (the C SDK's
+#                 inline API): passed as --api to the producer when set.
 
 INTEROP_DIR="$REPO/tests/sdk-interop"
 BIN="$INTEROP_DIR/target/release"
@@ -46,7 +48,9 @@ trap 'exit 130' INT TERM
 
 interop_build() {
     log "building tests/sdk-interop (release)"
-    (cd "$INTEROP_DIR" && cargo build --release --locked --quiet)
+    # From inside the crate so its .cargo/config.toml applies; own target dir
+    # whatever CARGO_TARGET_DIR says.
+    (cd "$INTEROP_DIR" && cargo build --release --locked --quiet --target-dir "$INTEROP_DIR/target")
     : "${TRACED_CMD:=$BIN/real-traced}"
     : "${PRODUCER_CMD:=$BIN/sdk-producer}"
     : "${CONSUMER_CMD:=$BIN/sdk-consumer}"
@@ -200,7 +204,9 @@ start_consumer() {
 # start_producer ARGS...: sdk-producer flags; it writes $RUN/done when flushed.
 start_producer() {
     # shellcheck disable=SC2086
-    spawn "${PRODUCER_LIMIT:-180}" "$RUN/producer.log" $PRODUCER_CMD --done-file "$RUN/done" "$@"
+    local api=()
+    [ -n "${PRODUCER_API:-}" ] && api=(--api "$PRODUCER_API")
+    spawn "${PRODUCER_LIMIT:-180}" "$RUN/producer.log" $PRODUCER_CMD --done-file "$RUN/done" "${api[@]}" "$@"
     PRODUCER_PID=$SPAWNED_PID
 }
 

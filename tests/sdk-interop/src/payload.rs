@@ -10,8 +10,12 @@
 
 pub const TRACE_PACKET_FIELD: u32 = 1; // Trace.packet
 pub const FOR_TESTING_FIELD: u32 = 900; // TracePacket.for_testing
+pub const TRUSTED_UID_FIELD: u32 = 3; // TracePacket.trusted_uid
 pub const TRUSTED_SEQ_ID_FIELD: u32 = 10; // TracePacket.trusted_packet_sequence_id
+pub const TRUSTED_PID_FIELD: u32 = 79; // TracePacket.trusted_pid
+pub const FIRST_PACKET_ON_SEQUENCE_FIELD: u32 = 87; // TracePacket.first_packet_on_sequence
 pub const TRACE_STATS_FIELD: u32 = 35; // TracePacket.trace_stats
+pub const PREVIOUS_PACKET_DROPPED_FIELD: u32 = 42; // TracePacket.previous_packet_dropped
 pub const TEST_EVENT_STR: u32 = 1;
 pub const TEST_EVENT_SEQ_VALUE: u32 = 2;
 pub const TEST_EVENT_COUNTER: u32 = 3;

@@ -17,6 +17,10 @@ pub enum Expect {
     Tail,
     /// DISCARD: a contiguous head of each sequence (may be all).
     Head,
+    /// Producer-side loss (SMB exhausted, drop policy): packets in order but
+    /// with holes, and every hole flagged by previous_packet_dropped on the
+    /// packet after it.
+    Gaps,
 }
 
 impl std::str::FromStr for Expect {
@@ -26,7 +30,8 @@ impl std::str::FromStr for Expect {
             "all" | "full" => Ok(Expect::All),
             "ring" | "tail" => Ok(Expect::Tail),
             "discard" | "head" => Ok(Expect::Head),
-            _ => Err(format!("unknown mode {s:?} (all|ring|discard)")),
+            "gaps" | "smb-loss" => Ok(Expect::Gaps),
+            _ => Err(format!("unknown mode {s:?} (all|ring|discard|gaps)")),
         }
     }
 }
@@ -40,6 +45,36 @@ pub struct Params {
     pub fixed_payload: bool,
     /// The scenario is sized to overflow the buffer: require missing packets.
     pub expect_loss: bool,
+    /// When known, every producer packet's trusted_pid must equal it.
+    pub producer_pid: Option<u32>,
+}
+
+/// TracePacket fields that frame a packet rather than say what it is.
+const ENVELOPE_FIELDS: &[u32] = &[
+    TRUSTED_UID_FIELD,
+    TRUSTED_PID_FIELD,
+    TRUSTED_SEQ_ID_FIELD,
+    PREVIOUS_PACKET_DROPPED_FIELD,
+    FIRST_PACKET_ON_SEQUENCE_FIELD,
+    8,  // timestamp
+    13, // sequence_flags
+    58, // timestamp_clock_id
+];
+
+fn packet_field_name(f: u32) -> String {
+    let name = match f {
+        0 => "envelope_only",
+        6 => "clock_snapshot",
+        33 => "trace_config",
+        35 => "trace_stats",
+        36 => "synchronization_marker",
+        45 => "system_info",
+        69 => "service_event",
+        89 => "trace_uuid",
+        124 => "trace_provenance",
+        _ => return format!("field{f}"),
+    };
+    name.to_string()
 }
 
 /// Buffer stats of one trace buffer, by TraceStats.BufferStats field number.
@@ -106,6 +141,8 @@ struct ThreadSeen {
     seqs: Vec<u32>,
     bytes: u64,
     is_last_seen: bool,
+    /// Seqs of packets that carry previous_packet_dropped.
+    dropped_flag_at: Vec<u32>,
 }
 
 pub struct Report {
@@ -147,6 +184,13 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
     let mut other_packets = 0u64;
     let mut total_packets = 0u64;
     let mut stats: Option<TraceStats> = None;
+    // previous_packet_dropped value (a DATA_LOSS_* bit mask) -> count.
+    let mut dropped_values: BTreeMap<u64, u64> = BTreeMap::new();
+    // Packets not from the producer, by their payload field (service packets).
+    let mut service_kinds: BTreeMap<u32, u64> = BTreeMap::new();
+    let (mut missing_trusted_uid, mut missing_trusted_pid, mut wrong_trusted_pid) =
+        (0u64, 0u64, 0u64);
+    let mut first_on_seq_count = 0u64;
     let mut expected_buf = vec![0u8; p.payload_size];
 
     'packets: for item in fields(trace) {
@@ -164,6 +208,9 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
         total_packets += 1;
         let mut seq_id = None;
         let mut test_event = None;
+        let mut dropped_flag = false;
+        let (mut trusted_uid, mut trusted_pid, mut first_on_seq) = (None, None, false);
+        let mut kind = None;
         // Bytes of the for_testing field as the producer wrote them (the
         // service appends trusted_* fields of its own to each packet).
         let mut producer_bytes = 0usize;
@@ -173,14 +220,27 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
             let field_end = it.position();
             match item {
                 Ok((TRUSTED_SEQ_ID_FIELD, v)) => seq_id = v.as_u64(),
+                Ok((PREVIOUS_PACKET_DROPPED_FIELD, v)) => {
+                    dropped_flag = v.as_u64().unwrap_or(0) != 0;
+                    if let Some(x) = v.as_u64() {
+                        *dropped_values.entry(x).or_insert(0u64) += 1;
+                    }
+                }
                 Ok((FOR_TESTING_FIELD, Value::Bytes(b))) => {
                     test_event = Some(b);
                     producer_bytes = field_end - field_start;
                 }
-                Ok((TRACE_STATS_FIELD, Value::Bytes(b))) => match decode_trace_stats(b) {
-                    Ok(s) => stats = Some(s),
-                    Err(e) => errors.push(e),
-                },
+                Ok((TRACE_STATS_FIELD, Value::Bytes(b))) => {
+                    kind = Some(TRACE_STATS_FIELD);
+                    match decode_trace_stats(b) {
+                        Ok(s) => stats = Some(s),
+                        Err(e) => errors.push(e),
+                    }
+                }
+                Ok((TRUSTED_UID_FIELD, v)) => trusted_uid = v.as_u64(),
+                Ok((TRUSTED_PID_FIELD, v)) => trusted_pid = v.as_u64(),
+                Ok((FIRST_PACKET_ON_SEQUENCE_FIELD, v)) => first_on_seq = v.as_u64() == Some(1),
+                Ok((f, _)) if !ENVELOPE_FIELDS.contains(&f) => kind = Some(f),
                 Ok(_) => {}
                 Err(e) => {
                     errors.push(format!("packet #{total_packets}: {e:?}"));
@@ -191,8 +251,18 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
         }
         let Some(te) = test_event else {
             other_packets += 1;
+            *service_kinds.entry(kind.unwrap_or(0)).or_insert(0u64) += 1;
             continue;
         };
+        if trusted_uid.is_none() {
+            missing_trusted_uid += 1;
+        }
+        match (trusted_pid, p.producer_pid) {
+            (None, _) => missing_trusted_pid += 1,
+            (Some(got), Some(want)) if got != u64::from(want) => wrong_trusted_pid += 1,
+            _ => {}
+        }
+        first_on_seq_count += u64::from(first_on_seq);
         let (mut s, mut seq, mut thread, mut is_last) = (None, None, None, false);
         for item in fields(te) {
             match item {
@@ -240,14 +310,20 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
         t.seqs.push(seq);
         t.bytes += producer_bytes as u64;
         t.is_last_seen |= is_last;
+        if dropped_flag {
+            t.dropped_flag_at.push(seq);
+        }
     }
 
     let mut text = String::new();
     let mut found = 0u64;
+    let mut found_bytes = 0u64;
+    let mut unflagged_holes = 0u64;
     let mut seen_seq_ids = BTreeMap::new();
     for thread in 0..p.threads {
         let t = threads.remove(&thread).unwrap_or_default();
         found += t.seqs.len() as u64;
+        found_bytes += t.bytes;
         let first = t.seqs.first().copied();
         let last = t.seqs.last().copied();
         let mut ids = t.seq_ids.clone();
@@ -265,11 +341,56 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
                 errors.push(format!("threads {other} and {thread} share sequence {id}"));
             }
         }
-        // In order and without holes: each seq is the previous + 1.
-        if let Some(bad) = t.seqs.windows(2).find(|w| w[1] != w[0] + 1) {
+        // The service marks the first packet it emits for a sequence, and the
+        // first one after any hole, with previous_packet_dropped; no others.
+        let mut holes: Vec<u32> = Vec::new();
+        let mut prev: Option<u32> = None;
+        for &s in &t.seqs {
+            match prev {
+                Some(pv) if s <= pv => {
+                    errors.push(format!("thread {thread}: seq {pv} followed by {s}"));
+                    break;
+                }
+                Some(pv) if s > pv + 1 => holes.push(s),
+                None => holes.push(s),
+                _ => {}
+            }
+            prev = Some(s);
+        }
+        if p.expect != Expect::Gaps && holes.len() > 1 {
             errors.push(format!(
-                "thread {thread}: seq {} followed by {}",
-                bad[0], bad[1]
+                "thread {thread}: packets missing before seqs {:?}",
+                first_few(&holes[1..])
+            ));
+        }
+        if p.expect == Expect::Gaps {
+            // A packet the writer abandoned half-way (kPacketSizeDropPacket)
+            // is counted in trace_writer_packet_loss instead of flagged; the
+            // total is checked against the stats below.
+            let unflagged = holes
+                .iter()
+                .filter(|s| t.dropped_flag_at.binary_search(s).is_err())
+                .count();
+            if holes.first() != t.dropped_flag_at.first() {
+                errors.push(format!(
+                    "thread {thread}: first packet seq {first:?} lacks previous_packet_dropped"
+                ));
+            }
+            if let Some(extra) = t
+                .dropped_flag_at
+                .iter()
+                .find(|s| holes.binary_search(s).is_err())
+            {
+                errors.push(format!(
+                    "thread {thread}: previous_packet_dropped on seq {extra} but nothing was lost"
+                ));
+            }
+            unflagged_holes += unflagged as u64;
+        } else if holes != t.dropped_flag_at {
+            errors.push(format!(
+                "thread {thread}: previous_packet_dropped on seqs {:?}, expected on {:?}",
+                first_few(&t.dropped_flag_at),
+                first_few(&holes)
             ));
         }
         let n = p.packets_per_thread;
@@ -288,12 +409,15 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
         }
         let _ = writeln!(
             text,
-            "thread={thread} seq_id={} found={} first_seq={} last_seq={} bytes={}",
+            "thread={thread} seq_id={} found={} first_seq={} last_seq={} bytes={} \
+             dropped_flags={} first_dropped_flags={:?}",
             ids.first().copied().unwrap_or(0),
             t.seqs.len(),
             first.map_or(-1, i64::from),
             last.map_or(-1, i64::from),
-            t.bytes
+            t.bytes,
+            t.dropped_flag_at.len(),
+            first_few(&t.dropped_flag_at),
         );
     }
 
@@ -335,15 +459,42 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
                 )),
                 _ => {}
             }
-            let payload_bytes: u64 = text_bytes_sum(&text);
-            let written = b0.get("bytes_written");
-            if payload_bytes > written {
+            let writer_loss: u64 = ts
+                .buffers
+                .iter()
+                .map(|b| b.get("trace_writer_packet_loss"))
+                .sum();
+            if unflagged_holes > writer_loss {
                 errors.push(format!(
-                    "found {payload_bytes} producer bytes but bytes_written={written}"
+                    "{unflagged_holes} holes without previous_packet_dropped but \
+                     trace_writer_packet_loss={writer_loss}"
+                ));
+            }
+            let written = b0.get("bytes_written");
+            if found_bytes > written {
+                errors.push(format!(
+                    "found {found_bytes} producer bytes but bytes_written={written}"
                 ));
             }
         }
     }
+    // The service stamps every producer packet with the writer's uid and pid.
+    if missing_trusted_uid + missing_trusted_pid + wrong_trusted_pid > 0 {
+        errors.push(format!(
+            "producer packets without trusted_uid: {missing_trusted_uid}, without \
+             trusted_pid: {missing_trusted_pid}, with a pid other than {:?}: {wrong_trusted_pid}",
+            p.producer_pid
+        ));
+    }
+    let kinds: Vec<String> = service_kinds
+        .iter()
+        .map(|(f, n)| format!("{}:{n}", packet_field_name(*f)))
+        .collect();
+    let _ = writeln!(
+        text,
+        "service_packets={} first_packet_on_sequence={first_on_seq_count}",
+        kinds.join(",")
+    );
     if p.expect_loss && missing == 0 {
         errors.push("scenario should have overflowed the buffer but nothing is missing".into());
     }
@@ -354,7 +505,8 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
     let pass = errors.is_empty();
     let mut head = format!(
         "trace-check result={} mode={:?} found={found} expected_written={expected_total} missing={missing} \
-         threads={} trace_packets={total_packets} other_packets={other_packets} errors={}\n",
+         threads={} trace_packets={total_packets} other_packets={other_packets} \
+         unflagged_holes={unflagged_holes} previous_packet_dropped_values={dropped_values:?} errors={}\n",
         if pass { "PASS" } else { "FAIL" },
         p.expect,
         p.threads,
@@ -372,11 +524,8 @@ pub fn check(trace: &[u8], p: &Params) -> Report {
     }
 }
 
-fn text_bytes_sum(text: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with("thread="))
-        .filter_map(|l| l.rsplit("bytes=").next()?.parse::<u64>().ok())
-        .sum()
+fn first_few(v: &[u32]) -> &[u32] {
+    &v[..v.len().min(4)]
 }
 
 #[cfg(test)]
@@ -400,7 +549,7 @@ mod tests {
         varint(out, v);
     }
 
-    fn packet(thread: u32, seq: u32, n: u32, size: usize) -> Vec<u8> {
+    fn packet(thread: u32, seq: u32, n: u32, size: usize, dropped_flag: bool) -> Vec<u8> {
         let mut te = Vec::new();
         field_bytes(&mut te, TEST_EVENT_STR, &payload(thread, seq, size));
         field_varint(&mut te, TEST_EVENT_SEQ_VALUE, seq.into());
@@ -409,16 +558,26 @@ mod tests {
             field_varint(&mut te, TEST_EVENT_IS_LAST, 1);
         }
         let mut p = Vec::new();
+        field_varint(&mut p, TRUSTED_UID_FIELD, 0);
         field_varint(&mut p, TRUSTED_SEQ_ID_FIELD, u64::from(thread) + 5);
+        field_varint(&mut p, TRUSTED_PID_FIELD, 77);
         field_bytes(&mut p, FOR_TESTING_FIELD, &te);
+        if dropped_flag {
+            field_varint(&mut p, PREVIOUS_PACKET_DROPPED_FIELD, 1);
+        }
         p
     }
 
     fn stats_packet(overwritten: u64, discarded: u64) -> Vec<u8> {
+        stats_packet_with_loss(overwritten, discarded, 0)
+    }
+
+    fn stats_packet_with_loss(overwritten: u64, discarded: u64, writer_loss: u64) -> Vec<u8> {
         let mut bs = Vec::new();
         field_varint(&mut bs, 1, 1 << 20);
         field_varint(&mut bs, 3, overwritten);
         field_varint(&mut bs, 18, discarded);
+        field_varint(&mut bs, 19, writer_loss);
         let mut ts = Vec::new();
         field_bytes(&mut ts, 1, &bs);
         let mut p = Vec::new();
@@ -442,14 +601,16 @@ mod tests {
             expect,
             fixed_payload: false,
             expect_loss: false,
+            producer_pid: None,
         }
     }
 
     fn all_packets(range: std::ops::Range<u32>) -> Vec<Vec<u8>> {
         let mut v = Vec::new();
+        let first = range.start;
         for seq in range {
             for thread in 0..2 {
-                v.push(packet(thread, seq, 5, 16));
+                v.push(packet(thread, seq, 5, 16, seq == first));
             }
         }
         v
@@ -482,11 +643,50 @@ mod tests {
         pk[3][last] ^= 1;
         assert!(!check(&trace(&pk), &params(Expect::All)).pass);
 
+        // A sequence's first packet must carry previous_packet_dropped.
+        let mut pk = all_packets(0..5);
+        pk.push(stats_packet(0, 0));
+        pk[0] = packet(0, 0, 5, 16, false);
+        assert!(!check(&trace(&pk), &params(Expect::All)).pass);
+
         // Truncated trace file.
         let mut pk = all_packets(0..5);
         pk.push(stats_packet(0, 0));
         let t = trace(&pk);
         assert!(!check(&t[..t.len() - 3], &params(Expect::All)).pass);
+    }
+
+    #[test]
+    fn trusted_pid_is_checked_when_known() {
+        let mut pk = vec![stats_packet(0, 0)];
+        pk.extend(all_packets(0..5));
+        let mut p = params(Expect::All);
+        p.producer_pid = Some(77);
+        assert!(check(&trace(&pk), &p).pass);
+        p.producer_pid = Some(78);
+        assert!(!check(&trace(&pk), &p).pass);
+    }
+
+    #[test]
+    fn producer_side_holes_must_be_flagged() {
+        let mut pk = vec![stats_packet(0, 0)];
+        for (seq, flag) in [(0, true), (1, false), (3, true), (4, false)] {
+            for thread in 0..2 {
+                pk.push(packet(thread, seq, 5, 16, flag));
+            }
+        }
+        let r = check(&trace(&pk), &params(Expect::Gaps));
+        assert!(r.pass, "{}", r.text);
+        assert!(!check(&trace(&pk), &params(Expect::All)).pass);
+        // seq 3 of thread 0 (index 5) loses its flag: only fine if the
+        // service counted an abandoned packet.
+        pk[5] = packet(0, 3, 5, 16, false);
+        assert!(!check(&trace(&pk), &params(Expect::Gaps)).pass);
+        pk[0] = stats_packet_with_loss(0, 0, 1);
+        assert!(check(&trace(&pk), &params(Expect::Gaps)).pass);
+        // A flag where nothing is missing.
+        pk[3] = packet(1, 1, 5, 16, true);
+        assert!(!check(&trace(&pk), &params(Expect::Gaps)).pass);
     }
 
     #[test]

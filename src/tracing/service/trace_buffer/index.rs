@@ -23,7 +23,11 @@ pub struct ChunkKey {
 
 impl ChunkKey {
     pub fn new(producer_id: u16, writer_id: u16, chunk_id: u32) -> Self {
-        ChunkKey { producer_id, writer_id, chunk_id }
+        ChunkKey {
+            producer_id,
+            writer_id,
+            chunk_id,
+        }
     }
 
     /// The `(producer_id, writer_id)` sequence this chunk belongs to.
@@ -60,7 +64,13 @@ pub struct ChunkMeta {
 }
 
 impl ChunkMeta {
-    pub fn new(record_off: u32, num_fragments: u16, complete: bool, flags: u8, client: ClientIdentity) -> Self {
+    pub fn new(
+        record_off: u32,
+        num_fragments: u16,
+        complete: bool,
+        flags: u8,
+        client: ClientIdentity,
+    ) -> Self {
         ChunkMeta {
             record_off,
             num_fragments,

@@ -36,7 +36,10 @@ fn random_sequences(rng: &mut Rng) -> Vec<Sequence> {
     while seqs.len() < n {
         let producer = 1 + rng.below(3) as u16;
         let writer = 1 + rng.below(3) as u16;
-        if seqs.iter().any(|s| (s.producer, s.writer) == (producer, writer)) {
+        if seqs
+            .iter()
+            .any(|s| (s.producer, s.writer) == (producer, writer))
+        {
             continue;
         }
         let chunk_payload = 32 + rng.below(1500) as usize;
@@ -53,7 +56,12 @@ fn random_sequences(rng: &mut Rng) -> Vec<Sequence> {
             packets.push(p);
         }
         packets.retain(|p| !p.is_empty());
-        seqs.push(Sequence { producer, writer, packets, chunks: w.finish() });
+        seqs.push(Sequence {
+            producer,
+            writer,
+            packets,
+            chunks: w.finish(),
+        });
     }
     seqs
 }
@@ -75,7 +83,9 @@ type Seen = BTreeMap<(u16, u16), Vec<(Vec<u8>, bool)>>;
 
 fn drain(buf: &mut TraceBuffer, seen: &mut Seen) {
     for (p, info) in read_pass(buf) {
-        seen.entry((info.producer_id, info.writer_id)).or_default().push((p, info.previous_packet_dropped));
+        seen.entry((info.producer_id, info.writer_id))
+            .or_default()
+            .push((p, info.previous_packet_dropped));
     }
 }
 
@@ -85,7 +95,10 @@ fn lossless_round_trip_with_reordering_scrapes_and_retransmits() {
         let mut rng = Rng::new(seed);
         let seqs = random_sequences(&mut rng);
         let mut buf = TraceBuffer::new(8 << 20, OverwritePolicy::Overwrite).unwrap();
-        let mut queues: Vec<Vec<usize>> = seqs.iter().map(|s| perturbed_order(&mut rng, s.chunks.len())).collect();
+        let mut queues: Vec<Vec<usize>> = seqs
+            .iter()
+            .map(|s| perturbed_order(&mut rng, s.chunks.len()))
+            .collect();
         for q in &mut queues {
             q.reverse();
         }
@@ -96,7 +109,16 @@ fn lossless_round_trip_with_reordering_scrapes_and_retransmits() {
             let Some(ci) = queues[s].pop() else { continue };
             let (seq, chunk) = (&seqs[s], &seqs[s].chunks[ci]);
             if rng.chance(10) {
-                buf.copy_chunk_untrusted(seq.producer, client(seq.producer as u32 * 100), seq.writer, chunk.id, chunk.num_fragments, chunk.flags, false, &chunk.payload);
+                buf.copy_chunk_untrusted(
+                    seq.producer,
+                    client(seq.producer as u32 * 100),
+                    seq.writer,
+                    chunk.id,
+                    chunk.num_fragments,
+                    chunk.flags,
+                    false,
+                    &chunk.payload,
+                );
                 if rng.chance(50) {
                     drain(&mut buf, &mut seen);
                 }
@@ -105,7 +127,12 @@ fn lossless_round_trip_with_reordering_scrapes_and_retransmits() {
             committed.push((s, ci));
             if rng.chance(10) {
                 let (s, ci) = committed[rng.below(committed.len() as u64) as usize];
-                commit(&mut buf, seqs[s].producer, seqs[s].writer, &seqs[s].chunks[ci]);
+                commit(
+                    &mut buf,
+                    seqs[s].producer,
+                    seqs[s].writer,
+                    &seqs[s].chunks[ci],
+                );
             }
             if rng.chance(15) {
                 drain(&mut buf, &mut seen);
@@ -120,7 +147,11 @@ fn lossless_round_trip_with_reordering_scrapes_and_retransmits() {
             assert_eq!(bytes.len(), want.len(), "seed {seed}: packet count");
             assert!(bytes == want, "seed {seed}: packets differ");
             for (i, (_, dropped)) in got.iter().enumerate() {
-                assert_eq!(*dropped, i == 0, "seed {seed}: previous_packet_dropped of packet {i}");
+                assert_eq!(
+                    *dropped,
+                    i == 0,
+                    "seed {seed}: previous_packet_dropped of packet {i}"
+                );
             }
         }
         assert!(seen.is_empty());
@@ -143,7 +174,12 @@ fn lossy_ring_never_loses_silently() {
             if next[s] == seqs[s].chunks.len() {
                 continue;
             }
-            commit(&mut buf, seqs[s].producer, seqs[s].writer, &seqs[s].chunks[next[s]]);
+            commit(
+                &mut buf,
+                seqs[s].producer,
+                seqs[s].writer,
+                &seqs[s].chunks[next[s]],
+            );
             next[s] += 1;
             if rng.chance(10) {
                 drain(&mut buf, &mut seen);
@@ -157,10 +193,17 @@ fn lossy_ring_never_loses_silently() {
             let mut expect_next = 0usize;
             for (p, dropped) in &got {
                 let idx = seq.packets.iter().position(|w| w == p);
-                let idx = idx.unwrap_or_else(|| panic!("seed {seed}: returned a packet never written"));
-                assert!(idx >= expect_next, "seed {seed}: out of order or duplicated");
+                let idx =
+                    idx.unwrap_or_else(|| panic!("seed {seed}: returned a packet never written"));
+                assert!(
+                    idx >= expect_next,
+                    "seed {seed}: out of order or duplicated"
+                );
                 if idx > expect_next || expect_next == 0 {
-                    assert!(*dropped, "seed {seed}: packet {idx} follows a loss but is not flagged");
+                    assert!(
+                        *dropped,
+                        "seed {seed}: packet {idx} follows a loss but is not flagged"
+                    );
                 }
                 expect_next = idx + 1;
             }
@@ -176,15 +219,27 @@ fn hostile_input_never_panics() {
     for seed in 0..40 {
         let mut rng = Rng::new(5000 + seed);
         let size = 16 * (1 + rng.below(2048) as usize);
-        let policy = if rng.chance(50) { OverwritePolicy::Overwrite } else { OverwritePolicy::Discard };
+        let policy = if rng.chance(50) {
+            OverwritePolicy::Overwrite
+        } else {
+            OverwritePolicy::Discard
+        };
         let mut buf = TraceBuffer::new(size, policy).unwrap();
         for _ in 0..400 {
             let producer = rng.below(3) as u16;
             let writer = rng.below(3) as u16;
-            let id = if rng.chance(80) { rng.below(8) as u32 } else { rng.next() as u32 };
+            let id = if rng.chance(80) {
+                rng.below(8) as u32
+            } else {
+                rng.next() as u32
+            };
             match rng.below(10) {
                 0..=5 => {
-                    let len = if rng.chance(5) { rng.below(70_000) } else { rng.below(300) } as usize;
+                    let len = if rng.chance(5) {
+                        rng.below(70_000)
+                    } else {
+                        rng.below(300)
+                    } as usize;
                     let mut payload = rng.bytes(len);
                     // Sometimes plausible fragments, sometimes garbage.
                     if rng.chance(50) && len > 8 {
@@ -192,20 +247,38 @@ fn hostile_input_never_panics() {
                         let f = frag(&rng.bytes(n));
                         payload[..f.len().min(len)].copy_from_slice(&f[..f.len().min(len)]);
                     }
-                    let nf = if rng.chance(80) { rng.below(6) as u16 } else { rng.next() as u16 };
+                    let nf = if rng.chance(80) {
+                        rng.below(6) as u16
+                    } else {
+                        rng.next() as u16
+                    };
                     let flags = rng.next() as u8;
-                    buf.copy_chunk_untrusted(producer, client(1), writer, id, nf, flags, rng.chance(80), &payload);
+                    buf.copy_chunk_untrusted(
+                        producer,
+                        client(1),
+                        writer,
+                        id,
+                        nf,
+                        flags,
+                        rng.chance(80),
+                        &payload,
+                    );
                 }
                 6 | 7 => {
                     let patches: Vec<Patch> = (0..rng.below(4))
-                        .map(|_| Patch { offset_untrusted: rng.below(400) as u32, data: [0xff, 0xff, 0xff, 0x7f] })
+                        .map(|_| Patch {
+                            offset_untrusted: rng.below(400) as u32,
+                            data: [0xff, 0xff, 0xff, 0x7f],
+                        })
                         .collect();
                     buf.try_patch_chunk_contents(producer, writer, id, &patches, rng.chance(30));
                 }
                 _ => {
                     buf.begin_read();
                     for _ in 0..rng.below(20) {
-                        let Some((p, _)) = buf.read_next_trace_packet() else { break };
+                        let Some((p, _)) = buf.read_next_trace_packet() else {
+                            break;
+                        };
                         assert!(p.size() > 0 && p.size() <= size);
                     }
                 }

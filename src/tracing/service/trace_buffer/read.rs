@@ -92,7 +92,7 @@ enum Action {
 }
 
 /// Byte ranges `(start, len)` in `data` making up the packet being built.
-type Ranges = Vec<(usize, usize)>;
+pub(super) type Ranges = Vec<(usize, usize)>;
 
 fn seq_key(seq: SequenceKey, chunk_id: u32) -> ChunkKey {
     ChunkKey::new(seq.0, seq.1, chunk_id)
@@ -122,10 +122,18 @@ impl TraceBuffer {
     /// nothing more is readable now (call [`begin_read`](Self::begin_read)
     /// later to retry what was incomplete).
     pub fn read_next_trace_packet(&mut self) -> Option<(TracePacket<'_>, PacketInfo)> {
-        let mut ranges = Ranges::new();
-        let info = self.read_next_packet_ranges(&mut ranges)?;
+        // The range list is reused across calls to save an allocation.
+        let mut ranges = std::mem::take(&mut self.read_scratch);
+        ranges.clear();
+        let info = self.read_next_packet_ranges(&mut ranges);
+        self.read_scratch = ranges;
+        let info = info?;
         let data = &self.data;
-        let slices = ranges.iter().map(|&(start, len)| &data[start..start + len]).collect();
+        let slices = self
+            .read_scratch
+            .iter()
+            .map(|&(start, len)| &data[start..start + len])
+            .collect();
         Some((TracePacket { slices }, info))
     }
 
@@ -158,6 +166,16 @@ impl TraceBuffer {
             let meta = &self.index[&key];
             if meta.flags & FLAG_CHUNK_NEEDS_PATCHING != 0 {
                 self.read_iter.cur = None;
+                continue;
+            }
+            if !meta.has_unread_fragments() {
+                // Typically the long run of chunks consumed in earlier
+                // passes: walk it with one index iterator, not per-chunk
+                // lookups.
+                let mut it = self.read_iter;
+                self.skip_consumed_chunks(&mut it, &mut previous_packet_dropped);
+                self.read_iter = it;
+                advance = false;
                 continue;
             }
             // If a packet was already consumed from this chunk, whether it
@@ -220,7 +238,9 @@ impl TraceBuffer {
                         }
                         ReadAhead::FailedStayOnSameSequence => {
                             // The reader now sits on the packet's last chunk.
-                            let Some(k) = self.current_key(&self.read_iter) else { break };
+                            let Some(k) = self.current_key(&self.read_iter) else {
+                                break;
+                            };
                             key = k;
                             self.mark_skipped(key);
                             previous_packet_dropped = true;
@@ -240,7 +260,9 @@ impl TraceBuffer {
     /// Collects a packet whose first fragment ends the current chunk by
     /// walking the following chunks of the sequence.
     fn read_ahead(&mut self, out: &mut Ranges) -> ReadAhead {
-        let Some(start) = self.read_iter.cur else { return ReadAhead::FailedMoveToNextSequence };
+        let Some(start) = self.read_iter.cur else {
+            return ReadAhead::FailedMoveToNextSequence;
+        };
         let mut expected_id = start.wrapping_add(1);
         let mut it = self.read_iter;
         self.advance(&mut it);
@@ -257,7 +279,8 @@ impl TraceBuffer {
             {
                 return ReadAhead::FailedMoveToNextSequence;
             }
-            if meta.num_fragments == 1 && meta.flags & FLAG_LAST_PACKET_CONTINUES_ON_NEXT_CHUNK != 0 {
+            if meta.num_fragments == 1 && meta.flags & FLAG_LAST_PACKET_CONTINUES_ON_NEXT_CHUNK != 0
+            {
                 // A middle piece of a packet spanning several chunks.
                 self.advance(&mut it);
                 expected_id = expected_id.wrapping_add(1);
@@ -266,8 +289,7 @@ impl TraceBuffer {
 
             // Every piece is here: consume one fragment from each chunk.
             let mut corrupt = false;
-            loop {
-                let Some(k) = self.current_key(&self.read_iter) else { break };
+            while let Some(k) = self.current_key(&self.read_iter) {
                 if self.index[&k].num_fragments > 0 {
                     corrupt |= matches!(self.read_fragment(k, Some(out)), Fragment::Invalid);
                 }
@@ -290,7 +312,9 @@ impl TraceBuffer {
     /// Consumes the next fragment of a chunk, appending its bytes to `out`
     /// (if given). A malformed fragment gives up the rest of the chunk.
     fn read_fragment(&mut self, key: ChunkKey, out: Option<&mut Ranges>) -> Fragment {
-        let Some(meta) = self.index.get_mut(&key) else { return Fragment::Invalid };
+        let Some(meta) = self.index.get_mut(&key) else {
+            return Fragment::Invalid;
+        };
         if !meta.has_unread_fragments() {
             // Only reachable when chunks arrive out of order and a piece
             // was already skipped: the packet cannot be completed.
@@ -320,7 +344,9 @@ impl TraceBuffer {
         let header_end = (begin + MAX_FRAGMENT_HEADER_SIZE).min(rec_end);
         let parsed = parse_size_varint(&self.data[begin..header_end]);
         let (size, data_start) = match parsed {
-            Some((size, n)) if (begin + n) as u64 + size <= rec_end as u64 => (size as usize, begin + n),
+            Some((size, n)) if (begin + n) as u64 + size <= rec_end as u64 => {
+                (size as usize, begin + n)
+            }
             _ => {
                 // A writer that gives up on a fragmented packet marks it with
                 // a special size: a loss, not a protocol violation.
@@ -340,6 +366,11 @@ impl TraceBuffer {
         if !meta.has_unread_fragments() && meta.complete {
             self.stats.chunks_read += 1;
             self.stats.bytes_read += u64::from(rec.size);
+            let used = u64::from(meta.cur_fragment_offset);
+            self.writer_stats
+                .entry(key.sequence())
+                .or_default()
+                .add(used);
         }
         if size == 0 {
             return Fragment::Empty;
@@ -349,6 +380,41 @@ impl TraceBuffer {
             out.push((data_start, size));
         }
         Fragment::Read
+    }
+
+    /// From a fully consumed chunk, moves on to the next chunk that has
+    /// unread fragments or awaits patches, exactly as repeated
+    /// [`advance`](Self::advance) calls would, carrying the continuity
+    /// state of each chunk passed.
+    fn skip_consumed_chunks(&self, it: &mut ReadIter, previous_packet_dropped: &mut bool) {
+        let (Some(seq), Some(start)) = (it.seq, it.cur) else {
+            return;
+        };
+        // Ids ascend to u32::MAX and then wrap to 0.
+        let tail = self
+            .index
+            .range(seq_key(seq, start)..=seq_key(seq, u32::MAX));
+        let head = self.index.range(seq_key(seq, 0)..seq_key(seq, start));
+        let mut expected = start;
+        for (key, meta) in tail.chain(head) {
+            if key.chunk_id != expected {
+                it.cur = None; // Gap.
+                return;
+            }
+            if meta.flags & FLAG_CHUNK_NEEDS_PATCHING != 0 || meta.has_unread_fragments() {
+                it.cur = Some(expected);
+                return;
+            }
+            if let Some(skipped) = meta.last_read_packet_skipped {
+                *previous_packet_dropped = skipped;
+            }
+            if expected == it.wrapping_id || !meta.complete {
+                it.cur = None;
+                return;
+            }
+            expected = expected.wrapping_add(1);
+        }
+        it.cur = None;
     }
 
     /// The reader position for a sequence: its oldest chunk.
@@ -363,17 +429,26 @@ impl TraceBuffer {
                 .map(|(k, _)| k.chunk_id)
         };
         let cur = after_newest.or_else(|| self.first_chunk_of(seq));
-        ReadIter { seq: Some(seq), cur, wrapping_id }
+        ReadIter {
+            seq: Some(seq),
+            cur,
+            wrapping_id,
+        }
     }
 
     fn first_chunk_of(&self, seq: SequenceKey) -> Option<u32> {
-        self.index.range(seq_key(seq, 0)..=seq_key(seq, u32::MAX)).next().map(|(k, _)| k.chunk_id)
+        self.index
+            .range(seq_key(seq, 0)..=seq_key(seq, u32::MAX))
+            .next()
+            .map(|(k, _)| k.chunk_id)
     }
 
     fn next_sequence(&self, after: Option<SequenceKey>) -> Option<SequenceKey> {
         let mut range = match after {
             None => self.index.range(..),
-            Some(seq) => self.index.range((Excluded(seq_key(seq, u32::MAX)), Unbounded)),
+            Some(seq) => self
+                .index
+                .range((Excluded(seq_key(seq, u32::MAX)), Unbounded)),
         };
         range.next().map(|(k, _)| k.sequence())
     }
@@ -407,5 +482,10 @@ impl TraceBuffer {
 }
 
 fn packet_info(key: ChunkKey, client: ClientIdentity, previous_packet_dropped: bool) -> PacketInfo {
-    PacketInfo { producer_id: key.producer_id, writer_id: key.writer_id, client, previous_packet_dropped }
+    PacketInfo {
+        producer_id: key.producer_id,
+        writer_id: key.writer_id,
+        client,
+        previous_packet_dropped,
+    }
 }

@@ -124,7 +124,10 @@ mod tests {
 
     #[test]
     fn nests_under_trace_stats_field_1() {
-        let st = BufferStats { buffer_size: 4096, ..Default::default() };
+        let st = BufferStats {
+            buffer_size: 4096,
+            ..Default::default()
+        };
         let mut s = VecStream::new();
         st.encode_in_trace_stats(&mut s);
         let b = s.into_bytes();

@@ -3,11 +3,16 @@
 
 use super::{ClientIdentity, PacketInfo, TraceBuffer};
 use crate::tracing::core::smb_abi::{
-    FLAG_FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK as FC, FLAG_LAST_PACKET_CONTINUES_ON_NEXT_CHUNK as LC,
+    FLAG_FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK as FC,
+    FLAG_LAST_PACKET_CONTINUES_ON_NEXT_CHUNK as LC,
 };
 
 pub fn client(uid: u32) -> ClientIdentity {
-    ClientIdentity { uid, pid: Some(uid as i32 + 1), machine_id: 0 }
+    ClientIdentity {
+        uid,
+        pid: Some(uid as i32 + 1),
+        machine_id: 0,
+    }
 }
 
 /// Encodes one fragment: size varint (1 byte if small, else the 4-byte
@@ -41,17 +46,38 @@ impl Chunk {
         if payload.len() < payload_size {
             payload.resize(payload_size, 0);
         }
-        Chunk { id, num_fragments: packets.len() as u16, flags, payload }
+        Chunk {
+            id,
+            num_fragments: packets.len() as u16,
+            flags,
+            payload,
+        }
     }
 }
 
 /// Commits a chunk as complete.
 pub fn commit(buf: &mut TraceBuffer, producer: u16, writer: u16, c: &Chunk) {
-    buf.copy_chunk_untrusted(producer, client(producer as u32 * 100), writer, c.id, c.num_fragments, c.flags, true, &c.payload);
+    buf.copy_chunk_untrusted(
+        producer,
+        client(producer as u32 * 100),
+        writer,
+        c.id,
+        c.num_fragments,
+        c.flags,
+        true,
+        &c.payload,
+    );
 }
 
 /// Convenience: commit a chunk made of `packets`.
-pub fn put(buf: &mut TraceBuffer, producer: u16, writer: u16, id: u32, packets: &[&[u8]], flags: u8) {
+pub fn put(
+    buf: &mut TraceBuffer,
+    producer: u16,
+    writer: u16,
+    id: u32,
+    packets: &[&[u8]],
+    flags: u8,
+) {
     commit(buf, producer, writer, &Chunk::new(id, packets, flags, 0));
 }
 
@@ -110,7 +136,14 @@ pub struct RefWriter {
 impl RefWriter {
     pub fn new(chunk_payload: usize, first_id: u32) -> RefWriter {
         assert!(chunk_payload >= 16);
-        RefWriter { chunk_payload, next_id: first_id, cur: Vec::new(), cur_fragments: 0, cur_flags: 0, chunks: Vec::new() }
+        RefWriter {
+            chunk_payload,
+            next_id: first_id,
+            cur: Vec::new(),
+            cur_fragments: 0,
+            cur_flags: 0,
+            chunks: Vec::new(),
+        }
     }
 
     pub fn write_packet(&mut self, pkt: &[u8]) {
@@ -121,7 +154,11 @@ impl RefWriter {
                 self.finish_chunk();
                 continue;
             }
-            let header = if rest.len() < 128 && rest.len() < room { 1 } else { 4 };
+            let header = if rest.len() < 128 && rest.len() < room {
+                1
+            } else {
+                4
+            };
             let take = rest.len().min(room - header);
             self.cur.extend(frag(&rest[..take]));
             self.cur_fragments += 1;
@@ -138,7 +175,12 @@ impl RefWriter {
     fn finish_chunk(&mut self) {
         let mut payload = std::mem::take(&mut self.cur);
         payload.resize(self.chunk_payload, 0);
-        self.chunks.push(Chunk { id: self.next_id, num_fragments: self.cur_fragments, flags: self.cur_flags, payload });
+        self.chunks.push(Chunk {
+            id: self.next_id,
+            num_fragments: self.cur_fragments,
+            flags: self.cur_flags,
+            payload,
+        });
         self.next_id = self.next_id.wrapping_add(1);
         self.cur_fragments = 0;
         self.cur_flags = 0;
@@ -152,3 +194,11 @@ impl RefWriter {
         self.chunks
     }
 }
+
+/// A RING_BUFFER-policy buffer of `size` bytes.
+pub fn ring(size: usize) -> TraceBuffer {
+    TraceBuffer::new(size, super::OverwritePolicy::Overwrite).unwrap()
+}
+
+/// 1008 payload bytes make a 1024-byte record.
+pub const P1K: usize = 1008;

@@ -104,7 +104,13 @@ impl TraceBuffer {
 
         self.stats.chunks_written += 1;
         self.stats.bytes_written += record_size as u64;
-        let meta = ChunkMeta::new(self.wptr as u32, num_fragments, chunk_complete, flags, client);
+        let meta = ChunkMeta::new(
+            self.wptr as u32,
+            num_fragments,
+            chunk_complete,
+            flags,
+            client,
+        );
         self.index.insert(key, meta);
         self.write_record(self.wptr, &header, payload_untrusted);
         self.wptr += record_size;
@@ -118,7 +124,10 @@ impl TraceBuffer {
         // The first chunk seen of a sequence simply becomes its newest
         // (upstream compares against an implicit 0 and may count a
         // spurious out-of-order commit for writers starting at ids >= 2^31).
-        let last = self.last_chunk_id_written.entry(key.sequence()).or_insert(chunk_id_untrusted);
+        let last = self
+            .last_chunk_id_written
+            .entry(key.sequence())
+            .or_insert(chunk_id_untrusted);
         if chunk_id_untrusted.wrapping_sub(*last) < HALF_CHUNK_ID_SPACE {
             *last = chunk_id_untrusted;
         } else {
@@ -131,10 +140,17 @@ impl TraceBuffer {
     }
 
     /// Handles a chunk already in the index (scraped, then committed).
-    fn recommit(&mut self, key: ChunkKey, header: RecordHeader, flags: u8, complete: bool, payload: &[u8]) {
+    fn recommit(
+        &mut self,
+        key: ChunkKey,
+        header: RecordHeader,
+        flags: u8,
+        complete: bool,
+        payload: &[u8],
+    ) {
         let meta = &self.index[&key];
         let off = meta.record_off as usize;
-        let prev = RecordHeader::decode(&self.data[off..off + RECORD_HEADER_SIZE]);
+        let prev = self.record_at(off);
         // The chunk's size is fixed by the page layout; fragments only get
         // added and flags only get set while a chunk is being written.
         if prev.size != header.size
@@ -149,8 +165,15 @@ impl TraceBuffer {
         }
         // Rewriting chunk N after readers moved on to N+1 would return
         // packets out of order.
-        let next = ChunkKey { chunk_id: key.chunk_id.wrapping_add(1), ..key };
-        if self.index.get(&next).is_some_and(|m| m.num_fragments_read > 0) {
+        let next = ChunkKey {
+            chunk_id: key.chunk_id.wrapping_add(1),
+            ..key
+        };
+        if self
+            .index
+            .get(&next)
+            .is_some_and(|m| m.num_fragments_read > 0)
+        {
             self.stats.abi_violations += 1;
             return;
         }
@@ -176,43 +199,60 @@ impl TraceBuffer {
     /// range (to be covered by padding), or `None` if DISCARD forbids
     /// overwriting unread data (then nothing is changed).
     fn delete_next_chunks_for(&mut self, bytes: usize) -> Option<usize> {
+        if self.policy == OverwritePolicy::Discard && self.any_unread_in(bytes) {
+            return None;
+        }
         let end = self.wptr + bytes;
-        debug_assert!(end <= self.data.len());
         let mut off = self.wptr;
-        let mut doomed = Vec::new();
-        let (mut chunks_overwritten, mut bytes_overwritten, mut padding_cleared) = (0, 0, 0);
         while off < end {
-            let rec = RecordHeader::decode(&self.data[off..off + RECORD_HEADER_SIZE]);
+            let rec = self.record_at(off);
             if !rec.is_valid() {
                 // Never-written memory: everything after it is zero too.
                 break;
             }
             if rec.is_padding {
-                padding_cleared += rec.size as u64;
+                self.stats.padding_bytes_cleared += u64::from(rec.size);
             } else {
                 let key = ChunkKey::new(rec.producer_id, rec.writer_id, rec.chunk_id);
-                if let Some(meta) = self.index.get(&key) {
+                if let Some(meta) = self.index.remove(&key) {
                     if meta.has_unread_fragments() {
-                        if self.policy == OverwritePolicy::Discard {
-                            return None;
-                        }
-                        chunks_overwritten += 1;
-                        bytes_overwritten += rec.size as u64;
+                        self.stats.chunks_overwritten += 1;
+                        self.stats.bytes_overwritten += u64::from(rec.size);
                     }
-                    doomed.push(key);
                 }
             }
             off += rec.size as usize;
         }
-        for key in doomed {
-            self.index.remove(&key);
-        }
-        self.stats.chunks_overwritten += chunks_overwritten;
-        self.stats.bytes_overwritten += bytes_overwritten;
-        self.stats.padding_bytes_cleared += padding_cleared;
         // Records never straddle the end of the buffer, so `off` stays in
         // bounds; zero when the scan hit never-written memory.
         Some(off.saturating_sub(end))
+    }
+
+    /// Whether a record overlapping `[wptr, wptr + bytes)` has unread data.
+    fn any_unread_in(&self, bytes: usize) -> bool {
+        let end = self.wptr + bytes;
+        let mut off = self.wptr;
+        while off < end {
+            let rec = self.record_at(off);
+            if !rec.is_valid() {
+                return false;
+            }
+            let key = ChunkKey::new(rec.producer_id, rec.writer_id, rec.chunk_id);
+            if !rec.is_padding
+                && self
+                    .index
+                    .get(&key)
+                    .is_some_and(|m| m.has_unread_fragments())
+            {
+                return true;
+            }
+            off += rec.size as usize;
+        }
+        false
+    }
+
+    pub(super) fn record_at(&self, off: usize) -> RecordHeader {
+        RecordHeader::decode(&self.data[off..off + RECORD_HEADER_SIZE])
     }
 
     /// Writes a padding record at `wptr` without moving it.
@@ -267,12 +307,16 @@ impl TraceBuffer {
                 self.stats.patches_failed += 1;
                 return false;
             }
-            self.data[payload_start + at..payload_start + at + PATCH_SIZE].copy_from_slice(&patch.data);
+            self.data[payload_start + at..payload_start + at + PATCH_SIZE]
+                .copy_from_slice(&patch.data);
         }
         self.stats.patches_succeeded += patches.len() as u64;
         if !other_patches_pending {
             meta.flags &= !FLAG_CHUNK_NEEDS_PATCHING;
-            let stored = RecordHeader { flags: meta.flags & RECORD_FLAGS_MASK, ..rec };
+            let stored = RecordHeader {
+                flags: meta.flags & RECORD_FLAGS_MASK,
+                ..rec
+            };
             self.data[off..off + RECORD_HEADER_SIZE].copy_from_slice(&stored.encode());
         }
         true

@@ -124,6 +124,10 @@ fn main() {
         || false,
     );
     let timed_out = end == WaitEnd::Timeout && stop_at.is_none_or(|s| s > deadline);
+    let reason = match end {
+        WaitEnd::Timeout if !timed_out => "Duration".to_string(),
+        other => format!("{other:?}"),
+    };
     let mut phase = Instant::now();
     let mut lap = || {
         let s = phase.elapsed().as_secs_f64();
@@ -151,7 +155,7 @@ fn main() {
     let write_s = lap();
     let u = self_usage();
     println!(
-        "sdk-consumer result={} reason={end:?} trace_bytes={} out={} elapsed_s={:.3} \
+        "sdk-consumer result={} reason={reason} trace_bytes={} out={} elapsed_s={:.3} \
          wait_s={wait_s:.3} flush_s={flush_s:.3} stop_s={stop_s:.3} read_s={read_s:.3} \
          write_s={write_s:.3} cpu_s={:.3}",
         if timed_out { "timeout" } else { "ok" },

@@ -5,7 +5,7 @@ use tracebox_sdk_interop::args::{parse_size, Args};
 use tracebox_sdk_interop::trace_check::{check, Expect, Params};
 
 const USAGE: &str = "trace-check --trace FILE --threads T --packets N --size S
-    [--mode all|ring|discard] [--fixed-payload] [--expect-loss]";
+    [--mode all|ring|discard] [--fixed-payload] [--expect-loss] [--producer-pid PID]";
 
 fn main() {
     let mut a = Args::from_env(USAGE);
@@ -21,6 +21,7 @@ fn main() {
         .unwrap_or_else(|e| a.usage_error(&e));
     let fixed_payload = a.flag("--fixed-payload");
     let expect_loss = a.flag("--expect-loss");
+    let producer_pid = a.opt_parse("--producer-pid");
     a.finish();
     let Some(trace) = trace else {
         a.usage_error("--trace is required");
@@ -38,6 +39,7 @@ fn main() {
             expect,
             fixed_payload,
             expect_loss,
+            producer_pid,
         },
     );
     print!("{}", report.text);

@@ -1,0 +1,168 @@
+//! `--attach`, `--is_detached` and `--clone`: sessions that already exist.
+
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use super::options::{CloneTarget, Output, TracePlan};
+use super::output;
+use super::rpc::Port;
+use super::session::{self, ReadyNotifier};
+use super::signals::StopSignals;
+use crate::pb::protos::{
+    mod_CloneSessionRequest::OneOfselector, AttachRequest, AttachResponse, CloneSessionRequest,
+    CloneSessionResponse, DetachRequest, DetachResponse, DisableTracingRequest, FlushRequest,
+    FlushResponse,
+};
+use crate::protozero::{put_varint, VecStream};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn attach(port: &mut Port, key: &str) -> Result<AttachResponse, String> {
+    port.client.set_timeout(Some(TIMEOUT));
+    port.call(
+        "Attach",
+        &AttachRequest {
+            key: Some(key.to_owned()),
+        },
+        None,
+    )
+}
+
+/// `--is_detached=KEY`: 0 if a session is detached under KEY, 2 if not.
+pub fn is_detached(socket: &str, key: &str) -> i32 {
+    let mut port = match Port::connect(socket, "ConsumerPort") {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    if attach(&mut port, key).is_err() {
+        return 2;
+    }
+    match port.call::<_, DetachResponse>(
+        "Detach",
+        &DetachRequest {
+            key: Some(key.to_owned()),
+        },
+        None,
+    ) {
+        Ok(_) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// `--attach=KEY [--stop]`: re-attach and wait for the session to finish.
+pub fn attach_and_wait(socket: &str, key: &str, stop: bool, signals: &mut StopSignals) -> i32 {
+    let mut port = match Port::connect(socket, "ConsumerPort") {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    let config = match attach(&mut port, key) {
+        Ok(r) => r.trace_config.unwrap_or_default(),
+        Err(_) => {
+            eprintln!("Session re-attach failed. Check service logs for details");
+            return 2;
+        }
+    };
+    let mut req = VecStream::new();
+    put_varint(&mut req, 2, 1); // attach_notification_only
+    let enable_id = match port.start_raw("EnableTracing", req.into_bytes(), None) {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    if stop {
+        let flush = FlushRequest {
+            timeout_ms: Some(0),
+            flags: Some(2 | (2 << 4)),
+        };
+        if port
+            .call::<_, FlushResponse>("Flush", &flush, None)
+            .is_err()
+        {
+            eprintln!("Final flush unsuccessful.");
+        }
+        let _ = port.start("DisableTracing", &DisableTracingRequest {}, None);
+    }
+    let plan = TracePlan {
+        config_bytes: Vec::new(),
+        config,
+        output: None,
+        background: super::options::Background::No,
+        notify_fd: None,
+        detach_key: None,
+        uuid: String::new(),
+    };
+    session::wait_and_collect(
+        &mut port,
+        enable_id,
+        &plan,
+        None,
+        signals,
+        &mut ReadyNotifier(None),
+    )
+}
+
+/// `--clone ID` / `--clone-by-name NAME`: snapshot a running session.
+pub fn clone(socket: &str, target: &CloneTarget, for_bugreport: bool, out: &Output) -> i32 {
+    let file = match output::open(out) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    let mut port = match Port::connect(socket, "ConsumerPort") {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            output::remove_if_empty(out);
+            return 1;
+        }
+    };
+    port.client.set_timeout(Some(TIMEOUT));
+    let req = CloneSessionRequest {
+        selector: match target {
+            CloneTarget::Id(id) => OneOfselector::session_id(*id),
+            CloneTarget::Name(n) => OneOfselector::unique_session_name(n.clone()),
+        },
+        skip_trace_filter: Some(for_bugreport),
+        for_bugreport: Some(for_bugreport),
+        ..Default::default()
+    };
+    let fd = file.try_clone().ok().map(OwnedFd::from);
+    let resp: CloneSessionResponse = match port.call("CloneSession", &req, fd) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            output::remove_if_empty(out);
+            return 1;
+        }
+    };
+    if resp.success != Some(true) {
+        // Upstream logs and exits 0 when the service refuses a clone.
+        eprintln!("Service error: {}", resp.error.unwrap_or_default());
+        output::remove_if_empty(out);
+        return 0;
+    }
+    if resp.was_write_into_file == Some(true) {
+        eprintln!("Trace written into the output file");
+        return 0;
+    }
+    match session::read_buffers(&mut port, file) {
+        Ok((bytes, _)) => {
+            eprintln!("Wrote {bytes} bytes (cloned session)");
+            0
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
+}

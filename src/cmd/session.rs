@@ -1,0 +1,300 @@
+//! Runs one tracing session as a consumer: EnableTracing, wait (showing
+//! live status on a terminal, stopping gracefully on the first Ctrl-C),
+//! then read the buffers into the output file.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use super::options::{Output, TracePlan};
+use super::output;
+use super::packet_writer::PacketWriter;
+use super::rpc::{decode, Port};
+use super::signals::StopSignals;
+use super::status_line;
+use crate::ipc::client::{ClientError, ClientReply};
+use crate::pb::protos::{
+    mod_EnableTracingResponse::OneOfstate, mod_ObservableEvents::Type as ObservableType,
+    DetachRequest, DisableTracingRequest, EnableTracingResponse, FlushRequest, FreeBuffersRequest,
+    GetTraceStatsRequest, GetTraceStatsResponse, ObserveEventsRequest, ObserveEventsResponse,
+    ReadBuffersRequest, ReadBuffersResponse,
+};
+use crate::protozero::{put_bytes, put_varint, VecStream};
+
+const POLL: Duration = Duration::from_millis(100);
+const READ_WATCHDOG: Duration = Duration::from_secs(30);
+const STATUS_PERIOD: Duration = Duration::from_secs(1);
+/// FlushFlags: reason = trace stop (2), initiator = perfetto_cmd (2).
+const FLUSH_FLAGS_STOP_FROM_CMD: u64 = 2 | (2 << 4);
+
+/// Reports "all data sources started" (status 0) or failure (1) once, to
+/// `--notify-fd` or the `-D` parent.
+pub struct ReadyNotifier(pub Option<OwnedFd>);
+
+impl ReadyNotifier {
+    fn send(&mut self, status: u8) {
+        if let Some(fd) = self.0.take() {
+            let _ = File::from(fd).write_all(&[status]);
+        }
+    }
+}
+
+/// EnableTracingRequest with the config passed through as raw bytes, so
+/// fields this build does not know reach the service.
+fn enable_request(config: &[u8], attach_notification_only: bool) -> Vec<u8> {
+    let mut s = VecStream::new();
+    if !attach_notification_only {
+        put_bytes(&mut s, 1, config);
+    } else {
+        put_varint(&mut s, 2, 1);
+    }
+    s.into_bytes()
+}
+
+/// The longest we wait for the service to end the session on its own.
+fn failsafe_ms(plan: &TracePlan) -> Option<u64> {
+    let c = &plan.config;
+    let trigger = c.trigger_config.as_ref().map_or(0, |t| {
+        t.trigger_timeout_ms.unwrap_or(0) as u64
+            + t.triggers
+                .iter()
+                .map(|x| x.stop_delay_ms.unwrap_or(0) as u64)
+                .max()
+                .unwrap_or(0)
+    });
+    let expected = c.duration_ms.unwrap_or(0) as u64 + trigger;
+    (expected > 0).then(|| {
+        expected
+            + 60_000
+            + c.flush_timeout_ms.unwrap_or(5000) as u64
+            + c.data_source_stop_timeout_ms.unwrap_or(5000) as u64
+    })
+}
+
+/// Runs the session described by `plan` against the consumer socket.
+/// Returns the exit status.
+pub fn run(
+    plan: &TracePlan,
+    socket: &str,
+    signals: &mut StopSignals,
+    mut ready: ReadyNotifier,
+) -> i32 {
+    let write_into_file = plan.config.write_into_file == Some(true);
+    let out_file = match plan.output.as_ref().map(output::open).transpose() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{e}");
+            ready.send(1);
+            return 1;
+        }
+    };
+    let mut port = match Port::connect(socket, "ConsumerPort") {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            plan.output.as_ref().map(output::remove_if_empty);
+            ready.send(1);
+            return 1;
+        }
+    };
+    let fd_for_service = match (&out_file, write_into_file) {
+        (Some(f), true) => f.try_clone().ok().map(OwnedFd::from),
+        _ => None,
+    };
+    let enable_id = match port.start_raw(
+        "EnableTracing",
+        enable_request(&plan.config_bytes, false),
+        fd_for_service,
+    ) {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("{e}");
+            ready.send(1);
+            return 1;
+        }
+    };
+    if let Some(key) = &plan.detach_key {
+        let req = DetachRequest {
+            key: Some(key.clone()),
+        };
+        return match port.call::<_, crate::pb::protos::DetachResponse>("Detach", &req, None) {
+            Ok(_) => 0,
+            Err(_) => {
+                eprintln!("Session detach failed");
+                1
+            }
+        };
+    }
+    wait_and_collect(&mut port, enable_id, plan, out_file, signals, &mut ready)
+}
+
+/// Waits for the session to end, then writes the file. Shared with attach.
+pub fn wait_and_collect(
+    port: &mut Port,
+    enable_id: u64,
+    plan: &TracePlan,
+    out_file: Option<File>,
+    signals: &mut StopSignals,
+    ready: &mut ReadyNotifier,
+) -> i32 {
+    let observe_id = if ready.0.is_some() {
+        let req = ObserveEventsRequest {
+            events_to_observe: vec![ObservableType::TYPE_ALL_DATA_SOURCES_STARTED],
+        };
+        port.start("ObserveEvents", &req, None).ok()
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let failsafe = failsafe_ms(plan).map(Duration::from_millis);
+    let total_ms = plan.config.duration_ms.unwrap_or(0) as u64;
+    let show_status = std::io::stderr().is_terminal();
+    let mut next_status = started;
+    let mut stopping = false;
+    port.client.set_timeout(Some(POLL));
+
+    let response = loop {
+        match port.next(enable_id) {
+            Ok(Some(ClientReply {
+                success: true,
+                payload,
+                ..
+            })) => break decode::<EnableTracingResponse>(&payload),
+            Ok(Some(_)) => break Err("EnableTracing failed".to_owned()),
+            Ok(None) => break Err("EnableTracing ended without a reply".to_owned()),
+            Err(ClientError::TimedOut) => {}
+            Err(e) => {
+                clear_status(show_status);
+                eprintln!("Disconnected from the traced service ({e})");
+                ready.send(1);
+                return 1;
+            }
+        }
+        if let Some(id) = observe_id.filter(|_| ready.0.is_some()) {
+            if let Ok(Some(r)) = port.next(id) {
+                let ev = decode::<ObserveEventsResponse>(&r.payload)
+                    .ok()
+                    .and_then(|e| e.events);
+                if ev.is_some_and(|e| e.all_data_sources_started == Some(true)) {
+                    ready.send(0);
+                }
+            }
+        }
+        if !stopping && signals.received() {
+            stopping = true;
+            clear_status(show_status);
+            eprintln!("SIGINT/SIGTERM received: disabling tracing.");
+            port.client.set_timeout(Some(Duration::from_secs(30)));
+            let flush = FlushRequest {
+                timeout_ms: Some(0),
+                flags: Some(FLUSH_FLAGS_STOP_FROM_CMD),
+            };
+            if port
+                .call::<_, crate::pb::protos::FlushResponse>("Flush", &flush, None)
+                .is_err()
+            {
+                eprintln!("Final flush unsuccessful.");
+            }
+            let _ = port.start("DisableTracing", &DisableTracingRequest {}, None);
+            port.client.set_timeout(Some(POLL));
+        }
+        if failsafe.is_some_and(|f| started.elapsed() > f) {
+            clear_status(show_status);
+            eprintln!("Timed out while waiting for trace from the service, aborting");
+            return 1;
+        }
+        if show_status && Instant::now() >= next_status {
+            next_status += STATUS_PERIOD;
+            port.client.set_timeout(Some(Duration::from_secs(2)));
+            if let Ok(r) = port.call::<_, GetTraceStatsResponse>(
+                "GetTraceStats",
+                &GetTraceStatsRequest {},
+                None,
+            ) {
+                let f = status_line::figures(&r.trace_stats.unwrap_or_default());
+                let line = status_line::render(started.elapsed().as_millis() as u64, total_ms, f);
+                eprint!("\r\x1b[K{line}");
+            }
+            port.client.set_timeout(Some(POLL));
+        }
+    };
+    clear_status(show_status);
+    ready.send(1); // No-op if "started" was already reported.
+
+    match response {
+        Ok(EnableTracingResponse { error: Some(e), .. }) if !e.is_empty() => {
+            // Upstream exits 0 here; kept for scripts that rely on it.
+            eprintln!("Service error: {e}");
+            plan.output.as_ref().map(output::remove_if_empty);
+            return 0;
+        }
+        Ok(EnableTracingResponse {
+            state: OneOfstate::disabled(_),
+            ..
+        })
+        | Ok(_) => {}
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    }
+    if plan.config.write_into_file == Some(true) {
+        eprintln!("Trace written into the output file");
+        return 0;
+    }
+    let Some(file) = out_file else {
+        return 0;
+    };
+    match read_buffers(port, file) {
+        Ok((bytes, _packets)) => {
+            let _ = port.start("FreeBuffers", &FreeBuffersRequest::default(), None);
+            match &plan.output {
+                Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
+                _ => eprintln!("Wrote {bytes} bytes into stdout"),
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
+}
+
+/// Streams ReadBuffers into `file`. Returns (bytes, packets) written.
+pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64), String> {
+    port.client.set_timeout(Some(READ_WATCHDOG));
+    let id = port.start("ReadBuffers", &ReadBuffersRequest {}, None)?;
+    let mut writer = PacketWriter::new(BufWriter::with_capacity(1 << 20, file));
+    loop {
+        match port.next(id) {
+            Ok(Some(r)) if r.success => {
+                let resp: ReadBuffersResponse = decode(&r.payload)?;
+                for slice in resp.slices {
+                    let last = slice.last_slice_for_packet == Some(true);
+                    writer
+                        .push_slice(slice.data.unwrap_or_default(), last)
+                        .map_err(|e| format!("Failed to write packets: {e}"))?;
+                }
+            }
+            Ok(Some(_)) => return Err("ReadBuffers failed".into()),
+            Ok(None) => break,
+            Err(ClientError::TimedOut) => {
+                return Err("Timed out while waiting for OnTraceData, aborting".into())
+            }
+            Err(e) => return Err(format!("Disconnected from the traced service ({e})")),
+        }
+    }
+    let (bytes, packets) = (writer.bytes_written, writer.packets_written);
+    writer
+        .finish()
+        .map_err(|e| format!("Failed to write packets: {e}"))?;
+    Ok((bytes, packets))
+}
+
+fn clear_status(shown: bool) {
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+}
