@@ -104,6 +104,7 @@ impl TracingService {
                 Timer::StopTimeout(sid) => self.on_stop_timeout(now, sid),
                 Timer::SnapshotTick(sid) => self.on_snapshot_tick(now, sid),
                 Timer::ClearIncrementalState(sid) => self.on_clear_incremental_state(now, sid),
+                Timer::CloneTriggerHit(sid, n) => self.on_clone_trigger_hit(sid, n),
             }
         }
     }
