@@ -182,6 +182,46 @@ impl TracingService {
         Ok(())
     }
 
+    /// ChangeTraceConfig: only the producer name filters of existing
+    /// data source entries may change; producers newly matching get the
+    /// data source (instances already running are left alone).
+    pub fn change_trace_config(
+        &mut self,
+        now: u64,
+        consumer: ConsumerId,
+        config_raw: &[u8],
+    ) -> Result<(), String> {
+        let sid = self
+            .consumer_session(consumer)
+            .ok_or("No tracing session for this consumer")?;
+        let new: TraceConfig = decode_message(config_raw)
+            .map_err(|e| format!("Failed to decode the TraceConfig: {e}"))?;
+        let s = self
+            .sessions
+            .get_mut(&sid)
+            .expect("consumer_session checked");
+        if !s.is_active() {
+            return Err("ChangeTraceConfig() on a session that is not running".into());
+        }
+        let strip = |c: &TraceConfig| {
+            let mut c = c.clone();
+            for ds in &mut c.data_sources {
+                ds.producer_name_filter.clear();
+                ds.producer_name_regex_filter.clear();
+            }
+            c
+        };
+        if strip(&s.config) != strip(&new) {
+            return Err("ChangeTraceConfig() may only change producer_name_filter and producer_name_regex_filter".into());
+        }
+        for (old, new) in s.config.data_sources.iter_mut().zip(new.data_sources) {
+            old.producer_name_filter = new.producer_name_filter;
+            old.producer_name_regex_filter = new.producer_name_regex_filter;
+        }
+        self.setup_matching_instances(now, sid, None);
+        Ok(())
+    }
+
     /// Configured -> Started: starts every instance and arms timers.
     pub(super) fn start_session(&mut self, now: u64, sid: SessionId) {
         let snapshot = self.env.clock_snapshot();
