@@ -19,6 +19,7 @@ pub mod trusted_trailer;
 mod commit;
 pub mod config_validation;
 mod consumer_ops;
+mod data_sources;
 mod enable;
 mod flush;
 pub mod name_matcher;
