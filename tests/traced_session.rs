@@ -186,3 +186,54 @@ fn enable_errors_come_back_in_the_reply() {
         decode_message(&call(&mut cons, &cport, "QueryCapabilities", &[])).unwrap();
     assert_eq!(caps.capabilities.unwrap().has_clone_session, Some(true));
 }
+
+#[test]
+fn query_service_state_and_observe_events() {
+    let (psock, csock) = sockets("query");
+    let _daemon = start_traced(&psock, &csock);
+    let mut prod = TestProducer::connect(&psock, "query.producer", "test.ds", 256);
+    let (mut cons, cport) = connect(&csock, "ConsumerPort");
+    // ObserveEvents(TYPE_DATA_SOURCES_INSTANCES, TYPE_ALL_DATA_SOURCES_STARTED)
+    let observe = cons
+        .start_invoke(&cport, "ObserveEvents", &[0x08, 0x01, 0x08, 0x02], None)
+        .unwrap();
+    let _enable = cons
+        .start_invoke(
+            &cport,
+            "EnableTracing",
+            &enable_request(&trace_config_with(256, &[])),
+            None,
+        )
+        .unwrap();
+    prod.start(256);
+    let mut saw_started = false;
+    let mut saw_all = false;
+    while !(saw_started && saw_all) {
+        let r = cons.next_reply(observe).unwrap().unwrap();
+        let r: ObserveEventsResponse = decode_message(&r.payload).unwrap();
+        let ev = r.events.unwrap();
+        saw_started |= ev
+            .instance_state_changes
+            .iter()
+            .any(|c| c.data_source_name.as_deref() == Some("test.ds"));
+        saw_all |= ev.all_data_sources_started == Some(true);
+    }
+    let replies = cons.invoke(&cport, "QueryServiceState", &[], None).unwrap();
+    let mut state_bytes = Vec::new();
+    // Each reply carries a piece of the serialized state (field 1).
+    for r in &replies {
+        let piece = FieldIter::new(&r.payload).find(|f| f.number == 1).unwrap();
+        state_bytes.extend_from_slice(piece.value);
+    }
+    let state: TracingServiceState = decode_message(&state_bytes).unwrap();
+    assert!(state
+        .producers
+        .iter()
+        .any(|p| p.name.as_deref() == Some("query.producer")));
+    assert!(state
+        .data_sources
+        .iter()
+        .any(|d| d.ds_descriptor.as_ref().unwrap().name.as_deref() == Some("test.ds")));
+    assert_eq!(state.tracing_sessions.len(), 1);
+    assert_eq!(state.tracing_sessions[0].state.as_deref(), Some("STARTED"));
+}
