@@ -237,3 +237,38 @@ fn query_service_state_and_observe_events() {
     assert_eq!(state.tracing_sessions.len(), 1);
     assert_eq!(state.tracing_sessions[0].state.as_deref(), Some("STARTED"));
 }
+
+#[test]
+fn write_into_file_with_output_path() {
+    let (psock, csock) = sockets("path");
+    let _daemon = start_traced(&psock, &csock);
+    let mut prod = TestProducer::connect(&psock, "path.producer", "test.ds", 256);
+    let (mut cons, cport) = connect(&csock, "ConsumerPort");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("by-traced.pftrace");
+    let mut extra = VecStream::new();
+    put_varint(&mut extra, 8, 1); // write_into_file
+    tracebox::protozero::put_str(&mut extra, 29, path.to_str().unwrap()); // output_path
+    let cfg = trace_config_with(1024, extra.as_bytes());
+    let enable = cons
+        .start_invoke(&cport, "EnableTracing", &enable_request(&cfg), None)
+        .unwrap();
+    prod.start(256);
+    let expected = prod.write(30, 10);
+    call(&mut cons, &cport, "DisableTracing", &[]);
+    let done: EnableTracingResponse =
+        decode_message(&cons.next_reply(enable).unwrap().unwrap().payload).unwrap();
+    assert!(done.error.is_none(), "{:?}", done.error);
+    let got = producer_payloads(&packets_from_file(&std::fs::read(&path).unwrap()));
+    assert!(got == expected);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    // The file must not exist already (O_EXCL).
+    call(&mut cons, &cport, "FreeBuffers", &[]);
+    let r = call(&mut cons, &cport, "EnableTracing", &enable_request(&cfg));
+    let r: EnableTracingResponse = decode_message(&r).unwrap();
+    assert!(r.error.unwrap().contains("Failed to create"));
+}
