@@ -85,8 +85,9 @@ impl Services for ConsumerPort<'_> {
             "ReadBuffers" => match st.core.read_buffers(now, cid) {
                 Ok(frames) => {
                     let n = frames.len();
-                    for (i, f) in frames.iter().enumerate() {
-                        let bytes = encode(f);
+                    // Each frame is dropped once encoded (peak memory).
+                    for (i, f) in frames.into_iter().enumerate() {
+                        let bytes = encode(&f);
                         out.reply(
                             &to,
                             if i + 1 == n {

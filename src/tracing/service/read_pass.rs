@@ -40,15 +40,17 @@ impl TracingService {
         if self.sessions[&sid].write_into_file {
             return Err("ReadBuffers() is not supported with write_into_file".into());
         }
-        let mut packets = Vec::new();
+        // Pack each pass right away: holding every packet of a large
+        // buffer as owned slices until the end costs a copy of the trace.
+        let mut packer = FramePacker::default();
         loop {
-            let (mut p, more) = self.read_pass(now, sid, IPC_PASS_BYTES);
-            packets.append(&mut p);
+            let (p, more) = self.read_pass(now, sid, IPC_PASS_BYTES);
+            p.iter().for_each(|pkt| packer.push(pkt));
             if !more {
                 break;
             }
         }
-        Ok(pack_into_frames(&packets))
+        Ok(packer.finish())
     }
 
     /// One read pass; returns the packets and whether more data is left.
@@ -256,31 +258,48 @@ pub fn frame_packet(p: &Packet) -> Vec<u8> {
 /// Packs packets into ReadBuffersResponses of at most [`MAX_READ_FRAME`]
 /// bytes; oversized slices are split. Always returns at least one.
 pub fn pack_into_frames(packets: &[Packet]) -> Vec<ReadBuffersResponse> {
+    let mut packer = FramePacker::default();
+    packets.iter().for_each(|p| packer.push(p));
+    packer.finish()
+}
+
+/// Packs packets into ReadBuffersResponse frames under MAX_READ_FRAME.
+#[derive(Default)]
+struct FramePacker {
+    frames: Vec<ReadBuffersResponse>,
+    cur: ReadBuffersResponse,
+    cur_size: usize,
+}
+
+impl FramePacker {
     const SLICE_OVERHEAD: usize = 16;
-    let mut frames = Vec::new();
-    let mut cur = ReadBuffersResponse::default();
-    let mut cur_size = 0usize;
-    for p in packets {
+
+    fn push(&mut self, p: &Packet) {
         let pieces: Vec<&[u8]> = p
             .iter()
-            .flat_map(|s| s.chunks(MAX_READ_FRAME - SLICE_OVERHEAD))
+            .flat_map(|s| s.chunks(MAX_READ_FRAME - Self::SLICE_OVERHEAD))
             .filter(|c| !c.is_empty())
             .collect();
         let n = pieces.len();
         for (i, piece) in pieces.into_iter().enumerate() {
-            if cur_size + piece.len() + SLICE_OVERHEAD > MAX_READ_FRAME && !cur.slices.is_empty() {
-                frames.push(std::mem::take(&mut cur));
-                cur_size = 0;
+            if self.cur_size + piece.len() + Self::SLICE_OVERHEAD > MAX_READ_FRAME
+                && !self.cur.slices.is_empty()
+            {
+                self.frames.push(std::mem::take(&mut self.cur));
+                self.cur_size = 0;
             }
-            cur_size += piece.len() + SLICE_OVERHEAD;
-            cur.slices.push(Slice {
+            self.cur_size += piece.len() + Self::SLICE_OVERHEAD;
+            self.cur.slices.push(Slice {
                 data: Some(piece.to_vec()),
                 last_slice_for_packet: Some(i + 1 == n),
             });
         }
     }
-    frames.push(cur);
-    frames
+
+    fn finish(mut self) -> Vec<ReadBuffersResponse> {
+        self.frames.push(self.cur);
+        self.frames
+    }
 }
 
 #[cfg(test)]
