@@ -104,8 +104,12 @@ fn bundle(b: &[u8], c: &mut Counts) {
             (BUNDLE_COMPACT_SCHED, Value::Bytes(cs)) => {
                 for (f, v) in fields(cs) {
                     match (f, v) {
-                        (COMPACT_SWITCH_TS, Value::Bytes(p)) => c.compact_switch += count_varints(p),
-                        (COMPACT_WAKING_TS, Value::Bytes(p)) => c.compact_waking += count_varints(p),
+                        (COMPACT_SWITCH_TS, Value::Bytes(p)) => {
+                            c.compact_switch += count_varints(p)
+                        }
+                        (COMPACT_WAKING_TS, Value::Bytes(p)) => {
+                            c.compact_waking += count_varints(p)
+                        }
                         _ => {}
                     }
                 }

@@ -187,7 +187,12 @@ fn main() {
         .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())
         .unwrap_or_else(|| vec![16, 100, 4096]);
     for size in sizes {
-        let line = run(size, packets_for(size, scale), smb_kib * 1024, page_kib * 1024);
+        let line = run(
+            size,
+            packets_for(size, scale),
+            smb_kib * 1024,
+            page_kib * 1024,
+        );
         println!("{line}");
     }
 }

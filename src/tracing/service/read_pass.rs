@@ -45,7 +45,7 @@ impl TracingService {
         let mut packer = FramePacker::default();
         loop {
             let (p, more) = self.read_pass(now, sid, IPC_PASS_BYTES);
-            p.iter().for_each(|pkt| packer.push(pkt));
+            p.into_iter().for_each(|pkt| packer.push(pkt));
             if !more {
                 break;
             }
@@ -259,7 +259,7 @@ pub fn frame_packet(p: &Packet) -> Vec<u8> {
 /// bytes; oversized slices are split. Always returns at least one.
 pub fn pack_into_frames(packets: &[Packet]) -> Vec<ReadBuffersResponse> {
     let mut packer = FramePacker::default();
-    packets.iter().for_each(|p| packer.push(p));
+    packets.iter().for_each(|p| packer.push(p.clone()));
     packer.finish()
 }
 
@@ -274,12 +274,18 @@ struct FramePacker {
 impl FramePacker {
     const SLICE_OVERHEAD: usize = 16;
 
-    fn push(&mut self, p: &Packet) {
-        let pieces: Vec<&[u8]> = p
-            .iter()
-            .flat_map(|s| s.chunks(MAX_READ_FRAME - Self::SLICE_OVERHEAD))
-            .filter(|c| !c.is_empty())
-            .collect();
+    /// Slices that fit a frame are moved, not copied (the common case).
+    fn push(&mut self, p: Packet) {
+        let limit = MAX_READ_FRAME - Self::SLICE_OVERHEAD;
+        let mut pieces: Vec<Vec<u8>> = Vec::with_capacity(p.len());
+        for s in p {
+            if s.len() <= limit {
+                pieces.push(s);
+            } else {
+                pieces.extend(s.chunks(limit).map(<[u8]>::to_vec));
+            }
+        }
+        pieces.retain(|c| !c.is_empty());
         let n = pieces.len();
         for (i, piece) in pieces.into_iter().enumerate() {
             if self.cur_size + piece.len() + Self::SLICE_OVERHEAD > MAX_READ_FRAME
@@ -290,7 +296,7 @@ impl FramePacker {
             }
             self.cur_size += piece.len() + Self::SLICE_OVERHEAD;
             self.cur.slices.push(Slice {
-                data: Some(piece.to_vec()),
+                data: Some(piece),
                 last_slice_for_packet: Some(i + 1 == n),
             });
         }
