@@ -12,4 +12,5 @@ pub mod pb;
 pub mod probes;
 pub mod protozero;
 pub mod schema;
+pub mod traced_probes;
 pub mod tracing;

@@ -1,0 +1,611 @@
+//! `linux.ftrace` sessions sharing the kernel's ftrace buffers (FACTS g.4).
+//!
+//! One [`KInstance`] per tracefs instance in use (the root is `""`), shared
+//! by every data source that names it: the first one resets it, picks the
+//! clock and buffer size; each one enables the events it needs (reference
+//! counted, so stopping one session disables only what nobody else uses);
+//! tracing is on while any of them is started; the last one restores the
+//! instance (and removes it if we created it). Pages are read once per
+//! instance and parsed once per data source with that source's own event
+//! filter, so each session sees only its own events.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::clock::boot_time_ns;
+use super::crash_marker::{self, Touched};
+use super::page_reader::{PageReader, MAX_PAGES_PER_PASS};
+use crate::pb::protos::FtraceConfig;
+use crate::probes::ftrace::bundle::{
+    write_pages, BundleContext, ClockSnapshot, CpuState, EventFilter, PacketWriter,
+};
+use crate::probes::ftrace::compact_sched::{self, CompactSchedFormat};
+use crate::probes::ftrace::format::PageHeaderLayout;
+use crate::probes::ftrace::translate::TranslationTable;
+use crate::probes::ftrace::{CpuStats, Tracefs};
+use crate::protozero::{begin_nested, end_nested, put_double, put_str, put_varint, VecStream};
+use crate::tracing::core::trace_writer::TraceWriter;
+
+/// Upstream's default drain period and its valid range.
+const DEFAULT_DRAIN_MS: u32 = 100;
+const MAX_DRAIN_MS: u32 = 60_000;
+/// `FtraceEventBundle.ftrace_clock` for mono_raw.
+const FTRACE_CLOCK_MONO_RAW: u32 = 4;
+
+/// One tracefs directory and what we did to it.
+struct KInstance {
+    tracefs: Tracefs,
+    created: bool,
+    table: TranslationTable,
+    layout: PageHeaderLayout,
+    compact: Option<CompactSchedFormat>,
+    mono_raw: bool,
+    reader: Option<PageReader>,
+    event_refs: HashMap<(String, String), usize>,
+    saved_tracing_on: bool,
+    users: usize,
+    started: usize,
+}
+
+/// One `linux.ftrace` data source instance.
+struct Source {
+    key: String,
+    writer: TraceWriter,
+    filter: EventFilter,
+    compact: bool,
+    events: Vec<(String, String)>,
+    cpus: Vec<CpuState>,
+    started: bool,
+    drain_ms: u32,
+    session: u64,
+    stats_before: Vec<CpuStats>,
+    unknown_events: Vec<String>,
+    failed_events: Vec<String>,
+    pids: Vec<i32>,
+}
+
+/// Bundles are built in memory, then copied into a TraceWriter packet.
+struct WriterPackets<'a> {
+    writer: &'a mut TraceWriter,
+    buf: VecStream,
+}
+
+impl PacketWriter for WriterPackets<'_> {
+    type Stream = VecStream;
+    fn new_packet(&mut self) {
+        self.buf.clear();
+    }
+    fn stream(&mut self) -> &mut VecStream {
+        &mut self.buf
+    }
+    fn finish_packet(&mut self) {
+        self.writer.write_packet(self.buf.as_bytes());
+        self.buf.clear();
+    }
+}
+
+/// All ftrace state of the producer.
+pub struct FtraceMux {
+    root: Option<Tracefs>,
+    instances: BTreeMap<String, KInstance>,
+    sources: BTreeMap<u64, Source>,
+    state_file: PathBuf,
+}
+
+impl std::fmt::Debug for FtraceMux {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FtraceMux")
+            .field("instances", &self.instances.keys().collect::<Vec<_>>())
+            .field("sources", &self.sources.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Per-cpu ring buffer size when the config does not say: 8 MiB on
+/// machines with at least 7 GiB of RAM, else 2 MiB (upstream's rule).
+fn default_buffer_kb() -> u64 {
+    let total_kb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    if total_kb >= 7 * 1024 * 1024 {
+        8 * 1024
+    } else {
+        2 * 1024
+    }
+}
+
+fn mono_raw_ns() -> i64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_RAW)
+        .map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec())
+        .unwrap_or(0)
+}
+
+impl FtraceMux {
+    pub fn new(state_file: PathBuf) -> FtraceMux {
+        FtraceMux {
+            root: None,
+            instances: BTreeMap::new(),
+            sources: BTreeMap::new(),
+            state_file,
+        }
+    }
+
+    fn root(&mut self) -> Result<Tracefs, String> {
+        if self.root.is_none() {
+            self.root = Some(Tracefs::discover().map_err(|e| format!("no tracefs: {e}"))?);
+        }
+        Ok(self.root.clone().expect("set above"))
+    }
+
+    fn store_marker(&self) {
+        let entries: Vec<Touched> = self
+            .instances
+            .iter()
+            .map(|(k, i)| {
+                if k.is_empty() {
+                    Touched::Root
+                } else {
+                    Touched::Instance {
+                        name: k.clone(),
+                        created: i.created,
+                    }
+                }
+            })
+            .collect();
+        if let Err(e) = crash_marker::store(&self.state_file, &entries) {
+            crate::log_warn!("cannot write {}: {e}", self.state_file.display());
+        }
+    }
+
+    /// First user of an instance: reset it and take it over.
+    fn open_instance(&mut self, key: &str, cfg: &FtraceConfig) -> Result<(), String> {
+        if self.instances.contains_key(key) {
+            return Ok(());
+        }
+        let root = self.root()?;
+        let (tracefs, created) = if key.is_empty() {
+            (root.clone(), false)
+        } else {
+            let t = root.instance(key).map_err(|e| e.to_string())?;
+            let existed = t.root().is_dir();
+            if !existed {
+                root.create_instance(key)
+                    .map_err(|e| format!("cannot create ftrace instance {key}: {e}"))?;
+            }
+            (t, !existed)
+        };
+        let preserve = cfg.preserve_ftrace_buffer.unwrap_or(false);
+        if !preserve {
+            let tracer = tracefs.current_tracer().unwrap_or_else(|_| "nop".into());
+            if tracer != "nop" {
+                if created {
+                    let _ = root.remove_instance(key);
+                }
+                return Err(format!(
+                    "ftrace is in use (current_tracer is {tracer:?}); not touching it"
+                ));
+            }
+        }
+        let saved_tracing_on = tracefs.is_tracing_on().unwrap_or(false);
+        let mono_raw = cfg.use_monotonic_raw_clock.unwrap_or(false);
+        let layout = tracefs
+            .read_header_page()
+            .ok()
+            .and_then(|t| crate::probes::ftrace::format::parse_header_page(&t).ok());
+        let layout = layout.unwrap_or(PageHeaderLayout::DEFAULT_64);
+        let mut table = TranslationTable::build(&|g, n| tracefs.read_format(g, n).ok());
+        if let Ok(text) = tracefs.read_printk_formats() {
+            table.set_printk_formats(crate::probes::ftrace::translate::parse_printk_formats(
+                &text,
+            ));
+        }
+        let compact = match (
+            table.event_by_name("sched", "sched_switch"),
+            table.event_by_name("sched", "sched_waking"),
+        ) {
+            (Some(s), Some(w)) => compact_sched::validate(&s.format, &w.format),
+            _ => None,
+        };
+        self.instances.insert(
+            key.to_string(),
+            KInstance {
+                tracefs: tracefs.clone(),
+                created,
+                table,
+                layout,
+                compact,
+                mono_raw,
+                reader: None,
+                event_refs: HashMap::new(),
+                saved_tracing_on,
+                users: 0,
+                started: 0,
+            },
+        );
+        // Record before changing anything, so a crash from here on is undone.
+        self.store_marker();
+        let _ = tracefs.set_tracing_on(false);
+        let _ = tracefs.disable_all_events();
+        if !preserve {
+            let _ = tracefs.clear_trace();
+        }
+        let clock = if mono_raw { "mono_raw" } else { "boot" };
+        if let Err(e) = tracefs.set_clock(clock) {
+            crate::log_warn!("ftrace: cannot select the {clock} clock: {e}");
+        }
+        let kb = match cfg.buffer_size_kb {
+            Some(kb) if kb > 0 => kb as u64,
+            _ => default_buffer_kb(),
+        };
+        if let Err(e) = tracefs.set_buffer_size_kb(kb) {
+            crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}");
+        }
+        Ok(())
+    }
+
+    /// The (group, name) list a config asks for.
+    fn wanted_events(inst: &KInstance, cfg: &FtraceConfig) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut push = |g: &str, n: &str| {
+            let e = (g.to_string(), n.to_string());
+            if !out.contains(&e) {
+                out.push(e);
+            }
+        };
+        for ev in &cfg.ftrace_events {
+            match ev.split_once('/') {
+                Some((g, "*")) => {
+                    for n in inst.tracefs.events_in_group(g).unwrap_or_default() {
+                        push(g, &n);
+                    }
+                }
+                Some((g, n)) => push(g, n),
+                None => {
+                    // A bare name: whichever group of the table has it.
+                    let groups: Vec<String> = inst
+                        .table
+                        .events()
+                        .filter(|t| t.name == *ev)
+                        .map(|t| t.group.clone())
+                        .collect();
+                    for g in groups {
+                        push(&g, ev);
+                    }
+                }
+            }
+        }
+        if !cfg.atrace_categories.is_empty() || !cfg.atrace_apps.is_empty() {
+            // Userspace markers (trace_marker) arrive as ftrace/print.
+            push("ftrace", "print");
+        }
+        out
+    }
+
+    /// SetupDataSource: takes over the instance if needed and enables the
+    /// events; data flows only after [`start`](Self::start).
+    pub fn setup(
+        &mut self,
+        id: u64,
+        cfg: &FtraceConfig,
+        session: u64,
+        writer: TraceWriter,
+    ) -> Result<(), String> {
+        let key = cfg.instance_name.clone().unwrap_or_default();
+        self.open_instance(&key, cfg)?;
+        let inst = self.instances.get_mut(&key).expect("opened above");
+        inst.users += 1;
+        let mut filter = EventFilter::default();
+        let mut events = Vec::new();
+        let mut unknown_events = Vec::new();
+        let mut failed_events = Vec::new();
+        for (g, n) in Self::wanted_events(inst, cfg) {
+            let id = match inst.table.event_by_name(&g, &n) {
+                Some(t) => Some(t.ftrace_id),
+                None if cfg.disable_generic_events.unwrap_or(false) => None,
+                None => match inst.tracefs.read_format(&g, &n) {
+                    Ok(text) => inst.table.add_generic(&g, &n, &text).ok(),
+                    Err(_) => None,
+                },
+            };
+            let Some(ftrace_id) = id else {
+                unknown_events.push(format!("{g}/{n}"));
+                continue;
+            };
+            let refs = inst.event_refs.entry((g.clone(), n.clone())).or_insert(0);
+            // ftrace/* events (print...) are always on; they have no switch.
+            if *refs == 0 && g != "ftrace" {
+                if let Err(e) = inst.tracefs.enable_event(&g, &n) {
+                    crate::log_warn!("ftrace: cannot enable {g}/{n}: {e}");
+                    failed_events.push(format!("{g}/{n}"));
+                    if *refs == 0 {
+                        inst.event_refs.remove(&(g.clone(), n.clone()));
+                    }
+                    continue;
+                }
+            }
+            *refs += 1;
+            filter.enable(ftrace_id);
+            events.push((g, n));
+        }
+        let switch_wanted = events
+            .iter()
+            .any(|(g, n)| g == "sched" && n == "sched_switch");
+        let compact_opt_out = cfg
+            .compact_sched
+            .as_ref()
+            .and_then(|c| c.enabled)
+            .is_some_and(|e| !e);
+        let compact = inst.compact.is_some() && switch_wanted && !compact_opt_out;
+        let ncpu = inst.tracefs.num_cpus().unwrap_or(1);
+        let drain_ms = match cfg.drain_period_ms {
+            Some(ms) if (1..=MAX_DRAIN_MS).contains(&ms) => ms,
+            _ => DEFAULT_DRAIN_MS,
+        };
+        self.sources.insert(
+            id,
+            Source {
+                key,
+                writer,
+                filter,
+                compact,
+                events,
+                cpus: (0..ncpu).map(|_| CpuState::default()).collect(),
+                started: false,
+                drain_ms,
+                session,
+                stats_before: Vec::new(),
+                unknown_events,
+                failed_events,
+                pids: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    pub fn has(&self, id: u64) -> bool {
+        self.sources.contains_key(&id)
+    }
+
+    /// StartDataSource: tracing on (first started source of the instance)
+    /// and the per-cpu readers open.
+    pub fn start(&mut self, id: u64) -> Result<(), String> {
+        let Some(src) = self.sources.get_mut(&id) else {
+            return Err("setup failed".into());
+        };
+        if src.started {
+            return Ok(());
+        }
+        let inst = self
+            .instances
+            .get_mut(&src.key)
+            .expect("source has an instance");
+        if inst.reader.is_none() {
+            let reader = PageReader::open(&inst.tracefs, inst.layout.page_size)
+                .map_err(|e| format!("cannot open trace_pipe_raw: {e}"))?;
+            inst.reader = Some(reader);
+        }
+        if inst.started == 0 {
+            inst.tracefs
+                .set_tracing_on(true)
+                .map_err(|e| format!("cannot turn tracing on: {e}"))?;
+        }
+        inst.started += 1;
+        src.started = true;
+        src.stats_before = cpu_stats(&inst.tracefs);
+        Ok(())
+    }
+
+    /// The drain period: the smallest of the started sources, if any.
+    pub fn drain_period(&self) -> Option<Duration> {
+        self.sources
+            .values()
+            .filter(|s| s.started)
+            .map(|s| s.drain_ms)
+            .min()
+            .map(|ms| Duration::from_millis(ms as u64))
+    }
+
+    /// Reads every instance with started sources. `max_pages` per cpu
+    /// (`usize::MAX` reads everything). Returns true if data is left.
+    pub fn read_pass(&mut self, max_pages: usize) -> bool {
+        let mut more = false;
+        let sources = &mut self.sources;
+        for (key, inst) in self.instances.iter_mut() {
+            if inst.started == 0 {
+                continue;
+            }
+            let KInstance {
+                reader,
+                table,
+                layout,
+                compact,
+                mono_raw,
+                ..
+            } = inst;
+            let Some(reader) = reader.as_mut() else {
+                continue;
+            };
+            let clock = mono_raw.then(|| ClockSnapshot {
+                ftrace_clock: FTRACE_CLOCK_MONO_RAW,
+                ftrace_timestamp: mono_raw_ns(),
+                boot_timestamp: boot_time_ns() as i64,
+            });
+            more |= reader.read_pass(max_pages, &mut |cpu, pages| {
+                for src in sources.values_mut() {
+                    if !src.started || src.key != *key {
+                        continue;
+                    }
+                    let ctx = BundleContext {
+                        table,
+                        filter: &src.filter,
+                        compact_sched: if src.compact { *compact } else { None },
+                        clock,
+                    };
+                    if cpu >= src.cpus.len() {
+                        src.cpus.resize_with(cpu + 1, CpuState::default);
+                    }
+                    let state = &mut src.cpus[cpu];
+                    let mut w = WriterPackets {
+                        writer: &mut src.writer,
+                        buf: VecStream::new(),
+                    };
+                    write_pages(&mut w, cpu as u32, pages, layout, &ctx, state);
+                    src.pids.append(&mut state.metadata.pids);
+                    state.metadata.clear();
+                }
+            });
+        }
+        more
+    }
+
+    /// Periodic tick: one bounded read pass.
+    pub fn tick(&mut self) -> bool {
+        self.read_pass(MAX_PAGES_PER_PASS)
+    }
+
+    /// Pids seen since the last call, per tracing session.
+    pub fn take_pids(&mut self) -> Vec<(u64, Vec<i32>)> {
+        let mut out = Vec::new();
+        for s in self.sources.values_mut() {
+            if !s.pids.is_empty() {
+                let mut p = std::mem::take(&mut s.pids);
+                p.sort_unstable();
+                p.dedup();
+                out.push((s.session, p));
+            }
+        }
+        out
+    }
+
+    /// Flush of `ids`: drains the kernel buffers completely, writes the
+    /// start/end ftrace_stats, returns the writers' chunks.
+    pub fn flush(&mut self, ids: &[u64]) {
+        if !ids.iter().any(|id| self.sources.contains_key(id)) {
+            return;
+        }
+        self.read_pass(usize::MAX);
+        for id in ids {
+            let Some(src) = self.sources.get_mut(id) else {
+                continue;
+            };
+            if src.started {
+                let inst = &self.instances[&src.key];
+                let after = cpu_stats(&inst.tracefs);
+                let before = src.stats_before.clone();
+                write_stats(src, 1, &before);
+                write_stats(src, 2, &after);
+            }
+            src.writer.flush();
+        }
+    }
+
+    pub fn clear_incremental_state(&mut self, _id: u64) {}
+
+    /// StopDataSource: flushes the writer and undoes what only this source
+    /// needed; the last user of an instance restores it.
+    pub fn stop(&mut self, id: u64) {
+        let Some(mut src) = self.sources.remove(&id) else {
+            return;
+        };
+        src.writer.flush();
+        let key = src.key.clone();
+        let Some(inst) = self.instances.get_mut(&key) else {
+            return;
+        };
+        for e in &src.events {
+            if let Some(n) = inst.event_refs.get_mut(e) {
+                *n -= 1;
+                if *n == 0 {
+                    inst.event_refs.remove(e);
+                    if e.0 != "ftrace" {
+                        let _ = inst.tracefs.disable_event(&e.0, &e.1);
+                    }
+                }
+            }
+        }
+        if src.started {
+            inst.started -= 1;
+            if inst.started == 0 {
+                let _ = inst.tracefs.set_tracing_on(false);
+            }
+        }
+        inst.users -= 1;
+        if inst.users == 0 {
+            let inst = self.instances.remove(&key).expect("present");
+            self.release_instance(&key, inst);
+            self.store_marker();
+        }
+    }
+
+    fn release_instance(&mut self, key: &str, mut inst: KInstance) {
+        // Files must be closed before an instance can be removed.
+        inst.reader = None;
+        let t = &inst.tracefs;
+        let _ = t.set_tracing_on(false);
+        let _ = t.disable_all_events();
+        let _ = t.clear_trace();
+        if inst.created {
+            if let Some(root) = &self.root {
+                if let Err(e) = root.remove_instance(key) {
+                    crate::log_warn!("cannot remove ftrace instance {key}: {e}");
+                }
+            }
+        } else {
+            let _ = t.set_buffer_size_kb(4);
+            let _ = t.set_tracing_on(inst.saved_tracing_on);
+        }
+    }
+
+    /// Every source id (for shutdown).
+    pub fn ids(&self) -> Vec<u64> {
+        self.sources.keys().copied().collect()
+    }
+}
+
+fn cpu_stats(t: &Tracefs) -> Vec<CpuStats> {
+    (0..t.num_cpus().unwrap_or(0))
+        .map(|c| t.cpu_stats(c).unwrap_or_default())
+        .collect()
+}
+
+/// `TracePacket.ftrace_stats` (34) with `phase` 1 (start) or 2 (end).
+fn write_stats(src: &mut Source, phase: u64, stats: &[CpuStats]) {
+    let mut s = VecStream::new();
+    put_varint(&mut s, 8, boot_time_ns());
+    let fs = begin_nested(&mut s, 34);
+    put_varint(&mut s, 1, phase);
+    for (cpu, c) in stats.iter().enumerate() {
+        let n = begin_nested(&mut s, 2);
+        put_varint(&mut s, 1, cpu as u64);
+        put_varint(&mut s, 2, c.entries);
+        put_varint(&mut s, 3, c.overrun);
+        put_varint(&mut s, 4, c.commit_overrun);
+        put_varint(&mut s, 5, c.bytes);
+        put_double(&mut s, 6, c.oldest_event_ts);
+        put_double(&mut s, 7, c.now_ts);
+        put_varint(&mut s, 8, c.dropped_events);
+        put_varint(&mut s, 9, c.read_events);
+        end_nested(&mut s, n);
+    }
+    if phase == 2 {
+        for e in &src.unknown_events {
+            put_str(&mut s, 6, e);
+        }
+        for e in &src.failed_events {
+            put_str(&mut s, 7, e);
+        }
+        for cpu in &src.cpus {
+            for e in &cpu.parse_errors {
+                put_varint(&mut s, 9, e.status() as u64);
+            }
+        }
+    }
+    end_nested(&mut s, fs);
+    src.writer.write_packet(s.as_bytes());
+}

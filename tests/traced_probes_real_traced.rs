@@ -1,0 +1,229 @@
+//! traced_probes against the REAL Perfetto service (tests/sdk-interop's
+//! real-traced) with the SDK's consumer. Skipped loudly when the
+//! sdk-interop binaries are not built; scripts/test.sh builds them first.
+//! Runs as root on the real kernel; every test uses its own tracefs
+//! instance, sockets and state file.
+
+mod traced_probes_common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use traced_probes_common::*;
+
+fn config_text(instance: &str, extra: &str) -> String {
+    format!(
+        r#"
+buffers {{ size_kb: 32768 fill_policy: DISCARD }}
+data_sources {{ config {{ name: "linux.process_stats"
+    process_stats_config {{ scan_all_processes_on_start: true }} }} }}
+data_sources {{ config {{ name: "linux.sys_stats"
+    sys_stats_config {{ meminfo_period_ms: 100 }} }} }}
+data_sources {{ config {{ name: "linux.system_info" }} }}
+data_sources {{ config {{ name: "linux.ftrace"
+    ftrace_config {{
+        ftrace_events: "sched/sched_switch"
+        ftrace_events: "ftrace/print"
+        instance_name: "{instance}"
+        buffer_size_kb: 1024
+        drain_period_ms: 50
+    }} }} }}
+{extra}
+"#
+    )
+}
+
+/// True once the ftrace data source of `instance` has started.
+fn ftrace_started(instance: &str) -> bool {
+    let d = instance_dir(instance);
+    read_trim(d.join("tracing_on")) == "1"
+        && read_trim(d.join("events/sched/sched_switch/enable")) == "1"
+}
+
+#[test]
+fn session_has_process_tree_sys_stats_cpu_info_and_ftrace_markers() {
+    let (Some(traced_bin), Some(consumer_bin)) =
+        (interop_bin("real-traced"), interop_bin("sdk-consumer"))
+    else {
+        return;
+    };
+    let instance = "tbx_probes_e2e";
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let state = dir.join("state");
+    let _traced = start_real_traced(&traced_bin, &socks, &dir.join("traced.log"));
+    let mut probes = start_probes(&socks.producer, &state, &[], &dir.join("probes.log"), true);
+
+    let cfg = dir.join("config.pb");
+    write_config(&cfg, &config_text(instance, ""));
+    let (out, stop) = (dir.join("trace.pb"), dir.join("stop"));
+    let mut consumer = start_consumer(
+        &consumer_bin,
+        &socks,
+        &cfg,
+        &out,
+        &stop,
+        &dir.join("consumer.log"),
+    );
+    wait_until(Duration::from_secs(30), "ftrace data source start", || {
+        ftrace_started(instance)
+    });
+    assert!(state.exists(), "state file must exist while tracing");
+    let markers: Vec<String> = (0..3)
+        .map(|i| format!("tbx-probes-marker-{}-{i}", std::process::id()))
+        .collect();
+    for m in &markers {
+        std::fs::write(instance_dir(instance).join("trace_marker"), m).unwrap();
+    }
+    // Let sys_stats poll a few times, then stop the session.
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&stop, "").unwrap();
+    let st = consumer.wait_exit(Duration::from_secs(60));
+    if st.map(|s| s.success()) != Some(true) {
+        dump(dir);
+        panic!("sdk-consumer failed: {st:?}");
+    }
+
+    let mut args = vec![
+        "--pid".to_string(),
+        std::process::id().to_string(),
+        "--meminfo".into(),
+        "--cpu-info".into(),
+        "--sched-switch".into(),
+        "--ftrace-stats".into(),
+    ];
+    for m in &markers {
+        args.push("--marker".into());
+        args.push(m.clone());
+    }
+    check_trace(&out, &args);
+
+    // Session over: the instance we created is gone, the state file too.
+    wait_until(Duration::from_secs(10), "instance removal", || {
+        !instance_dir(instance).exists()
+    });
+    assert!(!state.exists());
+    // SIGTERM: clean exit 0.
+    probes.signal(Signal::SIGTERM);
+    let st = probes.wait_exit(Duration::from_secs(10));
+    assert_eq!(st.and_then(|s| s.code()), Some(0), "traced_probes exit");
+}
+
+#[test]
+fn reregisters_after_traced_restarts() {
+    let (Some(traced_bin), Some(consumer_bin)) =
+        (interop_bin("real-traced"), interop_bin("sdk-consumer"))
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let state = dir.join("state");
+    let mut traced = start_real_traced(&traced_bin, &socks, &dir.join("traced.log"));
+    let _probes = start_probes(&socks.producer, &state, &[], &dir.join("probes.log"), true);
+    let has_probes = |s: &Sockets| {
+        let ds = registered_data_sources(&s.consumer);
+        [
+            "linux.ftrace",
+            "linux.process_stats",
+            "linux.sys_stats",
+            "linux.system_info",
+            "linux.sysfs_power",
+        ]
+        .iter()
+        .all(|n| ds.iter().any(|d| d == n))
+    };
+    wait_until(Duration::from_secs(10), "registration", || {
+        has_probes(&socks)
+    });
+
+    traced.signal(Signal::SIGTERM);
+    assert!(traced.wait_exit(Duration::from_secs(10)).is_some());
+    drop(traced);
+    let _ = std::fs::remove_file(&socks.producer);
+    let _ = std::fs::remove_file(&socks.consumer);
+    let _traced2 = start_real_traced(&traced_bin, &socks, &dir.join("traced2.log"));
+    wait_until(Duration::from_secs(40), "re-registration", || {
+        has_probes(&socks)
+    });
+
+    // And a session on the new service works end to end.
+    let cfg = dir.join("config.pb");
+    write_config(
+        &cfg,
+        r#"buffers { size_kb: 4096 }
+           data_sources { config { name: "linux.system_info" } }
+           data_sources { config { name: "linux.sys_stats"
+               sys_stats_config { meminfo_period_ms: 100 } } }"#,
+    );
+    let (out, stop) = (dir.join("trace.pb"), dir.join("stop"));
+    let mut consumer = start_consumer(
+        &consumer_bin,
+        &socks,
+        &cfg,
+        &out,
+        &stop,
+        &dir.join("consumer.log"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&stop, "").unwrap();
+    let st = consumer.wait_exit(Duration::from_secs(60));
+    if st.map(|s| s.success()) != Some(true) {
+        dump(dir);
+        panic!("sdk-consumer failed: {st:?}");
+    }
+    check_trace(&out, &["--cpu-info".into(), "--meminfo".into()]);
+}
+
+#[test]
+fn sigkill_mid_session_is_cleaned_by_cleanup_after_crash() {
+    let (Some(traced_bin), Some(consumer_bin)) =
+        (interop_bin("real-traced"), interop_bin("sdk-consumer"))
+    else {
+        return;
+    };
+    let instance = "tbx_probes_crash";
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let state = dir.join("state");
+    let _traced = start_real_traced(&traced_bin, &socks, &dir.join("traced.log"));
+    let mut probes = start_probes(&socks.producer, &state, &[], &dir.join("probes.log"), true);
+    let cfg = dir.join("config.pb");
+    write_config(&cfg, &config_text(instance, ""));
+    let (out, stop) = (dir.join("trace.pb"), dir.join("stop"));
+    let _consumer = start_consumer(
+        &consumer_bin,
+        &socks,
+        &cfg,
+        &out,
+        &stop,
+        &dir.join("consumer.log"),
+    );
+    wait_until(Duration::from_secs(30), "ftrace data source start", || {
+        ftrace_started(instance)
+    });
+    probes.signal(Signal::SIGKILL);
+    probes.wait_exit(Duration::from_secs(10)).unwrap();
+    // The kernel is left tracing, as after a real crash.
+    assert!(ftrace_started(instance));
+    assert!(state.exists());
+
+    let cleanup = std::process::Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["traced_probes", "--cleanup-after-crash"])
+        .env("TRACED_PROBES_STATE_FILE", &state)
+        .status()
+        .unwrap();
+    assert_eq!(cleanup.code(), Some(0));
+    assert!(
+        !instance_dir(instance).exists(),
+        "instance we created must be removed"
+    );
+    assert!(!state.exists());
+    assert_eq!(read_trim(Path::new(TRACEFS).join("tracing_on")), "0");
+}
