@@ -78,8 +78,20 @@ fn session_has_process_tree_sys_stats_cpu_info_and_ftrace_markers() {
     for m in &markers {
         std::fs::write(instance_dir(instance).join("trace_marker"), m).unwrap();
     }
+    // A process born after the initial scan, seen only through ftrace (its
+    // marker's pid): process_stats must describe it on demand.
+    let child_marker = format!("tbx-probes-child-{}", std::process::id());
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo {child_marker} > {}/trace_marker; sleep 1",
+            instance_dir(instance).display()
+        ))
+        .spawn()
+        .unwrap();
+    let child_pid = child.id();
     // Let sys_stats poll a few times, then stop the session.
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(500));
     std::fs::write(&stop, "").unwrap();
     let st = consumer.wait_exit(Duration::from_secs(60));
     if st.map(|s| s.success()) != Some(true) {
@@ -87,9 +99,14 @@ fn session_has_process_tree_sys_stats_cpu_info_and_ftrace_markers() {
         panic!("sdk-consumer failed: {st:?}");
     }
 
+    let _ = child.wait();
     let mut args = vec![
         "--pid".to_string(),
         std::process::id().to_string(),
+        "--pid".to_string(),
+        child_pid.to_string(),
+        "--marker".to_string(),
+        child_marker,
         "--meminfo".into(),
         "--cpu-info".into(),
         "--sched-switch".into(),
@@ -226,4 +243,143 @@ fn sigkill_mid_session_is_cleaned_by_cleanup_after_crash() {
     );
     assert!(!state.exists());
     assert_eq!(read_trim(Path::new(TRACEFS).join("tracing_on")), "0");
+}
+
+fn ftrace_only_config(instance: &str, events: &[&str]) -> String {
+    let events: String = events
+        .iter()
+        .map(|e| format!("ftrace_events: \"{e}\"\n"))
+        .collect();
+    format!(
+        r#"buffers {{ size_kb: 8192 fill_policy: DISCARD }}
+data_sources {{ config {{ name: "linux.ftrace"
+    ftrace_config {{ {events} instance_name: "{instance}" drain_period_ms: 50 }} }} }}"#
+    )
+}
+
+#[test]
+fn concurrent_sessions_share_the_instance_and_see_only_their_events() {
+    let (Some(traced_bin), Some(consumer_bin)) =
+        (interop_bin("real-traced"), interop_bin("sdk-consumer"))
+    else {
+        return;
+    };
+    let instance = "tbx_probes_shared";
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let state = dir.join("state");
+    let _traced = start_real_traced(&traced_bin, &socks, &dir.join("traced.log"));
+    let _probes = start_probes(&socks.producer, &state, &[], &dir.join("probes.log"), true);
+    let ev = |e: &str| read_trim(instance_dir(instance).join(format!("events/{e}/enable")));
+
+    // Session A: markers (and sched_wakeup, whose switch tells us A started).
+    let cfg_a = dir.join("a.pb");
+    write_config(
+        &cfg_a,
+        &ftrace_only_config(instance, &["ftrace/print", "sched/sched_wakeup"]),
+    );
+    let (out_a, stop_a) = (dir.join("a.trace"), dir.join("a.stop"));
+    let mut a = start_consumer(
+        &consumer_bin,
+        &socks,
+        &cfg_a,
+        &out_a,
+        &stop_a,
+        &dir.join("consumer.log"),
+    );
+    wait_until(Duration::from_secs(30), "session A start", || {
+        read_trim(instance_dir(instance).join("tracing_on")) == "1"
+            && ev("sched/sched_wakeup") == "1"
+    });
+    // Session B: sched_switch only.
+    let cfg_b = dir.join("b.pb");
+    write_config(
+        &cfg_b,
+        &ftrace_only_config(instance, &["sched/sched_switch"]),
+    );
+    let (out_b, stop_b) = (dir.join("b.trace"), dir.join("b.stop"));
+    let mut b = start_consumer(
+        &consumer_bin,
+        &socks,
+        &cfg_b,
+        &out_b,
+        &stop_b,
+        &dir.join("consumer_b.log"),
+    );
+    wait_until(Duration::from_secs(30), "session B setup", || {
+        ev("sched/sched_switch") == "1"
+    });
+    let marker = format!("tbx-probes-shared-{}", std::process::id());
+    std::fs::write(instance_dir(instance).join("trace_marker"), &marker).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+
+    std::fs::write(&stop_a, "").unwrap();
+    assert!(a
+        .wait_exit(Duration::from_secs(60))
+        .is_some_and(|s| s.success()));
+    // A is gone: its events are off, B's stay on, the instance stays.
+    wait_until(Duration::from_secs(10), "A's events off", || {
+        ev("sched/sched_wakeup") == "0"
+    });
+    assert_eq!(ev("sched/sched_switch"), "1");
+    assert_eq!(read_trim(instance_dir(instance).join("tracing_on")), "1");
+
+    std::fs::write(&stop_b, "").unwrap();
+    assert!(b
+        .wait_exit(Duration::from_secs(60))
+        .is_some_and(|s| s.success()));
+    wait_until(Duration::from_secs(10), "instance removal", || {
+        !instance_dir(instance).exists()
+    });
+    assert!(!state.exists());
+    check_trace(
+        &out_a,
+        &[
+            "--marker".into(),
+            marker.clone(),
+            "--no-sched-switch".into(),
+        ],
+    );
+    check_trace(&out_b, &["--sched-switch".into(), "--no-prints".into()]);
+}
+
+#[test]
+fn sigterm_mid_session_leaves_ftrace_clean() {
+    let (Some(traced_bin), Some(consumer_bin)) =
+        (interop_bin("real-traced"), interop_bin("sdk-consumer"))
+    else {
+        return;
+    };
+    let instance = "tbx_probes_sigterm";
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let state = dir.join("state");
+    let _traced = start_real_traced(&traced_bin, &socks, &dir.join("traced.log"));
+    let mut probes = start_probes(&socks.producer, &state, &[], &dir.join("probes.log"), true);
+    let cfg = dir.join("config.pb");
+    write_config(&cfg, &config_text(instance, ""));
+    let (out, stop) = (dir.join("trace.pb"), dir.join("stop"));
+    let _consumer = start_consumer(
+        &consumer_bin,
+        &socks,
+        &cfg,
+        &out,
+        &stop,
+        &dir.join("consumer.log"),
+    );
+    wait_until(Duration::from_secs(30), "ftrace data source start", || {
+        ftrace_started(instance)
+    });
+    probes.signal(Signal::SIGTERM);
+    let st = probes.wait_exit(Duration::from_secs(10));
+    assert_eq!(st.and_then(|s| s.code()), Some(0));
+    assert!(
+        !instance_dir(instance).exists(),
+        "instance we created is removed"
+    );
+    assert!(!state.exists());
 }

@@ -3,12 +3,14 @@
 (PyPI `perfetto`'s perfetto_trace_pb2).
 
 usage: check_probes_trace.py TRACE [--pid PID] [--marker TEXT]... [--meminfo]
-       [--cpu-info] [--sched-switch] [--ftrace-stats]
+       [--cpu-info] [--sched-switch] [--ftrace-stats] [--no-sched-switch]
+       [--no-prints]
 
 --pid: a process_tree must describe PID. --marker: ftrace/print events must
 contain TEXT exactly once. --meminfo: a sys_stats packet with meminfo.
 --cpu-info: a cpu_info packet with cpus. --sched-switch: sched_switch events
 (compact or full). --ftrace-stats: ftrace_stats of both phases.
+--no-sched-switch / --no-prints: none of those events.
 Every process_tree / sys_stats / cpu_info packet must carry a timestamp.
 """
 import argparse
@@ -21,12 +23,14 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
-    ap.add_argument("--pid", type=int)
+    ap.add_argument("--pid", type=int, action="append", default=[])
     ap.add_argument("--marker", action="append", default=[])
     ap.add_argument("--meminfo", action="store_true")
     ap.add_argument("--cpu-info", action="store_true")
     ap.add_argument("--sched-switch", action="store_true")
     ap.add_argument("--ftrace-stats", action="store_true")
+    ap.add_argument("--no-sched-switch", action="store_true")
+    ap.add_argument("--no-prints", action="store_true")
     a = ap.parse_args()
 
     trace = pb.Trace()
@@ -66,8 +70,9 @@ def main():
     print("packets:", dict(counts))
     print(f"pids={len(pids)} meminfo={meminfo} cpus={cpus} switches={switches} "
           f"prints={sum(prints.values())} ftrace_stats_phases={sorted(phases)}")
-    if a.pid is not None and a.pid not in pids:
-        errors.append(f"pid {a.pid} not in any process_tree")
+    for pid in a.pid:
+        if pid not in pids:
+            errors.append(f"pid {pid} not in any process_tree")
     for m in a.marker:
         if prints[m] != 1:
             errors.append(f"marker {m!r} seen {prints[m]} times")
@@ -79,6 +84,10 @@ def main():
         errors.append("no sched_switch events")
     if a.ftrace_stats and not {1, 2} <= phases:
         errors.append(f"ftrace_stats phases {sorted(phases)}, want start and end")
+    if a.no_sched_switch and switches:
+        errors.append(f"{switches} sched_switch events, want none")
+    if a.no_prints and prints:
+        errors.append(f"{sum(prints.values())} print events, want none")
     for e in errors:
         print("FAIL:", e)
     return 1 if errors else 0
