@@ -15,6 +15,9 @@ scripts/check-layering.sh
 echo "== build"
 cargo build --locked --all-targets
 
+echo "== sdk-interop peers (real Perfetto traced + SDK consumer for tests/traced_probes_*.rs)"
+scripts/sdk-interop.sh build
+
 echo "== cargo test"
 # Tests that own tracefs instances or system sockets run one at a time.
 cargo test --locked -- --test-threads=2

@@ -231,15 +231,12 @@ pub fn python() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("TRACEBOX_PYTHON") {
         return Some(PathBuf::from(p));
     }
-    for cand in [
+    [
         Path::new(ROOT).join(".venv/bin/python"),
         PathBuf::from("/work/main/.venv/bin/python"),
-    ] {
-        if cand.exists() {
-            return Some(cand);
-        }
-    }
-    None
+    ]
+    .into_iter()
+    .find(|p| p.exists())
 }
 
 /// Runs tests/py/check_probes_trace.py; panics with its output on failure.
