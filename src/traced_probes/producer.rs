@@ -102,6 +102,8 @@ pub struct Producer {
     ftrace: FtraceMux,
     ftrace_timer: Option<TimerId>,
     signals: Option<(SignalFd, Token)>,
+    /// An fd received on the connection, not yet taken by SetupTracing.
+    stashed_fd: Option<OwnedFd>,
     pub stats: ProducerStats,
 }
 
@@ -124,6 +126,7 @@ impl Producer {
             ftrace,
             ftrace_timer: None,
             signals: None,
+            stashed_fd: None,
             stats: ProducerStats::default(),
         }
     }
@@ -208,8 +211,14 @@ impl Producer {
         self.requests.sync = link.invoke(Method::Sync, &[], false);
     }
 
-    fn on_reply<M>(&mut self, ctl: &mut LoopCtl<'_, M>, r: ClientReply) {
+    fn on_reply<M>(&mut self, ctl: &mut LoopCtl<'_, M>, mut r: ClientReply) {
         let id = Some(r.request_id);
+        // Like Perfetto's "TakeReceivedFD": a received fd waits for the
+        // handler that wants it (SetupTracing). One recvmsg can carry several
+        // frames, so the ipc layer may attach it to an earlier frame.
+        if let Some(fd) = r.fd.take() {
+            self.stashed_fd = Some(fd);
+        }
         if id == self.requests.init {
             if !r.success {
                 crate::log_error!("traced refused InitializeConnection");
@@ -230,16 +239,11 @@ impl Producer {
                 crate::log_error!("GetAsyncCommand failed");
                 return self.disconnect(ctl);
             }
-            self.on_command(ctl, &r.payload, r.fd);
+            self.on_command(ctl, &r.payload);
         }
     }
 
-    fn on_command<M>(
-        &mut self,
-        ctl: &mut LoopCtl<'_, M>,
-        payload_untrusted: &[u8],
-        fd: Option<OwnedFd>,
-    ) {
+    fn on_command<M>(&mut self, ctl: &mut LoopCtl<'_, M>, payload_untrusted: &[u8]) {
         self.stats.commands += 1;
         let cmd = match wire::parse_command(payload_untrusted) {
             Ok(c) => c,
@@ -250,7 +254,10 @@ impl Producer {
             }
         };
         match cmd {
-            Command::SetupTracing { page_size_kb } => self.setup_tracing(page_size_kb, fd),
+            Command::SetupTracing { page_size_kb } => {
+                let fd = self.stashed_fd.take();
+                self.setup_tracing(page_size_kb, fd)
+            }
             Command::SetupDataSource { id, config } => self.setup_data_source(id, &config),
             Command::StartDataSource { id, .. } => self.start_data_source(ctl, id),
             Command::StopDataSource { id } => self.stop_data_source(ctl, id),
@@ -294,6 +301,9 @@ impl Producer {
         let r = (|| {
             if self.instances.contains_key(&id) {
                 return Err("instance id already in use".to_string());
+            }
+            if !data_source::ALL.contains(&name.as_str()) {
+                return Err("not one of our data sources".to_string());
             }
             let arbiter = self.arbiter.as_ref().ok_or("no shared memory yet")?;
             let buffer = wire::target_buffer(config).ok_or("bad target_buffer")?;
@@ -442,6 +452,7 @@ impl Producer {
         }
         self.arbiter = None;
         self.shm = None;
+        self.stashed_fd = None;
     }
 
     fn disconnect<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
