@@ -14,3 +14,4 @@ pub mod protozero;
 pub mod schema;
 pub mod traced_probes;
 pub mod tracing;
+pub mod traced;

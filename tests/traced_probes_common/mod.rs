@@ -55,7 +55,7 @@ impl Drop for Proc {
 
 /// The sdk-interop binaries, or None (with a loud message) if not built.
 pub fn interop_bin(name: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("TBX_SDK_INTEROP_BIN")
+    let dir = std::env::var_os("TRACEBOX_SDK_INTEROP_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(ROOT).join("tests/sdk-interop/target/release"));
     let p = dir.join(name);
