@@ -15,23 +15,22 @@ use std::time::Duration;
 
 use super::clock::boot_time_ns;
 use super::crash_marker::{self, Touched};
-use super::page_reader::{PageReader, MAX_PAGES_PER_PASS};
 use crate::pb::protos::FtraceConfig;
 use crate::probes::ftrace::bundle::{
-    write_pages, BundleContext, ClockSnapshot, CpuState, EventFilter, PacketWriter,
+    write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
 };
 use crate::probes::ftrace::compact_sched::{self, CompactSchedFormat};
+use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode, MAX_READ_PAGES_PER_DRAIN};
 use crate::probes::ftrace::format::PageHeaderLayout;
+use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
 use crate::probes::ftrace::translate::TranslationTable;
-use crate::probes::ftrace::{CpuStats, Tracefs};
-use crate::protozero::{begin_nested, end_nested, put_double, put_str, put_varint, VecStream};
+use crate::probes::ftrace::{atrace, CpuStats, Tracefs};
+use crate::protozero::{put_varint, VecStream};
 use crate::tracing::core::trace_writer::TraceWriter;
 
 /// Upstream's default drain period and its valid range.
 const DEFAULT_DRAIN_MS: u32 = 100;
 const MAX_DRAIN_MS: u32 = 60_000;
-/// `FtraceEventBundle.ftrace_clock` for mono_raw.
-const FTRACE_CLOCK_MONO_RAW: u32 = 4;
 
 /// One tracefs directory and what we did to it.
 struct KInstance {
@@ -40,8 +39,9 @@ struct KInstance {
     table: TranslationTable,
     layout: PageHeaderLayout,
     compact: Option<CompactSchedFormat>,
-    mono_raw: bool,
-    reader: Option<PageReader>,
+    /// The trace clock in effect (`boot` unless the kernel lacks it).
+    clock: String,
+    reader: Option<FtraceReader>,
     event_refs: HashMap<(String, String), usize>,
     saved_tracing_on: bool,
     users: usize,
@@ -62,6 +62,7 @@ struct Source {
     stats_before: Vec<CpuStats>,
     unknown_events: Vec<String>,
     failed_events: Vec<String>,
+    preserve: bool,
     pids: Vec<i32>,
 }
 
@@ -118,12 +119,6 @@ fn default_buffer_kb() -> u64 {
     } else {
         2 * 1024
     }
-}
-
-fn mono_raw_ns() -> i64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_RAW)
-        .map(|t| t.tv_sec() * 1_000_000_000 + t.tv_nsec())
-        .unwrap_or(0)
 }
 
 impl FtraceMux {
@@ -193,18 +188,8 @@ impl FtraceMux {
             }
         }
         let saved_tracing_on = tracefs.is_tracing_on().unwrap_or(false);
-        let mono_raw = cfg.use_monotonic_raw_clock.unwrap_or(false);
-        let layout = tracefs
-            .read_header_page()
-            .ok()
-            .and_then(|t| crate::probes::ftrace::format::parse_header_page(&t).ok());
-        let layout = layout.unwrap_or(PageHeaderLayout::DEFAULT_64);
-        let mut table = TranslationTable::build(&|g, n| tracefs.read_format(g, n).ok());
-        if let Ok(text) = tracefs.read_printk_formats() {
-            table.set_printk_formats(crate::probes::ftrace::translate::parse_printk_formats(
-                &text,
-            ));
-        }
+        let layout = tracefs.page_header_layout();
+        let table = tracefs.translation_table();
         let compact = match (
             table.event_by_name("sched", "sched_switch"),
             table.event_by_name("sched", "sched_waking"),
@@ -220,7 +205,7 @@ impl FtraceMux {
                 table,
                 layout,
                 compact,
-                mono_raw,
+                clock: "boot".into(),
                 reader: None,
                 event_refs: HashMap::new(),
                 saved_tracing_on,
@@ -235,9 +220,23 @@ impl FtraceMux {
         if !preserve {
             let _ = tracefs.clear_trace();
         }
-        let clock = if mono_raw { "mono_raw" } else { "boot" };
-        if let Err(e) = tracefs.set_clock(clock) {
-            crate::log_warn!("ftrace: cannot select the {clock} clock: {e}");
+        // mono_raw if asked, else the first of boot, global, local.
+        let mono_raw = cfg.use_monotonic_raw_clock.unwrap_or(false);
+        let wanted: &[&str] = if mono_raw {
+            &["mono_raw", "boot", "global", "local"]
+        } else {
+            &["boot", "global", "local"]
+        };
+        let available = tracefs.clocks().map(|c| c.1).unwrap_or_default();
+        let chosen = wanted
+            .iter()
+            .find(|c| available.iter().any(|a| a == *c) && tracefs.set_clock(c).is_ok());
+        let clock = match chosen {
+            Some(c) => c.to_string(),
+            None => tracefs.clocks().map(|c| c.0).unwrap_or_default(),
+        };
+        if let Some(inst) = self.instances.get_mut(key) {
+            inst.clock = clock;
         }
         let kb = match cfg.buffer_size_kb {
             Some(kb) if kb > 0 => kb as u64,
@@ -250,7 +249,8 @@ impl FtraceMux {
     }
 
     /// The (group, name) list a config asks for.
-    fn wanted_events(inst: &KInstance, cfg: &FtraceConfig) -> Vec<(String, String)> {
+    /// Also returns the atrace categories we do not know.
+    fn wanted_events(inst: &KInstance, cfg: &FtraceConfig) -> (Vec<(String, String)>, Vec<String>) {
         let mut out: Vec<(String, String)> = Vec::new();
         let mut push = |g: &str, n: &str| {
             let e = (g.to_string(), n.to_string());
@@ -280,11 +280,20 @@ impl FtraceMux {
                 }
             }
         }
+        let mut unknown_categories = Vec::new();
         if !cfg.atrace_categories.is_empty() || !cfg.atrace_apps.is_empty() {
-            // Userspace markers (trace_marker) arrive as ftrace/print.
-            push("ftrace", "print");
+            // Linux has no atrace binary: categories are kernel event sets,
+            // and userspace markers (trace_marker) arrive as ftrace/print.
+            let available = inst.tracefs.all_events().unwrap_or_default();
+            let userspace_only = cfg.atrace_userspace_only.unwrap_or(false);
+            let (events, unknown) =
+                atrace::expand(&cfg.atrace_categories, userspace_only, &available);
+            for (g, n) in events {
+                push(&g, &n);
+            }
+            unknown_categories = unknown;
         }
-        out
+        (out, unknown_categories)
     }
 
     /// SetupDataSource: takes over the instance if needed and enables the
@@ -302,9 +311,9 @@ impl FtraceMux {
         inst.users += 1;
         let mut filter = EventFilter::default();
         let mut events = Vec::new();
-        let mut unknown_events = Vec::new();
         let mut failed_events = Vec::new();
-        for (g, n) in Self::wanted_events(inst, cfg) {
+        let (wanted, mut unknown_events) = Self::wanted_events(inst, cfg);
+        for (g, n) in wanted {
             let id = match inst.table.event_by_name(&g, &n) {
                 Some(t) => Some(t.ftrace_id),
                 None if cfg.disable_generic_events.unwrap_or(false) => None,
@@ -362,6 +371,7 @@ impl FtraceMux {
                 stats_before: Vec::new(),
                 unknown_events,
                 failed_events,
+                preserve: cfg.preserve_ftrace_buffer.unwrap_or(false),
                 pids: Vec::new(),
             },
         );
@@ -386,8 +396,14 @@ impl FtraceMux {
             .get_mut(&src.key)
             .expect("source has an instance");
         if inst.reader.is_none() {
-            let reader = PageReader::open(&inst.tracefs, inst.layout.page_size)
-                .map_err(|e| format!("cannot open trace_pipe_raw: {e}"))?;
+            let drain = Duration::from_millis(src.drain_ms as u64);
+            let reader = FtraceReader::start(
+                &inst.tracefs,
+                inst.layout.page_size,
+                drain,
+                ReaderMode::Splice,
+            )
+            .map_err(|e| format!("cannot read trace_pipe_raw: {e}"))?;
             inst.reader = Some(reader);
         }
         if inst.started == 0 {
@@ -411,9 +427,9 @@ impl FtraceMux {
             .map(|ms| Duration::from_millis(ms as u64))
     }
 
-    /// Reads every instance with started sources. `max_pages` per cpu
-    /// (`usize::MAX` reads everything). Returns true if data is left.
-    pub fn read_pass(&mut self, max_pages: usize) -> bool {
+    /// Reads every instance with started sources: a periodic drain, or with
+    /// `flush` everything the kernel holds. Returns true if data is left.
+    pub fn read_pass(&mut self, flush: bool) -> bool {
         let mut more = false;
         let sources = &mut self.sources;
         for (key, inst) in self.instances.iter_mut() {
@@ -425,18 +441,18 @@ impl FtraceMux {
                 table,
                 layout,
                 compact,
-                mono_raw,
+                tracefs,
+                clock,
                 ..
             } = inst;
             let Some(reader) = reader.as_mut() else {
                 continue;
             };
-            let clock = mono_raw.then(|| ClockSnapshot {
-                ftrace_clock: FTRACE_CLOCK_MONO_RAW,
-                ftrace_timestamp: mono_raw_ns(),
-                boot_timestamp: boot_time_ns() as i64,
+            let snapshot = stats::ftrace_clock(clock).and_then(|_| {
+                let now = tracefs.cpu_stats(0).map(|s| s.now_ts).unwrap_or(0.0);
+                stats::clock_snapshot(clock, now, boot_time_ns() as i64)
             });
-            more |= reader.read_pass(max_pages, &mut |cpu, pages| {
+            let mut f = |cpu: usize, pages: &[u8]| {
                 for src in sources.values_mut() {
                     if !src.started || src.key != *key {
                         continue;
@@ -445,7 +461,7 @@ impl FtraceMux {
                         table,
                         filter: &src.filter,
                         compact_sched: if src.compact { *compact } else { None },
-                        clock,
+                        clock: snapshot,
                     };
                     if cpu >= src.cpus.len() {
                         src.cpus.resize_with(cpu + 1, CpuState::default);
@@ -459,14 +475,23 @@ impl FtraceMux {
                     src.pids.append(&mut state.metadata.pids);
                     state.metadata.clear();
                 }
-            });
+            };
+            let r = if flush {
+                reader.flush(&mut f)
+            } else {
+                reader.drain(&mut f)
+            };
+            match r {
+                Ok(pages) => more |= !flush && pages >= MAX_READ_PAGES_PER_DRAIN,
+                Err(e) => crate::log_warn!("ftrace read of {key:?}: {e}"),
+            }
         }
         more
     }
 
     /// Periodic tick: one bounded read pass.
     pub fn tick(&mut self) -> bool {
-        self.read_pass(MAX_PAGES_PER_PASS)
+        self.read_pass(false)
     }
 
     /// Pids seen since the last call, per tracing session.
@@ -489,7 +514,7 @@ impl FtraceMux {
         if !ids.iter().any(|id| self.sources.contains_key(id)) {
             return;
         }
-        self.read_pass(usize::MAX);
+        self.read_pass(true);
         for id in ids {
             let Some(src) = self.sources.get_mut(id) else {
                 continue;
@@ -498,8 +523,8 @@ impl FtraceMux {
                 let inst = &self.instances[&src.key];
                 let after = cpu_stats(&inst.tracefs);
                 let before = src.stats_before.clone();
-                write_stats(src, 1, &before);
-                write_stats(src, 2, &after);
+                write_stats(src, Phase::StartOfTrace, &before);
+                write_stats(src, Phase::EndOfTrace, &after);
             }
             src.writer.flush();
         }
@@ -574,38 +599,25 @@ fn cpu_stats(t: &Tracefs) -> Vec<CpuStats> {
         .collect()
 }
 
-/// `TracePacket.ftrace_stats` (34) with `phase` 1 (start) or 2 (end).
-fn write_stats(src: &mut Source, phase: u64, stats: &[CpuStats]) {
+/// One `ftrace_stats` packet; errors and unknown events only at the end.
+fn write_stats(src: &mut Source, phase: Phase, cpu_stats: &[CpuStats]) {
+    let end = phase == Phase::EndOfTrace;
+    let parse_errors: Vec<_> = src
+        .cpus
+        .iter()
+        .flat_map(|c| c.parse_errors.iter().copied())
+        .collect();
+    let none: &[String] = &[];
+    let snapshot = StatsSnapshot {
+        cpu_stats,
+        unknown_ftrace_events: if end { &src.unknown_events } else { none },
+        failed_ftrace_events: if end { &src.failed_events } else { none },
+        preserve_ftrace_buffer: src.preserve,
+        parse_errors: if end { &parse_errors } else { &[] },
+        ..Default::default()
+    };
     let mut s = VecStream::new();
     put_varint(&mut s, 8, boot_time_ns());
-    let fs = begin_nested(&mut s, 34);
-    put_varint(&mut s, 1, phase);
-    for (cpu, c) in stats.iter().enumerate() {
-        let n = begin_nested(&mut s, 2);
-        put_varint(&mut s, 1, cpu as u64);
-        put_varint(&mut s, 2, c.entries);
-        put_varint(&mut s, 3, c.overrun);
-        put_varint(&mut s, 4, c.commit_overrun);
-        put_varint(&mut s, 5, c.bytes);
-        put_double(&mut s, 6, c.oldest_event_ts);
-        put_double(&mut s, 7, c.now_ts);
-        put_varint(&mut s, 8, c.dropped_events);
-        put_varint(&mut s, 9, c.read_events);
-        end_nested(&mut s, n);
-    }
-    if phase == 2 {
-        for e in &src.unknown_events {
-            put_str(&mut s, 6, e);
-        }
-        for e in &src.failed_events {
-            put_str(&mut s, 7, e);
-        }
-        for cpu in &src.cpus {
-            for e in &cpu.parse_errors {
-                put_varint(&mut s, 9, e.status() as u64);
-            }
-        }
-    }
-    end_nested(&mut s, fs);
+    stats::write_ftrace_stats(&mut s, phase, &snapshot);
     src.writer.write_packet(s.as_bytes());
 }

@@ -6,9 +6,9 @@
 //! * [`producer`]: the event-loop handler (connection, commands, timers).
 //! * [`wire`] / [`link`]: ProducerPort messages and the shared connection
 //!   the SMB arbiter commits through.
-//! * [`ftrace_mux`]: ftrace shared by concurrent sessions; [`page_reader`]
-//!   reads `trace_pipe_raw`; [`crash_marker`] remembers what to undo if we
-//!   die while tracing.
+//! * [`ftrace_mux`]: ftrace shared by concurrent sessions (reading with
+//!   `probes::ftrace::cpu_reader`); [`crash_marker`] remembers what to undo
+//!   if we die while tracing.
 //! * [`sources`]: one small file per data source.
 
 pub mod backoff;
@@ -17,7 +17,6 @@ pub mod crash_marker;
 pub mod data_source;
 pub mod ftrace_mux;
 pub mod link;
-pub mod page_reader;
 pub mod producer;
 pub mod sources;
 pub mod wire;

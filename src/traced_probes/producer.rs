@@ -382,12 +382,21 @@ impl Producer {
     }
 
     fn flush(&mut self, ids: &[u64], request_id: u64) {
-        for id in ids {
-            if let Some(inst) = self.instances.get_mut(id) {
-                let mut env = Env {
-                    ftrace: &mut self.ftrace,
-                };
-                inst.ds.flush(&mut env);
+        // ftrace first: what it drains now may name pids that process_stats
+        // must describe before it flushes in turn.
+        for pass_ftrace in [true, false] {
+            for id in ids {
+                if let Some(inst) = self.instances.get_mut(id) {
+                    if (inst.name == data_source::FTRACE) == pass_ftrace {
+                        let mut env = Env {
+                            ftrace: &mut self.ftrace,
+                        };
+                        inst.ds.flush(&mut env);
+                    }
+                }
+            }
+            if pass_ftrace {
+                self.dispatch_pids();
             }
         }
         match &self.arbiter {
@@ -412,9 +421,8 @@ impl Producer {
         }
     }
 
-    fn on_ftrace_tick<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
-        self.ftrace_timer = None;
-        let more = self.ftrace.tick();
+    /// Hands pids seen by ftrace to process_stats of the same session.
+    fn dispatch_pids(&mut self) {
         for (session, pids) in self.ftrace.take_pids() {
             for inst in self.instances.values_mut() {
                 if inst.started
@@ -425,6 +433,12 @@ impl Producer {
                 }
             }
         }
+    }
+
+    fn on_ftrace_tick<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+        self.ftrace_timer = None;
+        let more = self.ftrace.tick();
+        self.dispatch_pids();
         if let Some(period) = self.ftrace.drain_period() {
             // Data left behind: come back at once (after pending IPC).
             let d = if more { Duration::ZERO } else { period };
