@@ -48,13 +48,27 @@ fn session_has_process_tree_sys_stats_cpu_info_and_ftrace_markers() {
     else {
         return;
     };
-    let instance = "tbx_probes_e2e";
+    full_session("tbx_probes_e2e", &consumer_bin, |socks, log| {
+        start_real_traced(&traced_bin, socks, log)
+    });
+}
+
+/// The same session with our own traced in the middle.
+#[test]
+fn full_session_through_our_traced() {
+    let Some(consumer_bin) = interop_bin("sdk-consumer") else {
+        return;
+    };
+    full_session("tbx_probes_e2e_ours", &consumer_bin, start_our_traced);
+}
+
+fn full_session(instance: &str, consumer_bin: &Path, traced: impl FnOnce(&Sockets, &Path) -> Proc) {
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let socks = Sockets::in_dir(dir);
     let state = dir.join("state");
-    let _traced = start_real_traced(&traced_bin, &socks, &dir.join("traced.log"));
+    let _traced = traced(&socks, &dir.join("traced.log"));
     let mut probes = start_probes(&socks.producer, &state, &[], &dir.join("probes.log"), true);
 
     let cfg = dir.join("config.pb");

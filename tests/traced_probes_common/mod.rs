@@ -118,6 +118,27 @@ pub fn start_real_traced(bin: &Path, s: &Sockets, log: &Path) -> Proc {
     p
 }
 
+/// Starts our own service (`tracebox traced`) and waits for its sockets.
+pub fn start_our_traced(s: &Sockets, log: &Path) -> Proc {
+    let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .arg("traced")
+        .env("PERFETTO_PRODUCER_SOCK_NAME", &s.producer)
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &s.consumer)
+        .env_remove("TRACED_NOTIFY_FD")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let p = Proc {
+        child,
+        name: "traced",
+    };
+    wait_until(Duration::from_secs(20), "traced sockets", || {
+        Path::new(&s.producer).exists() && Path::new(&s.consumer).exists()
+    });
+    p
+}
+
 /// Starts `tracebox traced_probes ARGS` on `producer_sock`; if `wait_ready`,
 /// waits for the "1" on TRACED_PROBES_NOTIFY_FD.
 pub fn start_probes(
