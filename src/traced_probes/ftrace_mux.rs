@@ -245,6 +245,13 @@ impl FtraceMux {
         if let Err(e) = tracefs.set_buffer_size_kb(kb) {
             crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}");
         }
+        // Readers wake per full page (0) unless the config asks to wait for
+        // a fill level: pids reach process_stats while the tasks still live.
+        let percent = cfg
+            .drain_buffer_percent
+            .filter(|p| (1..=100).contains(p))
+            .unwrap_or(0);
+        let _ = tracefs.set_buffer_percent(percent);
         Ok(())
     }
 
@@ -583,6 +590,7 @@ impl FtraceMux {
             }
         } else {
             let _ = t.set_buffer_size_kb(4);
+            let _ = t.set_buffer_percent(50);
             let _ = t.set_tracing_on(inst.saved_tracing_on);
         }
     }
