@@ -212,12 +212,40 @@ fn reregisters_after_traced_restarts() {
 
 #[test]
 fn sigkill_mid_session_is_cleaned_by_cleanup_after_crash() {
+    crash_then("tbx_probes_crash", |_socks, state, _dir| {
+        let cleanup = std::process::Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .args(["traced_probes", "--cleanup-after-crash"])
+            .env("TRACED_PROBES_STATE_FILE", state)
+            .status()
+            .unwrap();
+        assert_eq!(cleanup.code(), Some(0));
+        assert_eq!(read_trim(Path::new(TRACEFS).join("tracing_on")), "0");
+        None
+    });
+}
+
+#[test]
+fn sigkill_mid_session_is_cleaned_by_the_next_start() {
+    crash_then("tbx_probes_crash2", |socks, state, dir| {
+        Some(start_probes(
+            &socks.producer,
+            state,
+            &[],
+            &dir.join("probes2.log"),
+            true,
+        ))
+    });
+}
+
+/// Kills traced_probes with SIGKILL mid-session (ftrace left running in a
+/// tracefs instance it created), runs `recover`, and checks that the
+/// instance is gone and the state file consumed.
+fn crash_then(instance: &str, recover: impl FnOnce(&Sockets, &Path, &Path) -> Option<Proc>) {
     let (Some(traced_bin), Some(consumer_bin)) =
         (interop_bin("real-traced"), interop_bin("sdk-consumer"))
     else {
         return;
     };
-    let instance = "tbx_probes_crash";
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -228,7 +256,7 @@ fn sigkill_mid_session_is_cleaned_by_cleanup_after_crash() {
     let cfg = dir.join("config.pb");
     write_config(&cfg, &config_text(instance, ""));
     let (out, stop) = (dir.join("trace.pb"), dir.join("stop"));
-    let _consumer = start_consumer(
+    let mut consumer = start_consumer(
         &consumer_bin,
         &socks,
         &cfg,
@@ -241,22 +269,19 @@ fn sigkill_mid_session_is_cleaned_by_cleanup_after_crash() {
     });
     probes.signal(Signal::SIGKILL);
     probes.wait_exit(Duration::from_secs(10)).unwrap();
+    // End the session (otherwise traced would hand it to the restarted
+    // producer, which would rightly set the instance up again).
+    std::fs::write(&stop, "").unwrap();
+    consumer.wait_exit(Duration::from_secs(60)).unwrap();
     // The kernel is left tracing, as after a real crash.
     assert!(ftrace_started(instance));
     assert!(state.exists());
 
-    let cleanup = std::process::Command::new(env!("CARGO_BIN_EXE_tracebox"))
-        .args(["traced_probes", "--cleanup-after-crash"])
-        .env("TRACED_PROBES_STATE_FILE", &state)
-        .status()
-        .unwrap();
-    assert_eq!(cleanup.code(), Some(0));
-    assert!(
-        !instance_dir(instance).exists(),
-        "instance we created must be removed"
-    );
+    let _restarted = recover(&socks, &state, dir);
+    wait_until(Duration::from_secs(10), "instance removal", || {
+        !instance_dir(instance).exists()
+    });
     assert!(!state.exists());
-    assert_eq!(read_trim(Path::new(TRACEFS).join("tracing_on")), "0");
 }
 
 fn ftrace_only_config(instance: &str, events: &[&str]) -> String {

@@ -33,7 +33,7 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         return 0;
     }
     crate::base::log::set_tag("traced_probes");
-    if let Err(e) = traced_probes::producer::block_stop_signals() {
+    if let Err(e) = traced_probes::stop_signals::block() {
         crate::log_error!("signals: {e}");
         return 1;
     }

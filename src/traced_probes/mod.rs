@@ -19,6 +19,7 @@ pub mod ftrace_mux;
 pub mod link;
 pub mod producer;
 pub mod sources;
+pub mod stop_signals;
 pub mod wire;
 
 use crate::base::event_loop::EventLoop;

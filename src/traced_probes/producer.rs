@@ -21,14 +21,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
-
 use super::backoff::Backoff;
 use super::data_source::{self, DataSource, Env};
 use super::ftrace_mux::FtraceMux;
 use super::link::{Link, Method};
 use super::sources;
+use super::stop_signals::StopSignals;
 use super::wire::{self, Command};
 use crate::base::event_loop::{Handler, Interest, LoopCtl, Ready, TaskRunner, TimerId, Token};
 use crate::base::shm::{AttachOptions, Shm};
@@ -40,17 +38,6 @@ use crate::tracing::core::smb_abi::SmbAbi;
 
 /// Env var naming the fd to write "1" to once registered with traced.
 pub const NOTIFY_ENV: &str = "TRACED_PROBES_NOTIFY_FD";
-
-/// Blocks SIGINT/SIGTERM in this thread (and threads and children created
-/// later): call first thing, so a stop request during startup is not lost
-/// but waits for the signalfd.
-pub fn block_stop_signals() -> std::io::Result<SigSet> {
-    let mut mask = SigSet::empty();
-    mask.add(Signal::SIGINT);
-    mask.add(Signal::SIGTERM);
-    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
-    Ok(mask)
-}
 
 /// What the producer is told at construction.
 #[derive(Debug, Clone)]
@@ -101,7 +88,7 @@ pub struct Producer {
     timers: HashMap<TimerId, u64>,
     ftrace: FtraceMux,
     ftrace_timer: Option<TimerId>,
-    signals: Option<(SignalFd, Token)>,
+    signals: Option<(StopSignals, Token)>,
     /// An fd received on the connection, not yet taken by SetupTracing.
     stashed_fd: Option<OwnedFd>,
     pub stats: ProducerStats,
@@ -133,10 +120,9 @@ impl Producer {
 
     /// Blocks SIGINT/SIGTERM and reads them from a signalfd on the loop:
     /// they stop every instance (leaving ftrace clean) and quit the loop.
-    /// Signals that arrived since [`block_stop_signals`] are delivered too.
+    /// Signals that arrived since `stop_signals::block` are delivered too.
     pub fn watch_stop_signals<M>(&mut self, ctl: &mut LoopCtl<'_, M>) -> std::io::Result<()> {
-        let mask = block_stop_signals()?;
-        let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        let fd = StopSignals::open()?;
         let token = ctl.register(&fd, Interest::READABLE)?;
         self.signals = Some((fd, token));
         Ok(())
@@ -505,7 +491,7 @@ impl Handler for Producer {
     fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, token: Token, ready: Ready) {
         if let Some((fd, t)) = &mut self.signals {
             if *t == token {
-                if let Ok(Some(_)) = fd.read_signal() {
+                if fd.take() {
                     self.shutdown(ctl);
                 }
                 return;
