@@ -75,7 +75,7 @@ fn full_session(instance: &str, consumer_bin: &Path, traced: impl FnOnce(&Socket
     write_config(&cfg, &config_text(instance, ""));
     let (out, stop) = (dir.join("trace.pb"), dir.join("stop"));
     let mut consumer = start_consumer(
-        &consumer_bin,
+        consumer_bin,
         &socks,
         &cfg,
         &out,
