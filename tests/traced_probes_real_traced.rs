@@ -422,3 +422,42 @@ fn sigterm_mid_session_leaves_ftrace_clean() {
     );
     assert!(!state.exists());
 }
+
+#[test]
+fn traced_dying_mid_session_restores_ftrace() {
+    let (Some(traced_bin), Some(consumer_bin)) =
+        (interop_bin("real-traced"), interop_bin("sdk-consumer"))
+    else {
+        return;
+    };
+    let instance = "tbx_probes_traced_dies";
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let state = dir.join("state");
+    let traced = start_real_traced(&traced_bin, &socks, &dir.join("traced.log"));
+    let mut probes = start_probes(&socks.producer, &state, &[], &dir.join("probes.log"), true);
+    let cfg = dir.join("config.pb");
+    write_config(&cfg, &config_text(instance, ""));
+    let (out, stop) = (dir.join("trace.pb"), dir.join("stop"));
+    let _consumer = start_consumer(
+        consumer_bin.as_path(),
+        &socks,
+        &cfg,
+        &out,
+        &stop,
+        &dir.join("consumer.log"),
+    );
+    wait_until(Duration::from_secs(30), "ftrace data source start", || {
+        ftrace_started(instance)
+    });
+    traced.signal(Signal::SIGKILL);
+    drop(traced);
+    // traced_probes notices, tears every instance down and keeps running.
+    wait_until(Duration::from_secs(10), "instance removal", || {
+        !instance_dir(instance).exists()
+    });
+    assert!(!state.exists());
+    assert!(probes.child.try_wait().unwrap().is_none(), "still running");
+}
