@@ -79,3 +79,38 @@ fn version_flag() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("tracebox "));
 }
+
+#[test]
+fn background_prints_the_daemon_pid_and_sigterm_stops_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["traced_probes", "--background"])
+        .env(
+            "PERFETTO_PRODUCER_SOCK_NAME",
+            tmp.path().join("nobody.sock"),
+        )
+        .env("TRACED_PROBES_STATE_FILE", tmp.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let pid: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let stat = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Alive (not a zombie): state is the field after "(comm)".
+    let state = |s: String| {
+        s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .next()
+            .map(str::to_string)
+    };
+    assert!(
+        matches!(state(stat()).as_deref(), Some("S" | "R")),
+        "{}",
+        stat()
+    );
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM).unwrap();
+    wait_until(Duration::from_secs(10), "daemon exit", || {
+        matches!(state(stat()).as_deref(), None | Some("Z"))
+    });
+}
