@@ -25,6 +25,8 @@ data_sources {{ config {{ name: "linux.ftrace"
     ftrace_config {{
         ftrace_events: "sched/sched_switch"
         ftrace_events: "ftrace/print"
+        ftrace_events: "tbx_no_such_group/no_such_event"
+        atrace_categories: "sched"
         instance_name: "{instance}"
         buffer_size_kb: 1024
         drain_period_ms: 50
@@ -125,6 +127,8 @@ fn full_session(instance: &str, consumer_bin: &Path, traced: impl FnOnce(&Socket
         "--cpu-info".into(),
         "--sched-switch".into(),
         "--ftrace-stats".into(),
+        "--unknown-event".into(),
+        "tbx_no_such_group/no_such_event".into(),
     ];
     for m in &markers {
         args.push("--marker".into());

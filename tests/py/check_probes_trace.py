@@ -10,7 +10,8 @@ usage: check_probes_trace.py TRACE [--pid PID] [--marker TEXT]... [--meminfo]
 contain TEXT exactly once. --meminfo: a sys_stats packet with meminfo.
 --cpu-info: a cpu_info packet with cpus. --sched-switch: sched_switch events
 (compact or full). --ftrace-stats: ftrace_stats of both phases.
---no-sched-switch / --no-prints: none of those events.
+--no-sched-switch / --no-prints: none of those events. --unknown-event E:
+ftrace_stats lists E in unknown_ftrace_events.
 Every process_tree / sys_stats / cpu_info packet must carry a timestamp.
 """
 import argparse
@@ -31,6 +32,7 @@ def main():
     ap.add_argument("--ftrace-stats", action="store_true")
     ap.add_argument("--no-sched-switch", action="store_true")
     ap.add_argument("--no-prints", action="store_true")
+    ap.add_argument("--unknown-event", action="append", default=[])
     a = ap.parse_args()
 
     trace = pb.Trace()
@@ -42,6 +44,7 @@ def main():
     prints = collections.Counter()
     switches = 0
     phases = set()
+    unknown = set()
     meminfo = 0
     cpus = 0
     errors = []
@@ -58,6 +61,7 @@ def main():
             cpus = max(cpus, len(p.cpu_info.cpus))
         elif kind == "ftrace_stats":
             phases.add(p.ftrace_stats.phase)
+            unknown.update(p.ftrace_stats.unknown_ftrace_events)
         elif kind == "ftrace_events":
             b = p.ftrace_events
             switches += len(b.compact_sched.switch_timestamp)
@@ -88,6 +92,9 @@ def main():
         errors.append(f"{switches} sched_switch events, want none")
     if a.no_prints and prints:
         errors.append(f"{sum(prints.values())} print events, want none")
+    for u in a.unknown_event:
+        if u not in unknown:
+            errors.append(f"{u} not reported in unknown_ftrace_events {sorted(unknown)}")
     for e in errors:
         print("FAIL:", e)
     return 1 if errors else 0
