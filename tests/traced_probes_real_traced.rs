@@ -17,7 +17,7 @@ fn config_text(instance: &str, extra: &str) -> String {
         r#"
 buffers {{ size_kb: 32768 fill_policy: DISCARD }}
 data_sources {{ config {{ name: "linux.process_stats"
-    process_stats_config {{ scan_all_processes_on_start: true }} }} }}
+    process_stats_config {{ scan_all_processes_on_start: true proc_stats_poll_ms: 100 }} }} }}
 data_sources {{ config {{ name: "linux.sys_stats"
     sys_stats_config {{ meminfo_period_ms: 100 }} }} }}
 data_sources {{ config {{ name: "linux.system_info" }} }}
@@ -129,6 +129,7 @@ fn full_session(instance: &str, consumer_bin: &Path, traced: impl FnOnce(&Socket
         "--ftrace-stats".into(),
         "--unknown-event".into(),
         "tbx_no_such_group/no_such_event".into(),
+        "--process-stats".into(),
     ];
     for m in &markers {
         args.push("--marker".into());

@@ -11,7 +11,8 @@ contain TEXT exactly once. --meminfo: a sys_stats packet with meminfo.
 --cpu-info: a cpu_info packet with cpus. --sched-switch: sched_switch events
 (compact or full). --ftrace-stats: ftrace_stats of both phases.
 --no-sched-switch / --no-prints: none of those events. --unknown-event E:
-ftrace_stats lists E in unknown_ftrace_events.
+ftrace_stats lists E in unknown_ftrace_events. --process-stats: periodic
+process_stats samples.
 Every process_tree / sys_stats / cpu_info packet must carry a timestamp.
 """
 import argparse
@@ -33,6 +34,7 @@ def main():
     ap.add_argument("--no-sched-switch", action="store_true")
     ap.add_argument("--no-prints", action="store_true")
     ap.add_argument("--unknown-event", action="append", default=[])
+    ap.add_argument("--process-stats", action="store_true")
     a = ap.parse_args()
 
     trace = pb.Trace()
@@ -92,6 +94,9 @@ def main():
         errors.append(f"{switches} sched_switch events, want none")
     if a.no_prints and prints:
         errors.append(f"{sum(prints.values())} print events, want none")
+    if a.process_stats and not any(
+            len(p.process_stats.processes) for p in trace.packet if p.HasField("process_stats")):
+        errors.append("no process_stats samples")
     for u in a.unknown_event:
         if u not in unknown:
             errors.append(f"{u} not reported in unknown_ftrace_events {sorted(unknown)}")
