@@ -252,12 +252,8 @@ pub fn python() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("TRACEBOX_PYTHON") {
         return Some(PathBuf::from(p));
     }
-    [
-        Path::new(ROOT).join(".venv/bin/python"),
-        PathBuf::from("/work/main/.venv/bin/python"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
+    let venv = Path::new(ROOT).join(".venv/bin/python");
+    venv.exists().then_some(venv)
 }
 
 /// Runs tests/py/check_probes_trace.py; panics with its output on failure.
