@@ -9,21 +9,19 @@
 //! instance and parsed once per data source with that source's own event
 //! filter, so each session sees only its own events.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::clock::boot_time_ns;
 use super::crash_marker::{self, Touched};
+use super::ftrace_instance::KInstance;
 use crate::pb::protos::FtraceConfig;
 use crate::probes::ftrace::bundle::{
     write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
 };
-use crate::probes::ftrace::compact_sched::{self, CompactSchedFormat};
 use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode, MAX_READ_PAGES_PER_DRAIN};
-use crate::probes::ftrace::format::PageHeaderLayout;
 use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
-use crate::probes::ftrace::translate::TranslationTable;
 use crate::probes::ftrace::{atrace, CpuStats, Tracefs};
 use crate::protozero::{put_varint, VecStream};
 use crate::tracing::core::trace_writer::TraceWriter;
@@ -31,22 +29,6 @@ use crate::tracing::core::trace_writer::TraceWriter;
 /// Upstream's default drain period and its valid range.
 const DEFAULT_DRAIN_MS: u32 = 100;
 const MAX_DRAIN_MS: u32 = 60_000;
-
-/// One tracefs directory and what we did to it.
-struct KInstance {
-    tracefs: Tracefs,
-    created: bool,
-    table: TranslationTable,
-    layout: PageHeaderLayout,
-    compact: Option<CompactSchedFormat>,
-    /// The trace clock in effect (`boot` unless the kernel lacks it).
-    clock: String,
-    reader: Option<FtraceReader>,
-    event_refs: HashMap<(String, String), usize>,
-    saved_tracing_on: bool,
-    users: usize,
-    started: usize,
-}
 
 /// One `linux.ftrace` data source instance.
 struct Source {
@@ -103,24 +85,6 @@ impl std::fmt::Debug for FtraceMux {
     }
 }
 
-/// Per-cpu ring buffer size when the config does not say: 8 MiB on
-/// machines with at least 7 GiB of RAM, else 2 MiB (upstream's rule).
-fn default_buffer_kb() -> u64 {
-    let total_kb = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
-    if total_kb >= 7 * 1024 * 1024 {
-        8 * 1024
-    } else {
-        2 * 1024
-    }
-}
-
 impl FtraceMux {
     pub fn new(state_file: PathBuf) -> FtraceMux {
         FtraceMux {
@@ -158,100 +122,20 @@ impl FtraceMux {
         }
     }
 
-    /// First user of an instance: reset it and take it over.
+    /// First user of an instance: open it, record it in the state file,
+    /// then take it over.
     fn open_instance(&mut self, key: &str, cfg: &FtraceConfig) -> Result<(), String> {
         if self.instances.contains_key(key) {
             return Ok(());
         }
         let root = self.root()?;
-        let (tracefs, created) = if key.is_empty() {
-            (root.clone(), false)
-        } else {
-            let t = root.instance(key).map_err(|e| e.to_string())?;
-            let existed = t.root().is_dir();
-            if !existed {
-                root.create_instance(key)
-                    .map_err(|e| format!("cannot create ftrace instance {key}: {e}"))?;
-            }
-            (t, !existed)
-        };
-        let preserve = cfg.preserve_ftrace_buffer.unwrap_or(false);
-        if !preserve {
-            let tracer = tracefs.current_tracer().unwrap_or_else(|_| "nop".into());
-            if tracer != "nop" {
-                if created {
-                    let _ = root.remove_instance(key);
-                }
-                return Err(format!(
-                    "ftrace is in use (current_tracer is {tracer:?}); not touching it"
-                ));
-            }
-        }
-        let saved_tracing_on = tracefs.is_tracing_on().unwrap_or(false);
-        let layout = tracefs.page_header_layout();
-        let table = tracefs.translation_table();
-        let compact = match (
-            table.event_by_name("sched", "sched_switch"),
-            table.event_by_name("sched", "sched_waking"),
-        ) {
-            (Some(s), Some(w)) => compact_sched::validate(&s.format, &w.format),
-            _ => None,
-        };
-        self.instances.insert(
-            key.to_string(),
-            KInstance {
-                tracefs: tracefs.clone(),
-                created,
-                table,
-                layout,
-                compact,
-                clock: "boot".into(),
-                reader: None,
-                event_refs: HashMap::new(),
-                saved_tracing_on,
-                users: 0,
-                started: 0,
-            },
-        );
-        // Record before changing anything, so a crash from here on is undone.
+        let inst = KInstance::open(&root, key, cfg)?;
+        self.instances.insert(key.to_string(), inst);
+        // Recorded before changing anything, so a crash from here on is undone.
         self.store_marker();
-        let _ = tracefs.set_tracing_on(false);
-        let _ = tracefs.disable_all_events();
-        if !preserve {
-            let _ = tracefs.clear_trace();
-        }
-        // mono_raw if asked, else the first of boot, global, local.
-        let mono_raw = cfg.use_monotonic_raw_clock.unwrap_or(false);
-        let wanted: &[&str] = if mono_raw {
-            &["mono_raw", "boot", "global", "local"]
-        } else {
-            &["boot", "global", "local"]
-        };
-        let available = tracefs.clocks().map(|c| c.1).unwrap_or_default();
-        let chosen = wanted
-            .iter()
-            .find(|c| available.iter().any(|a| a == *c) && tracefs.set_clock(c).is_ok());
-        let clock = match chosen {
-            Some(c) => c.to_string(),
-            None => tracefs.clocks().map(|c| c.0).unwrap_or_default(),
-        };
         if let Some(inst) = self.instances.get_mut(key) {
-            inst.clock = clock;
+            inst.take_over(cfg);
         }
-        let kb = match cfg.buffer_size_kb {
-            Some(kb) if kb > 0 => kb as u64,
-            _ => default_buffer_kb(),
-        };
-        if let Err(e) = tracefs.set_buffer_size_kb(kb) {
-            crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}");
-        }
-        // Readers wake per full page (0) unless the config asks to wait for
-        // a fill level: pids reach process_stats while the tasks still live.
-        let percent = cfg
-            .drain_buffer_percent
-            .filter(|p| (1..=100).contains(p))
-            .unwrap_or(0);
-        let _ = tracefs.set_buffer_percent(percent);
         Ok(())
     }
 
@@ -570,28 +454,10 @@ impl FtraceMux {
         inst.users -= 1;
         if inst.users == 0 {
             let inst = self.instances.remove(&key).expect("present");
-            self.release_instance(&key, inst);
-            self.store_marker();
-        }
-    }
-
-    fn release_instance(&mut self, key: &str, mut inst: KInstance) {
-        // Files must be closed before an instance can be removed.
-        inst.reader = None;
-        let t = &inst.tracefs;
-        let _ = t.set_tracing_on(false);
-        let _ = t.disable_all_events();
-        let _ = t.clear_trace();
-        if inst.created {
             if let Some(root) = &self.root {
-                if let Err(e) = root.remove_instance(key) {
-                    crate::log_warn!("cannot remove ftrace instance {key}: {e}");
-                }
+                inst.release(root, &key);
             }
-        } else {
-            let _ = t.set_buffer_size_kb(4);
-            let _ = t.set_buffer_percent(50);
-            let _ = t.set_tracing_on(inst.saved_tracing_on);
+            self.store_marker();
         }
     }
 
