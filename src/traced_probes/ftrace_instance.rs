@@ -126,9 +126,16 @@ impl KInstance {
             Some(c) => c.to_string(),
             None => t.clocks().map(|c| c.0).unwrap_or_default(),
         };
-        let kb = match cfg.buffer_size_kb {
-            Some(kb) if kb > 0 => kb as u64,
-            _ => default_buffer_kb(),
+        // The default when unset, or when it is larger and the config
+        // only gave a lower bound.
+        let default_kb = default_buffer_kb();
+        let kb = match cfg.buffer_size_kb.map(u64::from) {
+            Some(kb)
+                if kb > 0 && !(cfg.buffer_size_lower_bound == Some(true) && kb < default_kb) =>
+            {
+                kb
+            }
+            _ => default_kb,
         };
         if let Err(e) = t.set_buffer_size_kb(kb) {
             crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}");
