@@ -55,10 +55,8 @@ pub fn main(args: &[String], _via: Via) -> i32 {
                 println!("{child_pid}");
                 return 0;
             }
-            Ok(Side::Child { status }) => {
-                traced_probes::detach_stdio();
-                daemonize::report_status(status, 0)
-            }
+            // The daemon's stdio is /dev/null from here on.
+            Ok(Side::Child { status }) => daemonize::report_status(status, 0),
             Err(e) => {
                 crate::log_error!("cannot go to the background: {e}");
                 return 1;
