@@ -18,25 +18,33 @@ pub enum Side {
     Child { status: OwnedFd },
 }
 
-/// Forks; the child starts a new session (no controlling terminal) and
-/// gets stdin from /dev/null. Must be called before any thread is started.
+/// Forks; the child starts a new session (no controlling terminal) with
+/// stdin, stdout and stderr on /dev/null, so whoever captured our output
+/// sees EOF when the parent exits. The parent returns only after the child
+/// has detached, so closing the terminal right away cannot SIGHUP it.
+/// Must be called before any thread is started.
 pub fn background() -> io::Result<Side> {
     let (read_end, write_end) = nix::unistd::pipe()?;
+    let (detached_rd, detached_wr) = nix::unistd::pipe()?;
     // SAFETY: callers guarantee the process is single-threaded here, so the
     // child may run arbitrary code after fork.
     match unsafe { fork() }? {
         ForkResult::Parent { child } => {
             drop(write_end);
-            Ok(Side::Parent {
-                child_pid: child.as_raw(),
-                status: read_end,
-            })
+            drop(detached_wr);
+            // EOF (child died) or its byte: either way it is not ours anymore.
+            let _ = File::from(detached_rd).read(&mut [0u8; 1]);
+            Ok(Side::Parent { child_pid: child.as_raw(), status: read_end })
         }
         ForkResult::Child => {
             drop(read_end);
+            drop(detached_rd);
             setsid()?;
-            let null = File::open("/dev/null")?;
-            nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0)?;
+            let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+            for fd in 0..=2 {
+                nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd)?;
+            }
+            let _ = File::from(detached_wr).write_all(b"1");
             Ok(Side::Child { status: write_end })
         }
     }

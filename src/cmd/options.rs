@@ -169,11 +169,12 @@ pub fn plan(
         _ => Background::No,
     };
     let is_attach = flags.attach.is_some() || flags.is_detached.is_some();
+    let query = flags.query || flags.query_raw;
     let is_clone = flags.clone.is_some() || flags.clone_by_name.is_some();
-    if flags.query && (flags.detach.is_some() || is_attach || background != Background::No) {
+    if query && (flags.detach.is_some() || is_attach || background != Background::No) {
         return Err("--query cannot be combined with any other argument".into());
     }
-    if flags.long && !flags.query {
+    if flags.long && !query {
         return Err("--long can only be used with --query".into());
     }
     if flags.detach.is_some() && is_attach {
@@ -196,7 +197,7 @@ pub fn plan(
     }
     let attributes = parse_attributes(&flags.add_attribute)?;
 
-    let will_trace = !is_attach && !flags.query;
+    let will_trace = !is_attach && !query;
     if !will_trace {
         if config.is_some() || light.any() {
             return Err("Cannot specify a trace config with this option".into());
@@ -204,7 +205,7 @@ pub fn plan(
         if flags.out.is_some() {
             return Err("Can't pass an --out file with this option".into());
         }
-        return Ok(if flags.query {
+        return Ok(if query {
             Action::Query {
                 raw: flags.query_raw,
                 long: flags.long,
@@ -217,9 +218,6 @@ pub fn plan(
                 stop: flags.stop,
             }
         });
-    }
-    if flags.query_raw {
-        return Err("--query-raw cannot be combined with tracing options".into());
     }
 
     if is_clone {

@@ -1,0 +1,173 @@
+//! The perfetto client end to end against our traced, with the real
+//! Perfetto SDK producer (tests/sdk-interop) as the data source. Every
+//! trace is checked with the official descriptors (PyPI perfetto).
+
+mod cli_support;
+
+use cli_support::{summary, wait_exit, Env};
+use std::process::Stdio;
+use std::time::Duration;
+
+const SDK_DS: &str = "data_sources { config { name: \"tbx.sdk_test\" } }\n";
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn stop_trigger_ends_the_session() {
+    let env = Env::new("stoptrig");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(100);
+    let cfg = env.write(
+        "c.pbtx",
+        &format!(
+            "buffers {{ size_kb: 4096 }}\n{SDK_DS}trigger_config {{ trigger_mode: STOP_TRACING \
+             trigger_timeout_ms: 120000 triggers {{ name: \"stopnow\" stop_delay_ms: 100 }} }}\n"
+        ),
+    );
+    let out = env.path("t.pftrace");
+    let mut client = env
+        .perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.wait_query("STARTED", true);
+    let t = env.trigger(&["stopnow"]);
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    // Without the trigger the session would run for 120 s.
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+    let s = summary(&out);
+    assert!(s.contains("\"triggers\": [\"stopnow\"]"), "{s:?}");
+    assert_eq!(s.num("for_testing"), 100, "{s:?}");
+}
+
+#[test]
+fn start_trigger_starts_the_session() {
+    let env = Env::new("starttrig");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(50);
+    let cfg = env.write(
+        "c.pbtx",
+        &format!(
+            "buffers {{ size_kb: 4096 }}\n{SDK_DS}trigger_config {{ trigger_mode: START_TRACING \
+             trigger_timeout_ms: 120000 triggers {{ name: \"go\" stop_delay_ms: 300 }} }}\n"
+        ),
+    );
+    let out = env.path("t.pftrace");
+    let mut client = env
+        .perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.wait_query("CONFIGURED", true);
+    assert!(env.trigger(&["go"]).status.success());
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+    let s = summary(&out);
+    assert!(s.contains("\"triggers\": [\"go\"]"), "{s:?}");
+    assert_eq!(s.num("for_testing"), 50, "{s:?}");
+    // The session (and so every data source) started only after the trigger.
+    let started = s.num("tracing_started_ts");
+    let trigger = s.num("trigger_ts");
+    assert!(trigger > 0 && started >= trigger, "started at {started}, trigger at {trigger}");
+}
+
+#[test]
+fn background_then_sigterm_writes_a_complete_file() {
+    let env = Env::new("bg");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(20);
+    let cfg = env.write("c.pbtx", &format!("buffers {{ size_kb: 4096 }}\n{SDK_DS}duration_ms: 120000\n"));
+    let out = env.path("t.pftrace");
+    let o = env.perfetto(&["--background", "--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pid: i32 = String::from_utf8_lossy(&o.stdout).trim().parse().expect("pid on stdout");
+    env.wait_query("STARTED", true);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let deadline = std::time::Instant::now() + LIMIT;
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(std::time::Instant::now() < deadline, "background client did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = summary(&out);
+    assert_eq!(s.num("for_testing"), 20, "{s:?}");
+    assert!(s.contains("tracing_disabled"), "{s:?}");
+}
+
+#[test]
+fn query_lists_producers_data_sources_and_sessions() {
+    let env = Env::new("query");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(1);
+    let cfg = env.write(
+        "c.pbtx",
+        &format!("buffers {{ size_kb: 1024 }}\n{SDK_DS}duration_ms: 120000\nunique_session_name: \"q_sess\"\n"),
+    );
+    let mut client = env
+        .perfetto_cmd(&["--txt", "-c", &cfg, "-o", env.path("t").to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.wait_query("q_sess", true);
+    let q = env.perfetto(&["--query"]);
+    assert!(q.status.success());
+    let text = String::from_utf8_lossy(&q.stdout);
+    for want in ["PRODUCER PROCESSES", "tbx.sdk_test", "TRACING SESSIONS", "q_sess", "STARTED"] {
+        assert!(text.contains(want), "{want} missing in:\n{text}");
+    }
+    let raw = env.perfetto(&["--query-raw"]);
+    assert!(raw.status.success());
+    let state: tracebox::pb::protos::TracingServiceState =
+        tracebox::cmd::rpc::decode(&raw.stdout).expect("--query-raw is a TracingServiceState");
+    assert!(state.data_sources.iter().any(|d| {
+        d.ds_descriptor.as_ref().and_then(|x| x.name.as_deref()) == Some("tbx.sdk_test")
+    }));
+    assert_eq!(state.tracing_sessions.len(), 1);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(client.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+}
+
+#[test]
+fn detach_and_attach_finish_the_file() {
+    let env = Env::new("detach");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(30);
+    let cfg = env.write(
+        "c.pbtx",
+        &format!("buffers {{ size_kb: 4096 }}\n{SDK_DS}write_into_file: true\nfile_write_period_ms: 100\n"),
+    );
+    let out = env.path("t.pftrace");
+    let d = env.perfetto(&["--detach=key1", "--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
+    assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+    assert_eq!(env.perfetto(&["--is_detached=key1"]).status.code(), Some(0));
+    assert_eq!(env.perfetto(&["--is_detached=other"]).status.code(), Some(2));
+    let a = env.perfetto(&["--attach=key1", "--stop"]);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let s = summary(&out);
+    assert_eq!(s.num("for_testing"), 30, "{s:?}");
+    assert_eq!(env.perfetto(&["--is_detached=key1"]).status.code(), Some(2));
+}
+
+#[test]
+fn clone_snapshots_a_running_session() {
+    let env = Env::new("clone");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(40);
+    let cfg = env.write(
+        "c.pbtx",
+        &format!("buffers {{ size_kb: 4096 }}\n{SDK_DS}duration_ms: 120000\nunique_session_name: \"to_clone\"\n"),
+    );
+    let out = env.path("t.pftrace");
+    let mut client = env
+        .perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.wait_query("to_clone", true);
+    let snap = env.path("snap.pftrace");
+    let c = env.perfetto(&["--clone-by-name", "to_clone", "-o", snap.to_str().unwrap()]);
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    assert_eq!(summary(&snap).num("for_testing"), 40);
+    // The original keeps running and still finishes its own file.
+    assert!(client.try_wait().unwrap().is_none());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(client.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+    assert_eq!(summary(&out).num("for_testing"), 40);
+}
