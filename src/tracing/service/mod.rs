@@ -19,10 +19,11 @@
 //! `stats`, `consumer_ops` (stats, queries, observe, detach/attach, clone).
 //!
 //! Not implemented (accepted and ignored unless noted): session_semaphores
-//! / exclusive_prio, trace_filter, compression, target_buffer_name (the index is used), trigger max_per_24_h and
-//! skip_probability, the clone_snapshot_trigger packet, file-to-file copy
-//! when cloning write_into_file sessions, wall-clock alignment of periodic
-//! flushes/file writes, extension descriptors / trace_provenance packets,
+//! / exclusive_prio, trace_filter, compression, target_buffer_name (the
+//! index is used), trigger max_per_24_h and skip_probability, the
+//! clone_snapshot_trigger packet, file-to-file copy when cloning
+//! write_into_file sessions, wall-clock alignment of periodic flushes and
+//! file writes, extension descriptors / trace_provenance packets,
 //! multi-machine fields, bugreport plumbing.
 
 pub mod packet_validator;
