@@ -82,24 +82,11 @@ impl Services for ConsumerPort<'_> {
                 }
             },
             "DisableTracing" => unit(st.core.disable_tracing(now, cid)),
-            "ReadBuffers" => match st.core.read_buffers(now, cid) {
-                Ok(frames) => {
-                    let n = frames.len();
-                    for (i, f) in frames.iter().enumerate() {
-                        let bytes = encode(f);
-                        out.reply(
-                            &to,
-                            if i + 1 == n {
-                                Reply::ok(bytes)
-                            } else {
-                                Reply::more(bytes)
-                            },
-                        );
-                    }
-                    return;
-                }
-                Err(_) => Reply::fail(),
-            },
+            // Streamed by TracedState::pump_reads as the consumer reads.
+            "ReadBuffers" => {
+                st.pending_reads.push((client, cid, to));
+                return;
+            }
             "FreeBuffers" => unit(st.core.free_buffers(now, cid)),
             "Flush" => match decode_message::<FlushRequest>(args) {
                 Ok(r) => {
