@@ -14,7 +14,8 @@ use tracebox::probes::ps::{
 };
 use tracebox::protozero::VecStream;
 
-fn cpu_us(who: i32) -> u64 {
+/// (user, system) CPU time in µs.
+fn cpu_split_us(who: i32) -> (u64, u64) {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `ru` is a valid, writable rusage; getrusage only writes it.
     let ru = unsafe {
@@ -22,7 +23,12 @@ fn cpu_us(who: i32) -> u64 {
         ru.assume_init()
     };
     let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    us(ru.ru_utime) + us(ru.ru_stime)
+    (us(ru.ru_utime), us(ru.ru_stime))
+}
+
+fn cpu_us(who: i32) -> u64 {
+    let (u, s) = cpu_split_us(who);
+    u + s
 }
 
 fn boottime_ns() -> u64 {
@@ -58,6 +64,7 @@ fn main() {
     };
     let (mut procs, mut threads) = (0, 0);
     let start = cpu_us(libc::RUSAGE_SELF);
+    let (u0, _) = cpu_split_us(libc::RUSAGE_SELF);
     for _ in 0..iters {
         let mut p = ProcessStatsPoller::new(settings.clone(), &root, Box::new(boottime_ns));
         let (tree, _) = p.scan_all();
@@ -66,6 +73,7 @@ fn main() {
         out.clear();
         write_process_tree_packet(&mut out, &tree);
     }
+    let (u1, _) = cpu_split_us(libc::RUSAGE_SELF);
     report(
         "full_scan",
         procs,
@@ -73,6 +81,7 @@ fn main() {
         cpu_us(libc::RUSAGE_SELF) - start,
         iters,
     );
+    report("full_scan_user", procs, threads, u1 - u0, iters);
 
     // Periodic stats poll, cache TTL of one tick (every value re-emitted),
     // with runtimes: the worst case per tick.

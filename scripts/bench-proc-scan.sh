@@ -4,8 +4,9 @@
 # Starts 0/100/500/1000 extra sleeping processes and, for each, measures
 # (getrusage user+sys) one full /proc scan (process tree with thread names,
 # encoded) and one stats poll (all values re-emitted), plus `ps -eLf` as a
-# peer. Prints µs per scan and µs per process. Goal: a full scan of ~1,000
-# processes under 20 ms of CPU.
+# peer, and (if a C compiler exists) the bare open/read/close floor of
+# status+cmdline per pid. Prints µs per scan and µs per process. Goal: a full
+# scan of ~1,000 processes under 20 ms of CPU.
 #
 # Usage: scripts/bench-proc-scan.sh [ITERATIONS] [COUNTS...]
 set -euo pipefail
@@ -16,9 +17,17 @@ counts=("${@:-0 100 500 1000}")
 read -r -a counts <<<"${counts[*]}"
 
 # Optimized, but without the slow fat LTO of the shipping profile.
-CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-    cargo build -q --release --example bench_proc_scan
+if ! CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+    cargo build -q --release --example bench_proc_scan 2>/tmp/bench-proc-scan-build.log; then
+    cat /tmp/bench-proc-scan-build.log >&2
+    exit 1
+fi
 bench=target/release/examples/bench_proc_scan
+# Optional syscall floor (status + cmdline per pid, no parsing) in C.
+floor=""
+if command -v cc >/dev/null && cc -O2 -o target/bench-proc-floor scripts/bench-proc-floor.c 2>/dev/null; then
+    floor=target/bench-proc-floor
+fi
 
 pids=()
 cleanup() {
@@ -41,5 +50,5 @@ for n in "${counts[@]}"; do
     sleep 0.5 # let the children exec
     while read -r name procs threads us per; do
         printf '%-7s %-12s %9s %8s %12s %10s\n' "$n" "$name" "$procs" "$threads" "$us" "$per"
-    done < <("$bench" "$iters" -- ps -eLf)
+    done < <("$bench" "$iters" -- ps -eLf; [ -z "$floor" ] || "$floor" "$iters")
 done

@@ -134,3 +134,23 @@ fn stats_of_this_process_match_proc() {
     assert!(sample.runtime_kernel_mode_ns.unwrap() <= now.stime_ns);
     assert!(tree.unwrap().processes.iter().any(|t| t.pid == me));
 }
+
+#[test]
+fn vanished_pids_are_skipped_silently() {
+    let mut child = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut p = ProcessStatsPoller::new(settings(), &FsRoot::host(), Box::new(boottime_ns));
+    let me = std::process::id() as i32;
+    let tree = p.on_pids(&[pid, me]).unwrap();
+    assert_eq!(
+        tree.processes.iter().map(|p| p.pid).collect::<Vec<_>>(),
+        vec![me]
+    );
+    assert!(p.vanished() >= 1);
+    assert_eq!(p.errors().total(), 0);
+}

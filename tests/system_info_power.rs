@@ -87,6 +87,20 @@ fn cpu_info_of_this_machine() {
         info.cpus.len()
     );
     assert_eq!(e.total(), 0, "{e:?}");
+
+    // IRQ names from the real /proc/interrupts decode too.
+    let irqs = tracebox::probes::system_info::parse_interrupts(
+        &std::fs::read_to_string("/proc/interrupts").unwrap(),
+    );
+    assert!(!irqs.is_empty());
+    let mut s = VecStream::new();
+    tracebox::probes::system_info::write_interrupt_info_packet(&mut s, 3, &irqs);
+    let OneOfdata::interrupt_info(ii) = decode(s.as_bytes()).data else {
+        panic!("not interrupt_info")
+    };
+    assert_eq!(ii.irq_mapping.len(), irqs.len());
+    assert_eq!(ii.irq_mapping[0].irq_id, Some(irqs[0].0));
+    assert_eq!(ii.irq_mapping[0].name.as_deref(), Some(irqs[0].1.as_str()));
 }
 
 #[test]

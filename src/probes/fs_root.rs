@@ -124,6 +124,10 @@ pub fn read_path_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<usize> {
     read_file_into(path, buf, false)
 }
 
+/// Largest file the pollers read; the rest is dropped. Bounds memory when a
+/// process has an enormous argv (cmdline is the only large per-pid file).
+pub const MAX_READ_LEN: usize = 1 << 20;
+
 /// Like [`read_path_into`]; with `short_read_is_eof`, a read that does not
 /// fill the buffer ends the file. That holds for seq_file and the other
 /// generated /proc/<pid> files (they fill the caller's buffer until their
@@ -148,7 +152,7 @@ pub fn read_file_into(
         match n {
             Ok(n) => {
                 buf.truncate(len + n);
-                if n == 0 || (short_read_is_eof && n < CHUNK) {
+                if n == 0 || (short_read_is_eof && n < CHUNK) || buf.len() >= MAX_READ_LEN {
                     return Ok(buf.len());
                 }
             }
@@ -234,6 +238,19 @@ mod tests {
                 malformed: 1
             }
         );
+    }
+
+    #[test]
+    fn reads_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; MAX_READ_LEN + 3 * 4096 + 5]).unwrap();
+        let mut buf = Vec::new();
+        assert_eq!(read_path_into(&big, &mut buf).unwrap(), MAX_READ_LEN);
+        let small = dir.path().join("small");
+        std::fs::write(&small, b"hello").unwrap();
+        assert_eq!(read_file_into(&small, &mut buf, true).unwrap(), 5);
+        assert_eq!(buf, b"hello");
     }
 
     #[test]

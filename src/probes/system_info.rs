@@ -222,6 +222,72 @@ pub fn write_cpu_info_packet<S: Stream + ?Sized>(s: &mut S, p: &CpuInfoPacket) {
     end_nested(s, info);
 }
 
+/// Parses /proc/interrupts into (irq number, handler name) for numeric
+/// irqs (`irq_names: true`). The name follows the trigger column (`Edge`,
+/// `Level` on Arm GIC; `N-edge`, `N-fasteoi`... on x86); without one, the
+/// last column is taken. Summary rows (`NMI:`, `LOC:`...) are skipped.
+pub fn parse_interrupts(text: &str) -> Vec<(u32, String)> {
+    let mut lines = text.lines();
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let num_cpus = header
+        .split_ascii_whitespace()
+        .filter(|t| t.starts_with("CPU"))
+        .count();
+    if num_cpus == 0 {
+        return Vec::new();
+    }
+    let is_trigger = |t: &str| {
+        t == "Level"
+            || t == "Edge"
+            || ["-edge", "-fasteoi", "-level"]
+                .iter()
+                .any(|s| t.ends_with(s))
+    };
+    let mut out = Vec::new();
+    for line in lines {
+        let tokens: Vec<&str> = line.split_ascii_whitespace().collect();
+        if tokens.len() <= num_cpus {
+            continue;
+        }
+        let Some(irq) = tokens[0]
+            .strip_suffix(':')
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let trigger = (num_cpus + 1..tokens.len())
+            .rev()
+            .find(|&i| is_trigger(tokens[i]));
+        let name_start = trigger.map_or(tokens.len() - 1, |i| i + 1);
+        if name_start >= tokens.len() || name_start < num_cpus + 2 {
+            continue;
+        }
+        out.push((irq, tokens[name_start..].join(" ")));
+    }
+    out
+}
+
+const PACKET_INTERRUPT_INFO: u32 = 130;
+
+/// Writes `timestamp` and `interrupt_info` into an open TracePacket.
+pub fn write_interrupt_info_packet<S: Stream + ?Sized>(
+    s: &mut S,
+    timestamp: u64,
+    irqs: &[(u32, String)],
+) {
+    put_varint(s, PACKET_TIMESTAMP, timestamp);
+    let info = begin_nested(s, PACKET_INTERRUPT_INFO);
+    for (irq, name) in irqs {
+        let m = begin_nested(s, 1);
+        put_varint(s, 1, *irq as u64);
+        put_str(s, 2, name);
+        end_nested(s, m);
+    }
+    end_nested(s, info);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +316,29 @@ processor\t: 1\nFeatures\t: fp mte3 mte\nCPU implementer\t: 0x41\nCPU part\t: 0x
         // Incomplete Arm fields: no identifier; name carried over.
         assert_eq!((cpus[1].index, cpus[1].arm, cpus[1].features), (1, None, 3));
         assert_eq!(cpus[1].processor, cpus[0].processor);
+    }
+
+    #[test]
+    fn interrupts_x86_and_arm() {
+        let x86 = "           CPU0       CPU1\n  0:         44          0   IO-APIC   2-edge      timer\n\
+ 28:          0          0 PCI-MSIX-0000:00:01.0   0-edge      virtio0-config\n\
+NMI:          0          0   Non-maskable interrupts\n  9:  1\n";
+        assert_eq!(
+            parse_interrupts(x86),
+            vec![(0, "timer".to_string()), (28, "virtio0-config".to_string())]
+        );
+        let arm = "      CPU0  CPU1  CPU2\n 11:  5  6  7  GICv3  27 Level  arch_timer\n\
+ 40:  0  0  0  GICv3  72 Edge  cs40l26 IRQ1 Controller\n 41:  0  0  0  pinctrl  3  gpio-keys\n";
+        assert_eq!(
+            parse_interrupts(arm),
+            vec![
+                (11, "arch_timer".into()),
+                (40, "cs40l26 IRQ1 Controller".into()),
+                (41, "gpio-keys".into())
+            ]
+        );
+        assert!(parse_interrupts("").is_empty());
+        assert!(parse_interrupts("no cpus here\n1: 2 3\n").is_empty());
     }
 
     #[test]

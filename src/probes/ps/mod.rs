@@ -17,5 +17,6 @@ mod tree;
 pub use encode::{write_process_stats_packet, write_process_tree_packet};
 pub use model::{ProcStatsSample, ProcessStatsPacket, ProcessTreePacket, TreeProcess, TreeThread};
 pub use poller::{
-    cache_ttl_ticks, clamp_poll_ms, Clock, ProcessStatsPoller, ProcessStatsSettings, MIN_POLL_MS,
+    cache_ttl_ticks, clamp_poll_ms, next_poll_delay_ms, Clock, ProcessStatsPoller,
+    ProcessStatsSettings, MIN_POLL_MS,
 };

@@ -43,6 +43,14 @@ pub fn cache_ttl_ticks(poll_ms: u32, ttl_ms: u32) -> u32 {
     ttl_ms.checked_div(poll_ms).map_or(0, |t| t.max(1))
 }
 
+/// Delay until the next poll, aligned to multiples of `period_ms` on the
+/// given clock (upstream aligns its ticks to wall-clock multiples so that
+/// pollers of different sessions fire together). `None` if polling is off.
+pub fn next_poll_delay_ms(now_ms: u64, period_ms: u32) -> Option<u64> {
+    let period = u64::from(period_ms);
+    (period != 0).then(|| period - now_ms % period)
+}
+
 /// Last values emitted for one pid (`None` = never emitted).
 #[derive(Debug, Default, Clone)]
 pub(super) struct CachedStats {
@@ -212,6 +220,13 @@ impl ProcessStatsSettings {
 mod tests {
     use super::*;
     use crate::pb::protos::{mod_ProcessStatsConfig::Quirks, ProcessStatsConfig};
+
+    #[test]
+    fn poll_delay_is_aligned() {
+        assert_eq!(next_poll_delay_ms(12_345, 1000), Some(655));
+        assert_eq!(next_poll_delay_ms(13_000, 1000), Some(1000));
+        assert_eq!(next_poll_delay_ms(5, 0), None);
+    }
 
     #[test]
     fn settings_from_config() {

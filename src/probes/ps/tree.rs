@@ -152,8 +152,11 @@ impl ProcessStatsPoller {
             is_kthread: status.kthread,
             ..Default::default()
         };
-        if let Some(buf) = self.procfs.read(pid, "cmdline") {
-            p.cmdline = split_cmdline(buf);
+        // Kernel threads have no mm, hence never an argv: skip the read.
+        if status.kthread != Some(true) {
+            if let Some(buf) = self.procfs.read(pid, "cmdline") {
+                p.cmdline = split_cmdline(buf);
+            }
         }
         if p.cmdline.is_empty() {
             // Zombies and kernel threads have no argv: use comm.

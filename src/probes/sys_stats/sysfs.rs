@@ -71,7 +71,12 @@ pub fn read_cpuidle(root: &FsRoot, out: &mut SysStatsPacket, errors: &mut ReadEr
     for (cpu_id, cpu) in cpu_dirs(root, errors) {
         let dir = format!("{CPU_DIR}/{cpu}/cpuidle");
         let mut states = Vec::new();
-        for st in root.list_dir(&dir, errors) {
+        let failures = errors.total();
+        let entries = root.list_dir(&dir, errors);
+        if errors.total() != failures {
+            continue; // No cpuidle for this cpu (counted).
+        }
+        for st in entries {
             if !st.starts_with("state") {
                 continue;
             }
