@@ -82,12 +82,47 @@ fn read_varint(bytes: &[u8], pos: &mut usize) -> Result<u64, WireError> {
     Err(WireError::BadVarint)
 }
 
+/// What the walker needs from a schema: which fields hold messages.
+trait Nesting: Copy {
+    fn sub(self, field: u64) -> Option<Self>;
+}
+
+impl Nesting for &'static MsgSchema {
+    fn sub(self, field: u64) -> Option<Self> {
+        self.messages.iter().find(|(f, _)| u64::from(*f) == field).map(|(_, s)| *s)
+    }
+}
+
+impl Nesting for &'static crate::schema::MessageDesc {
+    fn sub(self, field: u64) -> Option<Self> {
+        u32::try_from(field).ok().and_then(|f| self.field_by_number(f)).and_then(|f| f.message_type())
+    }
+}
+
 /// Checks that `bytes` is a well-formed message of `schema`.
-pub fn check_message(bytes: &[u8], schema: &MsgSchema) -> Result<(), WireError> {
+pub fn check_message(bytes: &[u8], schema: &'static MsgSchema) -> Result<(), WireError> {
     check_at_depth(bytes, schema, 0)
 }
 
-fn check_at_depth(bytes: &[u8], schema: &MsgSchema, depth: usize) -> Result<(), WireError> {
+/// Checks `bytes` against a message of the generated schema table.
+pub fn check_message_desc(
+    bytes: &[u8],
+    desc: &'static crate::schema::MessageDesc,
+) -> Result<(), WireError> {
+    check_at_depth(bytes, desc, 0)
+}
+
+/// Checks the arguments of IPC method `method` (request type
+/// `<method>Request`, Perfetto's naming). Methods whose request type the
+/// table lacks are checked for top-level framing only.
+pub fn check_method_args(method: &str, args: &[u8]) -> Result<(), WireError> {
+    match crate::schema::message(&format!("{method}Request")) {
+        Some(desc) => check_message_desc(args, desc),
+        None => check_message(args, &LEAF),
+    }
+}
+
+fn check_at_depth<S: Nesting>(bytes: &[u8], schema: S, depth: usize) -> Result<(), WireError> {
     if depth > MAX_DEPTH {
         return Err(WireError::TooDeep);
     }
@@ -112,8 +147,7 @@ fn check_at_depth(bytes: &[u8], schema: &MsgSchema, depth: usize) -> Result<(), 
                     return Err(WireError::Overrun);
                 }
                 let len = len_untrusted as usize;
-                let sub = schema.messages.iter().find(|(f, _)| u64::from(*f) == field);
-                if let Some((_, sub_schema)) = sub {
+                if let Some(sub_schema) = schema.sub(field) {
                     check_at_depth(&bytes[pos..pos + len], sub_schema, depth + 1)?;
                 }
                 len
@@ -202,5 +236,19 @@ mod tests {
             msg = outer;
         }
         assert_eq!(check_message(&msg, &SELF_NESTED), Err(WireError::TooDeep));
+    }
+
+    #[test]
+    fn method_args_are_checked_through_the_schema_table() {
+        // CommitDataRequest{ chunks_to_move { page: 1 } }: fine.
+        assert_eq!(check_method_args("CommitData", &[0x0a, 0x02, 0x08, 0x01]), Ok(()));
+        // The nested message claims a 5-byte field inside 2 bytes.
+        assert_eq!(
+            check_method_args("CommitData", &[0x0a, 0x02, 0x22, 0x05]),
+            Err(WireError::Overrun)
+        );
+        // EnableTracingRequest.trace_config.buffers { size_kb } overrunning.
+        let bad = [0x0a, 0x04, 0x0a, 0x02, 0x0a, 0x09];
+        assert_eq!(check_method_args("EnableTracing", &bad), Err(WireError::Overrun));
     }
 }
