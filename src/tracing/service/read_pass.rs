@@ -34,23 +34,47 @@ impl TracingService {
         now: u64,
         consumer: ConsumerId,
     ) -> Result<Vec<ReadBuffersResponse>, String> {
+        let mut frames = Vec::new();
+        loop {
+            let (mut f, more) = self.read_buffers_step(now, consumer, usize::MAX)?;
+            frames.append(&mut f);
+            if !more {
+                return Ok(frames);
+            }
+        }
+    }
+
+    /// One step of a streamed ReadBuffers: read passes until about
+    /// `max_bytes` of packets were collected. Returns the responses (never
+    /// empty) and whether more data may follow (then call again; the last
+    /// response of the final step is the one without `has_more`).
+    pub fn read_buffers_step(
+        &mut self,
+        now: u64,
+        consumer: ConsumerId,
+        max_bytes: usize,
+    ) -> Result<(Vec<ReadBuffersResponse>, bool), String> {
         let sid = self
             .consumer_session(consumer)
             .ok_or("No tracing session for this consumer")?;
         if self.sessions[&sid].write_into_file {
             return Err("ReadBuffers() is not supported with write_into_file".into());
         }
-        // Pack each pass right away: holding every packet of a large
-        // buffer as owned slices until the end costs a copy of the trace.
+        // Pack each pass right away, moving its slices into the frames:
+        // holding the packets until the end costs another copy of the data.
         let mut packer = FramePacker::default();
+        let mut bytes = 0usize;
         loop {
             let (p, more) = self.read_pass(now, sid, IPC_PASS_BYTES);
+            bytes += p.iter().flatten().map(Vec::len).sum::<usize>();
             p.into_iter().for_each(|pkt| packer.push(pkt));
             if !more {
-                break;
+                return Ok((packer.finish(), false));
+            }
+            if bytes >= max_bytes {
+                return Ok((packer.finish(), true));
             }
         }
-        Ok(packer.finish())
     }
 
     /// One read pass; returns the packets and whether more data is left.
