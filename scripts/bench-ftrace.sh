@@ -8,8 +8,9 @@
 #   marker:T:RATE     T threads writing 32 B strings to the recorder's own
 #                     instance trace_marker at RATE/s in total (0 = max)
 # Recorders, each in its own tracefs instance with 8 MiB per-CPU buffers and
-# sched_switch, sched_waking, ftrace/print enabled:
-#   tracecmd  trace-cmd record -d --no-filter -B tbx_bench_tc ... (it exits 1
+# sched_switch, sched_waking enabled (trace_marker prints are always on):
+#   tracecmd  trace-cmd record -d --no-filter --compression none -B tbx_bench_tc
+#             ... (uncompressed, like ours; it exits 1
 #             on this kernel after writing a complete file: ignored)
 #   ours      target/release/tracebox --private-sockets --txt -c CFG -o OUT
 #             (autostarts traced + traced_probes; write_into_file)
@@ -91,8 +92,8 @@ start_recorder() {
     case $name in
     tracecmd)
         INST=tbx_bench_tc
-        (echo "$BASHPID" >"$CG/cgroup.procs" && exec trace-cmd record -d --no-filter -o "$out" \
-            -B "$INST" -b "$BUF_KB" -e sched:sched_switch -e sched:sched_waking -e ftrace:print) \
+        (echo "$BASHPID" >"$CG/cgroup.procs" && exec trace-cmd record -d --no-filter --compression none -o "$out" \
+            -B "$INST" -b "$BUF_KB" -e sched:sched_switch -e sched:sched_waking) \
             >"$WORK/$name.log" 2>&1 &
         ;;
     ours)
@@ -187,7 +188,7 @@ for sc in $SCENARIOS; do
         line=$(awk -v r="$rec" -v l="$load" -v t="$threads" -v rt="$rate" -v w="$written" -v c="${captured:-0}" \
             -v o="$overrun" -v d="$dropped" -v cpu="$REC_CPU" -v b="$bytes" 'BEGIN {
             printf "bench=ftrace recorder=%s load=%s threads=%s rate=%s written=%s captured=%d kernel_overrun=%d kernel_dropped=%d recorder_cpu_s=%.3f cpu_s_per_mevent=%.3f trace_bytes=%d bytes_per_event=%.2f\n",
-                r, l, t, rt, w, c, o, d, cpu, c > 0 ? cpu * 1e6 / c : 0, b, c > 0 ? b / c : 0 }')
+                r, l, t, rt, w, c, o, d, cpu, (c > 0 ? cpu * 1e6 / c : 0), b, (c > 0 ? b / c : 0) }')
         echo "$line"
         res[$rec]=$line
     done

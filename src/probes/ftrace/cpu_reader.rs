@@ -464,6 +464,10 @@ impl FtraceReader {
                 c.read_direct(&mut self.buf, ps, self.flush_max_pages)?;
             } else {
                 c.read_staged(&mut self.buf, ps, MAX_READ_PAGES_PER_DRAIN)?;
+                // A worker idling on a full staging pipe resumes now rather
+                // than after its idle period (else it caps the read rate and
+                // the kernel overwrites pages under bursts).
+                c.shared.cv.notify_all();
             }
             if !self.buf.is_empty() {
                 total += self.buf.len() / ps;
