@@ -14,3 +14,4 @@ pub mod protozero;
 pub mod schema;
 pub mod tracing;
 pub mod traced;
+pub mod traced_probes;

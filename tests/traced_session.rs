@@ -186,3 +186,89 @@ fn enable_errors_come_back_in_the_reply() {
         decode_message(&call(&mut cons, &cport, "QueryCapabilities", &[])).unwrap();
     assert_eq!(caps.capabilities.unwrap().has_clone_session, Some(true));
 }
+
+#[test]
+fn query_service_state_and_observe_events() {
+    let (psock, csock) = sockets("query");
+    let _daemon = start_traced(&psock, &csock);
+    let mut prod = TestProducer::connect(&psock, "query.producer", "test.ds", 256);
+    let (mut cons, cport) = connect(&csock, "ConsumerPort");
+    // ObserveEvents(TYPE_DATA_SOURCES_INSTANCES, TYPE_ALL_DATA_SOURCES_STARTED)
+    let observe = cons
+        .start_invoke(&cport, "ObserveEvents", &[0x08, 0x01, 0x08, 0x02], None)
+        .unwrap();
+    let _enable = cons
+        .start_invoke(
+            &cport,
+            "EnableTracing",
+            &enable_request(&trace_config_with(256, &[])),
+            None,
+        )
+        .unwrap();
+    prod.start(256);
+    let mut saw_started = false;
+    let mut saw_all = false;
+    while !(saw_started && saw_all) {
+        let r = cons.next_reply(observe).unwrap().unwrap();
+        let r: ObserveEventsResponse = decode_message(&r.payload).unwrap();
+        let ev = r.events.unwrap();
+        saw_started |= ev
+            .instance_state_changes
+            .iter()
+            .any(|c| c.data_source_name.as_deref() == Some("test.ds"));
+        saw_all |= ev.all_data_sources_started == Some(true);
+    }
+    let replies = cons.invoke(&cport, "QueryServiceState", &[], None).unwrap();
+    let mut state_bytes = Vec::new();
+    // Each reply carries a piece of the serialized state (field 1).
+    for r in &replies {
+        let piece = FieldIter::new(&r.payload).find(|f| f.number == 1).unwrap();
+        state_bytes.extend_from_slice(piece.value);
+    }
+    let state: TracingServiceState = decode_message(&state_bytes).unwrap();
+    assert!(state
+        .producers
+        .iter()
+        .any(|p| p.name.as_deref() == Some("query.producer")));
+    assert!(state
+        .data_sources
+        .iter()
+        .any(|d| d.ds_descriptor.as_ref().unwrap().name.as_deref() == Some("test.ds")));
+    assert_eq!(state.tracing_sessions.len(), 1);
+    assert_eq!(state.tracing_sessions[0].state.as_deref(), Some("STARTED"));
+}
+
+#[test]
+fn write_into_file_with_output_path() {
+    let (psock, csock) = sockets("path");
+    let _daemon = start_traced(&psock, &csock);
+    let mut prod = TestProducer::connect(&psock, "path.producer", "test.ds", 256);
+    let (mut cons, cport) = connect(&csock, "ConsumerPort");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("by-traced.pftrace");
+    let mut extra = VecStream::new();
+    put_varint(&mut extra, 8, 1); // write_into_file
+    tracebox::protozero::put_str(&mut extra, 29, path.to_str().unwrap()); // output_path
+    let cfg = trace_config_with(1024, extra.as_bytes());
+    let enable = cons
+        .start_invoke(&cport, "EnableTracing", &enable_request(&cfg), None)
+        .unwrap();
+    prod.start(256);
+    let expected = prod.write(30, 10);
+    call(&mut cons, &cport, "DisableTracing", &[]);
+    let done: EnableTracingResponse =
+        decode_message(&cons.next_reply(enable).unwrap().unwrap().payload).unwrap();
+    assert!(done.error.is_none(), "{:?}", done.error);
+    let got = producer_payloads(&packets_from_file(&std::fs::read(&path).unwrap()));
+    assert!(got == expected);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    // The file must not exist already (O_EXCL).
+    call(&mut cons, &cport, "FreeBuffers", &[]);
+    let r = call(&mut cons, &cport, "EnableTracing", &enable_request(&cfg));
+    let r: EnableTracingResponse = decode_message(&r).unwrap();
+    assert!(r.error.unwrap().contains("Failed to create"));
+}

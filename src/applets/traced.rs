@@ -50,7 +50,16 @@ pub fn main(args: &[String], _via: Via) -> i32 {
                 eprintln!("traced: the daemon failed to start");
                 return 1;
             }
-            Ok(Side::Child { status: s }) => status = Some(s),
+            Ok(Side::Child { status: s }) => {
+                // Detach from the caller's stdout/stderr (pipes of a shell
+                // or test harness would otherwise stay open forever).
+                if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                    for fd in [1, 2] {
+                        let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd);
+                    }
+                }
+                status = Some(s)
+            }
             Err(e) => {
                 eprintln!("traced: --background: {e}");
                 return 1;

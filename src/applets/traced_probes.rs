@@ -1,6 +1,9 @@
 //! `traced_probes`: the ftrace and /proc, /sys producer.
 
 use super::{parse_args, Via};
+use crate::base::daemonize::{self, Side};
+use crate::ipc::default_sockets::producer_socket_name;
+use crate::traced_probes::{self, crash_marker, ProducerOptions};
 use argh::FromArgs;
 
 /// Kernel ftrace plus /proc and /sys pollers, producing into traced.
@@ -29,6 +32,41 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         println!("{}", super::VERSION);
         return 0;
     }
-    eprintln!("traced_probes: the probes are not in this build yet");
-    1
+    crate::base::log::set_tag("traced_probes");
+    if let Err(e) = traced_probes::stop_signals::block() {
+        crate::log_error!("signals: {e}");
+        return 1;
+    }
+    let state_file = crash_marker::default_path();
+    if args.cleanup_after_crash || args.reset_ftrace {
+        if let Err(e) = traced_probes::hard_reset(&state_file) {
+            crate::log_error!("ftrace reset failed: {e}");
+            if args.cleanup_after_crash {
+                return 1;
+            }
+        }
+        if args.cleanup_after_crash {
+            return 0;
+        }
+    }
+    if args.background {
+        match daemonize::background() {
+            Ok(Side::Parent { child_pid, .. }) => {
+                println!("{child_pid}");
+                return 0;
+            }
+            Ok(Side::Child { status }) => {
+                traced_probes::detach_stdio();
+                daemonize::report_status(status, 0)
+            }
+            Err(e) => {
+                crate::log_error!("cannot go to the background: {e}");
+                return 1;
+            }
+        }
+    }
+    traced_probes::run(ProducerOptions {
+        socket: producer_socket_name(),
+        state_file,
+    })
 }

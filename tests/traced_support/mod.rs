@@ -34,15 +34,18 @@ impl Drop for Daemon {
 
 /// Starts `tracebox traced` and waits for its "1" on TRACED_NOTIFY_FD.
 pub fn start_traced(producer_sock: &str, consumer_sock: &str) -> Daemon {
+    start_traced_with(producer_sock, consumer_sock, &[])
+}
+
+/// Starts `tracebox traced ARGS` and waits for its "1" on TRACED_NOTIFY_FD.
+pub fn start_traced_with(producer_sock: &str, consumer_sock: &str, args: &[&str]) -> Daemon {
     let (rd, wr) = nix::unistd::pipe().unwrap();
     // The write end must survive exec in the child.
-    nix::fcntl::fcntl(
-        wr.as_raw_fd(),
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-    )
-    .unwrap();
+    let no_cloexec = nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty());
+    nix::fcntl::fcntl(wr.as_raw_fd(), no_cloexec).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
         .arg("traced")
+        .args(args)
         .env("PERFETTO_PRODUCER_SOCK_NAME", producer_sock)
         .env("PERFETTO_CONSUMER_SOCK_NAME", consumer_sock)
         .env("TRACED_NOTIFY_FD", wr.as_raw_fd().to_string())

@@ -226,8 +226,10 @@ impl Services for ConsumerPort<'_> {
                 }
                 Err(_) => Reply::fail(),
             },
-            // ChangeTraceConfig (only producer filters may change) is not
-            // supported yet.
+            "ChangeTraceConfig" => {
+                let raw = raw_field(args, 1).unwrap_or(&[]);
+                unit(st.core.change_trace_config(now, cid, raw))
+            }
             _ => Reply::fail(),
         };
         out.reply(&to, reply);

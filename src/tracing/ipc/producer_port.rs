@@ -3,6 +3,7 @@
 
 use crate::base::shm::{AttachOptions, Shm};
 use crate::ipc::host::{Call, ClientId, Reply, ReplySink, Services};
+use crate::pb::protos::mod_InitializeConnectionRequest::ProducerSMBScrapingMode;
 use crate::pb::protos::*;
 use crate::protozero::{put_str, put_varint, VecStream};
 use crate::tracing::service::raw_proto::decode_message;
@@ -184,6 +185,8 @@ fn initialize(
         sdk_version: req.sdk_version.unwrap_or_default(),
         shm_size_hint_bytes: req.shared_memory_size_hint_bytes.unwrap_or(0) as u64,
         page_size_hint_bytes: req.shared_memory_page_size_hint_bytes.unwrap_or(0) as u64,
+        smb_scraping_enabled: req.smb_scraping_mode
+            == Some(ProducerSMBScrapingMode::SMB_SCRAPING_ENABLED),
     };
     match st.core.connect_producer(info, provided) {
         Ok(id) => {

@@ -17,6 +17,7 @@ use super::types::*;
 /// ObservableEvents.Type bits.
 pub const OBSERVE_DATA_SOURCES_INSTANCES: u32 = 1;
 pub const OBSERVE_ALL_DATA_SOURCES_STARTED: u32 = 2;
+pub const OBSERVE_CLONE_TRIGGER_HIT: u32 = 4;
 
 /// Which session CloneSession targets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,8 +113,9 @@ impl TracingService {
             observable_events: vec![
                 Type::TYPE_DATA_SOURCES_INSTANCES,
                 Type::TYPE_ALL_DATA_SOURCES_STARTED,
+                Type::TYPE_CLONE_TRIGGER_HIT,
             ],
-            has_trace_config_output_path: Some(false),
+            has_trace_config_output_path: Some(true),
             has_clone_session: Some(true),
         }
     }
@@ -177,6 +179,27 @@ impl TracingService {
         {
             let ev = ObservableEvents {
                 all_data_sources_started: Some(true),
+                ..Default::default()
+            };
+            self.emit(Output::ObservableEvents {
+                consumer,
+                events: encode_events(&ev),
+            });
+        }
+    }
+
+    pub(super) fn notify_clone_trigger_hit(
+        &mut self,
+        consumer: ConsumerId,
+        hit: crate::pb::protos::mod_ObservableEvents::CloneTriggerHit,
+    ) {
+        if self
+            .consumers
+            .get(&consumer)
+            .is_some_and(|c| c.observe_mask & OBSERVE_CLONE_TRIGGER_HIT != 0)
+        {
+            let ev = ObservableEvents {
+                clone_trigger_hit: Some(hit),
                 ..Default::default()
             };
             self.emit(Output::ObservableEvents {

@@ -19,6 +19,7 @@ pub mod trusted_trailer;
 mod commit;
 pub mod config_validation;
 mod consumer_ops;
+mod data_sources;
 mod enable;
 mod flush;
 pub mod name_matcher;
@@ -28,6 +29,7 @@ pub mod read_pass;
 #[allow(clippy::module_inception)]
 pub mod service;
 pub mod service_packets;
+mod scrape;
 pub mod session;
 mod stats;
 mod stop;

@@ -63,11 +63,13 @@ impl TracingService {
         let Some(s) = self.sessions.get_mut(&sid) else {
             return (out, false);
         };
-        // Trigger sessions that never triggered produce an empty trace.
+        // Trigger sessions that never triggered produce an empty trace;
+        // CLONE_SNAPSHOT sessions are read only through their clones.
         let mode = trigger_mode(&s.config);
-        if matches!(mode, TriggerMode::START_TRACING | TriggerMode::STOP_TRACING)
-            && s.triggers.is_empty()
-        {
+        let untriggered = matches!(mode, TriggerMode::START_TRACING | TriggerMode::STOP_TRACING)
+            && s.triggers.is_empty();
+        let clone_only = mode == TriggerMode::CLONE_SNAPSHOT;
+        if s.state != SessionState::ClonedReadOnly && (untriggered || clone_only) {
             return (out, false);
         }
         let builtin = s.config.builtin_data_sources.clone().unwrap_or_default();

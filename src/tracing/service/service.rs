@@ -19,6 +19,8 @@ use super::types::*;
 pub const MAX_SESSIONS: usize = 15;
 pub const MAX_SESSIONS_PER_UID: usize = 5;
 const MAX_PRODUCERS: usize = 1024;
+/// Bounds what one producer can make the service remember.
+const MAX_DATA_SOURCES_PER_PRODUCER: usize = 1024;
 
 /// A connected consumer.
 #[derive(Debug, Clone)]
@@ -104,6 +106,7 @@ impl TracingService {
                 Timer::StopTimeout(sid) => self.on_stop_timeout(now, sid),
                 Timer::SnapshotTick(sid) => self.on_snapshot_tick(now, sid),
                 Timer::ClearIncrementalState(sid) => self.on_clear_incremental_state(now, sid),
+                Timer::CloneTriggerHit(sid, n) => self.on_clone_trigger_hit(sid, n),
             }
         }
     }
@@ -238,6 +241,13 @@ impl TracingService {
             .producers
             .get_mut(&producer)
             .ok_or("unknown producer")?;
+        if p.data_sources.len() >= MAX_DATA_SOURCES_PER_PRODUCER
+            && !p.data_sources.contains_key(&name)
+        {
+            return Err(format!(
+                "Too many data sources registered (max {MAX_DATA_SOURCES_PER_PRODUCER})"
+            ));
+        }
         p.data_sources.insert(name.clone(), desc);
         self.data_sources_seen += 1;
         // Sessions already running pick the new data source up.

@@ -384,3 +384,76 @@ fn producer_disconnect_keeps_committed_data() {
     h.svc.disable_tracing(h.now, c).unwrap();
     assert_eq!(producer_markers(&h.read(c)), vec![1, 2]);
 }
+
+#[test]
+fn smb_scraping_copies_uncommitted_chunks_at_stop() {
+    use crate::tracing::core::smb_abi::{ChunkHeader, PageLayout};
+    for scraping in [true, false] {
+        let mut h = H::new();
+        let info = ProducerInfo {
+            name: "sdk".into(),
+            smb_scraping_enabled: scraping,
+            ..Default::default()
+        };
+        let p = h.svc.connect_producer(info, None).unwrap();
+        let d = crate::pb::protos::DataSourceDescriptor {
+            name: Some("ds".into()),
+            ..Default::default()
+        };
+        h.svc.register_data_source(h.now, p, d).unwrap();
+        let c = h.svc.connect_consumer(0);
+        h.enable(c, &basic_config("ds", 64)).unwrap();
+        let (_, cfg) = setup_ds_instance(&h.outputs(), p);
+        let global = decode_message::<DataSourceConfig>(&cfg)
+            .unwrap()
+            .target_buffer
+            .unwrap();
+        h.svc.register_trace_writer(p, 1, global);
+        // A complete chunk never committed.
+        let frags = [fragment(&test_packet(1, 0)), fragment(&test_packet(2, 0))].concat();
+        h.write_chunk(p, 1, global, &frags, 2, 0);
+        // A chunk still being written: 2 packets counted, the last one in
+        // progress.
+        let smb = h.svc.producer_smb(p).unwrap().clone();
+        assert!(smb.try_partition_page(1, PageLayout::Div1));
+        let hdr = ChunkHeader {
+            chunk_id: 1,
+            writer_id: 1,
+            packet_count: 2,
+            flags: 0,
+        };
+        let chunk = smb.try_acquire_chunk_for_writing(1, 0, &hdr).unwrap();
+        let frags = [fragment(&test_packet(3, 0)), vec![0x05, 0x40]].concat();
+        smb.mem().write(chunk.payload_offset(), &frags);
+        h.svc.disable_tracing(h.now, c).unwrap();
+        let markers = producer_markers(&h.read(c));
+        if scraping {
+            assert_eq!(markers, vec![1, 2, 3]);
+        } else {
+            assert!(markers.is_empty());
+        }
+    }
+}
+
+#[test]
+fn change_trace_config_only_changes_producer_filters() {
+    let mut h = H::new();
+    let a = h.producer("a", 0, &["ds"]);
+    let b = h.producer("b", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.data_sources[0].producer_name_filter = vec!["a".into()];
+    h.enable(c, &cfg).unwrap();
+    let outs = h.outputs();
+    assert!(!cmds_for(&outs, a).is_empty() && cmds_for(&outs, b).is_empty());
+    let mut bad = cfg.clone();
+    bad.duration_ms = Some(5);
+    assert!(h.svc.change_trace_config(h.now, c, &encode(&bad)).is_err());
+    cfg.data_sources[0].producer_name_filter.push("b".into());
+    h.svc.change_trace_config(h.now, c, &encode(&cfg)).unwrap();
+    let outs = h.outputs();
+    assert!(cmds_for(&outs, a).is_empty());
+    assert!(cmds_for(&outs, b)
+        .iter()
+        .any(|c| matches!(c, ProducerCommand::StartDataSource { .. })));
+}

@@ -350,3 +350,44 @@ fn stop_trigger_stops_after_delay_and_timeout_is_empty() {
     assert_eq!(h.svc.session_state(sid2), Some(SessionState::Disabled));
     assert!(h.read(c2).is_empty());
 }
+
+#[test]
+fn clone_snapshot_trigger_notifies_and_only_clones_are_readable() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    h.svc.observe_events(c, 4);
+    let sid = h
+        .enable(c, &trigger_config(TriggerMode::CLONE_SNAPSHOT, None, 100))
+        .unwrap();
+    let global = global_buffer(&h.outputs(), p);
+    h.commit_packets(p, 1, global, &[test_packet(7, 0)]);
+    h.svc.activate_triggers(h.now, p, &["go".into()]);
+    h.advance(ms(99));
+    assert!(h.outputs().is_empty());
+    h.advance(ms(1));
+    let hits: Vec<crate::pb::protos::ObservableEvents> = h
+        .outputs()
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::ObservableEvents { events, .. } => Some(decode_message(&events).unwrap()),
+            _ => None,
+        })
+        .collect();
+    let hit = hits[0].clone_trigger_hit.as_ref().unwrap();
+    assert_eq!(hit.tracing_session_id, Some(sid as i64));
+    assert_eq!(hit.trigger_name.as_deref(), Some("go"));
+    assert_eq!(hit.trigger_delay_ms, Some(100));
+    assert!(
+        h.read(c).is_empty(),
+        "CLONE_SNAPSHOT sessions are read through clones"
+    );
+    let cc = h.svc.connect_consumer(0);
+    h.svc
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 1)
+        .unwrap();
+    let id = flush_request(&h.outputs(), p).unwrap();
+    ack(&mut h, p, id);
+    assert_eq!(producer_markers(&h.read(cc)), vec![7]);
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
+}

@@ -26,6 +26,8 @@ impl TracingService {
         if !s.is_active() {
             return;
         }
+        self.scrape_session_smbs(sid);
+        let s = self.sessions.get_mut(&sid).expect("checked above");
         s.state = SessionState::Stopping;
         let timeout = s.stop_timeout_ms();
         let ids: Vec<_> = s.instances.iter().map(|i| i.id).collect();

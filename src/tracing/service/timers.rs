@@ -20,6 +20,8 @@ pub enum Timer {
     StopTimeout(SessionId),
     SnapshotTick(SessionId),
     ClearIncrementalState(SessionId),
+    /// CLONE_SNAPSHOT: tell the consumer about trigger `n` of the session.
+    CloneTriggerHit(SessionId, usize),
 }
 
 #[derive(Debug, Default)]
@@ -57,7 +59,8 @@ impl Timers {
             | Timer::FileWrite(s)
             | Timer::StopTimeout(s)
             | Timer::SnapshotTick(s)
-            | Timer::ClearIncrementalState(s) => *s != sid,
+            | Timer::ClearIncrementalState(s)
+            | Timer::CloneTriggerHit(s, _) => *s != sid,
             Timer::FlushTimeout(_) => true,
         });
     }

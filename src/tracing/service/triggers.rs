@@ -1,8 +1,11 @@
 //! Triggers: named events from producers that start or stop sessions
 //! configured with a `trigger_config`.
 //!
-//! Not implemented: `max_per_24_h` rate limiting and `skip_probability`
-//! (accepted and ignored), CLONE_SNAPSHOT notifications.
+//! CLONE_SNAPSHOT: every matching trigger is reported (after its
+//! `stop_delay_ms`) to the consumer as ObservableEvents.clone_trigger_hit;
+//! the consumer then clones the session. Not implemented: `max_per_24_h`
+//! rate limiting and `skip_probability` (accepted and ignored), the
+//! `clone_snapshot_trigger` packet in clones.
 
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
 
@@ -10,6 +13,7 @@ use super::config_validation::trigger_mode;
 use super::name_matcher::regex_full_match;
 use super::service::TracingService;
 use super::session::{ReceivedTrigger, SessionState};
+use super::timers::{ms, Timer};
 use super::types::*;
 
 impl TracingService {
@@ -50,6 +54,7 @@ impl TracingService {
         }
         let stop_delay_ms = t.stop_delay_ms.unwrap_or(0);
         let first = s.triggers.is_empty();
+        let index = s.triggers.len();
         s.triggers.push(ReceivedTrigger {
             name: name.to_string(),
             producer_name: pname.to_string(),
@@ -65,6 +70,10 @@ impl TracingService {
             TriggerMode::STOP_TRACING if first && s.state == SessionState::Started => {
                 self.schedule_stop(now, sid, stop_delay_ms);
             }
+            TriggerMode::CLONE_SNAPSHOT => {
+                self.timers
+                    .add(now + ms(stop_delay_ms), Timer::CloneTriggerHit(sid, index));
+            }
             _ => {}
         }
     }
@@ -79,5 +88,26 @@ impl TracingService {
             return;
         }
         self.stop_session(now, sid);
+    }
+
+    pub(super) fn on_clone_trigger_hit(&mut self, sid: SessionId, n: usize) {
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
+        let (Some(t), Some(consumer)) = (s.triggers.get(n), s.consumer) else {
+            return;
+        };
+        if !s.is_active() {
+            return;
+        }
+        let hit = crate::pb::protos::mod_ObservableEvents::CloneTriggerHit {
+            tracing_session_id: Some(sid as i64),
+            trigger_name: Some(t.name.clone()),
+            producer_name: Some(t.producer_name.clone()),
+            producer_uid: Some(t.producer_uid),
+            boot_time_ns: Some(t.boot_time_ns),
+            trigger_delay_ms: Some(t.stop_delay_ms as u64),
+        };
+        self.notify_clone_trigger_hit(consumer, hit);
     }
 }

@@ -36,6 +36,8 @@ pub struct ProducerInfo {
     pub sdk_version: String,
     pub shm_size_hint_bytes: u64,
     pub page_size_hint_bytes: u64,
+    /// The producer asked for SMB scraping (see `scrape.rs`).
+    pub smb_scraping_enabled: bool,
 }
 
 /// An SMB the producer brought (InitializeConnection with an fd). The

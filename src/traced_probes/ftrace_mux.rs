@@ -1,0 +1,497 @@
+//! `linux.ftrace` sessions sharing the kernel's ftrace buffers (FACTS g.4).
+//!
+//! One [`KInstance`] per tracefs instance in use (the root is `""`), shared
+//! by every data source that names it: the first one resets it, picks the
+//! clock and buffer size; each one enables the events it needs (reference
+//! counted, so stopping one session disables only what nobody else uses);
+//! tracing is on while any of them is started; the last one restores the
+//! instance (and removes it if we created it). Pages are read once per
+//! instance and parsed once per data source with that source's own event
+//! filter, so each session sees only its own events.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::clock::boot_time_ns;
+use super::crash_marker::{self, Touched};
+use super::ftrace_instance::KInstance;
+use crate::pb::protos::FtraceConfig;
+use crate::probes::ftrace::bundle::{
+    write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
+};
+use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode, MAX_READ_PAGES_PER_DRAIN};
+use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
+use crate::probes::ftrace::{atrace, CpuStats, Tracefs};
+use crate::protozero::{put_varint, VecStream};
+use crate::tracing::core::trace_writer::TraceWriter;
+
+/// Upstream's default drain period and its valid range.
+const DEFAULT_DRAIN_MS: u32 = 100;
+const MAX_DRAIN_MS: u32 = 60_000;
+
+/// One `linux.ftrace` data source instance.
+struct Source {
+    key: String,
+    writer: TraceWriter,
+    filter: EventFilter,
+    compact: bool,
+    events: Vec<(String, String)>,
+    cpus: Vec<CpuState>,
+    started: bool,
+    drain_ms: u32,
+    session: u64,
+    stats_before: Vec<CpuStats>,
+    unknown_events: Vec<String>,
+    failed_events: Vec<String>,
+    preserve: bool,
+    pids: Vec<i32>,
+}
+
+/// Bundles are built in memory, then copied into a TraceWriter packet.
+struct WriterPackets<'a> {
+    writer: &'a mut TraceWriter,
+    buf: VecStream,
+}
+
+impl PacketWriter for WriterPackets<'_> {
+    type Stream = VecStream;
+    fn new_packet(&mut self) {
+        self.buf.clear();
+    }
+    fn stream(&mut self) -> &mut VecStream {
+        &mut self.buf
+    }
+    fn finish_packet(&mut self) {
+        self.writer.write_packet(self.buf.as_bytes());
+        self.buf.clear();
+    }
+}
+
+/// All ftrace state of the producer.
+pub struct FtraceMux {
+    root: Option<Tracefs>,
+    instances: BTreeMap<String, KInstance>,
+    sources: BTreeMap<u64, Source>,
+    state_file: PathBuf,
+}
+
+impl std::fmt::Debug for FtraceMux {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FtraceMux")
+            .field("instances", &self.instances.keys().collect::<Vec<_>>())
+            .field("sources", &self.sources.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl FtraceMux {
+    pub fn new(state_file: PathBuf) -> FtraceMux {
+        FtraceMux {
+            root: None,
+            instances: BTreeMap::new(),
+            sources: BTreeMap::new(),
+            state_file,
+        }
+    }
+
+    fn root(&mut self) -> Result<Tracefs, String> {
+        if self.root.is_none() {
+            self.root = Some(Tracefs::discover().map_err(|e| format!("no tracefs: {e}"))?);
+        }
+        Ok(self.root.clone().expect("set above"))
+    }
+
+    fn store_marker(&self) {
+        let entries: Vec<Touched> = self
+            .instances
+            .iter()
+            .map(|(k, i)| {
+                if k.is_empty() {
+                    Touched::Root
+                } else {
+                    Touched::Instance {
+                        name: k.clone(),
+                        created: i.created,
+                    }
+                }
+            })
+            .collect();
+        if let Err(e) = crash_marker::store(&self.state_file, &entries) {
+            crate::log_warn!("cannot write {}: {e}", self.state_file.display());
+        }
+    }
+
+    /// First user of an instance: open it, record it in the state file,
+    /// then take it over.
+    fn open_instance(&mut self, key: &str, cfg: &FtraceConfig) -> Result<(), String> {
+        if self.instances.contains_key(key) {
+            return Ok(());
+        }
+        let root = self.root()?;
+        let inst = KInstance::open(&root, key, cfg)?;
+        self.instances.insert(key.to_string(), inst);
+        // Recorded before changing anything, so a crash from here on is undone.
+        self.store_marker();
+        if let Some(inst) = self.instances.get_mut(key) {
+            inst.take_over(cfg);
+        }
+        Ok(())
+    }
+
+    /// The (group, name) list a config asks for.
+    /// Also returns the atrace categories we do not know.
+    fn wanted_events(inst: &KInstance, cfg: &FtraceConfig) -> (Vec<(String, String)>, Vec<String>) {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut push = |g: &str, n: &str| {
+            let e = (g.to_string(), n.to_string());
+            if !out.contains(&e) {
+                out.push(e);
+            }
+        };
+        for ev in &cfg.ftrace_events {
+            match ev.split_once('/') {
+                Some((g, "*")) => {
+                    for n in inst.tracefs.events_in_group(g).unwrap_or_default() {
+                        push(g, &n);
+                    }
+                }
+                Some((g, n)) => push(g, n),
+                None => {
+                    // A bare name: whichever group of the table has it.
+                    let groups: Vec<String> = inst
+                        .table
+                        .events()
+                        .filter(|t| t.name == *ev)
+                        .map(|t| t.group.clone())
+                        .collect();
+                    for g in groups {
+                        push(&g, ev);
+                    }
+                }
+            }
+        }
+        let mut unknown_categories = Vec::new();
+        if !cfg.atrace_categories.is_empty() || !cfg.atrace_apps.is_empty() {
+            // Linux has no atrace binary: categories are kernel event sets,
+            // and userspace markers (trace_marker) arrive as ftrace/print.
+            let available = inst.tracefs.all_events().unwrap_or_default();
+            let userspace_only = cfg.atrace_userspace_only.unwrap_or(false);
+            let (events, unknown) =
+                atrace::expand(&cfg.atrace_categories, userspace_only, &available);
+            for (g, n) in events {
+                push(&g, &n);
+            }
+            unknown_categories = unknown;
+        }
+        (out, unknown_categories)
+    }
+
+    /// SetupDataSource: takes over the instance if needed and enables the
+    /// events; data flows only after [`start`](Self::start).
+    pub fn setup(
+        &mut self,
+        id: u64,
+        cfg: &FtraceConfig,
+        session: u64,
+        writer: TraceWriter,
+    ) -> Result<(), String> {
+        let key = cfg.instance_name.clone().unwrap_or_default();
+        self.open_instance(&key, cfg)?;
+        let inst = self.instances.get_mut(&key).expect("opened above");
+        inst.users += 1;
+        let mut filter = EventFilter::default();
+        let mut events = Vec::new();
+        let mut failed_events = Vec::new();
+        let (wanted, mut unknown_events) = Self::wanted_events(inst, cfg);
+        for (g, n) in wanted {
+            let id = match inst.table.event_by_name(&g, &n) {
+                Some(t) => Some(t.ftrace_id),
+                None if cfg.disable_generic_events.unwrap_or(false) => None,
+                None => match inst.tracefs.read_format(&g, &n) {
+                    Ok(text) => inst.table.add_generic(&g, &n, &text).ok(),
+                    Err(_) => None,
+                },
+            };
+            let Some(ftrace_id) = id else {
+                unknown_events.push(format!("{g}/{n}"));
+                continue;
+            };
+            let refs = inst.event_refs.entry((g.clone(), n.clone())).or_insert(0);
+            // ftrace/* events (print...) are always on; they have no switch.
+            if *refs == 0 && g != "ftrace" {
+                if let Err(e) = inst.tracefs.enable_event(&g, &n) {
+                    crate::log_warn!("ftrace: cannot enable {g}/{n}: {e}");
+                    failed_events.push(format!("{g}/{n}"));
+                    if *refs == 0 {
+                        inst.event_refs.remove(&(g.clone(), n.clone()));
+                    }
+                    continue;
+                }
+            }
+            *refs += 1;
+            filter.enable(ftrace_id);
+            events.push((g, n));
+        }
+        let switch_wanted = events
+            .iter()
+            .any(|(g, n)| g == "sched" && n == "sched_switch");
+        let compact_opt_out = cfg
+            .compact_sched
+            .as_ref()
+            .and_then(|c| c.enabled)
+            .is_some_and(|e| !e);
+        let compact = inst.compact.is_some() && switch_wanted && !compact_opt_out;
+        let ncpu = inst.tracefs.num_cpus().unwrap_or(1);
+        let drain_ms = match cfg.drain_period_ms {
+            Some(ms) if (1..=MAX_DRAIN_MS).contains(&ms) => ms,
+            _ => DEFAULT_DRAIN_MS,
+        };
+        self.sources.insert(
+            id,
+            Source {
+                key,
+                writer,
+                filter,
+                compact,
+                events,
+                cpus: (0..ncpu).map(|_| CpuState::default()).collect(),
+                started: false,
+                drain_ms,
+                session,
+                stats_before: Vec::new(),
+                unknown_events,
+                failed_events,
+                preserve: cfg.preserve_ftrace_buffer.unwrap_or(false),
+                pids: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    pub fn has(&self, id: u64) -> bool {
+        self.sources.contains_key(&id)
+    }
+
+    /// StartDataSource: tracing on (first started source of the instance)
+    /// and the per-cpu readers open.
+    pub fn start(&mut self, id: u64) -> Result<(), String> {
+        let Some(src) = self.sources.get_mut(&id) else {
+            return Err("setup failed".into());
+        };
+        if src.started {
+            return Ok(());
+        }
+        let inst = self
+            .instances
+            .get_mut(&src.key)
+            .expect("source has an instance");
+        if inst.reader.is_none() {
+            let drain = Duration::from_millis(src.drain_ms as u64);
+            let reader = FtraceReader::start(
+                &inst.tracefs,
+                inst.layout.page_size,
+                drain,
+                ReaderMode::Splice,
+            )
+            .map_err(|e| format!("cannot read trace_pipe_raw: {e}"))?;
+            inst.reader = Some(reader);
+        }
+        if inst.started == 0 {
+            inst.tracefs
+                .set_tracing_on(true)
+                .map_err(|e| format!("cannot turn tracing on: {e}"))?;
+        }
+        inst.started += 1;
+        src.started = true;
+        src.stats_before = cpu_stats(&inst.tracefs);
+        Ok(())
+    }
+
+    /// The drain period: the smallest of the started sources, if any.
+    pub fn drain_period(&self) -> Option<Duration> {
+        self.sources
+            .values()
+            .filter(|s| s.started)
+            .map(|s| s.drain_ms)
+            .min()
+            .map(|ms| Duration::from_millis(ms as u64))
+    }
+
+    /// Reads every instance with started sources: a periodic drain, or with
+    /// `flush` everything the kernel holds. Returns true if data is left.
+    pub fn read_pass(&mut self, flush: bool) -> bool {
+        let mut more = false;
+        let sources = &mut self.sources;
+        for (key, inst) in self.instances.iter_mut() {
+            if inst.started == 0 {
+                continue;
+            }
+            let KInstance {
+                reader,
+                table,
+                layout,
+                compact,
+                tracefs,
+                clock,
+                ..
+            } = inst;
+            let Some(reader) = reader.as_mut() else {
+                continue;
+            };
+            let snapshot = stats::ftrace_clock(clock).and_then(|_| {
+                let now = tracefs.cpu_stats(0).map(|s| s.now_ts).unwrap_or(0.0);
+                stats::clock_snapshot(clock, now, boot_time_ns() as i64)
+            });
+            let mut f = |cpu: usize, pages: &[u8]| {
+                for src in sources.values_mut() {
+                    if !src.started || src.key != *key {
+                        continue;
+                    }
+                    let ctx = BundleContext {
+                        table,
+                        filter: &src.filter,
+                        compact_sched: if src.compact { *compact } else { None },
+                        clock: snapshot,
+                    };
+                    if cpu >= src.cpus.len() {
+                        src.cpus.resize_with(cpu + 1, CpuState::default);
+                    }
+                    let state = &mut src.cpus[cpu];
+                    let mut w = WriterPackets {
+                        writer: &mut src.writer,
+                        buf: VecStream::new(),
+                    };
+                    write_pages(&mut w, cpu as u32, pages, layout, &ctx, state);
+                    src.pids.append(&mut state.metadata.pids);
+                    state.metadata.clear();
+                }
+            };
+            let r = if flush {
+                reader.flush(&mut f)
+            } else {
+                reader.drain(&mut f)
+            };
+            match r {
+                Ok(pages) => more |= !flush && pages >= MAX_READ_PAGES_PER_DRAIN,
+                Err(e) => crate::log_warn!("ftrace read of {key:?}: {e}"),
+            }
+        }
+        more
+    }
+
+    /// Periodic tick: one bounded read pass.
+    pub fn tick(&mut self) -> bool {
+        self.read_pass(false)
+    }
+
+    /// Pids seen since the last call, per tracing session.
+    pub fn take_pids(&mut self) -> Vec<(u64, Vec<i32>)> {
+        let mut out = Vec::new();
+        for s in self.sources.values_mut() {
+            if !s.pids.is_empty() {
+                let mut p = std::mem::take(&mut s.pids);
+                p.sort_unstable();
+                p.dedup();
+                out.push((s.session, p));
+            }
+        }
+        out
+    }
+
+    /// Flush of `ids`: drains the kernel buffers completely, writes the
+    /// start/end ftrace_stats, returns the writers' chunks.
+    pub fn flush(&mut self, ids: &[u64]) {
+        if !ids.iter().any(|id| self.sources.contains_key(id)) {
+            return;
+        }
+        self.read_pass(true);
+        for id in ids {
+            let Some(src) = self.sources.get_mut(id) else {
+                continue;
+            };
+            if src.started {
+                let inst = &self.instances[&src.key];
+                let after = cpu_stats(&inst.tracefs);
+                let before = src.stats_before.clone();
+                write_stats(src, Phase::StartOfTrace, &before);
+                write_stats(src, Phase::EndOfTrace, &after);
+            }
+            src.writer.flush();
+        }
+    }
+
+    pub fn clear_incremental_state(&mut self, _id: u64) {}
+
+    /// StopDataSource: flushes the writer and undoes what only this source
+    /// needed; the last user of an instance restores it.
+    pub fn stop(&mut self, id: u64) {
+        let Some(mut src) = self.sources.remove(&id) else {
+            return;
+        };
+        src.writer.flush();
+        let key = src.key.clone();
+        let Some(inst) = self.instances.get_mut(&key) else {
+            return;
+        };
+        for e in &src.events {
+            if let Some(n) = inst.event_refs.get_mut(e) {
+                *n -= 1;
+                if *n == 0 {
+                    inst.event_refs.remove(e);
+                    if e.0 != "ftrace" {
+                        let _ = inst.tracefs.disable_event(&e.0, &e.1);
+                    }
+                }
+            }
+        }
+        if src.started {
+            inst.started -= 1;
+            if inst.started == 0 {
+                let _ = inst.tracefs.set_tracing_on(false);
+            }
+        }
+        inst.users -= 1;
+        if inst.users == 0 {
+            let inst = self.instances.remove(&key).expect("present");
+            if let Some(root) = &self.root {
+                inst.release(root, &key);
+            }
+            self.store_marker();
+        }
+    }
+
+    /// Every source id (for shutdown).
+    pub fn ids(&self) -> Vec<u64> {
+        self.sources.keys().copied().collect()
+    }
+}
+
+fn cpu_stats(t: &Tracefs) -> Vec<CpuStats> {
+    (0..t.num_cpus().unwrap_or(0))
+        .map(|c| t.cpu_stats(c).unwrap_or_default())
+        .collect()
+}
+
+/// One `ftrace_stats` packet; errors and unknown events only at the end.
+fn write_stats(src: &mut Source, phase: Phase, cpu_stats: &[CpuStats]) {
+    let end = phase == Phase::EndOfTrace;
+    let parse_errors: Vec<_> = src
+        .cpus
+        .iter()
+        .flat_map(|c| c.parse_errors.iter().copied())
+        .collect();
+    let none: &[String] = &[];
+    let snapshot = StatsSnapshot {
+        cpu_stats,
+        unknown_ftrace_events: if end { &src.unknown_events } else { none },
+        failed_ftrace_events: if end { &src.failed_events } else { none },
+        preserve_ftrace_buffer: src.preserve,
+        parse_errors: if end { &parse_errors } else { &[] },
+        ..Default::default()
+    };
+    let mut s = VecStream::new();
+    put_varint(&mut s, 8, boot_time_ns());
+    stats::write_ftrace_stats(&mut s, phase, &snapshot);
+    src.writer.write_packet(s.as_bytes());
+}

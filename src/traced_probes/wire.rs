@@ -1,0 +1,297 @@
+//! ProducerPort messages as traced_probes sends and receives them: request
+//! encoding (pb-rs types, cold path) and decoding of the service's
+//! GetAsyncCommand stream into [`Command`]s.
+//!
+//! Everything decoded here comes from the service; values are checked
+//! before they leave this file (ids non-zero, buffers in u16 range).
+
+use quick_protobuf::{BytesReader, MessageRead, MessageWrite, Writer};
+
+use crate::pb::protos::mod_CommitDataRequest::mod_ChunkToPatch::Patch as PbPatch;
+use crate::pb::protos::mod_CommitDataRequest::{ChunkToPatch as PbChunkToPatch, ChunksToMove};
+use crate::pb::protos::mod_GetAsyncCommandResponse::OneOfcmd;
+use crate::pb::protos::mod_InitializeConnectionRequest::ProducerSMBScrapingMode;
+use crate::pb::protos::{
+    CommitDataRequest, DataSourceConfig, DataSourceDescriptor, GetAsyncCommandResponse,
+    InitializeConnectionRequest, InitializeConnectionResponse, NotifyDataSourceStartedRequest,
+    NotifyDataSourceStoppedRequest, RegisterDataSourceRequest, RegisterTraceWriterRequest,
+    UnregisterTraceWriterRequest,
+};
+use crate::tracing::core::arbiter::{BufferId, CommitBatch, WriterId};
+
+/// Name traced_probes registers under (traced and tools match on it).
+pub const PRODUCER_NAME: &str = "perfetto.traced_probes";
+/// SMB hints: 2 MiB of 32 KiB pages, as upstream traced_probes asks.
+pub const SMB_SIZE_HINT: u32 = 2 * 1024 * 1024;
+pub const SMB_PAGE_SIZE_HINT: u32 = 32 * 1024;
+
+/// Serializes a pb-rs message.
+pub fn encode<M: MessageWrite>(m: &M) -> Vec<u8> {
+    let mut out = Vec::with_capacity(m.get_size());
+    // Writing into a Vec cannot fail.
+    let _ = m.write_message(&mut Writer::new(&mut out));
+    out
+}
+
+/// Parses a message from untrusted bytes.
+pub fn decode<M: for<'a> MessageRead<'a>>(bytes: &[u8]) -> Option<M> {
+    M::from_reader(&mut BytesReader::from_bytes(bytes), bytes).ok()
+}
+
+pub fn initialize_connection() -> Vec<u8> {
+    encode(&InitializeConnectionRequest {
+        shared_memory_page_size_hint_bytes: Some(SMB_PAGE_SIZE_HINT),
+        shared_memory_size_hint_bytes: Some(SMB_SIZE_HINT),
+        producer_name: Some(PRODUCER_NAME.to_string()),
+        smb_scraping_mode: Some(ProducerSMBScrapingMode::SMB_SCRAPING_DISABLED),
+        sdk_version: Some(crate::applets::VERSION.to_string()),
+        ..Default::default()
+    })
+}
+
+/// `direct_smb_patching_supported` from the InitializeConnection reply.
+pub fn direct_patching_supported(reply: &[u8]) -> bool {
+    decode::<InitializeConnectionResponse>(reply)
+        .and_then(|r| r.direct_smb_patching_supported)
+        .unwrap_or(false)
+}
+
+/// RegisterDataSource for one of our sources: every one acks start and stop.
+pub fn register_data_source(name: &str) -> Vec<u8> {
+    encode(&RegisterDataSourceRequest {
+        data_source_descriptor: Some(DataSourceDescriptor {
+            name: Some(name.to_string()),
+            will_notify_on_start: Some(true),
+            will_notify_on_stop: Some(true),
+            handles_incremental_state_clear: Some(true),
+            ..Default::default()
+        }),
+    })
+}
+
+pub fn register_trace_writer(id: WriterId, target_buffer: BufferId) -> Vec<u8> {
+    encode(&RegisterTraceWriterRequest {
+        trace_writer_id: Some(id as u32),
+        target_buffer: Some(target_buffer as u32),
+    })
+}
+
+pub fn unregister_trace_writer(id: WriterId) -> Vec<u8> {
+    encode(&UnregisterTraceWriterRequest {
+        trace_writer_id: Some(id as u32),
+    })
+}
+
+pub fn notify_started(instance: u64) -> Vec<u8> {
+    encode(&NotifyDataSourceStartedRequest {
+        data_source_id: Some(instance),
+    })
+}
+
+pub fn notify_stopped(instance: u64) -> Vec<u8> {
+    encode(&NotifyDataSourceStoppedRequest {
+        data_source_id: Some(instance),
+    })
+}
+
+/// The arbiter's batch as a CommitDataRequest.
+pub fn commit_data(batch: &CommitBatch) -> Vec<u8> {
+    let req = CommitDataRequest {
+        chunks_to_move: batch
+            .chunks_to_move
+            .iter()
+            .map(|c| ChunksToMove {
+                page: Some(c.page),
+                chunk: Some(c.chunk),
+                target_buffer: Some(c.target_buffer as u32),
+                ..Default::default()
+            })
+            .collect(),
+        chunks_to_patch: batch
+            .chunks_to_patch
+            .iter()
+            .map(|c| PbChunkToPatch {
+                target_buffer: Some(c.target_buffer as u32),
+                writer_id: Some(c.writer_id as u32),
+                chunk_id: Some(c.chunk_id),
+                patches: c
+                    .patches
+                    .iter()
+                    .map(|p| PbPatch {
+                        offset: Some(p.offset),
+                        data: Some(p.data.to_vec()),
+                    })
+                    .collect(),
+                has_more_patches: c.has_more_patches.then_some(true),
+            })
+            .collect(),
+        flush_request_id: batch.flush_request_id,
+    };
+    encode(&req)
+}
+
+/// One command pushed by the service on the GetAsyncCommand stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// The SMB fd rides on the same reply frame.
+    SetupTracing {
+        page_size_kb: u32,
+    },
+    SetupDataSource {
+        id: u64,
+        config: DataSourceConfig,
+    },
+    StartDataSource {
+        id: u64,
+        config: DataSourceConfig,
+    },
+    StopDataSource {
+        id: u64,
+    },
+    Flush {
+        ids: Vec<u64>,
+        request_id: u64,
+    },
+    ClearIncrementalState {
+        ids: Vec<u64>,
+    },
+}
+
+/// Why a command was ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandError {
+    Malformed,
+    /// A oneof member we do not know (newer service) or none at all.
+    Unknown,
+    MissingId,
+}
+
+fn config_ok(config_untrusted: Option<DataSourceConfig>) -> DataSourceConfig {
+    config_untrusted.unwrap_or_default()
+}
+
+/// Decodes one GetAsyncCommandResponse payload.
+pub fn parse_command(payload_untrusted: &[u8]) -> Result<Command, CommandError> {
+    let msg: GetAsyncCommandResponse = decode(payload_untrusted).ok_or(CommandError::Malformed)?;
+    let nonzero = |id: Option<u64>| id.filter(|&i| i != 0).ok_or(CommandError::MissingId);
+    Ok(match msg.cmd {
+        OneOfcmd::setup_tracing(s) => Command::SetupTracing {
+            page_size_kb: s.shared_buffer_page_size_kb.unwrap_or(0),
+        },
+        OneOfcmd::setup_data_source(s) => Command::SetupDataSource {
+            id: nonzero(s.new_instance_id)?,
+            config: config_ok(s.config),
+        },
+        OneOfcmd::start_data_source(s) => Command::StartDataSource {
+            id: nonzero(s.new_instance_id)?,
+            config: config_ok(s.config),
+        },
+        OneOfcmd::stop_data_source(s) => Command::StopDataSource {
+            id: nonzero(s.instance_id)?,
+        },
+        OneOfcmd::flush(f) => Command::Flush {
+            ids: f.data_source_ids,
+            request_id: f.request_id.unwrap_or(0),
+        },
+        OneOfcmd::clear_incremental_state(c) => Command::ClearIncrementalState {
+            ids: c.data_source_ids,
+        },
+        OneOfcmd::None => return Err(CommandError::Unknown),
+    })
+}
+
+/// The target buffer of a data source config, if it fits the u16 id space.
+pub fn target_buffer(config: &DataSourceConfig) -> Option<BufferId> {
+    config
+        .target_buffer
+        .and_then(|b| BufferId::try_from(b).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::protos::mod_GetAsyncCommandResponse::{Flush, SetupDataSource, StopDataSource};
+    use crate::tracing::core::arbiter::{ChunkToMove, ChunkToPatch, Patch};
+
+    #[test]
+    fn commands_round_trip_and_bad_input_is_refused() {
+        let setup = GetAsyncCommandResponse {
+            cmd: OneOfcmd::setup_data_source(SetupDataSource {
+                new_instance_id: Some(7),
+                config: Some(DataSourceConfig {
+                    name: Some("linux.sys_stats".into()),
+                    target_buffer: Some(3),
+                    ..Default::default()
+                }),
+            }),
+        };
+        match parse_command(&encode(&setup)).unwrap() {
+            Command::SetupDataSource { id, config } => {
+                assert_eq!(id, 7);
+                assert_eq!(target_buffer(&config), Some(3));
+            }
+            other => panic!("{other:?}"),
+        }
+        let flush = GetAsyncCommandResponse {
+            cmd: OneOfcmd::flush(Flush {
+                data_source_ids: vec![1, 2],
+                request_id: Some(9),
+                flags: None,
+            }),
+        };
+        assert_eq!(
+            parse_command(&encode(&flush)).unwrap(),
+            Command::Flush {
+                ids: vec![1, 2],
+                request_id: 9
+            }
+        );
+        let stop0 = GetAsyncCommandResponse {
+            cmd: OneOfcmd::stop_data_source(StopDataSource {
+                instance_id: Some(0),
+            }),
+        };
+        assert_eq!(parse_command(&encode(&stop0)), Err(CommandError::MissingId));
+        assert_eq!(parse_command(&[]), Err(CommandError::Unknown));
+        assert_eq!(
+            parse_command(&[0x1a, 0x7f, 0x01]),
+            Err(CommandError::Malformed)
+        );
+        let huge = DataSourceConfig {
+            target_buffer: Some(70000),
+            ..Default::default()
+        };
+        assert_eq!(target_buffer(&huge), None);
+    }
+
+    #[test]
+    fn commit_batch_encoding() {
+        let batch = CommitBatch {
+            chunks_to_move: vec![ChunkToMove {
+                page: 2,
+                chunk: 0,
+                target_buffer: 5,
+            }],
+            chunks_to_patch: vec![ChunkToPatch {
+                target_buffer: 5,
+                writer_id: 1,
+                chunk_id: 4,
+                patches: vec![Patch {
+                    offset: 8,
+                    data: [1, 2, 3, 4],
+                }],
+                has_more_patches: false,
+            }],
+            flush_request_id: Some(11),
+        };
+        let req: CommitDataRequest = decode(&commit_data(&batch)).unwrap();
+        assert_eq!(req.chunks_to_move[0].page, Some(2));
+        assert_eq!(req.chunks_to_move[0].target_buffer, Some(5));
+        assert_eq!(
+            req.chunks_to_patch[0].patches[0].data,
+            Some(vec![1, 2, 3, 4])
+        );
+        assert_eq!(req.chunks_to_patch[0].has_more_patches, None);
+        assert_eq!(req.flush_request_id, Some(11));
+    }
+}
