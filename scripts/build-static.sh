@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds a fully static release tracebox for one target:
-#   scripts/build-static.sh TARGET      -> dist/tracebox-TARGET
+#   scripts/build-static.sh TARGET      -> dist/tracebox-TARGET (printed as "built: PATH")
 # TARGET: x86_64-unknown-linux-musl, i686-unknown-linux-musl,
 #         aarch64-unknown-linux-musl, armv7-unknown-linux-gnueabihf,
 #         armv7-unknown-linux-musleabihf (falls back to gnueabihf when rustup
@@ -50,7 +50,7 @@ command -v file >/dev/null || apt_install file
 
 cargo build --locked --release --config cross/config.toml --target "$built_as" --bin tracebox
 mkdir -p dist
-out="dist/tracebox-$target"
+out="dist/tracebox-$built_as"
 cp "target/$built_as/release/tracebox" "$out"
 
 # Static means: no program interpreter and no shared library dependencies.
@@ -69,3 +69,4 @@ if file "$out" | grep -q 'dynamically linked'; then
     exit 1
 fi
 echo "$out: $(stat -c %s "$out") bytes (stripped)"
+echo "built: $out"

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The SysV/BusyBox init script for real: installs tracebox into a temporary
+# prefix, starts traced and traced_probes with scripts/init/tracebox.init
+# (paths and sockets from a temporary defaults file), records a trace of this
+# kernel with the installed `perfetto`, stops, and checks that no tracebox
+# process is left and ftrace is off.
+#   scripts/test-initd.sh [BINARY]     (default: a fresh target/debug/tracebox)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ $# -ge 1 ]; then
+    bin="$1"
+else
+    cargo build --locked --bin tracebox
+    bin="$PWD/target/debug/tracebox"
+fi
+scripts/ensure-tracefs.sh
+scripts/setup-python.sh
+py="$PWD/.venv/bin/python"
+tracefs=/sys/kernel/tracing
+[ -e $tracefs/trace ] || tracefs=/sys/kernel/debug/tracing
+
+tmp="$(mktemp -d)"
+init="$PWD/scripts/init/tracebox.init"
+export TRACEBOX_DEFAULTS="$tmp/default"
+cleanup() {
+    "$init" stop >/dev/null 2>&1 || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "test-initd: $*" >&2; exit 1; }
+
+scripts/install.sh "$tmp/prefix" "$bin"
+for applet in traced traced_probes perfetto trigger_perfetto; do
+    [ "$(readlink "$tmp/prefix/bin/$applet")" = tracebox ] || fail "no $applet symlink"
+done
+
+group="$(id -gn)"
+cat >"$tmp/default" <<EOF2
+TRACEBOX_BIN_DIR=$tmp/prefix/bin
+TRACEBOX_PID_DIR=$tmp/run
+PERFETTO_PRODUCER_SOCK_NAME=$tmp/producer.sock
+PERFETTO_CONSUMER_SOCK_NAME=$tmp/consumer.sock
+TRACED_PROBES_STATE_FILE=$tmp/probes.state
+TRACED_ARGS="--set-socket-permissions $group:0660:$group:0660"
+EOF2
+
+echo "== start"
+"$init" start
+"$init" status || fail "status after start: $?"
+for f in traced traced_probes; do
+    [ -s "$tmp/run/$f.pid" ] || fail "no pidfile for $f"
+done
+[ "$(stat -c %a "$tmp/producer.sock")" = 660 ] || fail "producer socket mode $(stat -c %a "$tmp/producer.sock")"
+[ "$(stat -c %a "$tmp/consumer.sock")" = 660 ] || fail "consumer socket mode $(stat -c %a "$tmp/consumer.sock")"
+"$init" start | grep -q "already running" || fail "a second start did not see the running daemons"
+
+echo "== record with the installed perfetto"
+instance=tbx_initd
+cat >"$tmp/config.txt" <<EOF2
+buffers { size_kb: 4096 }
+data_sources { config { name: "linux.ftrace" ftrace_config {
+    ftrace_events: "sched/sched_switch" instance_name: "$instance" } } }
+data_sources { config { name: "linux.system_info" } }
+duration_ms: 1500
+EOF2
+export PERFETTO_PRODUCER_SOCK_NAME="$tmp/producer.sock" PERFETTO_CONSUMER_SOCK_NAME="$tmp/consumer.sock"
+"$tmp/prefix/bin/perfetto" --txt -c "$tmp/config.txt" -o "$tmp/trace.pftrace"
+"$py" tests/py/check_probes_trace.py "$tmp/trace.pftrace" --sched-switch --ftrace-stats --cpu-info
+
+echo "== restart"
+"$init" restart
+"$init" status || fail "status after restart: $?"
+
+echo "== stop"
+"$init" stop
+rc=0
+"$init" status || rc=$?
+[ $rc = 3 ] || fail "status after stop: $rc, want 3"
+[ ! -e "$tmp/run/traced.pid" ] && [ ! -e "$tmp/run/traced_probes.pid" ] || fail "pidfiles left"
+if pgrep -f "$tmp/prefix/bin/" >/dev/null; then
+    pgrep -af "$tmp/prefix/bin/" >&2
+    fail "tracebox processes left running"
+fi
+if [ -e "$tracefs/instances/$instance" ]; then
+    [ "$(cat "$tracefs/instances/$instance/tracing_on")" = 0 ] || fail "instance $instance still tracing"
+fi
+# traced_probes --reset-ftrace turned the root buffer off at start.
+[ "$(cat "$tracefs/tracing_on")" = 0 ] || fail "tracing_on is 1 at the tracefs root"
+echo "== init.d script ok"
