@@ -53,7 +53,8 @@ for f in traced traced_probes; do
 done
 [ "$(stat -c %a "$tmp/producer.sock")" = 660 ] || fail "producer socket mode $(stat -c %a "$tmp/producer.sock")"
 [ "$(stat -c %a "$tmp/consumer.sock")" = 660 ] || fail "consumer socket mode $(stat -c %a "$tmp/consumer.sock")"
-"$init" start | grep -q "already running" || fail "a second start did not see the running daemons"
+again="$("$init" start)"
+[ "$(grep -c "already running" <<<"$again")" = 2 ] || fail "a second start did not see the running daemons: $again"
 
 echo "== record with the installed perfetto"
 instance=tbx_initd

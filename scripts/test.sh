@@ -37,3 +37,9 @@ echo "== fuzz targets compile"
 if [ -f fuzz/Cargo.toml ]; then
     cargo check --locked --manifest-path fuzz/Cargo.toml --bins
 fi
+
+echo "== init.d script: install, start, record, stop (scripts/init/tracebox.init)"
+scripts/test-initd.sh "$ours"
+
+echo "== static cross builds under qemu-user: aarch64 and armv7, end-to-end on this kernel"
+scripts/test-cross.sh
