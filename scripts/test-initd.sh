@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The SysV/BusyBox init script for real: installs tracebox into a temporary
 # prefix, starts traced and traced_probes with scripts/init/tracebox.init
-# (paths and sockets from a temporary defaults file), records a trace of this
+# under BusyBox sh (paths and sockets from a temporary defaults file), records a trace of this
 # kernel with the installed `perfetto`, stops, and checks that no tracebox
 # process is left and ftrace is off.
 #   scripts/test-initd.sh [BINARY]     (default: a fresh target/debug/tracebox)
@@ -20,11 +20,17 @@ py="$PWD/.venv/bin/python"
 tracefs=/sys/kernel/tracing
 [ -e $tracefs/trace ] || tracefs=/sys/kernel/debug/tracing
 
+# Boards run it under BusyBox: so does this test.
+if ! command -v busybox >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox >/dev/null
+fi
 tmp="$(mktemp -d)"
-init="$PWD/scripts/init/tracebox.init"
+init_script="$PWD/scripts/init/tracebox.init"
+run_init() { busybox sh "$init_script" "$@"; }
 export TRACEBOX_DEFAULTS="$tmp/default"
 cleanup() {
-    "$init" stop >/dev/null 2>&1 || true
+    run_init stop >/dev/null 2>&1 || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -46,14 +52,14 @@ TRACED_ARGS="--set-socket-permissions $group:0660:$group:0660"
 EOF2
 
 echo "== start"
-"$init" start
-"$init" status || fail "status after start: $?"
+run_init start
+run_init status || fail "status after start: $?"
 for f in traced traced_probes; do
     [ -s "$tmp/run/$f.pid" ] || fail "no pidfile for $f"
 done
 [ "$(stat -c %a "$tmp/producer.sock")" = 660 ] || fail "producer socket mode $(stat -c %a "$tmp/producer.sock")"
 [ "$(stat -c %a "$tmp/consumer.sock")" = 660 ] || fail "consumer socket mode $(stat -c %a "$tmp/consumer.sock")"
-again="$("$init" start)"
+again="$(run_init start)"
 [ "$(grep -c "already running" <<<"$again")" = 2 ] || fail "a second start did not see the running daemons: $again"
 
 echo "== record with the installed perfetto"
@@ -70,13 +76,13 @@ export PERFETTO_PRODUCER_SOCK_NAME="$tmp/producer.sock" PERFETTO_CONSUMER_SOCK_N
 "$py" tests/py/check_probes_trace.py "$tmp/trace.pftrace" --sched-switch --ftrace-stats --cpu-info
 
 echo "== restart"
-"$init" restart
-"$init" status || fail "status after restart: $?"
+run_init restart
+run_init status || fail "status after restart: $?"
 
 echo "== stop"
-"$init" stop
+run_init stop
 rc=0
-"$init" status || rc=$?
+run_init status || rc=$?
 [ $rc = 3 ] || fail "status after stop: $rc, want 3"
 [ ! -e "$tmp/run/traced.pid" ] && [ ! -e "$tmp/run/traced_probes.pid" ] || fail "pidfiles left"
 if pgrep -f "$tmp/prefix/bin/" >/dev/null; then
