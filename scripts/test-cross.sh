@@ -9,7 +9,8 @@
 #      registered here), records sched_switch plus atrace markers written to
 #      the ftrace instance, and is checked with Perfetto's own schema.
 # Without binfmt_misc (no permission to mount it) step 3 starts the daemons
-# explicitly under qemu instead, and says so.
+# explicitly under qemu instead, and says so (TRACEBOX_CROSS_NO_BINFMT=1
+# forces that path).
 #   scripts/test-cross.sh [TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -108,7 +109,7 @@ CFG
     export PERFETTO_PRODUCER_SOCK_NAME="$dir/producer2" PERFETTO_CONSUMER_SOCK_NAME="$dir/consumer2"
     export TRACED_PROBES_STATE_FILE="$dir/probes.state"
     daemons=()
-    if binfmt_ready "$binfmt"; then
+    if [ -z "${TRACEBOX_CROSS_NO_BINFMT:-}" ] && binfmt_ready "$binfmt"; then
         echo "(binfmt_misc: the client re-executes $bin for traced and traced_probes)"
     else
         echo "(no binfmt_misc here: starting traced and traced_probes explicitly under $qemu)"

@@ -95,3 +95,37 @@ fi
 # traced_probes --reset-ftrace turned the root buffer off at start.
 [ "$(cat "$tracefs/tracing_on")" = 0 ] || fail "tracing_on is 1 at the tracefs root"
 echo "== init.d script ok"
+
+# What tracebox.rc relies on: init's listening sockets, inherited by traced
+# as ANDROID_SOCKET_traced_{producer,consumer}.
+echo "== Android init sockets (tracebox.rc): traced adopts inherited listeners"
+"$py" - "$tmp" "$tmp/prefix/bin/traced" "$tmp/prefix/bin/perfetto" <<'PY'
+import os, socket, subprocess, sys
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+tmp, traced, perfetto = sys.argv[1:4]
+socks = {}
+for name in ("traced_producer", "traced_consumer"):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(f"{tmp}/dev_socket_{name}")
+    s.listen(8)
+    socks[name] = s
+env = dict(os.environ)
+for name, s in socks.items():
+    env[f"ANDROID_SOCKET_{name}"] = str(s.fileno())
+# Were the inherited sockets ignored, traced would bind these instead.
+env["PERFETTO_PRODUCER_SOCK_NAME"] = f"{tmp}/not_adopted_p"
+env["PERFETTO_CONSUMER_SOCK_NAME"] = f"{tmp}/not_adopted_c"
+d = subprocess.Popen([traced], env=env, pass_fds=[s.fileno() for s in socks.values()])
+try:
+    cenv = dict(os.environ, PERFETTO_CONSUMER_SOCK_NAME=f"{tmp}/dev_socket_traced_consumer")
+    raw = subprocess.run([perfetto, "--query-raw"], env=cenv, capture_output=True,
+                         timeout=60, check=True).stdout
+    state = pb.TracingServiceState()
+    state.ParseFromString(raw)
+    assert state.tracing_service_version.startswith("tracebox"), state
+    assert not os.path.exists(f"{tmp}/not_adopted_c"), "traced bound its own socket"
+    print("inherited consumer socket serves", state.tracing_service_version)
+finally:
+    d.terminate()
+    d.wait()
+PY
