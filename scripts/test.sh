@@ -39,5 +39,11 @@ if [ -f fuzz/Cargo.toml ]; then
     cargo check --locked --manifest-path fuzz/Cargo.toml --bins
 fi
 
+echo "== init.d script: install, start, record, stop (scripts/init/tracebox.init)"
+scripts/test-initd.sh "$ours"
+
+echo "== static cross builds under qemu-user: aarch64 and armv7, end-to-end on this kernel"
+scripts/test-cross.sh
+
 # One closing line for the whole suite (cargo prints one per test binary).
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tracebox: %d passed, %d failed\n", p, f }' "$log"
