@@ -77,6 +77,36 @@ fn autostart_records_and_shares_the_system_sockets() {
     assert_eq!(tracing_on(), "0");
     assert!(!tracebox::cmd::autostart::service_answers(consumer));
 
+    // The seed documents' configs run as written (text format, autostart).
+    // atrace_app.pbtx records ftrace/print: markers written meanwhile land.
+    let cfg = |name: &str| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pbtx/").to_owned() + name;
+    let out = dir.path().join("atrace_app.pftrace");
+    let mut rec = tracebox()
+        .args(["--txt", "-c", &cfg("atrace_app.pbtx"), "-o", out.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let me = std::process::id();
+    let mut written = 0;
+    while rec.try_wait().unwrap().is_none() {
+        let _ = std::fs::write("/sys/kernel/tracing/trace_marker", format!("C|{me}|tbx_counter|{written}"));
+        written += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(rec.wait().unwrap().success());
+    let s = summary(&out);
+    assert!(s.contains(&format!("C|{me}|tbx_counter|")), "no markers: {s:?}");
+
+    let out = dir.path().join("basic_ftrace.pftrace");
+    let st = tracebox()
+        .args(["--txt", "-c", &cfg("basic_ftrace.pbtx"), "-o", out.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let s = summary(&out);
+    assert!(s.contains("\"sched_switch\"") || s.num("compact_switches") > 0, "{s:?}");
+
     // --private-sockets: upstream's isolated daemons, nothing on the
     // system sockets.
     let out = dir.path().join("private.pftrace");

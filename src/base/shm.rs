@@ -121,7 +121,7 @@ impl Shm {
             Ok(fd) => (fd, true),
             Err(_) => (OwnedFd::from(tempfile_unlinked()?), false),
         };
-        nix::unistd::ftruncate(&fd, size as i64)?;
+        nix::unistd::ftruncate(&fd, size as libc::off_t)?;
         if is_memfd {
             fcntl(fd.as_raw_fd(), FcntlArg::F_ADD_SEALS(SEALS))?;
         }

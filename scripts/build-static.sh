@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds a fully static release tracebox for one target:
+#   scripts/build-static.sh TARGET      -> dist/tracebox-TARGET (printed as "built: PATH")
+# TARGET: x86_64-unknown-linux-musl, i686-unknown-linux-musl,
+#         aarch64-unknown-linux-musl, armv7-unknown-linux-gnueabihf,
+#         armv7-unknown-linux-musleabihf (falls back to gnueabihf when rustup
+#         serves no armv7 musl std; see cross/README.md).
+# Installs what it needs (rustup target, Debian's ARM cross gcc), checks the
+# result is static (no PT_INTERP, no DT_NEEDED) and prints its size.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target="${1:?usage: scripts/build-static.sh TARGET}"
+built_as="$target"
+
+have_target() { rustup target list --installed | grep -qx "$1"; }
+add_target() { have_target "$1" || rustup target add "$1" >/dev/null 2>&1; have_target "$1"; }
+
+apt_install() {
+    local missing=()
+    for pkg in "$@"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+case "$target" in
+x86_64-unknown-linux-musl | i686-unknown-linux-musl | aarch64-unknown-linux-musl)
+    add_target "$target" || { echo "build-static: rustup cannot add $target" >&2; exit 1; }
+    ;;
+armv7-unknown-linux-musleabihf)
+    if ! add_target "$target"; then
+        echo "build-static: no $target std from rustup here; building armv7-unknown-linux-gnueabihf with +crt-static" >&2
+        built_as=armv7-unknown-linux-gnueabihf
+    fi
+    ;;
+armv7-unknown-linux-gnueabihf) ;;
+*)
+    echo "build-static: unsupported target $target" >&2
+    exit 2
+    ;;
+esac
+if [ "$built_as" = armv7-unknown-linux-gnueabihf ]; then
+    add_target "$built_as" || { echo "build-static: rustup cannot add $built_as" >&2; exit 1; }
+    apt_install gcc-arm-linux-gnueabihf libc6-dev-armhf-cross
+fi
+command -v file >/dev/null || apt_install file
+
+cargo build --locked --release --config cross/config.toml --target "$built_as" --bin tracebox
+mkdir -p dist
+out="dist/tracebox-$built_as"
+cp "target/$built_as/release/tracebox" "$out"
+
+# Static means: no program interpreter and no shared library dependencies.
+if readelf -lW "$out" | grep -q 'INTERP'; then
+    echo "build-static: $out has a PT_INTERP (dynamic)" >&2
+    exit 1
+fi
+if readelf -dW "$out" | grep -q '(NEEDED)'; then
+    echo "build-static: $out needs shared libraries:" >&2
+    readelf -dW "$out" | grep '(NEEDED)' >&2
+    exit 1
+fi
+file "$out"
+if file "$out" | grep -q 'dynamically linked'; then
+    echo "build-static: file(1) says $out is dynamic" >&2
+    exit 1
+fi
+echo "$out: $(stat -c %s "$out") bytes (stripped)"
+echo "built: $out"

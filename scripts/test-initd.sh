@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The SysV/BusyBox init script for real: installs tracebox into a temporary
+# prefix, starts traced and traced_probes with scripts/init/tracebox.init
+# under BusyBox sh (paths and sockets from a temporary defaults file), records a trace of this
+# kernel with the installed `perfetto`, stops, and checks that no tracebox
+# process is left and ftrace is off.
+#   scripts/test-initd.sh [BINARY]     (default: a fresh target/debug/tracebox)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ $# -ge 1 ]; then
+    bin="$1"
+else
+    cargo build --locked --bin tracebox
+    bin="$PWD/target/debug/tracebox"
+fi
+scripts/ensure-tracefs.sh
+scripts/setup-python.sh
+py="$PWD/.venv/bin/python"
+tracefs=/sys/kernel/tracing
+[ -e $tracefs/trace ] || tracefs=/sys/kernel/debug/tracing
+
+# Boards run it under BusyBox: so does this test.
+if ! command -v busybox >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox >/dev/null
+fi
+tmp="$(mktemp -d)"
+init_script="$PWD/scripts/init/tracebox.init"
+run_init() { busybox sh "$init_script" "$@"; }
+export TRACEBOX_DEFAULTS="$tmp/default"
+cleanup() {
+    run_init stop >/dev/null 2>&1 || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "test-initd: $*" >&2; exit 1; }
+
+scripts/install.sh "$tmp/prefix" "$bin"
+for applet in traced traced_probes perfetto trigger_perfetto; do
+    [ "$(readlink "$tmp/prefix/bin/$applet")" = tracebox ] || fail "no $applet symlink"
+done
+
+group="$(id -gn)"
+cat >"$tmp/default" <<EOF2
+TRACEBOX_BIN_DIR=$tmp/prefix/bin
+TRACEBOX_PID_DIR=$tmp/run
+PERFETTO_PRODUCER_SOCK_NAME=$tmp/producer.sock
+PERFETTO_CONSUMER_SOCK_NAME=$tmp/consumer.sock
+TRACED_PROBES_STATE_FILE=$tmp/probes.state
+TRACED_ARGS="--set-socket-permissions $group:0660:$group:0660"
+EOF2
+
+echo "== start"
+run_init start
+run_init status || fail "status after start: $?"
+for f in traced traced_probes; do
+    [ -s "$tmp/run/$f.pid" ] || fail "no pidfile for $f"
+done
+[ "$(stat -c %a "$tmp/producer.sock")" = 660 ] || fail "producer socket mode $(stat -c %a "$tmp/producer.sock")"
+[ "$(stat -c %a "$tmp/consumer.sock")" = 660 ] || fail "consumer socket mode $(stat -c %a "$tmp/consumer.sock")"
+again="$(run_init start)"
+[ "$(grep -c "already running" <<<"$again")" = 2 ] || fail "a second start did not see the running daemons: $again"
+
+echo "== record with the installed perfetto"
+instance=tbx_initd
+cat >"$tmp/config.txt" <<EOF2
+buffers { size_kb: 4096 }
+data_sources { config { name: "linux.ftrace" ftrace_config {
+    ftrace_events: "sched/sched_switch" instance_name: "$instance" } } }
+data_sources { config { name: "linux.system_info" } }
+duration_ms: 1500
+EOF2
+export PERFETTO_PRODUCER_SOCK_NAME="$tmp/producer.sock" PERFETTO_CONSUMER_SOCK_NAME="$tmp/consumer.sock"
+"$tmp/prefix/bin/perfetto" --txt -c "$tmp/config.txt" -o "$tmp/trace.pftrace"
+"$py" tests/py/check_probes_trace.py "$tmp/trace.pftrace" --sched-switch --ftrace-stats --cpu-info
+
+echo "== restart"
+run_init restart
+run_init status || fail "status after restart: $?"
+
+echo "== stop"
+run_init stop
+rc=0
+run_init status || rc=$?
+[ $rc = 3 ] || fail "status after stop: $rc, want 3"
+[ ! -e "$tmp/run/traced.pid" ] && [ ! -e "$tmp/run/traced_probes.pid" ] || fail "pidfiles left"
+if pgrep -f "$tmp/prefix/bin/" >/dev/null; then
+    pgrep -af "$tmp/prefix/bin/" >&2
+    fail "tracebox processes left running"
+fi
+if [ -e "$tracefs/instances/$instance" ]; then
+    [ "$(cat "$tracefs/instances/$instance/tracing_on")" = 0 ] || fail "instance $instance still tracing"
+fi
+# traced_probes --reset-ftrace turned the root buffer off at start.
+[ "$(cat "$tracefs/tracing_on")" = 0 ] || fail "tracing_on is 1 at the tracefs root"
+echo "== init.d script ok"
+
+# What tracebox.rc relies on: init's listening sockets, inherited by traced
+# as ANDROID_SOCKET_traced_{producer,consumer}.
+echo "== Android init sockets (tracebox.rc): traced adopts inherited listeners"
+"$py" - "$tmp" "$tmp/prefix/bin/traced" "$tmp/prefix/bin/perfetto" <<'PY'
+import os, socket, subprocess, sys
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+tmp, traced, perfetto = sys.argv[1:4]
+socks = {}
+for name in ("traced_producer", "traced_consumer"):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(f"{tmp}/dev_socket_{name}")
+    s.listen(8)
+    socks[name] = s
+env = dict(os.environ)
+for name, s in socks.items():
+    env[f"ANDROID_SOCKET_{name}"] = str(s.fileno())
+# Were the inherited sockets ignored, traced would bind these instead.
+env["PERFETTO_PRODUCER_SOCK_NAME"] = f"{tmp}/not_adopted_p"
+env["PERFETTO_CONSUMER_SOCK_NAME"] = f"{tmp}/not_adopted_c"
+d = subprocess.Popen([traced], env=env, pass_fds=[s.fileno() for s in socks.values()])
+try:
+    cenv = dict(os.environ, PERFETTO_CONSUMER_SOCK_NAME=f"{tmp}/dev_socket_traced_consumer")
+    raw = subprocess.run([perfetto, "--query-raw"], env=cenv, capture_output=True,
+                         timeout=60, check=True).stdout
+    state = pb.TracingServiceState()
+    state.ParseFromString(raw)
+    assert state.tracing_service_version.startswith("tracebox"), state
+    assert not os.path.exists(f"{tmp}/not_adopted_c"), "traced bound its own socket"
+    print("inherited consumer socket serves", state.tracing_service_version)
+finally:
+    d.terminate()
+    d.wait()
+PY
