@@ -129,6 +129,7 @@ EOF
         if [ $SECONDS -ge $end ] || ! kill -0 "$REC_PID" 2>/dev/null; then
             echo "bench-ftrace: $name did not start" >&2
             cat "$WORK/$name.log" >&2
+            stop_recorder
             return 1
         fi
         sleep 0.1
