@@ -20,8 +20,9 @@ echo "== build"
 cargo build --locked --all-targets
 
 echo "== cargo test"
-# Tests that own tracefs instances or system sockets run one at a time.
-cargo test --locked -- --test-threads=2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --locked -- --test-threads=2 2>&1 | tee "$log"
 
 echo "== interop: real SDK producer and consumer, real and our traced, our perfetto"
 ours="$PWD/target/debug/tracebox"
@@ -43,3 +44,6 @@ scripts/test-initd.sh "$ours"
 
 echo "== static cross builds under qemu-user: aarch64 and armv7, end-to-end on this kernel"
 scripts/test-cross.sh
+
+# One closing line for the whole suite (cargo prints one per test binary).
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tracebox: %d passed, %d failed\n", p, f }' "$log"

@@ -171,3 +171,55 @@ fn clone_snapshots_a_running_session() {
     assert_eq!(wait_exit(&mut client, LIMIT), 0);
     assert_eq!(summary(&out).num("for_testing"), 40);
 }
+
+#[test]
+fn background_wait_returns_once_data_sources_started() {
+    let env = Env::new("bgwait");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(10);
+    let cfg = env.write("c.pbtx", &format!("buffers {{ size_kb: 1024 }}\n{SDK_DS}duration_ms: 120000\n"));
+    let out = env.path("t.pftrace");
+    let o = env.perfetto(&["-D", "--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let pid: i32 = String::from_utf8_lossy(&o.stdout).trim().parse().expect("pid on stdout");
+    // Started before the parent returned: no waiting needed here.
+    let q = String::from_utf8_lossy(&env.perfetto(&["--query"]).stdout).into_owned();
+    assert!(q.contains("STARTED"), "{q}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let deadline = std::time::Instant::now() + LIMIT;
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(std::time::Instant::now() < deadline, "background client did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(summary(&out).num("for_testing"), 10);
+}
+
+#[test]
+fn notify_fd_gets_a_status_byte_once_started() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let env = Env::new("notify");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(5);
+    let cfg = env.write("c.pbtx", &format!("buffers {{ size_kb: 1024 }}\n{SDK_DS}duration_ms: 120000\n"));
+    let (rd, wr) = nix::unistd::pipe().unwrap();
+    nix::fcntl::fcntl(wr.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty())).unwrap();
+    let fd = wr.as_raw_fd().to_string();
+    let out = env.path("t.pftrace");
+    let mut client = env
+        .perfetto_cmd(&["--notify-fd", &fd, "--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(wr);
+    // Other tests' children may inherit the write end too, so read one byte
+    // rather than waiting for EOF.
+    let mut byte = [9u8; 1];
+    std::fs::File::from(rd).read_exact(&mut byte).unwrap();
+    assert_eq!(byte, [0u8], "status byte 0 = all data sources started");
+    let q = String::from_utf8_lossy(&env.perfetto(&["--query"]).stdout).into_owned();
+    assert!(q.contains("STARTED"), "{q}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(client.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+    assert_eq!(summary(&out).num("for_testing"), 5);
+}

@@ -79,7 +79,13 @@ fn seeds() -> Vec<(&'static str, u8, Vec<u8>, usize, bool)> {
     garbage.extend(&bind);
     let mut too_large = bind.clone();
     too_large.extend((MAX_PAYLOAD as u32 + 1).to_le_bytes());
+    // Found by fuzzing: a nested string overrunning its sub-message.
+    // The tail ("Port") then reads as an oversized header.
+    let mut nested_overrun = vec![0x19, 0, 0, 0, 0x10, 0x01, 0x1a, 0x0e, 0x0a, 0x0d];
+    nested_overrun.extend([0u8; 11]);
+    nested_overrun.extend(b"eomuCnsrPort");
     vec![
+        ("nested_overrun", 0, nested_overrun, 0, true),
         ("bind", 255, bind, 1, false),
         ("bind_reply_split", 3, bind_reply, 1, false),
         ("invoke_drop_reply", 1, invoke, 1, false),
@@ -97,7 +103,7 @@ fn fuzz_seeds_match_the_codec() {
     for (name, chunk, stream, want_frames, want_error) in seeds() {
         let mut decoder = FrameDecoder::new();
         let (mut frames, mut failed) = (0, false);
-        for piece in stream.chunks(chunk as usize) {
+        for piece in stream.chunks(chunk.max(1) as usize) {
             decoder.push(piece);
             loop {
                 match decoder.next_frame() {

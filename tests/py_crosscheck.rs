@@ -8,16 +8,14 @@ use std::process::Command;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
+/// The reference Python; its absence is a failure, not a skip.
 fn python() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("TRACEBOX_PYTHON") {
         return Some(PathBuf::from(p));
     }
     let venv = Path::new(ROOT).join(".venv/bin/python");
-    if venv.exists() {
-        return Some(venv);
-    }
-    eprintln!("skipped: no Python venv; run scripts/setup-python.sh");
-    None
+    assert!(venv.exists(), "no Python venv with PyPI perfetto: run scripts/setup-python.sh");
+    Some(venv)
 }
 
 fn run(py: &Path, args: &[&str]) {

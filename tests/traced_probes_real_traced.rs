@@ -1,6 +1,6 @@
 //! traced_probes against the REAL Perfetto service (tests/sdk-interop's
-//! real-traced) with the SDK's consumer. Skipped loudly when the
-//! sdk-interop binaries are not built; scripts/test.sh builds them first.
+//! real-traced) with the SDK's consumer. Needs the sdk-interop binaries,
+//! which scripts/test.sh builds first.
 //! Runs as root on the real kernel; every test uses its own tracefs
 //! instance, sockets and state file.
 

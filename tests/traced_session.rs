@@ -105,12 +105,14 @@ fn read_larger_than_the_ipc_queue() {
         .start_invoke(
             &cport,
             "EnableTracing",
-            &enable_request(&trace_config_with(16 * 1024, &[])),
+            &enable_request(&trace_config_with(32 * 1024, &[])),
             None,
         )
         .unwrap();
     prod.start(1024);
-    let expected = prod.write(700, 1); // ~6.3 MB, above the 4 MiB default queue
+    // ~18 MB: more than the consumer send-queue bound (16 MiB), so the read
+    // must be streamed at the pace the consumer reads.
+    let expected = prod.write(2000, 1);
     call(&mut cons, &cport, "DisableTracing", &[]);
     assert!(cons.next_reply(enable).unwrap().is_some());
     let packets = packets_from_replies(&cons.invoke(&cport, "ReadBuffers", &[], None).unwrap());

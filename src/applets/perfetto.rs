@@ -114,8 +114,8 @@ pub fn main(args: &[String], via: Via) -> i32 {
             if plan.background != Background::No {
                 match daemonize::background() {
                     Ok(Side::Parent { child_pid, status }) => {
+                        println!("{child_pid}");
                         if plan.background == Background::Detach {
-                            println!("{child_pid}");
                             return 0;
                         }
                         return match daemonize::wait_status(status, BACKGROUND_WAIT) {

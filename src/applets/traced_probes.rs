@@ -41,11 +41,9 @@ pub fn main(args: &[String], _via: Via) -> i32 {
     if args.cleanup_after_crash || args.reset_ftrace {
         if let Err(e) = traced_probes::hard_reset(&state_file) {
             crate::log_error!("ftrace reset failed: {e}");
-            if args.cleanup_after_crash {
-                return 1;
-            }
         }
         if args.cleanup_after_crash {
+            // Like upstream: a best-effort cleanup, always exit 0.
             return 0;
         }
     }
@@ -55,10 +53,8 @@ pub fn main(args: &[String], _via: Via) -> i32 {
                 println!("{child_pid}");
                 return 0;
             }
-            Ok(Side::Child { status }) => {
-                traced_probes::detach_stdio();
-                daemonize::report_status(status, 0)
-            }
+            // The daemon's stdio is /dev/null from here on.
+            Ok(Side::Child { status }) => daemonize::report_status(status, 0),
             Err(e) => {
                 crate::log_error!("cannot go to the background: {e}");
                 return 1;

@@ -13,7 +13,7 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::unix_socket::wait_ready;
@@ -96,12 +96,13 @@ fn wait_for_ready(read_end: OwnedFd, timeout: Duration) -> io::Result<()> {
     }
 }
 
-/// Tells the daemons' process group to stop (SIGTERM), waits up to `grace`
-/// for each, then kills what is left.
-pub fn stop_daemons(pgid: i32, daemons: &mut [Daemon], grace: Duration) {
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
-    let deadline = std::time::Instant::now() + grace;
-    for d in daemons.iter_mut() {
+/// Stops the daemons in reverse start order (SIGTERM, up to `grace`
+/// each, then SIGKILL), so a producer leaves before the service it talks
+/// to and can clean up (e.g. reset ftrace) without reconnect noise.
+pub fn stop_daemons(daemons: &mut [Daemon], grace: Duration) {
+    for d in daemons.iter_mut().rev() {
+        let _ = nix::sys::signal::kill(Pid::from_raw(d.child.id() as i32), Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + grace;
         loop {
             match d.child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,

@@ -2,6 +2,11 @@
 //! [`TaskRunner`]. Nothing sleeps: time moves only through
 //! [`TestLoop::advance_time`].
 //!
+//! In production the same logic runs on the real loop: the application's
+//! [`Handler`](super::event_loop::Handler) forwards to it, e.g.
+//! `fn on_timer(&mut self, ctl: &mut LoopCtl<'_, M>, id: TimerId) {
+//! self.logic.on_timer(ctl, id) }` (a `LoopCtl` is a `TaskRunner`).
+//!
 //! ```
 //! use std::time::Duration;
 //! use tracebox::base::event_loop::{TaskRunner, TimerId};

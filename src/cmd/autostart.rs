@@ -26,7 +26,7 @@ pub struct Autostarted {
 impl Drop for Autostarted {
     fn drop(&mut self) {
         if !self.daemons.is_empty() {
-            stop_daemons(self.pgid, &mut self.daemons, STOP_GRACE);
+            stop_daemons(&mut self.daemons, STOP_GRACE);
         }
     }
 }
@@ -58,6 +58,11 @@ pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
     };
     if service_answers(consumer_socket) {
         return Ok(started);
+    }
+    // The client reports what matters; daemons we start for it only speak
+    // up about problems unless the user asked for more.
+    if std::env::var_os("TRACEBOX_LOG").is_none() {
+        std::env::set_var("TRACEBOX_LOG", "warn");
     }
     let traced = spawn_applet("traced", &[], 0, "TRACED_NOTIFY_FD", READY_TIMEOUT)
         .map_err(|e| e.to_string())?;

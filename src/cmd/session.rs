@@ -98,6 +98,15 @@ pub fn run(
             return 1;
         }
     };
+    // Subscribe before enabling, so the "all started" event cannot slip by.
+    let observe_id = if ready.0.is_some() {
+        let req = ObserveEventsRequest {
+            events_to_observe: vec![ObservableType::TYPE_ALL_DATA_SOURCES_STARTED],
+        };
+        port.start("ObserveEvents", &req, None).ok()
+    } else {
+        None
+    };
     let fd_for_service = match (&out_file, write_into_file) {
         (Some(f), true) => f.try_clone().ok().map(OwnedFd::from),
         _ => None,
@@ -126,26 +135,19 @@ pub fn run(
             }
         };
     }
-    wait_and_collect(&mut port, enable_id, plan, out_file, signals, &mut ready)
+    wait_and_collect(&mut port, enable_id, observe_id, plan, out_file, signals, &mut ready)
 }
 
 /// Waits for the session to end, then writes the file. Shared with attach.
 pub fn wait_and_collect(
     port: &mut Port,
     enable_id: u64,
+    observe_id: Option<u64>,
     plan: &TracePlan,
     out_file: Option<File>,
     signals: &mut StopSignals,
     ready: &mut ReadyNotifier,
 ) -> i32 {
-    let observe_id = if ready.0.is_some() {
-        let req = ObserveEventsRequest {
-            events_to_observe: vec![ObservableType::TYPE_ALL_DATA_SOURCES_STARTED],
-        };
-        port.start("ObserveEvents", &req, None).ok()
-    } else {
-        None
-    };
     let started = Instant::now();
     let failsafe = failsafe_ms(plan).map(Duration::from_millis);
     let total_ms = plan.config.duration_ms.unwrap_or(0) as u64;

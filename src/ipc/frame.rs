@@ -60,8 +60,12 @@ pub fn encode_frame(frame: &IPCFrame) -> Result<Vec<u8>, FrameTooLarge> {
     Ok(out)
 }
 
-/// Parses one payload (no length prefix).
+/// Parses one payload (no length prefix). The bytes are first checked
+/// with [`wire_check`](super::wire_check) (quick-protobuf trusts nested
+/// lengths).
 pub fn decode_payload(payload: &[u8]) -> quick_protobuf::Result<IPCFrame> {
+    super::wire_check::check_message(payload, &super::wire_check::IPC_FRAME)
+        .map_err(|e| quick_protobuf::Error::Message(e.to_string()))?;
     let mut r = BytesReader::from_bytes(payload);
     IPCFrame::from_reader(&mut r, payload)
 }
@@ -229,6 +233,21 @@ mod tests {
         d.push(&[0x0f, 0xff, 0xff]);
         d.push(&encode_frame(&invoke(9, vec![])).unwrap());
         assert_eq!(drain(&mut d), vec![invoke(9, vec![])]);
+        assert_eq!(d.discarded(), 1);
+    }
+
+    #[test]
+    fn nested_length_overrun_is_discarded_not_a_panic() {
+        // Found by the fuzzer: BindService (14 bytes) whose service_name
+        // claims 13 bytes starting 2 bytes in, i.e. past its end.
+        let mut payload = vec![0x10, 0x01, 0x1a, 0x0e, 0x0a, 0x0d];
+        payload.extend([0u8; 12]);
+        payload.extend(b"Port");
+        let mut d = FrameDecoder::new();
+        d.push(&(payload.len() as u32).to_le_bytes());
+        d.push(&payload);
+        d.push(&encode_frame(&invoke(2, vec![])).unwrap());
+        assert_eq!(drain(&mut d), vec![invoke(2, vec![])]);
         assert_eq!(d.discarded(), 1);
     }
 

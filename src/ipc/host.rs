@@ -193,6 +193,14 @@ impl Host {
         self.clients.by_token.len()
     }
 
+    /// Bytes queued for `client` and not yet written to its socket (None
+    /// if the client is gone). Lets services stream large replies at the
+    /// pace the client reads.
+    pub fn queued_bytes(&self, client: ClientId) -> Option<usize> {
+        let token = self.clients.by_id.get(&client)?;
+        self.clients.by_token.get(token).map(|c| c.conn.queued_bytes())
+    }
+
     /// Handles readiness of a token this host [`owns`](Self::owns); other
     /// tokens are ignored. Also reaps clients dropped since the last call.
     pub fn on_io<M>(

@@ -8,6 +8,8 @@
     non_snake_case,
     unused_imports,
     unknown_lints,
+    unused_mut,
+    unused_variables,
     dead_code,
     missing_docs
 )]

@@ -24,8 +24,9 @@ pub struct TracedOptions {
     pub socket_permissions: Option<SocketPermissions>,
 }
 
-/// Send-queue bound per consumer connection.
-const MAX_CONSUMER_QUEUED_BYTES: usize = 1 << 30;
+/// Send-queue bound per consumer connection (ReadBuffers is streamed at
+/// the consumer's pace, so little more than one read step is ever queued).
+const MAX_CONSUMER_QUEUED_BYTES: usize = 16 << 20;
 
 struct TracedApp {
     producer_host: Host,
@@ -38,6 +39,11 @@ struct TracedApp {
 impl TracedApp {
     /// After every event: route core outputs, re-arm the deadline timer.
     fn after_event(&mut self, ctl: &mut LoopCtl<'_, ()>) {
+        self.state
+            .dispatch(&mut self.producer_host, &mut self.consumer_host);
+        // Continue ReadBuffers streams (also woken by the consumer socket
+        // becoming writable), then route what reading produced.
+        self.state.pump_reads(&mut self.consumer_host);
         self.state
             .dispatch(&mut self.producer_host, &mut self.consumer_host);
         let Some(deadline) = self.state.core.next_deadline() else {
@@ -114,8 +120,6 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
     producer_host.expose_service("ProducerPort", PRODUCER_PORT_METHODS);
     let mut consumer_host = Host::new();
     consumer_host.expose_service("ConsumerPort", CONSUMER_PORT_METHODS);
-    // ReadBuffers queues a whole read (bounded by the session's buffer
-    // sizes) at once; the default 4 MiB bound would drop the consumer.
     consumer_host.set_max_queued_bytes(MAX_CONSUMER_QUEUED_BYTES);
     let perms = opts.socket_permissions.as_ref();
     {

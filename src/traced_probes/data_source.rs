@@ -42,3 +42,32 @@ pub trait DataSource {
 pub fn session_of(config: &DataSourceConfig) -> u64 {
     config.tracing_session_id.unwrap_or(0)
 }
+
+/// For sessions with a duration: if the service has not stopped the
+/// instance after max(2 × (5 s + duration + stop timeout), 5 min), we stop
+/// it ourselves (upstream aborts the process), so a lost StopDataSource
+/// cannot leave ftrace running forever.
+pub fn watchdog_delay(config: &DataSourceConfig) -> Option<Duration> {
+    let duration = config.trace_duration_ms.filter(|&d| d > 0)? as u64;
+    let stop_timeout = config.stop_timeout_ms.unwrap_or(0) as u64;
+    let ms = (2 * (5_000 + duration + stop_timeout)).max(5 * 60 * 1000);
+    Some(Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watchdog_only_for_timed_sessions() {
+        let mut c = DataSourceConfig::default();
+        assert_eq!(watchdog_delay(&c), None);
+        c.trace_duration_ms = Some(10_000);
+        assert_eq!(watchdog_delay(&c), Some(Duration::from_secs(300)));
+        c.trace_duration_ms = Some(600_000);
+        c.stop_timeout_ms = Some(20_000);
+        assert_eq!(watchdog_delay(&c), Some(Duration::from_millis(1_250_000)));
+        c.trace_duration_ms = Some(u32::MAX);
+        assert!(watchdog_delay(&c).is_some(), "no overflow");
+    }
+}

@@ -269,10 +269,6 @@ impl FtraceMux {
         Ok(())
     }
 
-    pub fn has(&self, id: u64) -> bool {
-        self.sources.contains_key(&id)
-    }
-
     /// StartDataSource: tracing on (first started source of the instance)
     /// and the per-cpu readers open.
     pub fn start(&mut self, id: u64) -> Result<(), String> {
@@ -421,8 +417,6 @@ impl FtraceMux {
         }
     }
 
-    pub fn clear_incremental_state(&mut self, _id: u64) {}
-
     /// StopDataSource: flushes the writer and undoes what only this source
     /// needed; the last user of an instance restores it.
     pub fn stop(&mut self, id: u64) {
@@ -459,11 +453,6 @@ impl FtraceMux {
             }
             self.store_marker();
         }
-    }
-
-    /// Every source id (for shutdown).
-    pub fn ids(&self) -> Vec<u64> {
-        self.sources.keys().copied().collect()
     }
 }
 

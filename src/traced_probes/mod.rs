@@ -37,17 +37,6 @@ pub fn hard_reset(state_file: &std::path::Path) -> std::io::Result<()> {
     Tracefs::hard_reset_all()
 }
 
-/// `--background`, in the daemon: stdout and stderr go to /dev/null, so
-/// whoever started us (e.g. `$(traced_probes --background)`) is not kept
-/// waiting for them to close.
-pub fn detach_stdio() {
-    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-        use std::os::fd::AsRawFd;
-        let _ = nix::unistd::dup2(null.as_raw_fd(), 1);
-        let _ = nix::unistd::dup2(null.as_raw_fd(), 2);
-    }
-}
-
 /// Runs the daemon until SIGINT/SIGTERM. Returns the exit status.
 pub fn run(opts: ProducerOptions) -> i32 {
     // A previous run that died while tracing left its state file behind.

@@ -53,22 +53,19 @@ impl Drop for Proc {
     }
 }
 
-/// The sdk-interop binaries, or None (with a loud message) if not built.
+/// The sdk-interop binaries; a missing build fails the test (it is not a
+/// reason to skip: scripts/test.sh builds them first).
 pub fn interop_bin(name: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("TRACEBOX_SDK_INTEROP_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(ROOT).join("tests/sdk-interop/target/release"));
     let p = dir.join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "\n!!!!!!!! SKIPPED: {} is not built. Run `scripts/sdk-interop.sh build` \
-             (scripts/test.sh does) to test traced_probes against the real traced. !!!!!!!!\n",
-            p.display()
-        );
-        None
-    }
+    assert!(
+        p.exists(),
+        "{} is not built: run `scripts/sdk-interop.sh build` (scripts/test.sh does)",
+        p.display()
+    );
+    Some(p)
 }
 
 pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {

@@ -158,13 +158,25 @@ impl<W: PacketWriter> Bundler<'_, W> {
     fn write_event(&mut self, ts: u64, id: u32, rec: &[u8]) -> Result<(), ParseError> {
         let ctx = self.ctx;
         if let Some(c) = &ctx.compact_sched {
-            if id == c.switch.event_id {
+            // The tasks switched to and woken are the pids that matter most
+            // for the process tree; hand them over as for full events.
+            let task_pid = if id == c.switch.event_id {
+                Some(c.switch.next_pid)
+            } else if id == c.waking.event_id {
+                Some(c.waking.pid)
+            } else {
+                None
+            };
+            if let Some(off) = task_pid {
+                if let Some(pid) = read_int(rec, off, 4).filter(|p| *p > 0) {
+                    self.state.metadata.pids.push(pid as i32);
+                }
                 self.ensure_open();
-                return self.state.compact.add_switch(ts, rec, &c.switch);
-            }
-            if id == c.waking.event_id {
-                self.ensure_open();
-                return self.state.compact.add_waking(ts, rec, &c.waking);
+                return if id == c.switch.event_id {
+                    self.state.compact.add_switch(ts, rec, &c.switch)
+                } else {
+                    self.state.compact.add_waking(ts, rec, &c.waking)
+                };
             }
         }
         let Some(ev) = ctx.table.event(id) else {

@@ -32,7 +32,7 @@ impl Producer {
                 let fd = self.stashed_fd.take();
                 self.setup_tracing(page_size_kb, fd)
             }
-            Command::SetupDataSource { id, config } => self.setup_data_source(id, &config),
+            Command::SetupDataSource { id, config } => self.setup_data_source(ctl, id, &config),
             Command::StartDataSource { id, .. } => self.start_data_source(ctl, id),
             Command::StopDataSource { id } => self.stop_data_source(ctl, id),
             Command::Flush { ids, request_id } => self.flush(&ids, request_id),
@@ -70,7 +70,12 @@ impl Producer {
         self.shm = Some(shm);
     }
 
-    fn setup_data_source(&mut self, id: u64, config: &DataSourceConfig) {
+    fn setup_data_source<M>(
+        &mut self,
+        ctl: &mut LoopCtl<'_, M>,
+        id: u64,
+        config: &DataSourceConfig,
+    ) {
         let name = config.name.clone().unwrap_or_default();
         let r = (|| {
             if self.instances.contains_key(&id) {
@@ -92,6 +97,9 @@ impl Producer {
         match r {
             Ok(ds) => {
                 crate::log_info!("setup {name} (instance {id})");
+                if let Some(d) = data_source::watchdog_delay(config) {
+                    self.watchdogs.insert(ctl.add_timer(d), id);
+                }
                 self.instances.insert(
                     id,
                     Instance {
@@ -136,6 +144,13 @@ impl Producer {
     }
 
     pub(super) fn stop_data_source<M>(&mut self, ctl: &mut LoopCtl<'_, M>, id: u64) {
+        self.watchdogs.retain(|t, inst| {
+            let mine = *inst == id;
+            if mine {
+                ctl.cancel_timer(*t);
+            }
+            !mine
+        });
         if let Some(mut inst) = self.instances.remove(&id) {
             if let Some(t) = inst.timer.take() {
                 ctl.cancel_timer(t);

@@ -84,6 +84,8 @@ pub struct Producer {
     shm: Option<Shm>,
     instances: BTreeMap<u64, Instance>,
     timers: HashMap<TimerId, u64>,
+    /// Watchdog timer → instance (see `data_source::watchdog_delay`).
+    watchdogs: HashMap<TimerId, u64>,
     ftrace: FtraceMux,
     ftrace_timer: Option<TimerId>,
     signals: Option<(StopSignals, Token)>,
@@ -108,6 +110,7 @@ impl Producer {
             shm: None,
             instances: BTreeMap::new(),
             timers: HashMap::new(),
+            watchdogs: HashMap::new(),
             ftrace,
             ftrace_timer: None,
             signals: None,
@@ -242,6 +245,9 @@ impl Producer {
             }
         }
         self.timers.clear();
+        for (t, _) in self.watchdogs.drain() {
+            ctl.cancel_timer(t);
+        }
         if let Some(t) = self.ftrace_timer.take() {
             ctl.cancel_timer(t);
         }
@@ -322,6 +328,10 @@ impl Handler for Producer {
         }
         if Some(id) == self.ftrace_timer {
             return self.on_ftrace_tick(ctl);
+        }
+        if let Some(inst_id) = self.watchdogs.remove(&id) {
+            crate::log_error!("traced never stopped instance {inst_id}; stopping it");
+            return self.stop_data_source(ctl, inst_id);
         }
         let Some(inst_id) = self.timers.remove(&id) else {
             return;

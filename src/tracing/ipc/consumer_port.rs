@@ -44,6 +44,13 @@ fn enable_error(e: &str) -> Reply {
 
 impl Services for ConsumerPort<'_> {
     fn invoke(&mut self, call: Call<'_>, out: &mut dyn ReplySink) {
+        // quick-protobuf trusts nested lengths; check the framing of the
+        // untrusted arguments against the schema before anything decodes them.
+        if let Err(e) = crate::ipc::wire_check::check_method_args(call.method_name, &call.args) {
+            crate::log_debug!("{}: malformed arguments: {e}", call.method_name);
+            out.reply(&call.reply_to, Reply::fail());
+            return;
+        }
         let st = &mut *self.0;
         let now = TracedState::now();
         let to = call.reply_to;
@@ -82,24 +89,11 @@ impl Services for ConsumerPort<'_> {
                 }
             },
             "DisableTracing" => unit(st.core.disable_tracing(now, cid)),
-            "ReadBuffers" => match st.core.read_buffers(now, cid) {
-                Ok(frames) => {
-                    let n = frames.len();
-                    for (i, f) in frames.iter().enumerate() {
-                        let bytes = encode(f);
-                        out.reply(
-                            &to,
-                            if i + 1 == n {
-                                Reply::ok(bytes)
-                            } else {
-                                Reply::more(bytes)
-                            },
-                        );
-                    }
-                    return;
-                }
-                Err(_) => Reply::fail(),
-            },
+            // Streamed by TracedState::pump_reads as the consumer reads.
+            "ReadBuffers" => {
+                st.pending_reads.push((client, cid, to));
+                return;
+            }
             "FreeBuffers" => unit(st.core.free_buffers(now, cid)),
             "Flush" => match decode_message::<FlushRequest>(args) {
                 Ok(r) => {

@@ -17,6 +17,13 @@ pub struct ProducerPort<'a>(pub &'a mut TracedState);
 
 impl Services for ProducerPort<'_> {
     fn invoke(&mut self, call: Call<'_>, out: &mut dyn ReplySink) {
+        // quick-protobuf trusts nested lengths; check the framing of the
+        // untrusted arguments against the schema before anything decodes them.
+        if let Err(e) = crate::ipc::wire_check::check_method_args(call.method_name, &call.args) {
+            crate::log_debug!("{}: malformed arguments: {e}", call.method_name);
+            out.reply(&call.reply_to, Reply::fail());
+            return;
+        }
         let st = &mut *self.0;
         let now = TracedState::now();
         let client = call.client;

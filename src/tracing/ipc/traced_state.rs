@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::Write;
 
 use crate::base::shm::Shm;
-use crate::ipc::host::{ClientId, Reply, ReplySink, ReplyTo};
+use crate::ipc::host::{ClientId, Host, Reply, ReplySink, ReplyTo};
 use crate::log_warn;
 use crate::protozero::{put_bytes, put_str, put_varint, VecStream};
 use crate::tracing::service::types::*;
@@ -46,7 +46,14 @@ pub struct TracedState {
     pub pending: BTreeMap<RequestToken, ReplyTo>,
     next_token: RequestToken,
     pub files: BTreeMap<SessionId, File>,
+    /// ReadBuffers streams in progress, fed as the consumer drains them.
+    pub pending_reads: Vec<(ClientId, ConsumerId, ReplyTo)>,
 }
+
+/// Stream more of a ReadBuffers only while less than this is queued.
+const READ_QUEUE_LOW_WATER: usize = 2 << 20;
+/// Packet bytes read per ReadBuffers step.
+const READ_STEP_BYTES: usize = 1 << 20;
 
 impl TracedState {
     pub fn new(service_uid: u32) -> TracedState {
@@ -62,6 +69,7 @@ impl TracedState {
             pending: BTreeMap::new(),
             next_token: 1,
             files: BTreeMap::new(),
+            pending_reads: Vec::new(),
         }
     }
 
@@ -175,6 +183,52 @@ impl TracedState {
         }
     }
 
+    /// Feeds pending ReadBuffers streams while the consumers keep up.
+    pub fn pump_reads(&mut self, host: &mut Host) {
+        let now = Self::now();
+        let mut i = 0;
+        while i < self.pending_reads.len() {
+            let (client, consumer, to) = self.pending_reads[i];
+            let mut finished = false;
+            while host
+                .queued_bytes(client)
+                .is_some_and(|q| q < READ_QUEUE_LOW_WATER)
+            {
+                match self.core.read_buffers_step(now, consumer, READ_STEP_BYTES) {
+                    Ok((frames, more)) => {
+                        let n = frames.len();
+                        for (k, f) in frames.iter().enumerate() {
+                            let bytes = encode_msg(f);
+                            let last = !more && k + 1 == n;
+                            host.reply(
+                                &to,
+                                if last {
+                                    Reply::ok(bytes)
+                                } else {
+                                    Reply::more(bytes)
+                                },
+                            );
+                        }
+                        if !more {
+                            finished = true;
+                            break;
+                        }
+                    }
+                    Err(_) => {
+                        host.reply(&to, Reply::fail());
+                        finished = true;
+                        break;
+                    }
+                }
+            }
+            if finished || host.queued_bytes(client).is_none() {
+                self.pending_reads.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     fn consumer_conn(&mut self, consumer: ConsumerId) -> Option<&mut ConsumerConn> {
         let client = self.consumer_clients.get(&consumer)?;
         self.consumers.get_mut(client)
@@ -192,12 +246,19 @@ impl TracedState {
     }
 
     pub fn consumer_gone(&mut self, client: ClientId) {
+        self.pending_reads.retain(|r| r.0 != client);
         let Some(conn) = self.consumers.remove(&client) else {
             return;
         };
         self.consumer_clients.remove(&conn.id);
         self.core.disconnect_consumer(Self::now(), conn.id);
     }
+}
+
+fn encode_msg<M: quick_protobuf::MessageWrite>(m: &M) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = m.write_message(&mut quick_protobuf::Writer::new(&mut out));
+    out
 }
 
 fn encode_clone_result(r: &Result<CloneResult, String>) -> Vec<u8> {

@@ -39,6 +39,9 @@ impl TracingService {
                 if !p.data_sources.contains_key(name) {
                     continue;
                 }
+                if self.lockdown && p.info.uid != self.service_uid {
+                    continue;
+                }
                 let pname = p.info.name.as_str();
                 let exact = &ds.producer_name_filter;
                 let regex = &ds.producer_name_regex_filter;

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use crate::pb::protos::mod_TraceConfig::mod_BufferConfig::FillPolicy;
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
+use crate::pb::protos::mod_TraceConfig::LockdownModeOperation;
 use crate::pb::protos::TraceConfig;
 
 use super::config_validation::{trigger_mode, validate_trace_config};
@@ -43,6 +44,12 @@ impl TracingService {
         let cfg: TraceConfig = decode_message(config_raw)
             .map_err(|e| format!("Failed to decode the TraceConfig: {e}"))?;
         let ds_raw = raw_data_source_configs(config_raw).ok_or("Malformed TraceConfig")?;
+        // Lockdown is global and sticky, applied even if the session fails.
+        match cfg.lockdown_mode {
+            Some(LockdownModeOperation::LOCKDOWN_SET) => self.lockdown = true,
+            Some(LockdownModeOperation::LOCKDOWN_CLEAR) => self.lockdown = false,
+            _ => {}
+        }
         validate_trace_config(&cfg)?;
         if let Some(name) = cfg.unique_session_name.as_deref().filter(|n| !n.is_empty()) {
             let clash = self.sessions.values().any(|s| {

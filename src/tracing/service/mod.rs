@@ -10,6 +10,21 @@
 //! [`TracingService::next_deadline`] and calls
 //! [`TracingService::on_timer`]. Clocks, randomness, system info and SMB
 //! creation come from a [`ServiceEnv`] the adapter implements.
+//!
+//! Where things live: `enable` (EnableTracing/StartTracing/ChangeTraceConfig),
+//! `data_sources` (matching, SetupDataSource with the raw config rewritten
+//! by `raw_proto`, lazy SMBs), `commit` (CommitData, ACLs), `flush`,
+//! `stop` (DisableTracing, stop acks, FreeBuffers), `triggers`, `scrape`,
+//! `read_pass` (ReadBuffers / write_into_file), `service_packets`,
+//! `stats`, `consumer_ops` (stats, queries, observe, detach/attach, clone).
+//!
+//! Not implemented (accepted and ignored unless noted): session_semaphores
+//! / exclusive_prio, trace_filter, compression, target_buffer_name (the
+//! index is used), trigger max_per_24_h and skip_probability, the
+//! clone_snapshot_trigger packet, file-to-file copy when cloning
+//! write_into_file sessions, wall-clock alignment of periodic flushes and
+//! file writes, extension descriptors / trace_provenance packets,
+//! multi-machine fields, bugreport plumbing.
 
 pub mod packet_validator;
 pub mod sequence_ids;

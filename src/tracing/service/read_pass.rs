@@ -34,6 +34,26 @@ impl TracingService {
         now: u64,
         consumer: ConsumerId,
     ) -> Result<Vec<ReadBuffersResponse>, String> {
+        let mut frames = Vec::new();
+        loop {
+            let (mut f, more) = self.read_buffers_step(now, consumer, usize::MAX)?;
+            frames.append(&mut f);
+            if !more {
+                return Ok(frames);
+            }
+        }
+    }
+
+    /// One step of a streamed ReadBuffers: read passes until about
+    /// `max_bytes` of packets were collected. Returns the responses (never
+    /// empty) and whether more data may follow (then call again; the last
+    /// response of the final step is the one without `has_more`).
+    pub fn read_buffers_step(
+        &mut self,
+        now: u64,
+        consumer: ConsumerId,
+        max_bytes: usize,
+    ) -> Result<(Vec<ReadBuffersResponse>, bool), String> {
         let sid = self
             .consumer_session(consumer)
             .ok_or("No tracing session for this consumer")?;
@@ -41,14 +61,18 @@ impl TracingService {
             return Err("ReadBuffers() is not supported with write_into_file".into());
         }
         let mut packets = Vec::new();
+        let mut bytes = 0usize;
         loop {
             let (mut p, more) = self.read_pass(now, sid, IPC_PASS_BYTES);
+            bytes += p.iter().flatten().map(Vec::len).sum::<usize>();
             packets.append(&mut p);
             if !more {
-                break;
+                return Ok((pack_into_frames(&packets), false));
+            }
+            if bytes >= max_bytes {
+                return Ok((pack_into_frames(&packets), true));
             }
         }
-        Ok(pack_into_frames(&packets))
     }
 
     /// One read pass; returns the packets and whether more data is left.

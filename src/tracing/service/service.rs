@@ -51,6 +51,8 @@ pub struct TracingService {
     next_instance_id: DataSourceInstanceId,
     pub(super) next_flush_id: FlushRequestId,
     pub(super) producers_seen: u64,
+    /// TraceConfig.lockdown_mode: only producers of the service's uid.
+    pub(super) lockdown: bool,
     /// Service-wide counts of rejected commits and patches (TraceStats).
     pub(super) chunks_discarded: u64,
     pub(super) patches_discarded: u64,
@@ -76,6 +78,7 @@ impl TracingService {
             next_instance_id: 1,
             next_flush_id: 1,
             producers_seen: 0,
+            lockdown: false,
             chunks_discarded: 0,
             patches_discarded: 0,
             data_sources_seen: 0,
@@ -164,6 +167,12 @@ impl TracingService {
     ) -> Result<ProducerId, String> {
         if self.producers.len() >= MAX_PRODUCERS {
             return Err("too many producers connected".into());
+        }
+        if self.lockdown && info.uid != self.service_uid {
+            return Err(format!(
+                "lockdown mode: producers of uid {} are refused",
+                info.uid
+            ));
         }
         let id = self.alloc_producer_id().ok_or("producer ids exhausted")?;
         let mut p = Producer::new(info);

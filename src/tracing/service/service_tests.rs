@@ -457,3 +457,32 @@ fn change_trace_config_only_changes_producer_filters() {
         .iter()
         .any(|c| matches!(c, ProducerCommand::StartDataSource { .. })));
 }
+
+#[test]
+fn lockdown_mode_refuses_other_uids() {
+    use crate::pb::protos::mod_TraceConfig::LockdownModeOperation;
+    let mut h = H::new();
+    let other = h.producer("other", 1234, &["ds"]);
+    let own = h.producer("own", SERVICE_UID, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.lockdown_mode = Some(LockdownModeOperation::LOCKDOWN_SET);
+    h.enable(c, &cfg).unwrap();
+    let outs = h.outputs();
+    assert!(cmds_for(&outs, other).is_empty());
+    assert!(!cmds_for(&outs, own).is_empty());
+    let info = ProducerInfo {
+        uid: 1234,
+        name: "late".into(),
+        ..Default::default()
+    };
+    assert!(h
+        .svc
+        .connect_producer(info.clone(), None)
+        .unwrap_err()
+        .contains("lockdown"));
+    let c2 = h.svc.connect_consumer(0);
+    cfg.lockdown_mode = Some(LockdownModeOperation::LOCKDOWN_CLEAR);
+    h.enable(c2, &cfg).unwrap();
+    assert!(h.svc.connect_producer(info, None).is_ok());
+}
