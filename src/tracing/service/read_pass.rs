@@ -60,17 +60,19 @@ impl TracingService {
         if self.sessions[&sid].write_into_file {
             return Err("ReadBuffers() is not supported with write_into_file".into());
         }
-        let mut packets = Vec::new();
+        // Pack each pass right away, moving its slices into the frames:
+        // holding the packets until the end costs another copy of the data.
+        let mut packer = FramePacker::default();
         let mut bytes = 0usize;
         loop {
-            let (mut p, more) = self.read_pass(now, sid, IPC_PASS_BYTES);
+            let (p, more) = self.read_pass(now, sid, IPC_PASS_BYTES);
             bytes += p.iter().flatten().map(Vec::len).sum::<usize>();
-            packets.append(&mut p);
+            p.into_iter().for_each(|pkt| packer.push(pkt));
             if !more {
-                return Ok((pack_into_frames(&packets), false));
+                return Ok((packer.finish(), false));
             }
             if bytes >= max_bytes {
-                return Ok((pack_into_frames(&packets), true));
+                return Ok((packer.finish(), true));
             }
         }
     }
@@ -280,31 +282,54 @@ pub fn frame_packet(p: &Packet) -> Vec<u8> {
 /// Packs packets into ReadBuffersResponses of at most [`MAX_READ_FRAME`]
 /// bytes; oversized slices are split. Always returns at least one.
 pub fn pack_into_frames(packets: &[Packet]) -> Vec<ReadBuffersResponse> {
+    let mut packer = FramePacker::default();
+    packets.iter().for_each(|p| packer.push(p.clone()));
+    packer.finish()
+}
+
+/// Packs packets into ReadBuffersResponse frames under MAX_READ_FRAME.
+#[derive(Default)]
+struct FramePacker {
+    frames: Vec<ReadBuffersResponse>,
+    cur: ReadBuffersResponse,
+    cur_size: usize,
+}
+
+impl FramePacker {
     const SLICE_OVERHEAD: usize = 16;
-    let mut frames = Vec::new();
-    let mut cur = ReadBuffersResponse::default();
-    let mut cur_size = 0usize;
-    for p in packets {
-        let pieces: Vec<&[u8]> = p
-            .iter()
-            .flat_map(|s| s.chunks(MAX_READ_FRAME - SLICE_OVERHEAD))
-            .filter(|c| !c.is_empty())
-            .collect();
+
+    /// Slices that fit a frame are moved, not copied (the common case).
+    fn push(&mut self, p: Packet) {
+        let limit = MAX_READ_FRAME - Self::SLICE_OVERHEAD;
+        let mut pieces: Vec<Vec<u8>> = Vec::with_capacity(p.len());
+        for s in p {
+            if s.len() <= limit {
+                pieces.push(s);
+            } else {
+                pieces.extend(s.chunks(limit).map(<[u8]>::to_vec));
+            }
+        }
+        pieces.retain(|c| !c.is_empty());
         let n = pieces.len();
         for (i, piece) in pieces.into_iter().enumerate() {
-            if cur_size + piece.len() + SLICE_OVERHEAD > MAX_READ_FRAME && !cur.slices.is_empty() {
-                frames.push(std::mem::take(&mut cur));
-                cur_size = 0;
+            if self.cur_size + piece.len() + Self::SLICE_OVERHEAD > MAX_READ_FRAME
+                && !self.cur.slices.is_empty()
+            {
+                self.frames.push(std::mem::take(&mut self.cur));
+                self.cur_size = 0;
             }
-            cur_size += piece.len() + SLICE_OVERHEAD;
-            cur.slices.push(Slice {
-                data: Some(piece.to_vec()),
+            self.cur_size += piece.len() + Self::SLICE_OVERHEAD;
+            self.cur.slices.push(Slice {
+                data: Some(piece),
                 last_slice_for_packet: Some(i + 1 == n),
             });
         }
     }
-    frames.push(cur);
-    frames
+
+    fn finish(mut self) -> Vec<ReadBuffersResponse> {
+        self.frames.push(self.cur);
+        self.frames
+    }
 }
 
 #[cfg(test)]
