@@ -146,5 +146,6 @@ CFG
         exit 1
     fi
     unset PERFETTO_PRODUCER_SOCK_NAME PERFETTO_CONSUMER_SOCK_NAME TRACED_PROBES_STATE_FILE
+    pids_to_kill=() # all waited for: none of these pids is ours any more
     echo "== $target: ok"
 done
