@@ -118,4 +118,33 @@ fn autostart_records_and_shares_the_system_sockets() {
     assert!(st.success());
     assert!(summary(&out).contains("\"trace_config\""));
     assert!(!tracebox::cmd::autostart::service_answers(consumer));
+
+    // Stale socket files that nobody answers on are replaced.
+    let producer = tracebox::ipc::default_sockets::default_producer_socket();
+    for path in [consumer, producer] {
+        let _ = std::fs::remove_file(path);
+        drop(std::os::unix::net::UnixListener::bind(path).unwrap());
+        assert!(std::path::Path::new(path).exists());
+    }
+    let out = dir.path().join("stale.pftrace");
+    let st = tracebox().args(["-t", "500ms", "-o", out.to_str().unwrap()]).stderr(Stdio::null()).status().unwrap();
+    assert!(st.success(), "stale socket files blocked autostart");
+    assert!(summary(&out).contains("\"trace_config\""));
+
+    // A traced that already answers is reused, and left running.
+    let mut traced = tracebox().arg("traced").spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !tracebox::cmd::autostart::service_answers(consumer) {
+        assert!(Instant::now() < deadline, "traced did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = dir.path().join("reuse.pftrace");
+    let st = tracebox().args(["-t", "500ms", "-o", out.to_str().unwrap()]).stderr(Stdio::null()).status().unwrap();
+    assert!(st.success());
+    assert!(summary(&out).contains("\"trace_config\""));
+    assert!(traced.try_wait().unwrap().is_none(), "autostart stopped a traced it did not start");
+    // No traced_probes was started for the reused service.
+    assert!(our_daemons().iter().all(|d| !d.ends_with("traced_probes")), "{:?}", our_daemons());
+    traced.kill().unwrap();
+    traced.wait().unwrap();
 }

@@ -223,3 +223,26 @@ fn notify_fd_gets_a_status_byte_once_started() {
     assert_eq!(wait_exit(&mut client, LIMIT), 0);
     assert_eq!(summary(&out).num("for_testing"), 5);
 }
+
+#[test]
+fn live_status_line_on_a_terminal_only() {
+    let env = Env::new("status");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(5);
+    let cfg = env.write("c.pbtx", &format!("buffers {{ size_kb: 1024 }}\n{SDK_DS}duration_ms: 2500\n"));
+    let out = env.path("t.pftrace");
+    let link = env.dir.path().join("perfetto");
+    let cmd = format!("{} --txt -c {cfg} -o {}", link.display(), out.display());
+    // util-linux `script` gives the client a pseudo-terminal as stderr.
+    let mut c = std::process::Command::new("script");
+    c.args(["-q", "-e", "-c", &cmd, "/dev/null"]);
+    c.env("PERFETTO_PRODUCER_SOCK_NAME", &env.producer).env("PERFETTO_CONSUMER_SOCK_NAME", &env.consumer);
+    let o = c.output().expect("run script(1)");
+    let tty = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{tty}");
+    assert!(tty.contains("/ 2.5s]") && tty.contains("recorded, nothing lost"), "{tty}");
+    // Without a terminal there is no status line.
+    let plain = env.perfetto(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
+    assert!(plain.status.success());
+    assert!(!String::from_utf8_lossy(&plain.stderr).contains("recorded,"));
+}
