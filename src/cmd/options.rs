@@ -98,12 +98,6 @@ fn encode(cfg: &TraceConfig) -> Vec<u8> {
     out
 }
 
-fn looks_like_text(bytes: &[u8]) -> bool {
-    bytes
-        .iter()
-        .all(|&c| (32..=126).contains(&c) || (9..=13).contains(&c))
-}
-
 fn output_of(flags: &RawFlags) -> Option<Output> {
     flags.out.as_ref().map(|p| match p.as_str() {
         "-" => Output::Stdout,
@@ -251,7 +245,7 @@ pub fn plan(
         (Some(input), false) => {
             if decode(&input.bytes).is_none() || input.bytes.is_empty() {
                 let mut msg = String::from("The trace config is invalid, bailing out.");
-                if looks_like_text(&input.bytes) {
+                if super::pbtx::looks_like_text(&input.bytes) {
                     msg.push_str(
                         "\nLooks like you are passing a textual config but I'm expecting a \
                          proto-encoded binary config.\nTry adding --txt to the cmdline.",
