@@ -203,18 +203,32 @@ impl TracingService {
         producer: ProducerId,
         id: DataSourceInstanceId,
     ) {
-        let Some(sid) = self.session_of_instance(producer, id) else {
-            return;
-        };
-        let s = self.sessions.get_mut(&sid).expect("found above");
-        let inst = s.instance_mut(id).expect("found above");
-        if inst.state != InstanceState::Starting {
-            return;
+        if let Some(sid) =
+            self.advance_instance(producer, id, InstanceState::Starting, InstanceState::Started)
+        {
+            self.check_all_started(now, sid);
         }
-        inst.state = InstanceState::Started;
+    }
+
+    /// Moves a producer's instance from `from` to `to` (a notification in
+    /// any other state is stale and ignored) and tells observers. Returns
+    /// the session when the instance moved.
+    pub(super) fn advance_instance(
+        &mut self,
+        producer: ProducerId,
+        id: DataSourceInstanceId,
+        from: InstanceState,
+        to: InstanceState,
+    ) -> Option<SessionId> {
+        let sid = self.session_of_instance(producer, id)?;
+        let inst = self.sessions.get_mut(&sid)?.instance_mut(id)?;
+        if inst.state != from {
+            return None;
+        }
+        inst.state = to;
         let inst = inst.clone();
-        self.notify_instance_state(sid, &inst, true);
-        self.check_all_started(now, sid);
+        self.notify_instance_state(sid, &inst, to == InstanceState::Started);
+        Some(sid)
     }
 
     pub(super) fn session_of_instance(

@@ -85,18 +85,11 @@ impl TracingService {
         producer: ProducerId,
         id: DataSourceInstanceId,
     ) {
-        let Some(sid) = self.session_of_instance(producer, id) else {
-            return;
-        };
-        let s = self.sessions.get_mut(&sid).expect("found above");
-        let inst = s.instance_mut(id).expect("found above");
-        if inst.state != InstanceState::Stopping {
-            return;
+        if let Some(sid) =
+            self.advance_instance(producer, id, InstanceState::Stopping, InstanceState::Stopped)
+        {
+            self.check_all_stopped(now, sid);
         }
-        inst.state = InstanceState::Stopped;
-        let inst = inst.clone();
-        self.notify_instance_state(sid, &inst, false);
-        self.check_all_stopped(now, sid);
     }
 
     pub(super) fn check_all_stopped(&mut self, now: u64, sid: SessionId) {
