@@ -51,6 +51,46 @@ fn merge_protos(protos: &[PathBuf]) -> String {
     merged
 }
 
+/// DataSourceConfig sub-configs tracebox interprets; pb-rs decodes them.
+const INTERPRETED_SUB_CONFIGS: &[&str] =
+    &["FtraceConfig", "ProcessStatsConfig", "SysStatsConfig", "SystemInfoConfig", "TestConfig"];
+
+/// For pb-rs only, declares every other message-typed field of
+/// DataSourceConfig as `bytes` (same number, same wire type): traced
+/// forwards them untouched anyway, and decoding them eagerly would link a
+/// reader for every Android/Chrome/GPU sub-config into the binary. The
+/// schema table (text configs) still sees the full messages.
+fn opaque_unused_sub_configs(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut depth_in_dsc: Option<i32> = None;
+    for line in text.lines() {
+        let t = line.trim_start();
+        let mut line = line.to_owned();
+        if depth_in_dsc.is_none() && t.starts_with("message DataSourceConfig ") {
+            depth_in_dsc = Some(0);
+        } else if let Some(depth) = depth_in_dsc {
+            let words: Vec<&str> = t.split_whitespace().collect();
+            let is_field = depth == 1 && words.len() >= 4 && words[0] == "optional";
+            let ty = words.get(1).copied().unwrap_or("");
+            let message_typed = ty.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                && (ty.ends_with("Config") || ty.ends_with("Metrics") || ty.ends_with("Samples"))
+                && !INTERPRETED_SUB_CONFIGS.contains(&ty);
+            if is_field && message_typed {
+                line = line.replacen(ty, "bytes", 1);
+            }
+        }
+        if let Some(depth) = depth_in_dsc.as_mut() {
+            *depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+            if *depth == 0 && line.contains('}') {
+                depth_in_dsc = None;
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
 fn main() {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let proto_root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("proto");
@@ -65,7 +105,8 @@ fn main() {
     // schema into one file first; imports become unnecessary.
     let merged = out_dir.join("perfetto_protos.proto");
     let merged_text = merge_protos(&protos);
-    std::fs::write(&merged, schema::strip_services(&merged_text)).unwrap();
+    let pb_text = opaque_unused_sub_configs(&schema::strip_services(&merged_text));
+    std::fs::write(&merged, pb_text).unwrap();
     // Service method tables and the runtime schema table (src/schema/).
     let services = schema::services_rs(&merged_text);
     std::fs::write(out_dir.join("services.rs"), services).unwrap();
