@@ -3,8 +3,8 @@
 process tree, parsed with PyPI perfetto's official descriptors.
 
 Usage: pid_coverage.py TRACE ALIVE REQUIRED
-ALIVE and REQUIRED hold "tid tgid" lines. Every ALIVE task (alive for the
-whole recording) that appears in sched_switch / sched_waking must be in
+ALIVE and REQUIRED hold "tid tgid" lines. Every ALIVE task (alive when the
+recording ended, so scannable whenever ftrace saw it) that appears in sched_switch / sched_waking must be in
 process_tree with that tgid; every REQUIRED task must appear in sched events
 and in process_tree with that tgid. Prints one line per failure, then a
 summary line; exit 1 on any failure."""
