@@ -2,8 +2,7 @@
 //! scan) in which every task that shows up in sched_switch / sched_waking
 //! and was still alive when the recording ended (so also every task alive
 //! throughout) is described in the process tree, threads with their right
-//! tgid. Uses `--private-sockets`, so private
-//! daemons, not the system ones.
+//! tgid. Uses `--private-sockets`: private daemons, not the system ones.
 
 mod cli_support;
 
