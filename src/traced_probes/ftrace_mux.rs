@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::rc::{Rc, Weak};
 use std::time::Duration;
 
 use super::clock::boot_time_ns;
@@ -21,7 +22,9 @@ use crate::probes::ftrace::bundle::{
     write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
 };
 use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode, MAX_READ_PAGES_PER_DRAIN};
+use crate::probes::ftrace::ksyms::KernelSymbols;
 use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
+use crate::probes::ftrace::translate::KernelAddrs;
 use crate::probes::ftrace::{atrace, CpuStats, Tracefs};
 use crate::protozero::{put_varint, VecStream};
 use crate::tracing::core::trace_writer::TraceWriter;
@@ -46,6 +49,11 @@ struct Source {
     failed_events: Vec<String>,
     preserve: bool,
     pids: Vec<i32>,
+    /// `symbolize_ksyms`: loaded at start.
+    want_ksyms: bool,
+    ksyms: Option<Rc<KernelSymbols>>,
+    /// Kernel addresses interned on this source's sequence (all cpus).
+    kernel: KernelAddrs,
 }
 
 /// Bundles are built in memory, then copied into a TraceWriter packet.
@@ -74,6 +82,8 @@ pub struct FtraceMux {
     instances: BTreeMap<String, KInstance>,
     sources: BTreeMap<u64, Source>,
     state_file: PathBuf,
+    /// kallsyms, shared by the sources that symbolize while any holds it.
+    ksyms: Weak<KernelSymbols>,
 }
 
 impl std::fmt::Debug for FtraceMux {
@@ -92,6 +102,7 @@ impl FtraceMux {
             instances: BTreeMap::new(),
             sources: BTreeMap::new(),
             state_file,
+            ksyms: Weak::new(),
         }
     }
 
@@ -264,6 +275,9 @@ impl FtraceMux {
                 failed_events,
                 preserve: cfg.preserve_ftrace_buffer.unwrap_or(false),
                 pids: Vec::new(),
+                want_ksyms: cfg.symbolize_ksyms.unwrap_or(false),
+                ksyms: None,
+                kernel: KernelAddrs::default(),
             },
         );
         Ok(())
@@ -300,6 +314,20 @@ impl FtraceMux {
         }
         inst.started += 1;
         src.started = true;
+        if src.want_ksyms && src.ksyms.is_none() {
+            let k = self.ksyms.upgrade().unwrap_or_else(|| {
+                let k = KernelSymbols::load().unwrap_or_else(|e| {
+                    crate::log_warn!("ftrace: cannot read /proc/kallsyms: {e}");
+                    KernelSymbols::default()
+                });
+                if k.is_empty() {
+                    crate::log_warn!("ftrace: no kernel symbols (kptr_restrict?)");
+                }
+                Rc::new(k)
+            });
+            self.ksyms = Rc::downgrade(&k);
+            src.ksyms = Some(k);
+        }
         src.stats_before = cpu_stats(&inst.tracefs);
         Ok(())
     }
@@ -349,6 +377,7 @@ impl FtraceMux {
                         filter: &src.filter,
                         compact_sched: if src.compact { *compact } else { None },
                         clock: snapshot,
+                        ksyms: src.ksyms.as_deref(),
                     };
                     if cpu >= src.cpus.len() {
                         src.cpus.resize_with(cpu + 1, CpuState::default);
@@ -358,7 +387,10 @@ impl FtraceMux {
                         writer: &mut src.writer,
                         buf: VecStream::new(),
                     };
+                    // The sequence is per source, so is the address interning.
+                    std::mem::swap(&mut state.metadata.kernel, &mut src.kernel);
                     write_pages(&mut w, cpu as u32, pages, layout, &ctx, state);
+                    std::mem::swap(&mut state.metadata.kernel, &mut src.kernel);
                     src.pids.append(&mut state.metadata.pids);
                     state.metadata.clear();
                 }

@@ -20,6 +20,7 @@ pub mod bundle;
 pub mod compact_sched;
 pub mod cpu_reader;
 pub mod format;
+pub mod ksyms;
 pub mod page_parser;
 pub mod stats;
 pub(crate) mod sys;
