@@ -23,6 +23,7 @@ use crate::probes::ftrace::bundle::{
 };
 use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode, MAX_READ_PAGES_PER_DRAIN};
 use crate::probes::ftrace::ksyms::KernelSymbols;
+use crate::probes::ftrace::print_filter::{PrintFilter, PrintMatch, PrintRule};
 use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
 use crate::probes::ftrace::translate::KernelAddrs;
 use crate::probes::ftrace::{atrace, CpuStats, Tracefs};
@@ -186,6 +187,12 @@ impl FtraceMux {
         if !cfg.atrace_categories.is_empty() || !cfg.atrace_apps.is_empty() {
             // Linux has no atrace binary: categories are kernel event sets,
             // and userspace markers (trace_marker) arrive as ftrace/print.
+            static ATRACE_NOTE: std::sync::Once = std::sync::Once::new();
+            ATRACE_NOTE.call_once(|| {
+                crate::log_info!(
+                    "atrace is Android-only; recording the categories' kernel events and ftrace/print"
+                );
+            });
             let available = inst.tracefs.all_events().unwrap_or_default();
             let userspace_only = cfg.atrace_userspace_only.unwrap_or(false);
             let (events, unknown) =
@@ -212,6 +219,7 @@ impl FtraceMux {
         let inst = self.instances.get_mut(&key).expect("opened above");
         inst.users += 1;
         let mut filter = EventFilter::default();
+        filter.print = cfg.print_filter.as_ref().map(print_filter);
         let mut events = Vec::new();
         let mut failed_events = Vec::new();
         let (wanted, mut unknown_events) = Self::wanted_events(inst, cfg);
@@ -486,6 +494,28 @@ impl FtraceMux {
             self.store_marker();
         }
     }
+}
+
+/// The config's print filter. A rule with neither match is an empty
+/// prefix (matches everything), as upstream reads it.
+fn print_filter(pf: &crate::pb::protos::mod_FtraceConfig::PrintFilter) -> PrintFilter {
+    use crate::pb::protos::mod_FtraceConfig::mod_PrintFilter::mod_Rule::OneOfmatch_pb as M;
+    let rules = pf
+        .rules
+        .iter()
+        .map(|r| PrintRule {
+            allow: r.allow.unwrap_or(false),
+            matcher: match &r.match_pb {
+                M::atrace_msg(a) => PrintMatch::Atrace {
+                    kind: a.type_pb.clone().unwrap_or_default().into_bytes(),
+                    prefix: a.prefix.clone().unwrap_or_default().into_bytes(),
+                },
+                M::prefix(p) => PrintMatch::Prefix(p.clone().into_bytes()),
+                M::None => PrintMatch::Prefix(Vec::new()),
+            },
+        })
+        .collect();
+    PrintFilter { rules }
 }
 
 fn cpu_stats(t: &Tracefs) -> Vec<CpuStats> {

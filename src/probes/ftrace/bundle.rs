@@ -7,6 +7,7 @@ use super::compact_sched::{CompactSchedBuffer, CompactSchedFormat, INTERNER_THRE
 use super::format::PageHeaderLayout;
 use super::ksyms::KernelSymbols;
 use super::page_parser::{parse_page, PageSink, ParseError};
+use super::print_filter::PrintFilter;
 use super::table::ftrace_event;
 use super::translate::{
     read_int, write_generic_fields, write_typed_fields, KernelAddrs, Metadata, Target,
@@ -43,6 +44,8 @@ pub trait PacketWriter {
 #[derive(Debug, Default, Clone)]
 pub struct EventFilter {
     bits: Vec<u64>,
+    /// `print_filter`: which ftrace/print messages to keep.
+    pub print: Option<PrintFilter>,
 }
 
 impl EventFilter {
@@ -190,6 +193,11 @@ impl<W: PacketWriter> Bundler<'_, W> {
         let Some(ev) = ctx.table.event(id) else {
             return Ok(());
         };
+        if let Some(pf) = &ctx.filter.print {
+            if ev.group == "ftrace" && ev.name == "print" && !print_allowed(pf, ev, rec) {
+                return Ok(());
+            }
+        }
         let pid = read_int(rec, ctx.table.common_pid_offset as usize, 4);
         self.ensure_open();
         let s = self.w.stream();
@@ -225,6 +233,19 @@ impl<W: PacketWriter> PageSink for Bundler<'_, W> {
         self.summary.events += 1;
         Ok(())
     }
+}
+
+/// Applies `print_filter` to an ftrace/print record (its `buf` field).
+fn print_allowed(pf: &PrintFilter, ev: &super::translate::EventTranslation, rec: &[u8]) -> bool {
+    let Some(f) = ev.fields.iter().find(|f| f.name == "buf") else {
+        return true;
+    };
+    let start = f.offset as usize;
+    let buf = rec
+        .get(start..)
+        .map(super::translate::until_nul)
+        .unwrap_or(&[]);
+    pf.allows(buf)
 }
 
 /// `TracePacket` fields for interning.

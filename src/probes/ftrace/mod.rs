@@ -22,6 +22,7 @@ pub mod cpu_reader;
 pub mod format;
 pub mod ksyms;
 pub mod page_parser;
+pub mod print_filter;
 pub mod stats;
 pub(crate) mod sys;
 pub mod table;
