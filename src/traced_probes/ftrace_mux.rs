@@ -25,6 +25,7 @@ use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode, MAX_READ_PAGES
 use crate::probes::ftrace::ksyms::KernelSymbols;
 use crate::probes::ftrace::print_filter::{PrintFilter, PrintMatch, PrintRule};
 use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
+use crate::probes::ftrace::syscalls;
 use crate::probes::ftrace::translate::KernelAddrs;
 use crate::probes::ftrace::{atrace, CpuStats, Tracefs};
 use crate::protozero::{put_varint, VecStream};
@@ -222,7 +223,31 @@ impl FtraceMux {
         filter.print = cfg.print_filter.as_ref().map(print_filter);
         let mut events = Vec::new();
         let mut failed_events = Vec::new();
-        let (wanted, mut unknown_events) = Self::wanted_events(inst, cfg);
+        let (mut wanted, mut unknown_events) = Self::wanted_events(inst, cfg);
+        if !cfg.syscall_events.is_empty() {
+            // raw_syscalls with a kernel filter on the wanted numbers. The
+            // filter belongs to the instance: sessions sharing one share it.
+            let (ids, unknown) = syscalls::resolve(&cfg.syscall_events);
+            for n in unknown {
+                crate::log_warn!("ftrace: unknown syscall {n:?} on this arch");
+                failed_events.push(n);
+            }
+            if !ids.is_empty() {
+                let expr = syscalls::filter_expr(&ids);
+                for n in ["sys_enter", "sys_exit"] {
+                    if let Err(e) = inst
+                        .tracefs
+                        .set_event_filter("raw_syscalls", Some(n), &expr)
+                    {
+                        crate::log_warn!("ftrace: cannot filter raw_syscalls/{n}: {e}");
+                    }
+                    let e = ("raw_syscalls".to_string(), n.to_string());
+                    if !wanted.contains(&e) {
+                        wanted.push(e);
+                    }
+                }
+            }
+        }
         for (g, n) in wanted {
             let id = match inst.table.event_by_name(&g, &n) {
                 Some(t) => Some(t.ftrace_id),

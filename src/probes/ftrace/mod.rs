@@ -24,6 +24,7 @@ pub mod ksyms;
 pub mod page_parser;
 pub mod print_filter;
 pub mod stats;
+pub mod syscalls;
 pub(crate) mod sys;
 pub mod table;
 pub mod tracefs;
