@@ -97,6 +97,7 @@ data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
     let mut symbols: BTreeMap<u64, String> = BTreeMap::new();
     let mut functions = Vec::new();
     let mut failed = Vec::new();
+    let mut parsed = Vec::new();
     for p in trace.packet {
         if let Some(d) = &p.interned_data {
             for s in &d.kernel_symbols {
@@ -127,7 +128,10 @@ data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
                     }
                 }
             }
-            OneOfdata::ftrace_stats(s) => failed.extend(s.failed_ftrace_events),
+            OneOfdata::ftrace_stats(s) => {
+                parsed.push(s.kernel_symbols_parsed.unwrap_or(0));
+                failed.extend(s.failed_ftrace_events)
+            }
             _ => {}
         }
     }
@@ -142,6 +146,10 @@ data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
         let needle = format!(" {name}");
         assert!(kallsyms.contains(&needle), "{name} not in kallsyms");
     }
+    assert!(
+        !parsed.is_empty() && parsed.iter().all(|&n| n > 1000),
+        "kernel_symbols_parsed {parsed:?}"
+    );
     assert!(
         failed.iter().any(|f| f == "tbx_no_such_syscall"),
         "{failed:?}"

@@ -564,6 +564,10 @@ fn write_stats(src: &mut Source, phase: Phase, cpu_stats: &[CpuStats]) {
         failed_ftrace_events: if end { &src.failed_events } else { none },
         preserve_ftrace_buffer: src.preserve,
         parse_errors: if end { &parse_errors } else { &[] },
+        kernel_symbols: src
+            .ksyms
+            .as_ref()
+            .map(|k| (k.len() as u32, (k.mem_bytes() / 1024) as u32)),
         ..Default::default()
     };
     let mut s = VecStream::new();
