@@ -155,3 +155,42 @@ data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
         "{failed:?}"
     );
 }
+
+/// atrace on Linux: a note in the log, once per process, and tracing goes on.
+#[test]
+fn atrace_note_is_logged_once() {
+    let instance = "tbx_probes_atrace_note";
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
+    let log = dir.join("probes.log");
+    let _probes = start_probes(&socks.producer, &dir.join("state"), &[], &log, true);
+    let source = format!(
+        r#"data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
+    atrace_categories: "sched" atrace_apps: "*" instance_name: "{instance}" }} }} }}"#
+    );
+    let cfg = dir.join("config.txt");
+    std::fs::write(
+        &cfg,
+        format!("duration_ms: 300\nbuffers {{ size_kb: 4096 }}\n{source}\n{source}\n"),
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let st = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .args(["perfetto", "--txt", "-c"])
+            .arg(&cfg)
+            .arg("-o")
+            .arg(dir.join("trace.pb"))
+            .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let n = text.matches("atrace is Android-only").count();
+    assert_eq!(n, 1, "log:\n{text}");
+}
