@@ -92,6 +92,7 @@ fn full_events() {
         filter: &filter,
         compact_sched: None,
         clock: None,
+        ksyms: None,
     };
     let mut state = CpuState::default();
     let mut out = Packets::default();
@@ -154,6 +155,7 @@ fn compact_sched_matches_full_events() {
         filter: &filter,
         compact_sched: None,
         clock: None,
+        ksyms: None,
     };
     let ctx = BundleContext {
         compact_sched: Some(compact),
@@ -251,6 +253,7 @@ fn filter_and_print_fallback() {
         filter: &filter,
         compact_sched: None,
         clock: None,
+        ksyms: None,
     };
     let mut out = Packets::default();
     let sum = write_pages(&mut out, 0, CPU0, &layout(), &ctx, &mut CpuState::default());
@@ -275,6 +278,7 @@ fn lost_events_and_errors() {
         filter: &filter,
         compact_sched: None,
         clock: None,
+        ksyms: None,
     };
     let mut pages = CPU0.to_vec();
     // Page 2 says events were lost before it.
@@ -351,6 +355,7 @@ fn generic_events() {
         filter: &filter,
         compact_sched: None,
         clock: None,
+        ksyms: None,
     };
     let mut out = Packets::default();
     let mut state = CpuState::default();
@@ -415,6 +420,7 @@ fn mutated_pages_never_panic() {
         let ctx = BundleContext {
             table: &table,
             filter: &filter,
+            ksyms: None,
             compact_sched: if round % 2 == 0 { compact } else { None },
             clock: None,
         };

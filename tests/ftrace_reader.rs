@@ -100,6 +100,7 @@ fn markers_test(instance: &str, mode: ReaderMode) {
             filter: &filter,
             compact_sched: None,
             clock: None,
+            ksyms: None,
         };
         let mut reader =
             FtraceReader::start(t, layout.page_size, Duration::from_millis(20), mode).unwrap();
@@ -189,6 +190,7 @@ fn sched_switch_count_matches_kernel_stats() {
             filter: &filter,
             compact_sched: None,
             clock: None,
+            ksyms: None,
         };
         let mut reader =
             FtraceReader::start(t, layout.page_size, Duration::from_millis(20), mode).unwrap();
@@ -253,6 +255,7 @@ fn typed_process_events_and_compact_sched() {
             filter: &filter,
             compact_sched: compact,
             clock: None,
+            ksyms: None,
         };
         let mode = ReaderMode::Splice;
         let mut reader =

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::rc::{Rc, Weak};
 use std::time::Duration;
 
 use super::clock::boot_time_ns;
@@ -21,7 +22,11 @@ use crate::probes::ftrace::bundle::{
     write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
 };
 use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode, MAX_READ_PAGES_PER_DRAIN};
+use crate::probes::ftrace::ksyms::KernelSymbols;
+use crate::probes::ftrace::print_filter::{PrintFilter, PrintMatch, PrintRule};
 use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
+use crate::probes::ftrace::syscalls;
+use crate::probes::ftrace::translate::KernelAddrs;
 use crate::probes::ftrace::{atrace, CpuStats, Tracefs};
 use crate::protozero::{put_varint, VecStream};
 use crate::tracing::core::trace_writer::TraceWriter;
@@ -46,6 +51,11 @@ struct Source {
     failed_events: Vec<String>,
     preserve: bool,
     pids: Vec<i32>,
+    /// `symbolize_ksyms`: loaded at start.
+    want_ksyms: bool,
+    ksyms: Option<Rc<KernelSymbols>>,
+    /// Kernel addresses interned on this source's sequence (all cpus).
+    kernel: KernelAddrs,
 }
 
 /// Bundles are built in memory, then copied into a TraceWriter packet.
@@ -74,6 +84,8 @@ pub struct FtraceMux {
     instances: BTreeMap<String, KInstance>,
     sources: BTreeMap<u64, Source>,
     state_file: PathBuf,
+    /// kallsyms, shared by the sources that symbolize while any holds it.
+    ksyms: Weak<KernelSymbols>,
 }
 
 impl std::fmt::Debug for FtraceMux {
@@ -92,6 +104,7 @@ impl FtraceMux {
             instances: BTreeMap::new(),
             sources: BTreeMap::new(),
             state_file,
+            ksyms: Weak::new(),
         }
     }
 
@@ -175,6 +188,12 @@ impl FtraceMux {
         if !cfg.atrace_categories.is_empty() || !cfg.atrace_apps.is_empty() {
             // Linux has no atrace binary: categories are kernel event sets,
             // and userspace markers (trace_marker) arrive as ftrace/print.
+            static ATRACE_NOTE: std::sync::Once = std::sync::Once::new();
+            ATRACE_NOTE.call_once(|| {
+                crate::log_info!(
+                    "atrace is Android-only; recording the categories' kernel events and ftrace/print"
+                );
+            });
             let available = inst.tracefs.all_events().unwrap_or_default();
             let userspace_only = cfg.atrace_userspace_only.unwrap_or(false);
             let (events, unknown) =
@@ -201,9 +220,34 @@ impl FtraceMux {
         let inst = self.instances.get_mut(&key).expect("opened above");
         inst.users += 1;
         let mut filter = EventFilter::default();
+        filter.print = cfg.print_filter.as_ref().map(print_filter);
         let mut events = Vec::new();
         let mut failed_events = Vec::new();
-        let (wanted, mut unknown_events) = Self::wanted_events(inst, cfg);
+        let (mut wanted, mut unknown_events) = Self::wanted_events(inst, cfg);
+        if !cfg.syscall_events.is_empty() {
+            // raw_syscalls with a kernel filter on the wanted numbers. The
+            // filter belongs to the instance: sessions sharing one share it.
+            let (ids, unknown) = syscalls::resolve(&cfg.syscall_events);
+            for n in unknown {
+                crate::log_warn!("ftrace: unknown syscall {n:?} on this arch");
+                failed_events.push(n);
+            }
+            if !ids.is_empty() {
+                let expr = syscalls::filter_expr(&ids);
+                for n in ["sys_enter", "sys_exit"] {
+                    if let Err(e) = inst
+                        .tracefs
+                        .set_event_filter("raw_syscalls", Some(n), &expr)
+                    {
+                        crate::log_warn!("ftrace: cannot filter raw_syscalls/{n}: {e}");
+                    }
+                    let e = ("raw_syscalls".to_string(), n.to_string());
+                    if !wanted.contains(&e) {
+                        wanted.push(e);
+                    }
+                }
+            }
+        }
         for (g, n) in wanted {
             let id = match inst.table.event_by_name(&g, &n) {
                 Some(t) => Some(t.ftrace_id),
@@ -264,6 +308,9 @@ impl FtraceMux {
                 failed_events,
                 preserve: cfg.preserve_ftrace_buffer.unwrap_or(false),
                 pids: Vec::new(),
+                want_ksyms: cfg.symbolize_ksyms.unwrap_or(false),
+                ksyms: None,
+                kernel: KernelAddrs::default(),
             },
         );
         Ok(())
@@ -300,6 +347,20 @@ impl FtraceMux {
         }
         inst.started += 1;
         src.started = true;
+        if src.want_ksyms && src.ksyms.is_none() {
+            let k = self.ksyms.upgrade().unwrap_or_else(|| {
+                let k = KernelSymbols::load().unwrap_or_else(|e| {
+                    crate::log_warn!("ftrace: cannot read /proc/kallsyms: {e}");
+                    KernelSymbols::default()
+                });
+                if k.is_empty() {
+                    crate::log_warn!("ftrace: no kernel symbols (kptr_restrict?)");
+                }
+                Rc::new(k)
+            });
+            self.ksyms = Rc::downgrade(&k);
+            src.ksyms = Some(k);
+        }
         src.stats_before = cpu_stats(&inst.tracefs);
         Ok(())
     }
@@ -349,6 +410,7 @@ impl FtraceMux {
                         filter: &src.filter,
                         compact_sched: if src.compact { *compact } else { None },
                         clock: snapshot,
+                        ksyms: src.ksyms.as_deref(),
                     };
                     if cpu >= src.cpus.len() {
                         src.cpus.resize_with(cpu + 1, CpuState::default);
@@ -358,7 +420,10 @@ impl FtraceMux {
                         writer: &mut src.writer,
                         buf: VecStream::new(),
                     };
+                    // The sequence is per source, so is the address interning.
+                    std::mem::swap(&mut state.metadata.kernel, &mut src.kernel);
                     write_pages(&mut w, cpu as u32, pages, layout, &ctx, state);
+                    std::mem::swap(&mut state.metadata.kernel, &mut src.kernel);
                     src.pids.append(&mut state.metadata.pids);
                     state.metadata.clear();
                 }
@@ -456,6 +521,28 @@ impl FtraceMux {
     }
 }
 
+/// The config's print filter. A rule with neither match is an empty
+/// prefix (matches everything), as upstream reads it.
+fn print_filter(pf: &crate::pb::protos::mod_FtraceConfig::PrintFilter) -> PrintFilter {
+    use crate::pb::protos::mod_FtraceConfig::mod_PrintFilter::mod_Rule::OneOfmatch_pb as M;
+    let rules = pf
+        .rules
+        .iter()
+        .map(|r| PrintRule {
+            allow: r.allow.unwrap_or(false),
+            matcher: match &r.match_pb {
+                M::atrace_msg(a) => PrintMatch::Atrace {
+                    kind: a.type_pb.clone().unwrap_or_default().into_bytes(),
+                    prefix: a.prefix.clone().unwrap_or_default().into_bytes(),
+                },
+                M::prefix(p) => PrintMatch::Prefix(p.clone().into_bytes()),
+                M::None => PrintMatch::Prefix(Vec::new()),
+            },
+        })
+        .collect();
+    PrintFilter { rules }
+}
+
 fn cpu_stats(t: &Tracefs) -> Vec<CpuStats> {
     (0..t.num_cpus().unwrap_or(0))
         .map(|c| t.cpu_stats(c).unwrap_or_default())
@@ -477,6 +564,10 @@ fn write_stats(src: &mut Source, phase: Phase, cpu_stats: &[CpuStats]) {
         failed_ftrace_events: if end { &src.failed_events } else { none },
         preserve_ftrace_buffer: src.preserve,
         parse_errors: if end { &parse_errors } else { &[] },
+        kernel_symbols: src
+            .ksyms
+            .as_ref()
+            .map(|k| (k.len() as u32, (k.mem_bytes() / 1024) as u32)),
         ..Default::default()
     };
     let mut s = VecStream::new();

@@ -5,12 +5,15 @@
 
 use super::compact_sched::{CompactSchedBuffer, CompactSchedFormat, INTERNER_THRESHOLD};
 use super::format::PageHeaderLayout;
+use super::ksyms::KernelSymbols;
 use super::page_parser::{parse_page, PageSink, ParseError};
+use super::print_filter::PrintFilter;
 use super::table::ftrace_event;
 use super::translate::{
-    read_int, write_generic_fields, write_typed_fields, Metadata, Target, TranslationTable,
+    read_int, write_generic_fields, write_typed_fields, KernelAddrs, Metadata, Target,
+    TranslationTable,
 };
-use crate::protozero::{begin_nested, end_nested, put_varint, Nested, Stream};
+use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, Nested, Stream};
 
 /// `TracePacket.ftrace_events`.
 pub const TRACE_PACKET_FTRACE_EVENTS: u32 = 1;
@@ -41,6 +44,8 @@ pub trait PacketWriter {
 #[derive(Debug, Default, Clone)]
 pub struct EventFilter {
     bits: Vec<u64>,
+    /// `print_filter`: which ftrace/print messages to keep.
+    pub print: Option<PrintFilter>,
 }
 
 impl EventFilter {
@@ -74,6 +79,9 @@ pub struct BundleContext<'a> {
     /// `Some` when compact sched is on and the kernel formats allow it.
     pub compact_sched: Option<CompactSchedFormat>,
     pub clock: Option<ClockSnapshot>,
+    /// Set with `symbolize_ksyms`: new kernel addresses of a bundle are
+    /// emitted as `interned_data.kernel_symbols` in its packet.
+    pub ksyms: Option<&'a KernelSymbols>,
 }
 
 /// Per (data source, cpu) state kept across read passes.
@@ -141,6 +149,9 @@ impl<W: PacketWriter> Bundler<'_, W> {
             let s = self.w.stream();
             self.state.compact.write_and_reset(s);
             end_nested(s, n);
+            if let Some(k) = self.ctx.ksyms {
+                write_kernel_symbols(s, k, &mut self.state.metadata.kernel);
+            }
             self.w.finish_packet();
         }
     }
@@ -182,6 +193,11 @@ impl<W: PacketWriter> Bundler<'_, W> {
         let Some(ev) = ctx.table.event(id) else {
             return Ok(());
         };
+        if let Some(pf) = &ctx.filter.print {
+            if ev.group == "ftrace" && ev.name == "print" && !print_allowed(pf, ev, rec) {
+                return Ok(());
+            }
+        }
         let pid = read_int(rec, ctx.table.common_pid_offset as usize, 4);
         self.ensure_open();
         let s = self.w.stream();
@@ -217,6 +233,53 @@ impl<W: PacketWriter> PageSink for Bundler<'_, W> {
         self.summary.events += 1;
         Ok(())
     }
+}
+
+/// Applies `print_filter` to an ftrace/print record (its `buf` field).
+fn print_allowed(pf: &PrintFilter, ev: &super::translate::EventTranslation, rec: &[u8]) -> bool {
+    let Some(f) = ev.fields.iter().find(|f| f.name == "buf") else {
+        return true;
+    };
+    let start = f.offset as usize;
+    let buf = rec
+        .get(start..)
+        .map(super::translate::until_nul)
+        .unwrap_or(&[]);
+    pf.allows(buf)
+}
+
+/// `TracePacket` fields for interning.
+const TRACE_PACKET_INTERNED_DATA: u32 = 12;
+const TRACE_PACKET_SEQUENCE_FLAGS: u32 = 13;
+const INTERNED_DATA_KERNEL_SYMBOLS: u32 = 26;
+const SEQ_INCREMENTAL_STATE_CLEARED: u64 = 1;
+const SEQ_NEEDS_INCREMENTAL_STATE: u64 = 2;
+
+/// Appends `interned_data.kernel_symbols` for the addresses interned since
+/// the last call (names not in kallsyms are left out) and the sequence
+/// flags: the first such packet of a sequence clears incremental state.
+fn write_kernel_symbols<S: Stream>(s: &mut S, k: &KernelSymbols, addrs: &mut KernelAddrs) {
+    if addrs.written >= addrs.addrs.len() {
+        return;
+    }
+    let n = begin_nested(s, TRACE_PACKET_INTERNED_DATA);
+    for (i, &a) in addrs.addrs.iter().enumerate().skip(addrs.written) {
+        if let Some(name) = k.lookup(a) {
+            let e = begin_nested(s, INTERNED_DATA_KERNEL_SYMBOLS);
+            put_varint(s, 1, i as u64 + 1);
+            put_bytes(s, 2, name.as_bytes());
+            end_nested(s, e);
+        }
+    }
+    end_nested(s, n);
+    let flags = if addrs.sequence_started {
+        SEQ_NEEDS_INCREMENTAL_STATE
+    } else {
+        SEQ_INCREMENTAL_STATE_CLEARED
+    };
+    put_varint(s, TRACE_PACKET_SEQUENCE_FLAGS, flags);
+    addrs.sequence_started = true;
+    addrs.written = addrs.addrs.len();
 }
 
 /// Parses `pages` (whole pages of `layout.page_size` bytes each, the

@@ -28,6 +28,8 @@ pub struct StatsSnapshot<'a> {
     /// Distinct parse errors seen (order kept).
     pub parse_errors: &'a [ParseError],
     pub cpu_buffer_size_pages: Option<u32>,
+    /// With `symbolize_ksyms`: (symbols parsed, table memory in KiB).
+    pub kernel_symbols: Option<(u32, u32)>,
 }
 
 /// Writes `ftrace_stats` (field 34) into an open TracePacket.
@@ -46,6 +48,10 @@ pub fn write_ftrace_stats<S: Stream + ?Sized>(s: &mut S, phase: Phase, st: &Stat
         put_varint(s, 8, c.dropped_events);
         put_varint(s, 9, c.read_events);
         end_nested(s, m);
+    }
+    if let Some((parsed, kb)) = st.kernel_symbols {
+        put_varint(s, 3, parsed as u64);
+        put_varint(s, 4, kb as u64);
     }
     if let Some(e) = st.atrace_errors {
         put_str(s, 5, e);

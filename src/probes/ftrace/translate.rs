@@ -326,20 +326,32 @@ pub struct Metadata {
     pub pids: Vec<i32>,
     pub inodes: Vec<u64>,
     pub devices: Vec<u64>,
-    /// Kernel addresses seen in symbol fields; the trace carries the
-    /// 1-based position in this list instead (so KASLR does not leak).
-    pub kernel_addrs: Vec<u64>,
-    kernel_addr_index: HashMap<u64, u32>,
+    /// Kernel addresses seen in symbol fields.
+    pub kernel: KernelAddrs,
+}
+
+/// Kernel addresses interned on one packet sequence: the trace carries the
+/// 1-based position in `addrs` instead of the address (so KASLR does not
+/// leak). Shared by all cpus of a data source, since they share a writer.
+#[derive(Debug, Default, Clone)]
+pub struct KernelAddrs {
+    pub addrs: Vec<u64>,
+    index: HashMap<u64, u32>,
+    /// How many of `addrs` were already emitted as `kernel_symbols`.
+    pub written: usize,
+    /// Whether the sequence already got its SEQ_INCREMENTAL_STATE_CLEARED.
+    pub sequence_started: bool,
 }
 
 impl Metadata {
     fn intern_addr(&mut self, addr: u64) -> u32 {
-        if let Some(&i) = self.kernel_addr_index.get(&addr) {
+        let k = &mut self.kernel;
+        if let Some(&i) = k.index.get(&addr) {
             return i;
         }
-        self.kernel_addrs.push(addr);
-        let i = self.kernel_addrs.len() as u32;
-        self.kernel_addr_index.insert(addr, i);
+        k.addrs.push(addr);
+        let i = k.addrs.len() as u32;
+        k.index.insert(addr, i);
         i
     }
 

@@ -1,0 +1,20 @@
+#![no_main]
+//! /proc/kallsyms text and print_filter atrace matching.
+
+use libfuzzer_sys::fuzz_target;
+use tracebox::probes::ftrace::ksyms::KernelSymbols;
+use tracebox::probes::ftrace::print_filter::PrintMatch;
+
+fuzz_target!(|data: &[u8]| {
+    let k = KernelSymbols::parse(&String::from_utf8_lossy(data));
+    let _ = k.lookup(u64::from_le_bytes(
+        data.get(..8)
+            .and_then(|b| b.try_into().ok())
+            .unwrap_or([0; 8]),
+    ));
+    let m = PrintMatch::Atrace {
+        kind: b"B".to_vec(),
+        prefix: b"x".to_vec(),
+    };
+    let _ = m.matches(data);
+});
