@@ -16,19 +16,10 @@ fn stop_trigger_ends_the_session() {
     let env = Env::new("stoptrig");
     let _traced = env.start_traced();
     let _producer = env.start_sdk_producer(100);
-    let cfg = env.write(
-        "c.pbtx",
-        &format!(
+    let (mut client, out) = env.spawn_session(&format!(
             "buffers {{ size_kb: 4096 }}\n{SDK_DS}trigger_config {{ trigger_mode: STOP_TRACING \
              trigger_timeout_ms: 120000 triggers {{ name: \"stopnow\" stop_delay_ms: 100 }} }}\n"
-        ),
-    );
-    let out = env.path("t.pftrace");
-    let mut client = env
-        .perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        ));
     env.wait_query("STARTED", true);
     let t = env.trigger(&["stopnow"]);
     assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
@@ -44,19 +35,10 @@ fn start_trigger_starts_the_session() {
     let env = Env::new("starttrig");
     let _traced = env.start_traced();
     let _producer = env.start_sdk_producer(50);
-    let cfg = env.write(
-        "c.pbtx",
-        &format!(
+    let (mut client, out) = env.spawn_session(&format!(
             "buffers {{ size_kb: 4096 }}\n{SDK_DS}trigger_config {{ trigger_mode: START_TRACING \
              trigger_timeout_ms: 120000 triggers {{ name: \"go\" stop_delay_ms: 300 }} }}\n"
-        ),
-    );
-    let out = env.path("t.pftrace");
-    let mut client = env
-        .perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        ));
     env.wait_query("CONFIGURED", true);
     assert!(env.trigger(&["go"]).status.success());
     assert_eq!(wait_exit(&mut client, LIMIT), 0);

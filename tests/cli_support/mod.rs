@@ -89,6 +89,19 @@ impl Env {
         c
     }
 
+    /// Writes `config` (text format) and starts `perfetto --txt -c` on it,
+    /// writing into the returned path.
+    pub fn spawn_session(&self, config: &str) -> (Child, PathBuf) {
+        let cfg = self.write("session.pbtx", config);
+        let out = self.path("session.pftrace");
+        let child = self
+            .perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        (child, out)
+    }
+
     pub fn perfetto(&self, args: &[&str]) -> Output {
         self.perfetto_cmd(args).output().unwrap()
     }
