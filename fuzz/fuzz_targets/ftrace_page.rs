@@ -49,6 +49,7 @@ fuzz_target!(|page: &[u8]| {
             filter: &filter,
             compact_sched,
             clock: None,
+            ksyms: None,
         };
         let layout = PageHeaderLayout::DEFAULT_64;
         write_pages(
