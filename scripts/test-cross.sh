@@ -65,7 +65,10 @@ for target in "${targets[@]}"; do
     *) echo "test-cross: no emulator for $target" >&2; exit 2 ;;
     esac
     echo "== $target: build"
-    bin="$PWD/$(scripts/build-static.sh "$target" | tee /dev/stderr | sed -n 's/^built: //p')"
+    # Not `tee /dev/stderr`: reopening stderr truncates it when it is a file.
+    built=$(scripts/build-static.sh "$target")
+    printf '%s\n' "$built" >&2
+    bin="$PWD/$(printf '%s\n' "$built" | sed -n 's/^built: //p')"
     [ -x "$bin" ] || { echo "test-cross: build-static named no binary" >&2; exit 1; }
     tag="${target%%-*}"
     dir="$work/$tag"
