@@ -7,13 +7,12 @@ use tracebox::pb::protos::mod_GenericFtraceEvent::mod_Field::OneOfvalue;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::{FtraceEventBundle, TracePacket};
 use tracebox::probes::ftrace::bundle::{
-    write_pages, BundleContext, ClockSnapshot, CpuState, EventFilter, PacketWriter,
+    write_pages, BundleContext, ClockSnapshot, CpuState, EventFilter,
 };
 use tracebox::probes::ftrace::compact_sched;
 use tracebox::probes::ftrace::format::{parse_format, parse_header_page, PageHeaderLayout};
 use tracebox::probes::ftrace::page_parser::ParseError;
 use tracebox::probes::ftrace::translate::TranslationTable;
-use tracebox::protozero::VecStream;
 
 const CPU0: &[u8] = include_bytes!("../src/probes/ftrace/testdata/cpu0.pages");
 const MARKERS: &str = include_str!("../src/probes/ftrace/testdata/markers.txt");
@@ -22,27 +21,8 @@ const SWITCH: &str = include_str!("../src/probes/ftrace/testdata/sched_switch.fo
 const WAKING: &str = include_str!("../src/probes/ftrace/testdata/sched_waking.format");
 const HEADER_PAGE: &str = include_str!("../src/probes/ftrace/testdata/header_page");
 
-#[derive(Default)]
-struct Packets {
-    done: Vec<Vec<u8>>,
-    cur: Option<VecStream>,
-}
-
-impl PacketWriter for Packets {
-    type Stream = VecStream;
-    fn new_packet(&mut self) {
-        self.finish_packet();
-        self.cur = Some(VecStream::new());
-    }
-    fn stream(&mut self) -> &mut VecStream {
-        self.cur.as_mut().unwrap()
-    }
-    fn finish_packet(&mut self) {
-        if let Some(s) = self.cur.take() {
-            self.done.push(s.into_bytes());
-        }
-    }
-}
+mod ftrace_common;
+use ftrace_common::Packets;
 
 fn bundles(p: &Packets) -> Vec<FtraceEventBundle> {
     assert!(p.cur.is_none(), "packet left open");

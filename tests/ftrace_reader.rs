@@ -9,33 +9,13 @@ use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::{FtraceEvent, TracePacket};
 use tracebox::probes::ftrace::bundle::{
-    write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
+    write_pages, BundleContext, CpuState, EventFilter,
 };
 use tracebox::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
 use tracebox::probes::ftrace::Tracefs;
-use tracebox::protozero::VecStream;
 
-#[derive(Default)]
-struct Packets {
-    done: Vec<Vec<u8>>,
-    cur: Option<VecStream>,
-}
-
-impl PacketWriter for Packets {
-    type Stream = VecStream;
-    fn new_packet(&mut self) {
-        self.finish_packet();
-        self.cur = Some(VecStream::new());
-    }
-    fn stream(&mut self) -> &mut VecStream {
-        self.cur.as_mut().unwrap()
-    }
-    fn finish_packet(&mut self) {
-        if let Some(s) = self.cur.take() {
-            self.done.push(s.into_bytes());
-        }
-    }
-}
+mod ftrace_common;
+use ftrace_common::Packets;
 
 /// Creates instance `name`, runs `f`, always removes the instance.
 fn with_instance(name: &str, f: impl FnOnce(&Tracefs)) {
