@@ -69,8 +69,7 @@ fn main() {
     // Service method tables and the runtime schema table (src/schema/).
     let services = schema::services_rs(&merged_text);
     std::fs::write(out_dir.join("services.rs"), services).unwrap();
-    let table = schema::parse_schema(&merged_text, "perfetto.protos");
-    let table = schema::table_rs(&table, "perfetto.protos");
+    let table = schema::runtime_table_rs(&merged_text);
     std::fs::write(out_dir.join("schema_table.rs"), table).unwrap();
 
     let event_map = std::fs::read_to_string(proto_root.join("trace/ftrace/event_map.txt")).unwrap();

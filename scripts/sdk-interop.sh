@@ -29,7 +29,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 
 PY=${TRACEBOX_PYTHON:-}
 if [ -z "$PY" ]; then
-    for cand in "$REPO/.venv/bin/python" /work/main/.venv/bin/python; do
+    for cand in "$REPO/.venv/bin/python"; do
         [ -x "$cand" ] && { PY=$cand; break; }
     done
 fi

@@ -13,3 +13,4 @@ pub mod probes;
 pub mod protozero;
 pub mod schema;
 pub mod tracing;
+pub mod traced;

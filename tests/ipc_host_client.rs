@@ -84,6 +84,17 @@ fn memfds_cross_in_both_directions() {
         .unwrap();
     assert!(r[0].success);
     assert_eq!(text(&r[0].payload), "written by the client");
+    // Pipelined: the fd reaches the call it was sent with, not the one
+    // before it, even when the host reads both in one recvmsg.
+    let first = c.start_invoke(&svc, "Echo", b"no fd", None).unwrap();
+    let second = c
+        .start_invoke(&svc, "ReadFd", b"", Some(memfd_with(b"second")))
+        .unwrap();
+    assert_eq!(c.next_reply(first).unwrap().unwrap().payload, b"no fd");
+    assert_eq!(
+        text(&c.next_reply(second).unwrap().unwrap().payload),
+        "second"
+    );
     // No fd: the host's handler gets None and fails the call.
     let r = c.invoke(&svc, "ReadFd", b"", None).unwrap();
     assert!(!r[0].success);

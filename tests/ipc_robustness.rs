@@ -206,8 +206,9 @@ fn unknown_frame_types_get_request_error_and_drop_reply_is_silent() {
         raw.recv().unwrap().msg,
         OneOfmsg::msg_request_error(_)
     ));
-    // drop_reply, SetPeerIdentity (ignored on UNIX sockets) and a rejected
-    // drop_reply call produce nothing: the next frame answers request 7.
+    // drop_reply and SetPeerIdentity (ignored on UNIX sockets) produce
+    // nothing; an invalid method id is rejected even with drop_reply (as
+    // Perfetto does): the next frames answer requests 6 and 7.
     raw.echo(4, sid, b"silent", true);
     raw.send(
         5,
@@ -225,5 +226,14 @@ fn unknown_frame_types_get_request_error_and_drop_reply_is_silent() {
         }),
     );
     raw.echo(7, sid, b"loud", false);
+    let f = raw.recv().unwrap();
+    assert_eq!(f.request_id, Some(6));
+    assert!(matches!(
+        f.msg,
+        OneOfmsg::msg_invoke_method_reply(InvokeMethodReply {
+            success: Some(false),
+            ..
+        })
+    ));
     assert_echo_reply(raw.recv().unwrap(), 7, b"loud");
 }

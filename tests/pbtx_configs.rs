@@ -285,3 +285,51 @@ fn mangled_fixtures_never_panic() {
         }
     }
 }
+
+#[test]
+fn other_sources() {
+    use tracebox::pb::protos::mod_PerfEvents::PerfClock;
+    use tracebox::pb::protos::{AndroidLogId, AndroidLogPriority};
+    let c = load("other_sources.pbtx");
+    let cfg = |i: usize| c.data_sources[i].config.as_ref().unwrap();
+    let tb = cfg(0)
+        .perf_event_config
+        .as_ref()
+        .unwrap()
+        .timebase
+        .as_ref()
+        .unwrap();
+    assert_eq!(tb.timestamp_clock, Some(PerfClock::PERF_CLOCK_MONOTONIC));
+    // Oneof members, as pb-rs prints them.
+    let interval = format!("{:?} {:?}", tb.interval, tb.event);
+    assert_eq!(interval, "frequency(100) counter(SW_CPU_CLOCK)");
+    let h = cfg(1).heapprofd_config.as_ref().unwrap();
+    assert_eq!(h.sampling_interval_bytes, Some(4096));
+    assert_eq!(
+        h.continuous_dump_config.as_ref().unwrap().dump_interval_ms,
+        Some(1000)
+    );
+    let l = cfg(2).android_log_config.as_ref().unwrap();
+    assert_eq!(
+        l.log_ids,
+        [AndroidLogId::LID_DEFAULT, AndroidLogId::LID_SYSTEM]
+    );
+    assert_eq!(l.min_prio, Some(AndroidLogPriority::PRIO_INFO));
+    assert_eq!(
+        cfg(3)
+            .android_power_config
+            .as_ref()
+            .unwrap()
+            .battery_poll_ms,
+        Some(250)
+    );
+    let te = cfg(4).track_event_config.as_ref().unwrap();
+    assert_eq!(te.enabled_categories, ["*"]);
+    let chrome = cfg(5)
+        .chrome_config
+        .as_ref()
+        .unwrap()
+        .trace_config
+        .as_deref();
+    assert_eq!(chrome, Some("{\"record_mode\":\"record-continuously\"}"));
+}

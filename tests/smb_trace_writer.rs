@@ -10,8 +10,9 @@ use common::fake_service::TestTransport;
 use common::gen::{gen_message, packet_budget, Rng};
 use tracebox::protozero::{begin_nested, end_nested, put_bytes, Stream, VecStream};
 use tracebox::tracing::core::arbiter::{Arbiter, ArbiterConfig, BufferExhaustedPolicy};
+use tracebox::tracing::core::chunk_reader::{Fragment, FragmentIter};
 use tracebox::tracing::core::shared_mem::SharedMem;
-use tracebox::tracing::core::smb_abi::{PageLayout, SmbAbi};
+use tracebox::tracing::core::smb_abi::{ChunkState, PageLayout, SmbAbi};
 
 fn make_abi(smb_size: usize, page_size: usize) -> SmbAbi {
     SmbAbi::new(Arc::new(SharedMem::new_heap(smb_size).unwrap()), page_size).unwrap()
@@ -386,4 +387,90 @@ fn full_smb_drops_then_recovers_with_loss_marker() {
         "loss flagged on {first_after_gap}: {marked:?}"
     );
     assert_eq!(svc.move_errors, 0);
+}
+
+#[test]
+fn tiny_packets_respect_the_per_chunk_packet_limit() {
+    let abi = make_abi(4 * 32768, 32768);
+    let transport = TestTransport::new(abi.clone(), true);
+    let arbiter = Arbiter::new(abi, ArbiterConfig::default(), transport.clone());
+    let mut w = arbiter
+        .create_trace_writer(1, BufferExhaustedPolicy::Stall)
+        .unwrap();
+    w.set_emit_sequence_markers(false);
+    let expected: Vec<Vec<u8>> = (0..5000u32).map(|i| vec![0x08, (i % 128) as u8]).collect();
+    for p in &expected {
+        w.write_packet(p);
+        w.new_packet(); // empty packets in between: skipped by readers
+    }
+    w.flush();
+    let svc = transport.service.lock().unwrap();
+    assert!(svc.packets(w.writer_id()) == expected.as_slice());
+    // 1022 started packets plus the empty one closing the chunk.
+    assert_eq!(svc.max_packet_count, 1023);
+}
+
+#[test]
+fn stall_gives_up_after_the_bound_and_drops() {
+    let abi = make_abi(2 * 4096, 4096);
+    let transport = TestTransport::new(abi.clone(), false);
+    let cfg = ArbiterConfig {
+        max_stall_attempts: 3,
+        ..Default::default()
+    };
+    let arbiter = Arbiter::new(abi, cfg, transport.clone());
+    let mut w = arbiter
+        .create_trace_writer(1, BufferExhaustedPolicy::Stall)
+        .unwrap();
+    for _ in 0..10 {
+        w.write_packet(&[0x0a, 0x82, 0x0f]); // header of a 1922-byte field
+        let mut p = w.new_packet();
+        p.write(&[7; 2000]);
+    }
+    let st = arbiter.stats();
+    assert_eq!(st.stalls, 3 * st.stall_give_ups, "{st:?}");
+    assert!(st.stall_give_ups > 0);
+    assert!(w.stats().packets_dropped > 0);
+    assert!(transport.queued() > 0, "commits were sent while stalling");
+}
+
+/// A service scraping a chunk still being written sees the finished packets
+/// as complete: the writer counts one packet ahead ("count - 1" rule).
+#[test]
+fn chunk_being_written_is_scrapable() {
+    let abi = make_abi(4 * 4096, 4096);
+    let transport = TestTransport::new(abi.clone(), true);
+    let arbiter = Arbiter::new(abi.clone(), ArbiterConfig::default(), transport);
+    let mut w = arbiter
+        .create_trace_writer(1, BufferExhaustedPolicy::Stall)
+        .unwrap();
+    w.set_emit_sequence_markers(false);
+    for i in 0..3u8 {
+        w.write_packet(&[0x08, i]);
+    }
+    let (page, chunk) = (0..abi.num_pages())
+        .find_map(|p| {
+            let (state, c) = abi.chunk_at(p, 0).ok()?;
+            (state == ChunkState::BeingWritten).then_some((p, c))
+        })
+        .unwrap();
+    let mut payload = Vec::new();
+    let h = abi.read_chunk(&chunk, &mut payload);
+    assert_eq!(
+        (h.writer_id, h.chunk_id, h.packet_count),
+        (w.writer_id(), 0, 4)
+    );
+    let frags: Vec<_> = FragmentIter::new(&payload, h.packet_count - 1).collect();
+    assert_eq!(
+        frags,
+        vec![
+            Ok(Fragment::Data(&[8, 0])),
+            Ok(Fragment::Data(&[8, 1])),
+            Ok(Fragment::Data(&[8, 2]))
+        ]
+    );
+    assert!(
+        abi.try_acquire_chunk_for_reading(page, 0).is_err(),
+        "not committed yet"
+    );
 }

@@ -3,7 +3,9 @@
 //! then the full bundle encoder (typed, generic and compact sched paths).
 
 use libfuzzer_sys::fuzz_target;
-use tracebox::probes::ftrace::bundle::{write_pages, BundleContext, CpuState, EventFilter, PacketWriter};
+use tracebox::probes::ftrace::bundle::{
+    write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
+};
 use tracebox::probes::ftrace::format::{parse_format, PageHeaderLayout};
 use tracebox::probes::ftrace::page_parser::{parse_page, PageSink, ParseError};
 use tracebox::probes::ftrace::{compact_sched, translate::TranslationTable};
@@ -22,8 +24,12 @@ impl PageSink for Count {
 struct Sink(VecStream);
 impl PacketWriter for Sink {
     type Stream = VecStream;
-    fn new_packet(&mut self) { self.0.clear() }
-    fn stream(&mut self) -> &mut VecStream { &mut self.0 }
+    fn new_packet(&mut self) {
+        self.0.clear()
+    }
+    fn stream(&mut self) -> &mut VecStream {
+        &mut self.0
+    }
     fn finish_packet(&mut self) {}
 }
 
@@ -38,8 +44,20 @@ fuzz_target!(|page: &[u8]| {
     let (sw, wk) = (read("sched_switch").unwrap(), read("sched_waking").unwrap());
     let compact = compact_sched::validate(&parse_format(&sw).unwrap(), &parse_format(&wk).unwrap());
     for compact_sched in [None, compact] {
-        let ctx = BundleContext { table: &table, filter: &filter, compact_sched, clock: None };
+        let ctx = BundleContext {
+            table: &table,
+            filter: &filter,
+            compact_sched,
+            clock: None,
+        };
         let layout = PageHeaderLayout::DEFAULT_64;
-        write_pages(&mut Sink(VecStream::new()), 0, page, &layout, &ctx, &mut CpuState::default());
+        write_pages(
+            &mut Sink(VecStream::new()),
+            0,
+            page,
+            &layout,
+            &ctx,
+            &mut CpuState::default(),
+        );
     }
 });

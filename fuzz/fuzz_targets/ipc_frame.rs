@@ -5,7 +5,9 @@ use libfuzzer_sys::fuzz_target;
 use tracebox::ipc::frame::{decode_payload, encode_frame, FrameDecoder, HEADER_SIZE};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&chunk, stream)) = data.split_first() else { return };
+    let Some((&chunk, stream)) = data.split_first() else {
+        return;
+    };
     let mut decoder = FrameDecoder::new();
     for piece in stream.chunks(chunk.max(1) as usize) {
         decoder.push(piece);

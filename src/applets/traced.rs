@@ -26,6 +26,47 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         println!("{}", super::VERSION);
         return 0;
     }
-    eprintln!("traced: the service is not in this build yet");
-    1
+    let mut opts = crate::traced::TracedOptions::default();
+    if let Some(p) = &args.set_socket_permissions {
+        match crate::traced::SocketPermissions::parse(p) {
+            Ok(p) => opts.socket_permissions = Some(p),
+            Err(e) => {
+                eprintln!("traced: {e}");
+                return 1;
+            }
+        }
+    }
+    let mut status = None;
+    if args.background {
+        use crate::base::daemonize::{background, wait_status, Side};
+        match background() {
+            Ok(Side::Parent { child_pid, status }) => {
+                // Wait until the daemon listens (or failed) before returning.
+                let ok = matches!(wait_status(status, std::time::Duration::from_secs(10)), Ok(Some(0)));
+                if ok {
+                    println!("{child_pid}");
+                    return 0;
+                }
+                eprintln!("traced: the daemon failed to start");
+                return 1;
+            }
+            Ok(Side::Child { status: s }) => status = Some(s),
+            Err(e) => {
+                eprintln!("traced: --background: {e}");
+                return 1;
+            }
+        }
+    }
+    let ready = || {
+        if let Some(s) = status.take() {
+            crate::base::daemonize::report_status(s, 0);
+        }
+    };
+    match crate::traced::run(&opts, ready) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("traced: {e}");
+            1
+        }
+    }
 }

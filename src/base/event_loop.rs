@@ -15,8 +15,10 @@
 //! * Logic that needs only time, timers and posting should take
 //!   `&mut dyn TaskRunner<M>`; it then also runs on the deterministic
 //!   [`TestLoop`](super::test_loop::TestLoop) without sleeping.
-//! * Order per iteration: locally posted messages, then fd events (and
-//!   messages from other threads), then due timers.
+//! * Each pass delivers: fd events from the last wait, due timers, then
+//!   the messages queued before the pass (local posts and those from other
+//!   threads); then it waits. If a callback quits, undelivered events stay
+//!   queued for the next [`EventLoop::run`].
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -148,6 +150,7 @@ struct Core<M> {
     registry: Registry,
     timers: TimerHeap,
     local: VecDeque<M>,
+    pending_io: VecDeque<(Token, Ready)>,
     rx: mpsc::Receiver<M>,
     tx: mpsc::Sender<M>,
     waker: Arc<Waker>,
@@ -183,6 +186,7 @@ impl<M: Send + 'static> EventLoop<M> {
                 registry,
                 timers: TimerHeap::new(),
                 local: VecDeque::new(),
+                pending_io: VecDeque::new(),
                 rx,
                 tx,
                 waker,
@@ -208,55 +212,27 @@ impl<M: Send + 'static> EventLoop<M> {
     }
 
     /// Runs until a callback calls [`LoopCtl::quit`]. Returns early only if
-    /// `epoll_wait` itself fails. Can be called again after a quit.
+    /// `epoll_wait` itself fails. Can be called again after a quit; it
+    /// resumes with whatever was not delivered yet.
     pub fn run<H: Handler<Msg = M>>(&mut self, handler: &mut H) -> io::Result<()> {
         self.core.quit = false;
         loop {
-            // 1. Locally posted messages (including those from the last pass).
-            while let Some(msg) = self.core.local.pop_front() {
-                handler.on_message(
-                    &mut LoopCtl {
-                        core: &mut self.core,
-                    },
-                    msg,
-                );
-                if self.core.quit {
-                    return Ok(());
-                }
-            }
-
-            // 2. Wait for fds, the waker or the next timer.
-            let timeout = match self.core.timers.next_deadline() {
-                Some(d) => Some(d.saturating_duration_since(Instant::now())),
-                None => None,
-            };
-            match self.poll.poll(&mut self.events, timeout) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-            for event in self.events.iter() {
-                if event.token() == WAKER_TOKEN {
-                    continue; // Remote messages are drained below.
-                }
-                let ready = Ready::from_event(event);
+            // 1. Fd events not yet delivered (left over if a callback quit).
+            while let Some((token, ready)) = self.core.pending_io.pop_front() {
                 handler.on_io(
                     &mut LoopCtl {
                         core: &mut self.core,
                     },
-                    event.token(),
+                    token,
                     ready,
                 );
                 if self.core.quit {
                     return Ok(());
                 }
             }
-            while let Ok(msg) = self.core.rx.try_recv() {
-                self.core.local.push_back(msg);
-            }
 
-            // 3. Timers due now. Snapshot `now` so a periodic timer with a
-            // tiny period cannot starve the loop.
+            // 2. Due timers. `now` is a snapshot and periodic timers re-arm
+            // at least 1 ms ahead, so timers cannot starve fds.
             let now = Instant::now();
             while let Some(id) = self.core.timers.pop_due(now) {
                 handler.on_timer(
@@ -268,6 +244,50 @@ impl<M: Send + 'static> EventLoop<M> {
                 if self.core.quit {
                     return Ok(());
                 }
+            }
+
+            // 3. Messages queued before this pass; ones posted while these
+            // run wait for the next pass, so a self-reposting handler
+            // cannot starve fds either.
+            for _ in 0..self.core.local.len() {
+                let Some(msg) = self.core.local.pop_front() else {
+                    break;
+                };
+                handler.on_message(
+                    &mut LoopCtl {
+                        core: &mut self.core,
+                    },
+                    msg,
+                );
+                if self.core.quit {
+                    return Ok(());
+                }
+            }
+
+            // 4. Wait for fds, the waker or the next timer.
+            let timeout = if self.core.local.is_empty() {
+                self.core
+                    .timers
+                    .next_deadline()
+                    .map(|d| d.saturating_duration_since(Instant::now()))
+            } else {
+                Some(Duration::ZERO)
+            };
+            match self.poll.poll(&mut self.events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            for event in self.events.iter() {
+                // The waker only interrupts the wait; its queue is drained below.
+                if event.token() != WAKER_TOKEN {
+                    self.core
+                        .pending_io
+                        .push_back((event.token(), Ready::from_event(event)));
+                }
+            }
+            while let Ok(msg) = self.core.rx.try_recv() {
+                self.core.local.push_back(msg);
             }
         }
     }
@@ -452,5 +472,75 @@ mod tests {
         let remote = el.remote();
         drop(el);
         assert_eq!(remote.post(1), Err(LoopGone));
+    }
+
+    /// Re-posts itself forever and arms a zero-period timer; the fd event
+    /// must still get through.
+    struct Spinner {
+        token: Option<Token>,
+        messages: u64,
+        ticks: u64,
+    }
+
+    impl Handler for Spinner {
+        type Msg = ();
+        fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, token: Token, _ready: Ready) {
+            assert_eq!(Some(token), self.token);
+            ctl.quit();
+        }
+        fn on_timer(&mut self, _ctl: &mut LoopCtl<'_, ()>, _id: TimerId) {
+            self.ticks += 1;
+        }
+        fn on_message(&mut self, ctl: &mut LoopCtl<'_, ()>, _msg: ()) {
+            self.messages += 1;
+            ctl.post(());
+        }
+    }
+
+    #[test]
+    fn busy_messages_and_zero_period_timers_do_not_starve_fds() {
+        let mut el = EventLoop::<()>::new().unwrap();
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut spinner = Spinner {
+            token: None,
+            messages: 0,
+            ticks: 0,
+        };
+        {
+            let mut ctl = el.ctl();
+            spinner.token = Some(ctl.register(&a, Interest::READABLE).unwrap());
+            ctl.add_periodic_timer(Duration::ZERO);
+            ctl.post(());
+        }
+        b.write_all(b"x").unwrap();
+        el.run(&mut spinner).unwrap();
+        assert!(spinner.messages >= 1);
+    }
+
+    struct QuitOnEach(Vec<Token>);
+    impl Handler for QuitOnEach {
+        type Msg = ();
+        fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, token: Token, _ready: Ready) {
+            self.0.push(token);
+            ctl.quit();
+        }
+    }
+
+    #[test]
+    fn events_left_when_quitting_are_delivered_by_the_next_run() {
+        let mut el = EventLoop::<()>::new().unwrap();
+        let (a1, mut b1) = UnixStream::pair().unwrap();
+        let (a2, mut b2) = UnixStream::pair().unwrap();
+        let t1 = el.ctl().register(&a1, Interest::READABLE).unwrap();
+        let t2 = el.ctl().register(&a2, Interest::READABLE).unwrap();
+        b1.write_all(b"1").unwrap();
+        b2.write_all(b"2").unwrap();
+        let mut h = QuitOnEach(vec![]);
+        el.run(&mut h).unwrap();
+        // Both edges happened before the first wait; neither is re-armed
+        // (nobody read), so the second run only works if the event was kept.
+        el.run(&mut h).unwrap();
+        h.0.sort();
+        assert_eq!(h.0, vec![t1, t2]);
     }
 }

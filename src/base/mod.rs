@@ -6,6 +6,7 @@ pub mod event_loop;
 pub mod log;
 pub mod shm;
 pub mod sock_addr;
+pub mod sys;
 pub mod test_loop;
 pub mod timers;
 pub mod unix_socket;

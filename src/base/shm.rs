@@ -60,8 +60,9 @@ impl From<nix::Error> for ShmError {
 /// Options for [`Shm::attach`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AttachOptions {
-    /// Refuse fds without the shrink+grow seals. The service sets this for
-    /// producer-provided SMBs; producers attaching the service's SMB may not.
+    /// Refuse fds without the shrink+grow seals (on kernels with memfd).
+    /// The service sets this for producer-provided SMBs; producers
+    /// attaching the service's SMB may not.
     pub require_seals: bool,
     /// If set, the fd must be exactly this many bytes.
     pub expected_size: Option<usize>,
@@ -100,7 +101,7 @@ const SEALS: SealFlag = SealFlag::F_SEAL_SHRINK
     .union(SealFlag::F_SEAL_SEAL);
 
 fn check_size(size: u64) -> Result<usize, ShmError> {
-    let ok = size > 0 && size % MIN_PAGE_SIZE as u64 == 0 && size <= MAX_SHM_SIZE as u64;
+    let ok = size > 0 && size.is_multiple_of(MIN_PAGE_SIZE as u64) && size <= MAX_SHM_SIZE as u64;
     if ok {
         Ok(size as usize)
     } else {
@@ -139,7 +140,8 @@ impl Shm {
             let need = (SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW).bits();
             s & need == need
         });
-        if opts.require_seals && !sealed {
+        // Like Perfetto, seals can only be demanded where memfd exists.
+        if opts.require_seals && !sealed && memfd_supported() {
             return Err(ShmError::NotSealed);
         }
         let st = nix::sys::stat::fstat(fd.as_raw_fd())?;
@@ -169,6 +171,12 @@ impl Shm {
     pub fn is_sealed(&self) -> bool {
         self.sealed
     }
+}
+
+/// Whether this kernel has memfd_create (probed once).
+pub fn memfd_supported() -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| memfd_create(c"perfetto_probe", MemFdCreateFlag::MFD_CLOEXEC).is_ok())
 }
 
 fn tempfile_unlinked() -> Result<std::fs::File, ShmError> {

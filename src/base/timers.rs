@@ -8,6 +8,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
 
+/// Shortest period of a periodic timer.
+pub const MIN_PERIOD: Duration = Duration::from_millis(1);
+
 /// Identifies a timer. Ids are never reused within one loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TimerId(pub u64);
@@ -36,8 +39,10 @@ impl TimerHeap {
     }
 
     /// Arms a timer first due at `now + delay`; if `period` is set it
-    /// re-arms itself every `period` after that.
+    /// re-arms itself every `period` after that (at least [`MIN_PERIOD`],
+    /// so a zero period cannot spin the loop).
     pub fn add(&mut self, now: Instant, delay: Duration, period: Option<Duration>) -> TimerId {
+        let period = period.map(|p| p.max(MIN_PERIOD));
         self.next_id += 1;
         let id = TimerId(self.next_id);
         self.arm(id, now + delay, period);

@@ -143,6 +143,42 @@ impl UnixListener {
         Ok(UnixListener { fd, addr: None })
     }
 
+    /// Adopts a listening socket inherited by fd number (e.g. Android
+    /// init's `ANDROID_SOCKET_<name>`). Fails unless `fd_untrusted` is an
+    /// open socket in listening state.
+    ///
+    /// Takes ownership: the caller must not use or adopt this fd again.
+    pub fn adopt_inherited(fd_untrusted: RawFd) -> io::Result<Self> {
+        use nix::fcntl::{fcntl, FcntlArg};
+        if fd_untrusted < 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad fd {fd_untrusted}"),
+            ));
+        }
+        fcntl(fd_untrusted, FcntlArg::F_GETFD).map_err(|e| {
+            io::Error::new(io::Error::from(e).kind(), format!("fd {fd_untrusted}: {e}"))
+        })?;
+        // SAFETY:
+        // - F_GETFD just confirmed `fd_untrusted` is open, and it stays open
+        //   for the borrow's short life (only this function touches it).
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd_untrusted) };
+        let listening = socket::getsockopt(&borrowed, sockopt::AcceptConn).map_err(|e| {
+            io::Error::new(io::Error::from(e).kind(), format!("fd {fd_untrusted}: {e}"))
+        })?;
+        if !listening {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("fd {fd_untrusted} is not a listening socket"),
+            ));
+        }
+        // SAFETY:
+        // - The fd is open (checked above); it was inherited for this socket
+        //   and, per this function's contract, nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd_untrusted) };
+        Self::from_fd(fd)
+    }
+
     /// The address given to [`bind`](Self::bind), if any.
     pub fn addr(&self) -> Option<&SockAddr> {
         self.addr.as_ref()

@@ -1,4 +1,24 @@
-//! Build-time schema tools (compiled into build.rs only).
+//! Build-time schema tools, compiled into build.rs only (and into the
+//! library's tests, see src/schema/mod.rs):
+//! * `strip_services`: pb-rs cannot parse `stream` methods;
+//! * `services_rs`: IPC method tables from `service` blocks;
+//! * `runtime_table_rs`: the static schema table behind `crate::schema`.
+
+#[path = "schema_emit.rs"]
+mod emit;
+#[path = "schema_parse.rs"]
+mod parse;
+
+pub use emit::table_rs;
+pub use parse::{parse_schema, retain_reachable};
+
+/// Package of every schema.
+pub const PACKAGE: &str = "perfetto.protos";
+
+/// Messages the runtime table starts from (plus every IPC method's
+/// argument and reply types); only what they reach is included, so that
+/// the binary does not carry trace-side schemas such as the ftrace events.
+pub const TABLE_ROOTS: &[&str] = &["TraceConfig", "IPCFrame"];
 
 /// Removes `service X { ... }` blocks, which pb-rs cannot parse when a
 /// method returns a `stream`.
@@ -49,6 +69,33 @@ pub fn parse_services(text: &str) -> Vec<(String, Vec<String>)> {
     out
 }
 
+/// Argument and reply message types of every `rpc` line.
+pub fn service_types(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("rpc ") else {
+            continue;
+        };
+        for part in rest.split('(').skip(1) {
+            let ty = part.split(')').next().unwrap_or("").trim();
+            let ty = ty.strip_prefix("stream ").unwrap_or(ty).trim();
+            if !ty.is_empty() {
+                out.push(ty.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// The runtime schema table for `crate::schema`, from merged schema text.
+pub fn runtime_table_rs(text: &str) -> String {
+    let mut schema = parse_schema(text, PACKAGE);
+    let mut roots: Vec<String> = TABLE_ROOTS.iter().map(|r| r.to_string()).collect();
+    roots.extend(service_types(text));
+    retain_reachable(&mut schema, &roots, PACKAGE);
+    table_rs(&schema, PACKAGE)
+}
+
 /// `ProducerPort` -> `PRODUCER_PORT`.
 fn screaming_snake(name: &str) -> String {
     let mut s = String::new();
@@ -74,444 +121,136 @@ pub fn services_rs(text: &str) -> String {
     out
 }
 
-// ---------------------------------------------------------------------------
-// Schema table: a small parser for our own .proto files (proto2 subset:
-// message, enum, oneof, fields with [packed = true]; reserved, extensions,
-// options and services are skipped) and a generator for static arrays.
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Field types, numbered like `google.protobuf.FieldDescriptorProto.Type`.
-const SCALAR_TYPES: &[(&str, u8)] = &[
-    ("double", 1),
-    ("float", 2),
-    ("int64", 3),
-    ("uint64", 4),
-    ("int32", 5),
-    ("fixed64", 6),
-    ("fixed32", 7),
-    ("bool", 8),
-    ("string", 9),
-    ("bytes", 12),
-    ("uint32", 13),
-    ("sfixed32", 15),
-    ("sfixed64", 16),
-    ("sint32", 17),
-    ("sint64", 18),
-];
-const TYPE_MESSAGE: u8 = 11;
-const TYPE_ENUM: u8 = 14;
-
-#[derive(Debug)]
-pub struct Field {
-    pub name: String,
-    pub number: u32,
-    /// 1 optional, 2 required, 3 repeated (descriptor.proto numbering).
-    pub label: u8,
-    pub type_name: String,
-    pub packed: bool,
-    /// 1-based oneof group inside its message, 0 if none.
-    pub oneof: u8,
-    /// Filled by `resolve`: descriptor type and full name of message/enum.
-    pub ty: u8,
-    pub resolved: String,
+    const TEXT: &str = r#"
+syntax = "proto2";
+package perfetto.protos;
+// A comment with { braces } and "quotes".
+service Port {
+  rpc Get(GetRequest) returns (stream Outer) {}
+  rpc Put(Outer.Inner) returns (Empty) {}
 }
-
-#[derive(Debug)]
-pub struct Message {
-    pub full_name: String,
-    pub fields: Vec<Field>,
-    pub oneofs: Vec<String>,
+message GetRequest {}
+message Empty {}
+enum Kind { KIND_A = 0; KIND_B = -2; }
+message Outer {
+  enum Kind { OUTER = 1; }
+  message Inner { optional Kind kind = 1; repeated int32 v = 2 [packed = true]; }
+  reserved 3, 5 to 7;
+  oneof choice { Inner inner = 4; string name = 9; }
+  optional .perfetto.protos.Kind top_kind = 2;
+  repeated Inner many = 1;
 }
+message Unreached { optional Outer o = 1; }
+"#;
 
-#[derive(Debug)]
-pub struct Enum {
-    pub full_name: String,
-    pub values: Vec<(String, i32)>,
-}
-
-#[derive(Debug, Default)]
-pub struct Schema {
-    pub messages: Vec<Message>,
-    pub enums: Vec<Enum>,
-}
-
-fn tokenize(text: &str) -> Vec<String> {
-    let b = text.as_bytes();
-    let mut toks = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        if c.is_ascii_whitespace() {
-            i += 1;
-        } else if b[i..].starts_with(b"//") {
-            while i < b.len() && b[i] != b'\n' {
-                i += 1;
-            }
-        } else if b[i..].starts_with(b"/*") {
-            let end = text[i + 2..].find("*/").map_or(b.len(), |e| i + 2 + e + 2);
-            i = end;
-        } else if c == b'"' {
-            let start = i;
-            i += 1;
-            while i < b.len() && b[i] != b'"' {
-                i += if b[i] == b'\\' { 2 } else { 1 };
-            }
-            i += 1;
-            toks.push(text[start..i.min(b.len())].to_string());
-        } else if c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'-' {
-            let start = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b"_.-".contains(&b[i])) {
-                i += 1;
-            }
-            toks.push(text[start..i].to_string());
-        } else {
-            toks.push((c as char).to_string());
-            i += 1;
-        }
-    }
-    toks
-}
-
-struct Parser {
-    toks: Vec<String>,
-    pos: usize,
-    schema: Schema,
-}
-
-impl Parser {
-    fn peek(&self) -> &str {
-        self.toks.get(self.pos).map_or("", |s| s.as_str())
-    }
-    fn next(&mut self) -> String {
-        let t = self.peek().to_string();
-        assert!(
-            self.pos < self.toks.len(),
-            "schema: unexpected end of input"
-        );
-        self.pos += 1;
-        t
-    }
-    fn expect(&mut self, want: &str) {
-        let got = self.next();
+    #[test]
+    fn parses_and_resolves_scopes() {
+        let s = parse_schema(TEXT, PACKAGE);
+        let names: Vec<_> = s.messages.iter().map(|m| m.full_name.as_str()).collect();
         assert_eq!(
-            got, want,
-            "schema: expected `{want}` near token {}",
-            self.pos
+            names,
+            [
+                "perfetto.protos.Empty",
+                "perfetto.protos.GetRequest",
+                "perfetto.protos.Outer",
+                "perfetto.protos.Outer.Inner",
+                "perfetto.protos.Unreached"
+            ]
+        );
+        let outer = &s.messages[2];
+        let fields: Vec<_> = outer
+            .fields
+            .iter()
+            .map(|f| (f.number, f.name.as_str(), f.oneof))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                (1, "many", 0),
+                (2, "top_kind", 0),
+                (4, "inner", 1),
+                (9, "name", 1)
+            ]
+        );
+        assert_eq!(outer.fields[0].resolved, "perfetto.protos.Outer.Inner");
+        assert_eq!(outer.fields[1].resolved, "perfetto.protos.Kind");
+        let inner = &s.messages[3];
+        // The innermost enclosing scope wins: Outer.Kind, not Kind.
+        assert_eq!(inner.fields[0].resolved, "perfetto.protos.Outer.Kind");
+        assert!(inner.fields[1].packed && inner.fields[1].label == 3);
+        let top = s
+            .enums
+            .iter()
+            .find(|e| e.full_name == "perfetto.protos.Kind")
+            .unwrap();
+        assert_eq!(
+            top.values,
+            [("KIND_A".to_string(), 0), ("KIND_B".to_string(), -2)]
         );
     }
-    /// Skips a statement up to `;`, or a `{...}` block.
-    fn skip_statement(&mut self) {
-        let mut depth = 0;
-        loop {
-            match self.next().as_str() {
-                "{" => depth += 1,
-                "}" => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return;
-                    }
-                }
-                ";" if depth == 0 => return,
-                _ => {}
-            }
-        }
+
+    #[test]
+    fn services_and_reachability() {
+        assert_eq!(
+            parse_services(TEXT),
+            [("Port".to_string(), vec!["Get".to_string(), "Put".into()])]
+        );
+        assert!(
+            services_rs(TEXT).contains("pub const PORT_METHODS: &[&str] = &[\"Get\", \"Put\"];")
+        );
+        assert_eq!(
+            service_types(TEXT),
+            ["GetRequest", "Outer", "Outer.Inner", "Empty"]
+        );
+        let stripped = strip_services(TEXT);
+        assert!(!stripped.contains("rpc ") && stripped.contains("message Outer"));
+        let mut s = parse_schema(TEXT, PACKAGE);
+        retain_reachable(&mut s, &["Outer".to_string()], PACKAGE);
+        let names: Vec<_> = s.messages.iter().map(|m| m.full_name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["perfetto.protos.Outer", "perfetto.protos.Outer.Inner"]
+        );
+        assert_eq!(s.enums.len(), 2);
+        let table = table_rs(&s, PACKAGE);
+        assert!(
+            table.contains("static MESSAGES: [MessageDesc; 2]"),
+            "{table}"
+        );
+        assert!(
+            table.contains("static ENUM_VALUES: [EnumValueDesc; 3]"),
+            "{table}"
+        );
     }
 
-    fn parse_file(&mut self) {
-        while self.pos < self.toks.len() {
-            match self.peek() {
-                "message" => {
-                    self.next();
-                    self.parse_message("");
-                }
-                "enum" => {
-                    self.next();
-                    self.parse_enum("");
-                }
-                _ => self.skip_statement(),
-            }
-        }
+    #[test]
+    fn runtime_table_comes_from_roots() {
+        let text = format!("{TEXT}\nmessage TraceConfig {{}}\nmessage IPCFrame {{}}\n");
+        let table = runtime_table_rs(&text);
+        // Unreached is dropped; the rpc types are kept.
+        assert!(
+            table.contains("static MESSAGES: [MessageDesc; 6]"),
+            "{table}"
+        );
+        assert!(!table.contains("Unreached"));
     }
 
-    fn parse_enum(&mut self, scope: &str) {
-        let full_name = format!("{scope}{}", self.next());
-        self.expect("{");
-        let mut values = Vec::new();
-        while self.peek() != "}" {
-            if matches!(self.peek(), "option" | "reserved" | ";") {
-                self.skip_statement();
-                continue;
-            }
-            let name = self.next();
-            self.expect("=");
-            let v = self.next();
-            let v: i32 = v
-                .parse()
-                .unwrap_or_else(|_| panic!("schema: bad enum value {v}"));
-            self.skip_options();
-            self.expect(";");
-            values.push((name, v));
-        }
-        self.expect("}");
-        self.schema.enums.push(Enum { full_name, values });
+    #[test]
+    #[should_panic(expected = "duplicate number 1")]
+    fn duplicate_numbers_fail() {
+        parse_schema(
+            "message M { optional int32 a = 1; optional int32 b = 1; }",
+            PACKAGE,
+        );
     }
 
-    /// Returns true if the option list contained `packed = true`.
-    fn skip_options(&mut self) -> bool {
-        let mut packed = false;
-        if self.peek() == "[" {
-            while self.peek() != "]" {
-                if self.next() == "packed" {
-                    self.expect("=");
-                    packed = self.next() == "true";
-                }
-            }
-            self.next();
-        }
-        packed
+    #[test]
+    #[should_panic(expected = "unknown type Missing")]
+    fn unknown_types_fail() {
+        parse_schema("message M { optional Missing a = 1; }", PACKAGE);
     }
-
-    fn parse_field(&mut self, label: u8, oneof: u8) -> Field {
-        let type_name = self.next();
-        let name = self.next();
-        self.expect("=");
-        let n = self.next();
-        let number: u32 = n
-            .parse()
-            .unwrap_or_else(|_| panic!("schema: bad field number {n}"));
-        let packed = self.skip_options();
-        self.expect(";");
-        Field {
-            name,
-            number,
-            label,
-            type_name,
-            packed,
-            oneof,
-            ty: 0,
-            resolved: String::new(),
-        }
-    }
-
-    fn parse_message(&mut self, scope: &str) {
-        let full_name = format!("{scope}{}", self.next());
-        let inner = format!("{full_name}.");
-        self.expect("{");
-        let mut msg = Message {
-            full_name,
-            fields: Vec::new(),
-            oneofs: Vec::new(),
-        };
-        while self.peek() != "}" {
-            match self.peek() {
-                "message" => {
-                    self.next();
-                    self.parse_message(&inner);
-                }
-                "enum" => {
-                    self.next();
-                    self.parse_enum(&inner);
-                }
-                "oneof" => {
-                    self.next();
-                    msg.oneofs.push(self.next());
-                    let idx = msg.oneofs.len() as u8;
-                    self.expect("{");
-                    while self.peek() != "}" {
-                        let f = self.parse_field(1, idx);
-                        msg.fields.push(f);
-                    }
-                    self.expect("}");
-                }
-                "option" | "reserved" | "extensions" | "extend" | ";" => self.skip_statement(),
-                "optional" | "required" | "repeated" => {
-                    let label = match self.next().as_str() {
-                        "optional" => 1,
-                        "required" => 2,
-                        _ => 3,
-                    };
-                    let f = self.parse_field(label, 0);
-                    msg.fields.push(f);
-                }
-                _ => {
-                    let f = self.parse_field(1, 0);
-                    msg.fields.push(f);
-                }
-            }
-        }
-        self.expect("}");
-        self.schema.messages.push(msg);
-    }
-}
-
-/// Parses merged schema text (single package) into a resolved [`Schema`]
-/// with full names `package.Outer.Inner`. Panics on schema errors, which
-/// turns them into build failures.
-pub fn parse_schema(text: &str, package: &str) -> Schema {
-    let mut p = Parser {
-        toks: tokenize(text),
-        pos: 0,
-        schema: Schema::default(),
-    };
-    p.parse_file();
-    let mut schema = p.schema;
-    let prefix = format!("{package}.");
-    for m in &mut schema.messages {
-        m.full_name.insert_str(0, &prefix);
-    }
-    for e in &mut schema.enums {
-        e.full_name.insert_str(0, &prefix);
-    }
-    resolve(&mut schema, package);
-    schema
-        .messages
-        .sort_by(|a, b| a.full_name.cmp(&b.full_name));
-    schema.enums.sort_by(|a, b| a.full_name.cmp(&b.full_name));
-    schema
-}
-
-fn resolve(schema: &mut Schema, package: &str) {
-    use std::collections::{HashMap, HashSet};
-    let messages: HashSet<String> = schema
-        .messages
-        .iter()
-        .map(|m| m.full_name.clone())
-        .collect();
-    let enums: HashSet<String> = schema.enums.iter().map(|e| e.full_name.clone()).collect();
-    for m in &mut schema.messages {
-        let mut numbers = HashMap::new();
-        let mut names = HashSet::new();
-        for f in &mut m.fields {
-            assert!(
-                numbers.insert(f.number, ()).is_none(),
-                "{}: duplicate number {}",
-                m.full_name,
-                f.number
-            );
-            assert!(
-                names.insert(f.name.clone()),
-                "{}: duplicate field {}",
-                m.full_name,
-                f.name
-            );
-            if let Some(&(_, t)) = SCALAR_TYPES.iter().find(|(n, _)| *n == f.type_name) {
-                f.ty = t;
-                continue;
-            }
-            let wanted = f.type_name.trim_start_matches('.');
-            let wanted = wanted
-                .strip_prefix(&format!("{package}."))
-                .unwrap_or(wanted);
-            // Protobuf scoping: innermost enclosing scope first.
-            let mut scope: Vec<&str> = m.full_name.split('.').collect();
-            loop {
-                let cand = format!("{}.{wanted}", scope.join("."));
-                if messages.contains(&cand) {
-                    f.ty = TYPE_MESSAGE;
-                    f.resolved = cand;
-                    break;
-                }
-                if enums.contains(&cand) {
-                    f.ty = TYPE_ENUM;
-                    f.resolved = cand;
-                    break;
-                }
-                assert!(
-                    !scope.is_empty(),
-                    "{}.{}: unknown type {}",
-                    m.full_name,
-                    f.name,
-                    f.type_name
-                );
-                scope.pop();
-            }
-        }
-        m.fields.sort_by_key(|f| f.number);
-    }
-}
-
-/// Interns names into one string blob; returns (offset, len).
-#[derive(Default)]
-struct Names {
-    blob: String,
-    seen: std::collections::HashMap<String, usize>,
-}
-
-impl Names {
-    fn add(&mut self, s: &str) -> (usize, usize) {
-        assert!(s.len() < 256, "name too long: {s}");
-        if let Some(&off) = self.seen.get(s) {
-            return (off, s.len());
-        }
-        let off = self.blob.len();
-        self.blob.push_str(s);
-        self.seen.insert(s.to_string(), off);
-        (off, s.len())
-    }
-}
-
-/// Rust source for `src/schema/table.rs` to include: static arrays of
-/// messages, fields, enums and enum values, names in one blob. Full names
-/// are stored without the `package.` prefix.
-pub fn table_rs(schema: &Schema, package: &str) -> String {
-    use std::fmt::Write;
-    let strip = |n: &str| {
-        n.strip_prefix(&format!("{package}."))
-            .unwrap_or(n)
-            .to_string()
-    };
-    let msg_index = |n: &str| {
-        schema
-            .messages
-            .iter()
-            .position(|m| m.full_name == n)
-            .unwrap()
-    };
-    let enum_index = |n: &str| schema.enums.iter().position(|e| e.full_name == n).unwrap();
-    let mut names = Names::default();
-    let (mut msgs, mut fields, mut enums, mut values) =
-        (String::new(), String::new(), String::new(), String::new());
-    let mut nfields = 0usize;
-    for m in &schema.messages {
-        let (off, len) = names.add(&strip(&m.full_name));
-        writeln!(msgs, "m({off},{len},{nfields},{}),", m.fields.len()).unwrap();
-        for f in &m.fields {
-            let (off, len) = names.add(&f.name);
-            let target = match f.ty {
-                TYPE_MESSAGE => msg_index(&f.resolved),
-                TYPE_ENUM => enum_index(&f.resolved),
-                _ => 0xffff,
-            };
-            assert!(target <= 0xffff && f.oneof < 64);
-            let flags = f.packed as u8 | (f.oneof << 1);
-            writeln!(
-                fields,
-                "f({off},{len},{},{},{},{flags},{target}),",
-                f.number, f.ty, f.label
-            )
-            .unwrap();
-            nfields += 1;
-        }
-    }
-    let mut nvalues = 0usize;
-    for e in &schema.enums {
-        let (off, len) = names.add(&strip(&e.full_name));
-        writeln!(enums, "e({off},{len},{nvalues},{}),", e.values.len()).unwrap();
-        for (name, v) in &e.values {
-            let (off, len) = names.add(name);
-            writeln!(values, "v({off},{len},{v}),").unwrap();
-            nvalues += 1;
-        }
-    }
-    assert!(nfields <= 0xffff && nvalues <= 0xffff);
-    format!(
-        "// Generated by build.rs (src/codegen/schema.rs). Do not edit.\n\
-         static NAMES: &str = {:?};\n\
-         static MESSAGES: [MessageDesc; {}] = [\n{msgs}];\n\
-         static FIELDS: [FieldDesc; {nfields}] = [\n{fields}];\n\
-         static ENUMS: [EnumDesc; {}] = [\n{enums}];\n\
-         static ENUM_VALUES: [EnumValueDesc; {nvalues}] = [\n{values}];\n",
-        names.blob,
-        schema.messages.len(),
-        schema.enums.len(),
-    )
 }

@@ -355,6 +355,15 @@ impl Client {
         }
     }
 
+    /// Closes the connection on our side (no event is reported). Pending
+    /// requests are forgotten; later requests fail with `Disconnected`.
+    pub fn shutdown<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+        if self.connected {
+            let mut ignored = Vec::new();
+            self.close(ctl, &mut ignored);
+        }
+    }
+
     fn close<M>(&mut self, ctl: &mut LoopCtl<'_, M>, events: &mut Vec<ClientEvent>) {
         self.connected = false;
         self.core.pending.clear();
@@ -476,7 +485,7 @@ impl BlockingClient {
     /// Next reply to `request_id`; `Ok(None)` once its stream has ended.
     pub fn next_reply(&mut self, request_id: u64) -> Result<Option<ClientReply>, ClientError> {
         if !self.core.pending.contains_key(&request_id)
-            && self.inbox.get(&request_id).map_or(true, |q| q.is_empty())
+            && self.inbox.get(&request_id).is_none_or(|q| q.is_empty())
         {
             return Ok(None);
         }

@@ -5,7 +5,13 @@
 //!   `max_queued` bytes; beyond that [`SendError::QueueFull`] and the owner
 //!   drops the peer (a stuck reader must not wedge us).
 //! * An fd to send rides on the first `sendmsg` chunk of its frame.
-//! * A received fd is stashed and handed out with the next complete frame.
+//! * A received fd belongs to the frame holding the last byte of the
+//!   `recvmsg` it came with: the kernel ends a stream read right after the
+//!   segment carrying fds, and senders attach the fd to the first chunk of
+//!   its frame, so earlier bytes of that read belong to earlier frames.
+//!   (Perfetto instead stashes the fd until some handler takes it; this
+//!   gives the same answer for correct senders without relying on which
+//!   handlers ask.) An fd whose frame was discarded is closed.
 
 use std::collections::VecDeque;
 use std::io;
@@ -24,7 +30,7 @@ pub const DEFAULT_MAX_QUEUED_BYTES: usize = 4 * 1024 * 1024;
 pub struct Received {
     /// The frame.
     pub frame: IPCFrame,
-    /// `SCM_RIGHTS` fd that arrived with (or just before) this frame.
+    /// `SCM_RIGHTS` fd that arrived with this frame.
     pub fd: Option<OwnedFd>,
 }
 
@@ -87,6 +93,18 @@ pub enum ReadStatus {
     Eof,
 }
 
+/// A received fd waiting for its frame to complete.
+#[derive(Debug)]
+struct PendingFd {
+    fd: OwnedFd,
+    /// Stream offset just past the `recvmsg` that brought it.
+    chunk_end: u64,
+}
+
+/// At most this many fds wait for their frames; a peer sending more is
+/// breaking the one-fd-per-frame rule and the oldest are closed.
+const MAX_PENDING_FDS: usize = 4;
+
 #[derive(Debug)]
 struct OutFrame {
     bytes: Vec<u8>,
@@ -102,7 +120,9 @@ pub struct Conn {
     out: VecDeque<OutFrame>,
     queued_bytes: usize,
     max_queued: usize,
-    rx_fd: Option<OwnedFd>,
+    rx_fds: VecDeque<PendingFd>,
+    /// Bytes received so far (stream offset of the next read).
+    received: u64,
     read_buf: Box<[u8]>,
 }
 
@@ -115,7 +135,8 @@ impl Conn {
             out: VecDeque::new(),
             queued_bytes: 0,
             max_queued,
-            rx_fd: None,
+            rx_fds: VecDeque::new(),
+            received: 0,
             read_buf: vec![0u8; IPC_BUFFER_SIZE].into_boxed_slice(),
         }
     }
@@ -188,20 +209,123 @@ impl Conn {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ReadStatus::WouldBlock),
             Err(e) => return Err(RecvError::Io(e)),
         };
-        if fd.is_some() {
-            // A newer fd replaces (closes) one nobody took.
-            self.rx_fd = fd;
+        self.received += n as u64;
+        if let Some(fd) = fd {
+            if n > 0 {
+                if self.rx_fds.len() == MAX_PENDING_FDS {
+                    self.rx_fds.pop_front();
+                }
+                self.rx_fds.push_back(PendingFd {
+                    fd,
+                    chunk_end: self.received,
+                });
+            }
         }
         if n == 0 {
             return Ok(ReadStatus::Eof);
         }
         self.decoder.push(&self.read_buf[..n]);
         while let Some(frame) = self.decoder.next_frame().map_err(RecvError::TooLarge)? {
-            out.push(Received {
-                frame,
-                fd: self.rx_fd.take(),
-            });
+            let (start, end) = self.decoder.last_span();
+            // The frame owns an fd if it holds the last byte of its chunk.
+            let mut fd = None;
+            while let Some(p) = self.rx_fds.front() {
+                if p.chunk_end <= start {
+                    self.rx_fds.pop_front(); // Its frame was discarded.
+                } else if p.chunk_end <= end {
+                    let p = self.rx_fds.pop_front().unwrap();
+                    // A second fd for the same frame breaks the rules: closed.
+                    fd.get_or_insert(p.fd);
+                } else {
+                    break;
+                }
+            }
+            out.push(Received { frame, fd });
+        }
+        // Fds whose frames were skipped as empty or unparsable.
+        let consumed = self.decoder.consumed();
+        while self.rx_fds.front().is_some_and(|p| p.chunk_end <= consumed) {
+            self.rx_fds.pop_front();
         }
         Ok(ReadStatus::Progress)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::unix_socket::wait_ready;
+    use crate::pb::protos::mod_IPCFrame::{InvokeMethod, OneOfmsg};
+
+    fn invoke(id: u64) -> IPCFrame {
+        IPCFrame {
+            request_id: Some(id),
+            msg: OneOfmsg::msg_invoke_method(InvokeMethod {
+                method_id: Some(1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn read_all(c: &mut Conn, want: usize) -> Vec<Received> {
+        let mut out = Vec::new();
+        while out.len() < want {
+            wait_ready(c.socket().as_fd(), true, false, None).unwrap();
+            c.read_some(&mut out).unwrap();
+        }
+        out
+    }
+
+    fn null_fd() -> OwnedFd {
+        std::fs::File::open("/dev/null").unwrap().into()
+    }
+
+    #[test]
+    fn fd_goes_to_its_own_frame_when_frames_arrive_together() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (mut tx, mut rx) = (Conn::new(a, 1 << 20), Conn::new(b, 1 << 20));
+        // Queued back to back: one recvmsg returns frame 1 and frame 2 + fd.
+        tx.send(&invoke(1), None).unwrap();
+        tx.send(&invoke(2), Some(null_fd())).unwrap();
+        tx.send(&invoke(3), None).unwrap();
+        let got = read_all(&mut rx, 3);
+        let with_fd: Vec<(u64, bool)> = got
+            .iter()
+            .map(|r| (r.frame.request_id.unwrap(), r.fd.is_some()))
+            .collect();
+        assert_eq!(with_fd, vec![(1, false), (2, true), (3, false)]);
+    }
+
+    #[test]
+    fn fd_of_a_discarded_frame_is_not_given_to_the_next() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut rx = Conn::new(b, 1 << 20);
+        // An unparsable frame carrying an fd, then a valid frame.
+        a.send(&[3, 0, 0, 0, 0x0f, 0xff, 0xff], Some(null_fd().as_fd()))
+            .unwrap();
+        let mut tx = Conn::new(a, 1 << 20);
+        tx.send(&invoke(7), None).unwrap();
+        let got = read_all(&mut rx, 1);
+        assert_eq!(got[0].frame.request_id, Some(7));
+        assert!(got[0].fd.is_none());
+        assert_eq!(rx.frames_discarded(), 1);
+    }
+
+    #[test]
+    fn queue_bound_is_enforced() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let mut tx = Conn::new(a, 256 * 1024);
+        let big = IPCFrame {
+            data_for_testing: vec![vec![0; 100_000]],
+            ..Default::default()
+        };
+        let err = loop {
+            if let Err(e) = tx.send(&big, None) {
+                break e;
+            }
+        };
+        assert!(matches!(err, SendError::QueueFull { .. }), "{err}");
+        assert!(tx.queued_bytes() <= 256 * 1024);
     }
 }

@@ -11,7 +11,6 @@
 //! list and listens on each; clients use the variable as a whole.
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
 
 use crate::base::unix_socket::UnixListener;
 
@@ -91,27 +90,18 @@ fn split_socket_list(list: &str) -> Vec<String> {
 pub fn adopt_android_socket(name: &str) -> Option<io::Result<UnixListener>> {
     let value = std::env::var(format!("ANDROID_SOCKET_{name}")).ok()?;
     let fd_untrusted: i32 = match value.trim().parse() {
-        Ok(fd) if fd >= 0 => fd,
-        _ => {
+        Ok(fd) => fd,
+        Err(_) => {
             return Some(Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("ANDROID_SOCKET_{name}={value:?} is not an fd number"),
             )))
         }
     };
-    // Check that it is an open descriptor before claiming it.
-    if let Err(e) = nix::fcntl::fcntl(fd_untrusted, nix::fcntl::FcntlArg::F_GETFD) {
-        return Some(Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("ANDROID_SOCKET_{name}={fd_untrusted}: {e}"),
-        )));
-    }
-    // SAFETY:
-    // - init passed this descriptor to us for this socket and nothing else
-    //   in the process claims it (callers adopt each name once); F_GETFD
-    //   just confirmed it is open.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd_untrusted) };
-    Some(UnixListener::from_fd(fd))
+    Some(
+        UnixListener::adopt_inherited(fd_untrusted)
+            .map_err(|e| io::Error::new(e.kind(), format!("ANDROID_SOCKET_{name}: {e}"))),
+    )
 }
 
 #[cfg(test)]
@@ -153,5 +143,10 @@ mod tests {
         assert!(adopt_android_socket("tracebox_never_set").is_none());
         std::env::set_var("ANDROID_SOCKET_tracebox_bad", "x");
         assert!(adopt_android_socket("tracebox_bad").unwrap().is_err());
+        // An open fd that is not a listening socket is refused (and left open).
+        let file = std::fs::File::open("/dev/null").unwrap();
+        std::env::set_var("ANDROID_SOCKET_tracebox_file", file.as_raw_fd().to_string());
+        assert!(adopt_android_socket("tracebox_file").unwrap().is_err());
+        assert!(nix::fcntl::fcntl(file.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFD).is_ok());
     }
 }

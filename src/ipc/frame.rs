@@ -72,6 +72,10 @@ pub struct FrameDecoder {
     buf: Vec<u8>,
     /// Bytes of `buf` already consumed by returned or skipped frames.
     start: usize,
+    /// Stream offset of `buf[start]`: bytes consumed since the beginning.
+    consumed: u64,
+    /// Stream offsets `[start, end)` of the frame last returned.
+    last_span: (u64, u64),
     discarded: u64,
     failed: bool,
 }
@@ -101,6 +105,17 @@ impl FrameDecoder {
         self.buf.len() - self.start
     }
 
+    /// Stream offset just past the last frame returned or skipped.
+    pub fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// Stream offsets `[start, end)` (header included) of the frame last
+    /// returned by [`next_frame`](Self::next_frame).
+    pub fn last_span(&self) -> (u64, u64) {
+        self.last_span
+    }
+
     /// Returns the next complete frame, `Ok(None)` if more bytes are needed.
     /// After an error every later call fails too.
     pub fn next_frame(&mut self) -> Result<Option<IPCFrame>, FrameTooLarge> {
@@ -122,12 +137,17 @@ impl FrameDecoder {
                 break;
             }
             let payload = &avail[HEADER_SIZE..total];
+            let frame_start = self.consumed;
             self.start += total;
+            self.consumed += total as u64;
             if payload.is_empty() {
                 continue;
             }
             match decode_payload(payload) {
-                Ok(frame) => return Ok(Some(frame)),
+                Ok(frame) => {
+                    self.last_span = (frame_start, self.consumed);
+                    return Ok(Some(frame));
+                }
                 Err(_) => self.discarded += 1,
             }
         }

@@ -38,7 +38,8 @@
 //!   `success=false` without calling the service. Undecodable `args` are
 //!   the service's to reject (reply [`Reply::fail`]).
 //! * `drop_reply=true`: [`ReplyTo::drop_reply`] is set and every reply to
-//!   it is silently discarded.
+//!   it is silently discarded (the invalid-id rejection above is still
+//!   sent, as Perfetto does).
 //! * Frames of any other type → `RequestError{"unknown request"}`.
 //! * An fd received with a frame is passed in [`Call::fd`]; a reply can
 //!   carry one fd.
@@ -62,108 +63,7 @@ use crate::pb::protos::IPCFrame;
 use crate::{log_debug, log_info, log_warn};
 
 use super::conn::{Conn, ReadStatus, Received, SendError, DEFAULT_MAX_QUEUED_BYTES};
-
-/// A connected client; never reused within one host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ClientId(pub u64);
-
-/// A service exposed by the host, numbered from 1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServiceId(pub u32);
-
-/// Where a reply goes. Plain data: store it for deferred or streaming
-/// replies; replying after the client left is a harmless no-op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ReplyTo {
-    /// The calling client.
-    pub client: ClientId,
-    /// The request id to echo.
-    pub request_id: u64,
-    /// The caller asked for no reply; replies are discarded.
-    pub drop_reply: bool,
-}
-
-/// One reply frame (`InvokeMethodReply`).
-#[derive(Debug, Default)]
-pub struct Reply {
-    /// False for rejected or failed calls (then `payload` is ignored).
-    pub success: bool,
-    /// More replies to the same request follow (streaming).
-    pub has_more: bool,
-    /// Serialized reply message.
-    pub payload: Vec<u8>,
-    /// An fd to pass along with this reply.
-    pub fd: Option<OwnedFd>,
-}
-
-impl Reply {
-    /// Final successful reply.
-    pub fn ok(payload: Vec<u8>) -> Self {
-        Reply {
-            success: true,
-            has_more: false,
-            payload,
-            fd: None,
-        }
-    }
-    /// Successful streaming reply; more will follow.
-    pub fn more(payload: Vec<u8>) -> Self {
-        Reply {
-            success: true,
-            has_more: true,
-            payload,
-            fd: None,
-        }
-    }
-    /// Failure (`success=false`, no payload); ends any stream.
-    pub fn fail() -> Self {
-        Reply::default()
-    }
-    /// Attaches an fd.
-    pub fn with_fd(mut self, fd: OwnedFd) -> Self {
-        self.fd = Some(fd);
-        self
-    }
-}
-
-/// A validated method call.
-#[derive(Debug)]
-pub struct Call<'a> {
-    /// The calling client.
-    pub client: ClientId,
-    /// Its credentials (`SO_PEERCRED` at accept).
-    pub peer: PeerCred,
-    /// Which exposed service.
-    pub service: ServiceId,
-    /// Method id, 1..=N.
-    pub method_id: u32,
-    /// Method name from the service's table.
-    pub method_name: &'a str,
-    /// Serialized arguments, untrusted.
-    pub args: Vec<u8>,
-    /// The fd that came with the request frame, if any.
-    pub fd: Option<OwnedFd>,
-    /// Where replies go.
-    pub reply_to: ReplyTo,
-}
-
-/// Sends replies; implemented by [`Host`] (and by fakes in service tests).
-pub trait ReplySink {
-    /// Sends one reply. Returns false if it was discarded: `drop_reply`,
-    /// unknown/gone client, or the client was just dropped for not reading.
-    fn reply(&mut self, to: &ReplyTo, reply: Reply) -> bool;
-    /// Disconnects a client (e.g. a misbehaving producer).
-    fn disconnect(&mut self, client: ClientId);
-}
-
-/// The application side: all exposed services behind one object, so that
-/// several services can share state without `Rc<RefCell<_>>`.
-pub trait Services {
-    /// A call to a known service and method. Reply now or later via `out`.
-    fn invoke(&mut self, call: Call<'_>, out: &mut dyn ReplySink);
-    /// The client is gone; its pending [`ReplyTo`]s are now dead.
-    fn on_client_disconnected(&mut self, _client: ClientId, _out: &mut dyn ReplySink) {}
-}
+pub use super::service::{Call, ClientId, Reply, ReplySink, ReplyTo, ServiceId, Services};
 
 /// Counters for diagnostics and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -200,6 +100,8 @@ struct Client {
 struct Clients {
     by_token: HashMap<Token, Client>,
     by_id: HashMap<ClientId, Token>,
+    /// Killed but not yet reaped.
+    dead: Vec<Token>,
     stats: HostStats,
 }
 
@@ -486,7 +388,13 @@ impl Host {
                 "client {}: invalid method {service_id_untrusted}/{method_id_untrusted}",
                 client.0
             );
-            self.clients.reply(&reply_to, Reply::fail());
+            // Like Perfetto, reject even when drop_reply is set: the
+            // client ignores replies to requests it does not track.
+            let forced = ReplyTo {
+                drop_reply: false,
+                ..reply_to
+            };
+            self.clients.reply(&forced, Reply::fail());
             return;
         };
         let call = Call {
@@ -506,13 +414,7 @@ impl Host {
     fn reap<M>(&mut self, ctl: &mut LoopCtl<'_, M>, services: &mut dyn Services) {
         // Services may drop more clients while being notified: loop.
         loop {
-            let dead: Vec<Token> = self
-                .clients
-                .by_token
-                .iter()
-                .filter(|(_, c)| c.dead)
-                .map(|(t, _)| *t)
-                .collect();
+            let dead = std::mem::take(&mut self.clients.dead);
             if dead.is_empty() {
                 return;
             }
@@ -540,6 +442,7 @@ impl Clients {
         if let Some(c) = self.by_token.get_mut(&token) {
             if !c.dead {
                 c.dead = true;
+                self.dead.push(token);
                 let _ = c.conn.socket().shutdown();
             }
         }

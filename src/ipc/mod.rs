@@ -2,7 +2,8 @@
 //!
 //! * [`frame`]: the length-prefixed `IPCFrame` codec (pure).
 //! * [`conn`]: one framed connection (send queue, fd passing).
-//! * [`host`]: the server side; services plug in through [`host::Services`].
+//! * [`host`]: the server side; services plug in through [`host::Services`]
+//!   (or as independent trait objects through [`service::ServiceList`]).
 //! * [`client`]: the client side, event-loop driven or blocking.
 //! * [`default_sockets`]: where traced listens by default.
 
@@ -11,3 +12,4 @@ pub mod conn;
 pub mod default_sockets;
 pub mod frame;
 pub mod host;
+pub mod service;

@@ -24,7 +24,7 @@ pub fn encode_varint(mut v: u64, buf: &mut [u8; 10]) -> usize {
 /// Number of bytes `v` takes as a varint.
 #[inline]
 pub fn varint_len(v: u64) -> usize {
-    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 #[inline]

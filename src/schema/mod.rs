@@ -6,6 +6,11 @@ mod json;
 pub mod services;
 mod table;
 
+/// The build-time generator, compiled here too so its tests run.
+#[cfg(test)]
+#[path = "../codegen/schema.rs"]
+mod codegen;
+
 #[doc(hidden)]
 pub use json::dump_json;
 pub use table::{

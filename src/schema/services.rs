@@ -24,4 +24,9 @@ mod tests {
         assert_eq!(CONSUMER_PORT_METHODS[2], "ReadBuffers");
         assert_eq!(CONSUMER_PORT_METHODS[14], "CloneSession");
     }
+
+    #[test]
+    fn relay_port_order() {
+        assert_eq!(RELAY_PORT_METHODS, ["InitRelay", "SyncClock"]);
+    }
 }

@@ -39,6 +39,8 @@ pub struct FakeService {
     pub packets_lost: u64,
     pub corrupt_chunks: u64,
     pub flush_ids: Vec<u64>,
+    /// Largest packet count seen in a committed chunk header.
+    pub max_packet_count: u16,
     pub registered: Vec<(WriterId, BufferId)>,
     pub unregistered: Vec<WriterId>,
 }
@@ -68,6 +70,7 @@ impl FakeService {
                         },
                     );
                     self.chunks_moved += 1;
+                    self.max_packet_count = self.max_packet_count.max(h.packet_count);
                 }
                 Err(_) => self.move_errors += 1,
             }

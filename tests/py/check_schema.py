@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Cross-checks tracebox's schemas against Perfetto's published descriptors.
 
-Our side: the JSON dump of the generated schema table (tests/schema_json.rs).
+Our side: every message and enum in proto/ (parsed here), plus the JSON
+dump of the generated runtime schema table (tests/schema_json.rs), which
+must match proto/ exactly.
 Reference: the descriptors shipped in PyPI's `perfetto` package
 (perfetto.protos.perfetto.trace.perfetto_trace_pb2), which cover the trace
 and config protos. IPC messages are not in that package; pass
@@ -175,6 +177,53 @@ def parse_proto_text(text, msgs, enums, package="perfetto.protos"):
             skip()
 
 
+def resolve_type(typ, scope, msgs, enums):
+    """Full name of message/enum `typ` used inside message `scope`."""
+    if typ.startswith("."):
+        return typ[1:]
+    parts = scope.split(".")
+    while parts:
+        cand = ".".join(parts + [typ])
+        if cand in msgs or cand in enums:
+            return cand
+        parts.pop()
+    raise SystemExit(f"check_schema: {scope}: unknown type {typ}")
+
+
+def ours_from_sources(proto_dir):
+    """Our .proto files in the JSON dump's shape (covers messages that the
+    runtime table leaves out, such as TracePacket)."""
+    msgs, enums = {}, {}
+    for dirpath, _, files in os.walk(proto_dir):
+        for name in sorted(files):
+            if name.endswith(".proto"):
+                with open(os.path.join(dirpath, name)) as f:
+                    parse_proto_text(f.read(), msgs, enums)
+    out = {"messages": {}, "enums": enums}
+    for mname, fields in msgs.items():
+        lst = []
+        for fname, (num, typ, label, _, packed) in fields.items():
+            if typ in SCALAR_BY_NAME:
+                ty, tn = SCALAR_BY_NAME[typ], ""
+            else:
+                tn = resolve_type(typ, mname, msgs, enums)
+                ty = 11 if tn in msgs else 14
+            lst.append({"name": fname, "number": num, "type": ty, "label": label,
+                        "packed": packed, "type_name": tn})
+        out["messages"][mname] = sorted(lst, key=lambda f: f["number"])
+    return out
+
+
+def table_vs_sources(table, sources):
+    """The generated table must be an exact subset of our .proto files."""
+    errors = []
+    for kind in ("messages", "enums"):
+        for name, value in table[kind].items():
+            if sources[kind].get(name) != value:
+                errors.append(f"schema table differs from proto/ for {name}")
+    return errors
+
+
 def reference_from_git(repo):
     files = subprocess.check_output(
         ["git", "-C", repo, "ls-tree", "-r", "--name-only", "HEAD", "protos/perfetto/"]).decode().split()
@@ -267,10 +316,15 @@ def main():
                     help="also check that corrupted copies of the dump are caught")
     args = ap.parse_args()
 
-    ours = load_ours(args.json)
+    table = load_ours(args.json)
+    ours = ours_from_sources(os.path.join(ROOT, "proto"))
     if args.self_test:
         self_test(ours, *reference_from_pypi())
-    errors, checked = compare(ours, *reference_from_pypi(), from_source=False)
+    errors = table_vs_sources(table, ours)
+    print(f"check_schema: runtime table: {len(table['messages'])} messages, "
+          f"{len(table['enums'])} enums compared with proto/")
+    errs, checked = compare(ours, *reference_from_pypi(), from_source=False)
+    errors += errs
     if args.upstream_git:
         msgs, enums = reference_from_git(args.upstream_git)
         rest = {"messages": {k: v for k, v in ours["messages"].items() if k not in checked},

@@ -69,6 +69,30 @@ pub fn trace_config_txt_to_pb(file_name: &str, text: &str) -> Result<Vec<u8>, Pb
     text_to_proto(TRACE_CONFIG, file_name, text, ParseOptions::default())
 }
 
+/// Like [`text_to_proto`] for raw file contents (e.g. `perfetto -c FILE
+/// --txt`): input that is not UTF-8 is an error pointing at the first bad
+/// byte.
+pub fn bytes_to_proto(
+    root: &str,
+    file_name: &str,
+    bytes: &[u8],
+    opts: ParseOptions,
+) -> Result<Vec<u8>, PbtxError> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text_to_proto(root, file_name, text, opts),
+        Err(e) => {
+            let good = &bytes[..e.valid_up_to()];
+            let line = 1 + good.iter().filter(|&&b| b == b'\n').count();
+            let line_start = good.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+            let col = good.len() - line_start + 1;
+            let bad = format!("\\x{:02x}", bytes[e.valid_up_to()]);
+            let msg = "Input is not valid UTF-8".to_string();
+            let text = String::from_utf8_lossy(bytes);
+            Err(PbtxError::new(line, col, bad, msg).with_source(file_name, &text))
+        }
+    }
+}
+
 /// True if `bytes` look like a text config given where a binary one was
 /// expected: non-empty and every byte printable ASCII or whitespace. Used
 /// for the "try --txt" hint.

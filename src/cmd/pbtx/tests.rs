@@ -236,3 +236,17 @@ fn text_detection() {
     assert!(!looks_like_text(&tc("duration_ms: 1000").unwrap()));
     assert!(!looks_like_text("caf\u{e9}".as_bytes()));
 }
+
+#[test]
+fn raw_bytes_input() {
+    let opts = ParseOptions::default();
+    let b = bytes_to_proto(TRACE_CONFIG, "f", b"duration_ms: 3", opts).unwrap();
+    assert_eq!(b, [0x18, 0x03]);
+    let e = bytes_to_proto(TRACE_CONFIG, "f", b"duration_ms: 3\n  # caf\xe9\n", opts).unwrap_err();
+    assert_eq!((e.line, e.col, e.token.as_str()), (2, 8, "\\xe9"));
+    assert!(
+        e.to_string()
+            .starts_with("f:2:8 error: Input is not valid UTF-8"),
+        "{e}"
+    );
+}

@@ -198,9 +198,12 @@ fn parse_payload<S: PageSink + ?Sized>(
 mod tests {
     use super::*;
 
+    type Record = (u64, u16, Vec<u8>);
+    type Build = Box<dyn Fn(&mut Page)>;
+
     /// Collects (timestamp, id, record) for assertions.
     #[derive(Default)]
-    struct Collect(Vec<(u64, u16, Vec<u8>)>);
+    struct Collect(Vec<Record>);
     impl PageSink for Collect {
         fn on_event(&mut self, ts: u64, id: u16, record: &[u8]) -> Result<(), ParseError> {
             self.0.push((ts, id, record.to_vec()));
@@ -243,7 +246,7 @@ mod tests {
 
     const L: PageHeaderLayout = PageHeaderLayout::DEFAULT_64;
 
-    fn run(page: &[u8]) -> (Result<PageSummary, ParseError>, Vec<(u64, u16, Vec<u8>)>) {
+    fn run(page: &[u8]) -> (Result<PageSummary, ParseError>, Vec<Record>) {
         let mut c = Collect::default();
         let r = parse_page(page, &L, &mut c);
         (r, c.0)
@@ -298,7 +301,7 @@ mod tests {
 
     #[test]
     fn errors_stop_the_page_keep_earlier_events() {
-        let cases: Vec<(Box<dyn Fn(&mut Page)>, ParseError)> = vec![
+        let cases: Vec<(Build, ParseError)> = vec![
             (
                 Box::new(|p| {
                     p.word(TYPE_PADDING, 0).u32(8);

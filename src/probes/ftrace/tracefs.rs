@@ -383,6 +383,24 @@ impl Tracefs {
         Some(layout.page_size)
     }
 
+    /// Page header layout from `header_page`, or the 64-bit default.
+    pub fn page_header_layout(&self) -> super::format::PageHeaderLayout {
+        self.read_header_page()
+            .ok()
+            .and_then(|t| super::format::parse_header_page(&t).ok())
+            .unwrap_or(super::format::PageHeaderLayout::DEFAULT_64)
+    }
+
+    /// The compile-time event table merged with this kernel's formats, with
+    /// `printk_formats` loaded for string-pointer fields.
+    pub fn translation_table(&self) -> super::translate::TranslationTable {
+        let mut t = super::translate::TranslationTable::build(&|g, n| self.read_format(g, n).ok());
+        if let Ok(text) = self.read_printk_formats() {
+            t.set_printk_formats(super::translate::parse_printk_formats(&text));
+        }
+        t
+    }
+
     // ---- reset -----------------------------------------------------------
 
     /// Leaves the instance idle: tracing off, events off, nop tracer, empty

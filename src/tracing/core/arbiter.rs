@@ -29,15 +29,14 @@ use std::time::Duration;
 
 use super::patch_list::PatchList;
 use super::smb_abi::{
-    Chunk, ChunkHeader, ChunkState, PageLayout, SmbAbi, FLAG_CHUNK_NEEDS_PATCHING, MAX_WRITER_ID,
-    PATCH_SIZE,
+    Chunk, ChunkHeader, ChunkState, PageLayout, SmbAbi, FLAG_CHUNK_NEEDS_PATCHING, PATCH_SIZE,
 };
 use super::trace_writer::TraceWriter;
 
-/// Global id of a service-side trace buffer.
-pub type BufferId = u16;
-/// Id of one trace writer (packet sequence) within a producer.
-pub type WriterId = u16;
+pub use super::commit_batch::{
+    BufferId, ChunkToMove, ChunkToPatch, CommitBatch, Patch, ProducerTransport, WriterId,
+};
+use super::writer_ids::WriterIdAllocator;
 
 /// What a writer does when the SMB has no free chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,64 +46,6 @@ pub enum BufferExhaustedPolicy {
     /// Discard data until a chunk frees up; the next packet that makes it
     /// carries `previous_packet_dropped`.
     Drop,
-}
-
-/// A chunk the service should copy out (CommitDataRequest.chunks_to_move).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkToMove {
-    pub page: u32,
-    pub chunk: u32,
-    pub target_buffer: BufferId,
-}
-
-/// One 4-byte fix-up (CommitDataRequest.ChunkToPatch.Patch).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Patch {
-    /// From the first payload byte (after the 8-byte chunk header).
-    pub offset: u32,
-    pub data: [u8; PATCH_SIZE],
-}
-
-/// Patches for one chunk (CommitDataRequest.chunks_to_patch).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChunkToPatch {
-    pub target_buffer: BufferId,
-    pub writer_id: WriterId,
-    pub chunk_id: u32,
-    pub patches: Vec<Patch>,
-    /// More patches for this chunk will follow in a later batch.
-    pub has_more_patches: bool,
-}
-
-/// One CommitData request's worth of work.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CommitBatch {
-    pub chunks_to_move: Vec<ChunkToMove>,
-    pub chunks_to_patch: Vec<ChunkToPatch>,
-    /// Acks every flush request with id <= this.
-    pub flush_request_id: Option<u64>,
-}
-
-impl CommitBatch {
-    pub fn is_empty(&self) -> bool {
-        self.chunks_to_move.is_empty()
-            && self.chunks_to_patch.is_empty()
-            && self.flush_request_id.is_none()
-    }
-}
-
-/// How the arbiter talks to the service (the IPC adapter implements it).
-///
-/// Methods are called from writer threads and must not call back into the
-/// [`Arbiter`] (they run under its send lock). They should be quick: queue
-/// the message for the IPC thread.
-pub trait ProducerTransport: Send + Sync {
-    /// Send a CommitDataRequest.
-    fn commit_data(&self, batch: CommitBatch);
-    /// Send RegisterTraceWriter (a writer was created).
-    fn register_trace_writer(&self, writer_id: WriterId, target_buffer: BufferId);
-    /// Send UnregisterTraceWriter (a writer was dropped).
-    fn unregister_trace_writer(&self, writer_id: WriterId);
 }
 
 /// Arbiter settings.
@@ -497,73 +438,5 @@ impl Arbiter {
             .commit_batches_sent
             .fetch_add(1, Ordering::Relaxed);
         self.transport.commit_data(batch);
-    }
-}
-
-/// Writer ids 1..=32767, handed out round-robin so a freed id is not
-/// reused immediately.
-struct WriterIdAllocator {
-    used: Vec<bool>,
-    last: u16,
-    in_use: usize,
-}
-
-impl Default for WriterIdAllocator {
-    fn default() -> Self {
-        WriterIdAllocator {
-            used: vec![false; MAX_WRITER_ID as usize + 1],
-            last: 0,
-            in_use: 0,
-        }
-    }
-}
-
-impl WriterIdAllocator {
-    fn allocate(&mut self) -> Option<WriterId> {
-        if self.in_use >= MAX_WRITER_ID as usize {
-            return None;
-        }
-        let mut id = self.last;
-        loop {
-            id = if id >= MAX_WRITER_ID { 1 } else { id + 1 };
-            if !self.used[id as usize] {
-                self.used[id as usize] = true;
-                self.last = id;
-                self.in_use += 1;
-                return Some(id);
-            }
-        }
-    }
-
-    fn free(&mut self, id: WriterId) {
-        if let Some(u) = self.used.get_mut(id as usize) {
-            if *u {
-                *u = false;
-                self.in_use -= 1;
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn writer_ids_cover_the_range_and_are_recycled() {
-        let mut a = WriterIdAllocator::default();
-        assert_eq!(a.allocate(), Some(1));
-        assert_eq!(a.allocate(), Some(2));
-        a.free(1);
-        assert_eq!(a.allocate(), Some(3), "not reused at once");
-        for _ in 3..MAX_WRITER_ID {
-            assert!(a.allocate().is_some());
-        }
-        assert_eq!(a.allocate(), Some(1), "wraps to the freed id");
-        assert_eq!(a.allocate(), None, "all 32767 in use");
-        a.free(0);
-        a.free(40000);
-        a.free(7);
-        assert_eq!(a.allocate(), Some(7));
     }
 }

@@ -85,7 +85,7 @@ impl SharedMem {
         len: usize,
         owner: Box<dyn Any + Send + Sync>,
     ) -> SharedMem {
-        debug_assert!(ptr.as_ptr() as usize % 4 == 0);
+        debug_assert!((ptr.as_ptr() as usize).is_multiple_of(4));
         SharedMem {
             ptr,
             len,
@@ -113,7 +113,7 @@ impl SharedMem {
     /// The 32-bit word at `offset`, if aligned and in bounds.
     #[inline]
     pub fn atomic_u32(&self, offset: usize) -> Option<&AtomicU32> {
-        if offset % 4 != 0 || !self.in_bounds(offset, 4) {
+        if !offset.is_multiple_of(4) || !self.in_bounds(offset, 4) {
             return None;
         }
         // SAFETY:
@@ -127,7 +127,7 @@ impl SharedMem {
     /// The 16-bit word at `offset`, if aligned and in bounds.
     #[inline]
     pub fn atomic_u16(&self, offset: usize) -> Option<&AtomicU16> {
-        if offset % 2 != 0 || !self.in_bounds(offset, 2) {
+        if !offset.is_multiple_of(2) || !self.in_bounds(offset, 2) {
             return None;
         }
         // SAFETY: as in `atomic_u32`, with 2-byte alignment and size.

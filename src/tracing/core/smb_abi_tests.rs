@@ -1,6 +1,9 @@
 //! Unit tests for `smb_abi` (kept apart to keep the ABI file short).
 
 use super::*;
+use crate::tracing::core::shared_mem::SharedMem;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 fn abi(size: usize, page: usize) -> SmbAbi {
     SmbAbi::new(Arc::new(SharedMem::new_heap(size).unwrap()), page).unwrap()
@@ -171,7 +174,8 @@ fn hostile_indices_and_layouts_are_errors() {
 fn shm_size_rules() {
     const K: usize = 1024;
     // (config page KiB, hint page KiB, config size KiB, hint size KiB) -> (size, page)
-    let cases: &[((u32, u64, u32, u64), (usize, usize))] = &[
+    type Case = ((u32, u64, u32, u64), (usize, usize));
+    let cases: &[Case] = &[
         ((0, 0, 0, 0), (256 * K, 4 * K)),
         ((16, 0, 16, 0), (16 * K, 16 * K)),
         ((0, 4, 0, 16), (16 * K, 4 * K)),

@@ -449,6 +449,14 @@ impl Drop for TraceWriter {
     }
 }
 
+// Writers move to their thread; the arbiter is shared by all of them.
+const _: () = {
+    const fn send<T: Send>() {}
+    const fn send_sync<T: Send + Sync>() {}
+    send::<TraceWriter>();
+    send_sync::<Arbiter>();
+};
+
 /// A packet being written; a protozero [`Stream`] into SMB chunks.
 /// The packet is finished when this handle is dropped.
 pub struct TracePacket<'a> {

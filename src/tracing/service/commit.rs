@@ -26,7 +26,7 @@ impl TracingService {
         for mv in &req.chunks_to_move {
             payload.clear();
             let header = match &mv.data {
-                Some(data) => self.chunk_from_request(producer, data, &mut payload),
+                Some(data) => self.chunk_from_request(data, &mut payload),
                 None => self.chunk_from_smb(producer, mv.page, mv.chunk, &mut payload),
             };
             let Some(header) = header else { continue };
@@ -42,14 +42,9 @@ impl TracingService {
     }
 
     /// Shmem emulation: the chunk (header included) travels in the request.
-    fn chunk_from_request(
-        &mut self,
-        producer: ProducerId,
-        data: &[u8],
-        payload: &mut Vec<u8>,
-    ) -> Option<ChunkHeader> {
+    fn chunk_from_request(&mut self, data: &[u8], payload: &mut Vec<u8>) -> Option<ChunkHeader> {
         if data.len() < CHUNK_HEADER_SIZE {
-            self.producers.get_mut(&producer)?.abi_violations += 1;
+            self.chunks_discarded += 1;
             return None;
         }
         let chunk_id = u32::from_le_bytes(data[0..4].try_into().ok()?);
@@ -74,23 +69,27 @@ impl TracingService {
         chunk: Option<u32>,
         payload: &mut Vec<u8>,
     ) -> Option<ChunkHeader> {
-        let p = self.producers.get_mut(&producer)?;
+        let p = self.producers.get(&producer)?;
         let Some(smb) = p.smb.as_ref() else {
-            p.abi_violations += 1;
+            self.chunks_discarded += 1;
             return None;
         };
-        let (page_untrusted, chunk_untrusted) = (page? as usize, chunk? as usize);
+        let (Some(page_untrusted), Some(chunk_untrusted)) = (page, chunk) else {
+            self.chunks_discarded += 1;
+            return None;
+        };
+        let (page_untrusted, chunk_untrusted) = (page_untrusted as usize, chunk_untrusted as usize);
         let c = match smb.try_acquire_chunk_for_reading(page_untrusted, chunk_untrusted) {
             Ok(c) => c,
             Err(_) => {
-                p.abi_violations += 1;
+                self.chunks_discarded += 1;
                 return None;
             }
         };
         let header = smb.read_chunk(&c, payload);
-        if smb.release_chunk_as_free(c).is_err() {
-            p.abi_violations += 1;
-        }
+        // Failing to free it only hurts the producer (the chunk stays
+        // BeingRead); the data was copied.
+        let _ = smb.release_chunk_as_free(c);
         Some(header)
     }
 
@@ -113,12 +112,12 @@ impl TracingService {
             _ => true,
         };
         let (Some(target), true) = (allowed, writer_ok) else {
-            p.chunks_discarded += 1;
+            self.chunks_discarded += 1;
             return;
         };
         let client = p.client_identity();
         let Some(buf) = self.buffers.get_mut(&target) else {
-            p.chunks_discarded += 1;
+            self.chunks_discarded += 1;
             return;
         };
         buf.copy_chunk_untrusted(
@@ -150,7 +149,7 @@ impl TracingService {
             .and_then(|w| u16::try_from(w).ok())
             .filter(|&w| w != 0);
         let (Some(target), Some(writer), Some(chunk_id)) = (target, writer, req.chunk_id) else {
-            p.patches_discarded += 1;
+            self.patches_discarded += 1;
             return;
         };
         let mut patches = Vec::with_capacity(req.patches.len().min(MAX_PATCHES_PER_CHUNK));
@@ -158,7 +157,7 @@ impl TracingService {
             let data = patch.data.as_deref().unwrap_or(&[]);
             let (Some(offset), Ok(data)) = (patch.offset, <[u8; PATCH_SIZE]>::try_from(data))
             else {
-                p.patches_discarded += 1;
+                self.patches_discarded += 1;
                 return;
             };
             patches.push(Patch {
@@ -167,7 +166,7 @@ impl TracingService {
             });
         }
         let Some(buf) = self.buffers.get_mut(&target) else {
-            p.patches_discarded += 1;
+            self.patches_discarded += 1;
             return;
         };
         let more = req.has_more_patches.unwrap_or(false);

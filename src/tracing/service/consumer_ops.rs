@@ -343,8 +343,10 @@ impl TracingService {
         }
         let uuid = (self.env.random_u64() as i64, self.env.random_u64() as i64);
         let sid = self.alloc_session_id();
-        let mut read = super::session::ReadState::default();
-        read.stats_due = true;
+        let read = super::session::ReadState {
+            stats_due: true,
+            ..Default::default()
+        };
         self.sessions.insert(
             sid,
             Session {

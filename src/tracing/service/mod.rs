@@ -25,6 +25,7 @@ pub mod name_matcher;
 pub mod producer;
 pub mod raw_proto;
 pub mod read_pass;
+#[allow(clippy::module_inception)]
 pub mod service;
 pub mod service_packets;
 pub mod session;
@@ -36,6 +37,8 @@ pub mod types;
 
 #[cfg(test)]
 mod service_tests;
+#[cfg(test)]
+mod service_tests_acl;
 #[cfg(test)]
 mod service_tests_timing;
 #[cfg(test)]

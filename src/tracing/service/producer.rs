@@ -24,9 +24,7 @@ pub struct Producer {
     pub allowed_buffers: BTreeSet<BufferId>,
     /// RegisterTraceWriter bindings: writer id -> buffer.
     pub writers: BTreeMap<u16, BufferId>,
-    /// Counters of what this producer got wrong.
-    pub chunks_discarded: u64,
-    pub patches_discarded: u64,
+    /// Protocol misuse not tied to a buffer (bad writer registration).
     pub abi_violations: u64,
 }
 
@@ -40,8 +38,6 @@ impl Producer {
             setup_tracing_sent: false,
             allowed_buffers: BTreeSet::new(),
             writers: BTreeMap::new(),
-            chunks_discarded: 0,
-            patches_discarded: 0,
             abi_violations: 0,
         }
     }

@@ -49,6 +49,9 @@ pub struct TracingService {
     next_instance_id: DataSourceInstanceId,
     pub(super) next_flush_id: FlushRequestId,
     pub(super) producers_seen: u64,
+    /// Service-wide counts of rejected commits and patches (TraceStats).
+    pub(super) chunks_discarded: u64,
+    pub(super) patches_discarded: u64,
     pub(super) data_sources_seen: u64,
 }
 
@@ -71,6 +74,8 @@ impl TracingService {
             next_instance_id: 1,
             next_flush_id: 1,
             producers_seen: 0,
+            chunks_discarded: 0,
+            patches_discarded: 0,
             data_sources_seen: 0,
         }
     }

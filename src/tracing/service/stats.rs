@@ -25,35 +25,19 @@ mod field {
 impl TracingService {
     /// Encoded TraceStats: one BufferStats per session buffer (config
     /// order), service-wide counters, and the session's own counters.
-    /// Producer ABI violations (bad chunk indices) are added to the first
-    /// buffer's `abi_violations`.
+    /// `chunks_discarded` / `patches_discarded` are service-wide, as
+    /// upstream.
     pub(super) fn trace_stats_for(&self, sid: SessionId) -> Vec<u8> {
         let mut s = VecStream::new();
         let Some(sess) = self.sessions.get(&sid) else {
             return Vec::new();
         };
-        let producer_violations: u64 = sess
-            .producers
-            .iter()
-            .filter_map(|p| self.producers.get(p))
-            .map(|p| p.abi_violations)
-            .sum();
-        for (i, b) in sess.buffers.iter().enumerate() {
+        for b in &sess.buffers {
             if let Some(buf) = self.buffers.get(b) {
-                let mut st = *buf.stats();
-                if i == 0 {
-                    st.abi_violations += producer_violations;
-                }
-                st.encode_in_trace_stats(&mut s);
+                buf.stats().encode_in_trace_stats(&mut s);
             }
         }
-        let (chunks_discarded, patches_discarded) = sess
-            .producers
-            .iter()
-            .filter_map(|p| self.producers.get(p))
-            .fold((0, 0), |(c, p), pr| {
-                (c + pr.chunks_discarded, p + pr.patches_discarded)
-            });
+        let (chunks_discarded, patches_discarded) = (self.chunks_discarded, self.patches_discarded);
         let registered: usize = self.producers.values().map(|p| p.data_sources.len()).sum();
         put_varint(
             &mut s,

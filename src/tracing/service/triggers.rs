@@ -58,16 +58,12 @@ impl TracingService {
             stop_delay_ms,
         });
         match mode {
-            TriggerMode::START_TRACING => {
-                if first && s.state == SessionState::Configured {
-                    self.start_session(now, sid);
-                    self.schedule_stop(now, sid, stop_delay_ms);
-                }
+            TriggerMode::START_TRACING if first && s.state == SessionState::Configured => {
+                self.start_session(now, sid);
+                self.schedule_stop(now, sid, stop_delay_ms);
             }
-            TriggerMode::STOP_TRACING => {
-                if first && s.state == SessionState::Started {
-                    self.schedule_stop(now, sid, stop_delay_ms);
-                }
+            TriggerMode::STOP_TRACING if first && s.state == SessionState::Started => {
+                self.schedule_stop(now, sid, stop_delay_ms);
             }
             _ => {}
         }

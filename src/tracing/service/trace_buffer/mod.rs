@@ -23,13 +23,18 @@ mod read;
 mod record;
 mod stats;
 mod write;
+mod writer_stats;
 
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
 mod test_util;
 #[cfg(test)]
-mod tests;
+mod tests_hostile;
+#[cfg(test)]
+mod tests_read;
+#[cfg(test)]
+mod tests_write;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -38,9 +43,10 @@ pub use index::ClientIdentity;
 pub use read::{PacketInfo, TracePacket};
 pub use stats::{BufferStats, TRACE_STATS_BUFFER_STATS_FIELD};
 pub use write::Patch;
+pub use writer_stats::{encode_histogram_def, ChunkPayloadHistogram, CHUNK_PAYLOAD_BUCKETS};
 
 use index::{ChunkKey, ChunkMeta, SequenceKey};
-use read::ReadIter;
+use read::{Ranges, ReadIter};
 use record::{MAX_RECORD_SIZE, RECORD_HEADER_SIZE};
 
 /// What happens when a new chunk would overwrite data not yet read.
@@ -101,13 +107,17 @@ pub struct TraceBuffer {
     /// starts right after it, i.e. at its oldest chunk.
     last_chunk_id_written: BTreeMap<SequenceKey, u32>,
     read_iter: ReadIter,
+    /// Reused list of the byte ranges of the packet being read.
+    read_scratch: Ranges,
     stats: BufferStats,
+    /// Fill level of each fully read chunk, per `(producer, writer)`.
+    writer_stats: BTreeMap<SequenceKey, ChunkPayloadHistogram>,
 }
 
 impl TraceBuffer {
     /// Creates a buffer of `size_bytes` (normally `size_kb * 1024`).
     pub fn new(size_bytes: usize, policy: OverwritePolicy) -> Result<Self, BufferSizeError> {
-        if size_bytes == 0 || size_bytes % RECORD_HEADER_SIZE != 0 {
+        if size_bytes == 0 || !size_bytes.is_multiple_of(RECORD_HEADER_SIZE) {
             return Err(BufferSizeError::Misaligned(size_bytes));
         }
         if size_bytes > u32::MAX as usize {
@@ -131,7 +141,9 @@ impl TraceBuffer {
             index: BTreeMap::new(),
             last_chunk_id_written: BTreeMap::new(),
             read_iter: ReadIter::default(),
+            read_scratch: Ranges::new(),
             stats,
+            writer_stats: BTreeMap::new(),
         })
     }
 
@@ -159,7 +171,9 @@ impl TraceBuffer {
             index: self.index.clone(),
             last_chunk_id_written: self.last_chunk_id_written.clone(),
             read_iter: ReadIter::default(),
+            read_scratch: Ranges::new(),
             stats,
+            writer_stats: BTreeMap::new(),
         }
     }
 
@@ -193,6 +207,12 @@ impl TraceBuffer {
 
     pub fn stats(&self) -> &BufferStats {
         &self.stats
+    }
+
+    /// Chunk fill histograms per `(producer_id, writer_id)`, updated as
+    /// chunks are fully read. Clones start empty.
+    pub fn writer_stats(&self) -> impl Iterator<Item = ((u16, u16), &ChunkPayloadHistogram)> + '_ {
+        self.writer_stats.iter().map(|(k, v)| (*k, v))
     }
 
     /// Number of chunk records currently indexed.

@@ -92,7 +92,7 @@ enum Action {
 }
 
 /// Byte ranges `(start, len)` in `data` making up the packet being built.
-type Ranges = Vec<(usize, usize)>;
+pub(super) type Ranges = Vec<(usize, usize)>;
 
 fn seq_key(seq: SequenceKey, chunk_id: u32) -> ChunkKey {
     ChunkKey::new(seq.0, seq.1, chunk_id)
@@ -122,10 +122,15 @@ impl TraceBuffer {
     /// nothing more is readable now (call [`begin_read`](Self::begin_read)
     /// later to retry what was incomplete).
     pub fn read_next_trace_packet(&mut self) -> Option<(TracePacket<'_>, PacketInfo)> {
-        let mut ranges = Ranges::new();
-        let info = self.read_next_packet_ranges(&mut ranges)?;
+        // The range list is reused across calls to save an allocation.
+        let mut ranges = std::mem::take(&mut self.read_scratch);
+        ranges.clear();
+        let info = self.read_next_packet_ranges(&mut ranges);
+        self.read_scratch = ranges;
+        let info = info?;
         let data = &self.data;
-        let slices = ranges
+        let slices = self
+            .read_scratch
             .iter()
             .map(|&(start, len)| &data[start..start + len])
             .collect();
@@ -161,6 +166,16 @@ impl TraceBuffer {
             let meta = &self.index[&key];
             if meta.flags & FLAG_CHUNK_NEEDS_PATCHING != 0 {
                 self.read_iter.cur = None;
+                continue;
+            }
+            if !meta.has_unread_fragments() {
+                // Typically the long run of chunks consumed in earlier
+                // passes: walk it with one index iterator, not per-chunk
+                // lookups.
+                let mut it = self.read_iter;
+                self.skip_consumed_chunks(&mut it, &mut previous_packet_dropped);
+                self.read_iter = it;
+                advance = false;
                 continue;
             }
             // If a packet was already consumed from this chunk, whether it
@@ -274,10 +289,7 @@ impl TraceBuffer {
 
             // Every piece is here: consume one fragment from each chunk.
             let mut corrupt = false;
-            loop {
-                let Some(k) = self.current_key(&self.read_iter) else {
-                    break;
-                };
+            while let Some(k) = self.current_key(&self.read_iter) {
                 if self.index[&k].num_fragments > 0 {
                     corrupt |= matches!(self.read_fragment(k, Some(out)), Fragment::Invalid);
                 }
@@ -354,6 +366,11 @@ impl TraceBuffer {
         if !meta.has_unread_fragments() && meta.complete {
             self.stats.chunks_read += 1;
             self.stats.bytes_read += u64::from(rec.size);
+            let used = u64::from(meta.cur_fragment_offset);
+            self.writer_stats
+                .entry(key.sequence())
+                .or_default()
+                .add(used);
         }
         if size == 0 {
             return Fragment::Empty;
@@ -363,6 +380,41 @@ impl TraceBuffer {
             out.push((data_start, size));
         }
         Fragment::Read
+    }
+
+    /// From a fully consumed chunk, moves on to the next chunk that has
+    /// unread fragments or awaits patches, exactly as repeated
+    /// [`advance`](Self::advance) calls would, carrying the continuity
+    /// state of each chunk passed.
+    fn skip_consumed_chunks(&self, it: &mut ReadIter, previous_packet_dropped: &mut bool) {
+        let (Some(seq), Some(start)) = (it.seq, it.cur) else {
+            return;
+        };
+        // Ids ascend to u32::MAX and then wrap to 0.
+        let tail = self
+            .index
+            .range(seq_key(seq, start)..=seq_key(seq, u32::MAX));
+        let head = self.index.range(seq_key(seq, 0)..seq_key(seq, start));
+        let mut expected = start;
+        for (key, meta) in tail.chain(head) {
+            if key.chunk_id != expected {
+                it.cur = None; // Gap.
+                return;
+            }
+            if meta.flags & FLAG_CHUNK_NEEDS_PATCHING != 0 || meta.has_unread_fragments() {
+                it.cur = Some(expected);
+                return;
+            }
+            if let Some(skipped) = meta.last_read_packet_skipped {
+                *previous_packet_dropped = skipped;
+            }
+            if expected == it.wrapping_id || !meta.complete {
+                it.cur = None;
+                return;
+            }
+            expected = expected.wrapping_add(1);
+        }
+        it.cur = None;
     }
 
     /// The reader position for a sequence: its oldest chunk.

@@ -32,8 +32,8 @@ pub struct RecordHeader {
 impl RecordHeader {
     /// A padding record of `size` bytes (header included).
     pub fn padding(size: usize) -> Self {
-        debug_assert!(size >= RECORD_HEADER_SIZE && size <= MAX_RECORD_SIZE);
-        debug_assert!(size % RECORD_HEADER_SIZE == 0);
+        debug_assert!((RECORD_HEADER_SIZE..=MAX_RECORD_SIZE).contains(&size));
+        debug_assert!(size.is_multiple_of(RECORD_HEADER_SIZE));
         RecordHeader {
             size: size as u16,
             is_padding: true,

@@ -194,3 +194,11 @@ impl RefWriter {
         self.chunks
     }
 }
+
+/// A RING_BUFFER-policy buffer of `size` bytes.
+pub fn ring(size: usize) -> TraceBuffer {
+    TraceBuffer::new(size, super::OverwritePolicy::Overwrite).unwrap()
+}
+
+/// 1008 payload bytes make a 1024-byte record.
+pub const P1K: usize = 1008;

@@ -150,7 +150,7 @@ impl TraceBuffer {
     ) {
         let meta = &self.index[&key];
         let off = meta.record_off as usize;
-        let prev = RecordHeader::decode(&self.data[off..off + RECORD_HEADER_SIZE]);
+        let prev = self.record_at(off);
         // The chunk's size is fixed by the page layout; fragments only get
         // added and flags only get set while a chunk is being written.
         if prev.size != header.size
@@ -199,43 +199,60 @@ impl TraceBuffer {
     /// range (to be covered by padding), or `None` if DISCARD forbids
     /// overwriting unread data (then nothing is changed).
     fn delete_next_chunks_for(&mut self, bytes: usize) -> Option<usize> {
+        if self.policy == OverwritePolicy::Discard && self.any_unread_in(bytes) {
+            return None;
+        }
         let end = self.wptr + bytes;
-        debug_assert!(end <= self.data.len());
         let mut off = self.wptr;
-        let mut doomed = Vec::new();
-        let (mut chunks_overwritten, mut bytes_overwritten, mut padding_cleared) = (0, 0, 0);
         while off < end {
-            let rec = RecordHeader::decode(&self.data[off..off + RECORD_HEADER_SIZE]);
+            let rec = self.record_at(off);
             if !rec.is_valid() {
                 // Never-written memory: everything after it is zero too.
                 break;
             }
             if rec.is_padding {
-                padding_cleared += rec.size as u64;
+                self.stats.padding_bytes_cleared += u64::from(rec.size);
             } else {
                 let key = ChunkKey::new(rec.producer_id, rec.writer_id, rec.chunk_id);
-                if let Some(meta) = self.index.get(&key) {
+                if let Some(meta) = self.index.remove(&key) {
                     if meta.has_unread_fragments() {
-                        if self.policy == OverwritePolicy::Discard {
-                            return None;
-                        }
-                        chunks_overwritten += 1;
-                        bytes_overwritten += rec.size as u64;
+                        self.stats.chunks_overwritten += 1;
+                        self.stats.bytes_overwritten += u64::from(rec.size);
                     }
-                    doomed.push(key);
                 }
             }
             off += rec.size as usize;
         }
-        for key in doomed {
-            self.index.remove(&key);
-        }
-        self.stats.chunks_overwritten += chunks_overwritten;
-        self.stats.bytes_overwritten += bytes_overwritten;
-        self.stats.padding_bytes_cleared += padding_cleared;
         // Records never straddle the end of the buffer, so `off` stays in
         // bounds; zero when the scan hit never-written memory.
         Some(off.saturating_sub(end))
+    }
+
+    /// Whether a record overlapping `[wptr, wptr + bytes)` has unread data.
+    fn any_unread_in(&self, bytes: usize) -> bool {
+        let end = self.wptr + bytes;
+        let mut off = self.wptr;
+        while off < end {
+            let rec = self.record_at(off);
+            if !rec.is_valid() {
+                return false;
+            }
+            let key = ChunkKey::new(rec.producer_id, rec.writer_id, rec.chunk_id);
+            if !rec.is_padding
+                && self
+                    .index
+                    .get(&key)
+                    .is_some_and(|m| m.has_unread_fragments())
+            {
+                return true;
+            }
+            off += rec.size as usize;
+        }
+        false
+    }
+
+    pub(super) fn record_at(&self, off: usize) -> RecordHeader {
+        RecordHeader::decode(&self.data[off..off + RECORD_HEADER_SIZE])
     }
 
     /// Writes a padding record at `wptr` without moving it.

@@ -1,0 +1,15 @@
+#![no_main]
+//! tracefs text formats: event format files, header_page/header_event,
+//! printk_formats.
+
+use libfuzzer_sys::fuzz_target;
+use tracebox::probes::ftrace::format::{parse_format, parse_header_event, parse_header_page};
+use tracebox::probes::ftrace::translate::parse_printk_formats;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let _ = parse_format(&text);
+    let _ = parse_header_page(&text);
+    let _ = parse_header_event(&text);
+    let _ = parse_printk_formats(&text);
+});

@@ -1,0 +1,19 @@
+//! Small OS queries that fit nowhere else.
+
+use std::path::Path;
+
+/// `access(path, X_OK) == 0`: the directory exists and we may traverse it.
+pub fn is_searchable(path: &Path) -> bool {
+    nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_is_searchable_and_missing_dirs_are_not() {
+        assert!(is_searchable(Path::new("/")));
+        assert!(!is_searchable(Path::new("/nonexistent-tracebox-dir/")));
+    }
+}

@@ -1,0 +1,498 @@
+//! Per-cpu readers of `per_cpu/cpuN/trace_pipe_raw`.
+//!
+//! Each cpu has a worker thread that blocks in `splice()` until the kernel
+//! has a full ring-buffer page (subject to `buffer_percent`), then moves
+//! whole pages, without copying, through a private landing pipe into a
+//! staging pipe. The main loop calls
+//! [`FtraceReader::drain`] every drain period to read staged pages and
+//! hand them to the parser.
+//!
+//! Kernel behaviour this relies on (measured on 6.x):
+//! * splice moves only whole pages; a partial page gives EAGAIN
+//!   (non-blocking) and must be fetched with `read()`;
+//! * with `buffer_percent` 0 and only a partial page, a blocking splice
+//!   returns 0 immediately, over and over: the worker then sleeps until
+//!   the next drain instead of spinning;
+//! * closing any fd of the file wakes a blocked splice (returns 0): that
+//!   is how workers are interrupted for flush and stop. It also marks the
+//!   open file "closed" for good (later blocking splices return 0 at
+//!   once), so the worker reopens trace_pipe_raw after each such wakeup;
+//! * a tracefs instance cannot be removed while any of its files is open;
+//! * a blocking splice into a pipe holds the pipe's lock while it waits,
+//!   so even a non-blocking read() of that pipe blocks: hence the private
+//!   landing pipe.
+//!
+//! If splice is refused (EINVAL and friends) a cpu falls back to
+//! non-blocking `read()` of one page at a time from the main thread.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::sys;
+use super::tracefs::Tracefs;
+
+/// Most pages one cpu hands out per drain (like traced_probes' 256).
+pub const MAX_READ_PAGES_PER_DRAIN: usize = 256;
+
+#[derive(Debug)]
+struct WorkerState {
+    /// trace_pipe_raw, blocking: the worker's splice input.
+    raw: Arc<File>,
+    /// `raw` was woken by a close() and must be reopened.
+    reopen: bool,
+    stop: bool,
+    /// Main wants the worker out of splice and parked.
+    park: bool,
+    parked: bool,
+    /// The worker gave up on splice; main reads with read().
+    fallback: bool,
+    pages_spliced: u64,
+}
+
+struct Shared {
+    path: std::path::PathBuf,
+    state: Mutex<WorkerState>,
+    cv: Condvar,
+    /// How long a worker sleeps after splice returned 0 / EAGAIN.
+    idle_wait: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, WorkerState> {
+        // A worker that panicked holding the lock leaves plain flags behind.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Reader of one cpu.
+struct CpuReader {
+    cpu: usize,
+    page_size: usize,
+    /// trace_pipe_raw again, non-blocking: for read() of partial pages.
+    raw_nb: File,
+    staging_r: File,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    /// Bytes read from the staging pipe not yet forming a whole page.
+    carry: Vec<u8>,
+}
+
+fn is_splice_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::EBADF) | Some(libc::EOPNOTSUPP)
+    )
+}
+
+/// The worker's private pipe: the blocking splice lands here. A splice
+/// into a pipe holds that pipe's lock while it waits for the kernel, so the
+/// main thread must never read this one; pages move on to the staging pipe
+/// with non-blocking pipe-to-pipe splices.
+struct Landing {
+    r: File,
+    w: File,
+    /// Bytes sitting in the landing pipe.
+    bytes: usize,
+}
+
+impl Landing {
+    /// Moves landed pages to the staging pipe until it is full. Returns
+    /// true when everything moved.
+    fn forward(&mut self, staging_w: &File) -> bool {
+        let flags = sys::SPLICE_F_MOVE | sys::SPLICE_F_NONBLOCK;
+        while self.bytes > 0 {
+            match sys::splice(&self.r, staging_w, self.bytes, flags) {
+                Ok(0) => break,
+                Ok(n) => self.bytes -= n.min(self.bytes),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        self.bytes == 0
+    }
+}
+
+fn worker(staging_w: File, shared: Arc<Shared>, page_size: usize) {
+    let mut landing = match sys::pipe() {
+        Ok((r, w)) => {
+            let _ = sys::set_pipe_size(&w, 1 << 20);
+            Landing { r, w, bytes: 0 }
+        }
+        Err(_) => {
+            shared.lock().fallback = true;
+            shared.cv.notify_all();
+            return;
+        }
+    };
+    loop {
+        let raw = {
+            let mut st = shared.lock();
+            while st.park && !st.stop {
+                // Hand over everything before parking: main reads the
+                // staging pipe meanwhile, so this makes progress.
+                if !landing.forward(&staging_w) {
+                    drop(st);
+                    std::thread::sleep(Duration::from_millis(1));
+                    st = shared.lock();
+                    continue;
+                }
+                st.parked = true;
+                shared.cv.notify_all();
+                st = shared.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            st.parked = false;
+            if st.stop {
+                return;
+            }
+            if st.reopen {
+                match sys::open_read(&shared.path, false) {
+                    Ok(f) => st.raw = Arc::new(f),
+                    Err(_) => {
+                        st.fallback = true;
+                        shared.cv.notify_all();
+                        return;
+                    }
+                }
+                st.reopen = false;
+            }
+            st.raw.clone()
+        };
+        if !landing.forward(&staging_w) {
+            // Staging pipe full: wait for the main thread to drain it.
+            idle(&shared);
+            continue;
+        }
+        // Blocks until a page is ready (or we are woken by a close()).
+        match sys::splice(&*raw, &landing.w, page_size, sys::SPLICE_F_MOVE) {
+            Ok(n) if n > 0 => {
+                landing.bytes += n;
+                let mut moved = 1;
+                // Take whatever else is ready without blocking.
+                let nb = sys::SPLICE_F_MOVE | sys::SPLICE_F_NONBLOCK;
+                while let Ok(n) = sys::splice(&*raw, &landing.w, page_size, nb) {
+                    if n == 0 {
+                        break;
+                    }
+                    landing.bytes += n;
+                    moved += 1;
+                }
+                landing.forward(&staging_w);
+                shared.lock().pages_spliced += moved;
+            }
+            Ok(_) => {
+                if !shared.lock().reopen {
+                    idle(&shared);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => idle(&shared),
+            Err(e) if is_splice_refused(&e) => {
+                landing.forward(&staging_w);
+                shared.lock().fallback = true;
+                shared.cv.notify_all();
+                return;
+            }
+            // Offline cpu (ENODEV) or other trouble: nothing to read here.
+            Err(_) => idle(&shared),
+        }
+    }
+}
+
+/// Sleeps until woken for park/stop or the idle period passes.
+fn idle(shared: &Shared) {
+    let st = shared.lock();
+    if st.park || st.stop || st.reopen {
+        return;
+    }
+    let _ = shared.cv.wait_timeout(st, shared.idle_wait);
+}
+
+impl CpuReader {
+    fn start(
+        tracefs: &Tracefs,
+        cpu: usize,
+        page_size: usize,
+        idle: Duration,
+        mode: ReaderMode,
+    ) -> io::Result<Self> {
+        let path = tracefs.trace_pipe_raw_path(cpu);
+        let raw = Arc::new(sys::open_read(&path, false)?);
+        let raw_nb = sys::open_read(&path, true)?;
+        let (staging_r, staging_w) = sys::pipe()?;
+        // 1 MiB is the default pipe-max-size; fine if refused.
+        let _ = sys::set_pipe_size(&staging_w, 1 << 20);
+        sys::set_nonblocking(&staging_r, true)?;
+        let state = WorkerState {
+            raw,
+            reopen: false,
+            stop: false,
+            park: false,
+            parked: false,
+            fallback: mode == ReaderMode::Read,
+            pages_spliced: 0,
+        };
+        let shared = Arc::new(Shared {
+            path,
+            state: Mutex::new(state),
+            cv: Condvar::new(),
+            idle_wait: idle,
+        });
+        let s = shared.clone();
+        let thread = match mode {
+            ReaderMode::Read => None,
+            ReaderMode::Splice => Some(
+                std::thread::Builder::new()
+                    .name(format!("ftrace-cpu{cpu}"))
+                    .spawn(move || worker(staging_w, s, page_size))?,
+            ),
+        };
+        Ok(CpuReader {
+            cpu,
+            page_size,
+            raw_nb,
+            staging_r,
+            shared,
+            thread,
+            carry: Vec::new(),
+        })
+    }
+
+    /// Wakes a worker blocked in splice: closing any fd of the file makes
+    /// the kernel wake its waiters.
+    fn kick(&self) {
+        let raw = {
+            let mut st = self.shared.lock();
+            st.reopen = true;
+            st.raw.clone()
+        };
+        if let Ok(dup) = raw.try_clone() {
+            drop(dup);
+        }
+        self.shared.cv.notify_all();
+    }
+
+    /// Appends every whole staged page to `out`.
+    fn read_staged(
+        &mut self,
+        out: &mut Vec<u8>,
+        page_size: usize,
+        max_pages: usize,
+    ) -> io::Result<()> {
+        let mut buf = vec![0u8; 16 * page_size];
+        let limit = max_pages.saturating_mul(page_size);
+        while self.carry.len() < limit {
+            match self.staging_r.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => self.carry.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let whole = self.carry.len() / page_size * page_size;
+        out.extend_from_slice(&self.carry[..whole]);
+        self.carry.drain(..whole);
+        Ok(())
+    }
+
+    /// Appends pages fetched with read() (full or partial) to `out`, until
+    /// the kernel has nothing more or `max` pages were read.
+    fn read_direct(&mut self, out: &mut Vec<u8>, page_size: usize, max: usize) -> io::Result<()> {
+        let mut page = vec![0u8; page_size];
+        for _ in 0..max {
+            match self.raw_nb.read(&mut page) {
+                Ok(0) => break,
+                Ok(n) => {
+                    // A short read still starts with a page header; pad it so
+                    // the parser sees whole pages.
+                    page[n..].fill(0);
+                    out.extend_from_slice(&page);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Nothing left, cpu offline, or buffer being resized.
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || matches!(
+                            e.raw_os_error(),
+                            Some(libc::ENODEV | libc::EBUSY | libc::ENOMEM)
+                        ) =>
+                {
+                    break
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        self.shared.lock().stop = true;
+        self.kick();
+        if let Some(t) = self.thread.take() {
+            // The worker may be blocked writing to a full staging pipe.
+            let mut sink = Vec::new();
+            while !t.is_finished() {
+                let _ = self.read_staged(&mut sink, self.page_size, usize::MAX);
+                sink.clear();
+                self.kick();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let _ = t.join();
+        }
+    }
+}
+
+/// Counters for stats and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReaderStats {
+    pub pages_spliced: u64,
+    pub cpus_in_read_mode: usize,
+}
+
+/// How pages leave the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReaderMode {
+    /// Worker threads splice whole pages (falls back to `Read` per cpu if
+    /// the kernel refuses splice).
+    Splice,
+    /// The caller's thread read()s one page at a time, non-blocking.
+    Read,
+}
+
+/// Readers for every cpu of one tracefs instance.
+pub struct FtraceReader {
+    cpus: Vec<CpuReader>,
+    page_size: usize,
+    /// Most pages read() per cpu in one flush: the ring buffer size, so a
+    /// flush ends even while the kernel keeps writing.
+    flush_max_pages: usize,
+    buf: Vec<u8>,
+}
+
+impl FtraceReader {
+    /// Starts one worker per cpu. `page_size` is the ring-buffer page size
+    /// (see [`Tracefs::ring_buffer_page_size`]); `drain_period` bounds how
+    /// long an idle worker sleeps before retrying splice.
+    pub fn start(
+        tracefs: &Tracefs,
+        page_size: usize,
+        drain_period: Duration,
+        mode: ReaderMode,
+    ) -> io::Result<Self> {
+        let mut cpus = Vec::new();
+        for cpu in 0..tracefs.num_cpus()? {
+            cpus.push(CpuReader::start(
+                tracefs,
+                cpu,
+                page_size,
+                drain_period,
+                mode,
+            )?);
+        }
+        let buffer_pages = tracefs.buffer_size_kb().unwrap_or(4096) as usize * 1024 / page_size;
+        Ok(FtraceReader {
+            flush_max_pages: buffer_pages + 16,
+            cpus,
+            page_size,
+            buf: Vec::new(),
+        })
+    }
+
+    pub fn num_cpus(&self) -> usize {
+        self.cpus.len()
+    }
+
+    pub fn stats(&self) -> ReaderStats {
+        let mut s = ReaderStats::default();
+        for c in &self.cpus {
+            let st = c.shared.lock();
+            s.pages_spliced += st.pages_spliced;
+            s.cpus_in_read_mode += st.fallback as usize;
+        }
+        s
+    }
+
+    /// Periodic drain: for each cpu with data, calls `f(cpu, pages)` with
+    /// whole pages. Returns the number of pages handed out.
+    pub fn drain(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
+        self.collect(false, f)
+    }
+
+    /// Flush: everything the kernel holds, including partial pages, in
+    /// order. Workers are parked while partial pages are read so that no
+    /// newer page can overtake them.
+    pub fn flush(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
+        self.collect(true, f)
+    }
+
+    fn collect(&mut self, flush: bool, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
+        let ps = self.page_size;
+        let mut total = 0;
+        if flush {
+            for c in &self.cpus {
+                c.shared.lock().park = true;
+                c.kick();
+            }
+        }
+        for c in &mut self.cpus {
+            self.buf.clear();
+            let fallback = c.shared.lock().fallback;
+            if fallback {
+                c.read_staged(&mut self.buf, ps, usize::MAX)?;
+                let max = if flush {
+                    self.flush_max_pages
+                } else {
+                    MAX_READ_PAGES_PER_DRAIN
+                };
+                c.read_direct(&mut self.buf, ps, max)?;
+            } else if flush {
+                // Drain while waiting: a worker may be stuck on a full pipe.
+                loop {
+                    c.read_staged(&mut self.buf, ps, usize::MAX)?;
+                    let st = c.shared.lock();
+                    if st.parked || st.fallback || c.thread.as_ref().is_none_or(|t| t.is_finished())
+                    {
+                        break;
+                    }
+                    let _ = c.shared.cv.wait_timeout(st, Duration::from_millis(5));
+                    c.kick();
+                }
+                c.read_staged(&mut self.buf, ps, usize::MAX)?;
+                c.read_direct(&mut self.buf, ps, self.flush_max_pages)?;
+            } else {
+                c.read_staged(&mut self.buf, ps, MAX_READ_PAGES_PER_DRAIN)?;
+            }
+            if !self.buf.is_empty() {
+                total += self.buf.len() / ps;
+                f(c.cpu, &self.buf);
+            }
+        }
+        if flush {
+            for c in &self.cpus {
+                c.shared.lock().park = false;
+                c.shared.cv.notify_all();
+            }
+        }
+        Ok(total)
+    }
+
+    /// Stops and joins every worker. Pages still staged are dropped.
+    pub fn stop(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        for c in &mut self.cpus {
+            c.stop();
+        }
+    }
+}
+
+impl Drop for FtraceReader {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}

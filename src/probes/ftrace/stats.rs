@@ -1,0 +1,166 @@
+//! `TracePacket.ftrace_stats` (start/end-of-trace snapshots) and the
+//! bundle clock fields. Pure: the caller supplies what it read from tracefs.
+
+use super::bundle::ClockSnapshot;
+use super::page_parser::ParseError;
+use super::tracefs::CpuStats;
+use crate::protozero::{begin_nested, end_nested, put_double, put_str, put_varint, Stream};
+
+/// `TracePacket.ftrace_stats`.
+pub const TRACE_PACKET_FTRACE_STATS: u32 = 34;
+
+/// `FtraceStats.Phase`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    StartOfTrace = 1,
+    EndOfTrace = 2,
+}
+
+/// Everything an `FtraceStats` message carries that we track.
+#[derive(Debug, Default, Clone)]
+pub struct StatsSnapshot<'a> {
+    /// Index = cpu.
+    pub cpu_stats: &'a [CpuStats],
+    pub unknown_ftrace_events: &'a [String],
+    pub failed_ftrace_events: &'a [String],
+    pub atrace_errors: Option<&'a str>,
+    pub preserve_ftrace_buffer: bool,
+    /// Distinct parse errors seen (order kept).
+    pub parse_errors: &'a [ParseError],
+    pub cpu_buffer_size_pages: Option<u32>,
+}
+
+/// Writes `ftrace_stats` (field 34) into an open TracePacket.
+pub fn write_ftrace_stats<S: Stream + ?Sized>(s: &mut S, phase: Phase, st: &StatsSnapshot<'_>) {
+    let n = begin_nested(s, TRACE_PACKET_FTRACE_STATS);
+    put_varint(s, 1, phase as u64);
+    for (cpu, c) in st.cpu_stats.iter().enumerate() {
+        let m = begin_nested(s, 2);
+        put_varint(s, 1, cpu as u64);
+        put_varint(s, 2, c.entries);
+        put_varint(s, 3, c.overrun);
+        put_varint(s, 4, c.commit_overrun);
+        put_varint(s, 5, c.bytes);
+        put_double(s, 6, c.oldest_event_ts);
+        put_double(s, 7, c.now_ts);
+        put_varint(s, 8, c.dropped_events);
+        put_varint(s, 9, c.read_events);
+        end_nested(s, m);
+    }
+    if let Some(e) = st.atrace_errors {
+        put_str(s, 5, e);
+    }
+    for e in st.unknown_ftrace_events {
+        put_str(s, 6, e);
+    }
+    for e in st.failed_ftrace_events {
+        put_str(s, 7, e);
+    }
+    if st.preserve_ftrace_buffer {
+        put_varint(s, 8, 1);
+    }
+    let mut seen: Vec<ParseError> = Vec::new();
+    for e in st.parse_errors {
+        if !seen.contains(e) {
+            seen.push(*e);
+            put_varint(s, 9, e.status() as u64);
+        }
+    }
+    if let Some(p) = st.cpu_buffer_size_pages {
+        put_varint(s, 11, p as u64);
+    }
+    end_nested(s, n);
+}
+
+/// `FtraceClock` for a `trace_clock` name; `None` for `boot`, which needs
+/// no clock fields in bundles.
+pub fn ftrace_clock(name: &str) -> Option<u32> {
+    match name {
+        "boot" => None,
+        "global" => Some(2),
+        "local" => Some(3),
+        "mono_raw" => Some(4),
+        _ => Some(1),
+    }
+}
+
+/// The bundle clock fields for a pass: `now_ts` of `per_cpu/cpu0/stats`
+/// (seconds, in the trace clock) and CLOCK_BOOTTIME read at the same time.
+pub fn clock_snapshot(clock_name: &str, now_ts_secs: f64, boot_ns: i64) -> Option<ClockSnapshot> {
+    Some(ClockSnapshot {
+        ftrace_clock: ftrace_clock(clock_name)?,
+        ftrace_timestamp: (now_ts_secs * 1e9) as i64,
+        boot_timestamp: boot_ns,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::protos::{FtraceParseStatus, TracePacket};
+    use crate::protozero::VecStream;
+    use quick_protobuf::{BytesReader, MessageRead};
+
+    #[test]
+    fn stats_decode() {
+        let cpus = [
+            CpuStats {
+                entries: 5,
+                overrun: 1,
+                read_events: 9,
+                now_ts: 12.5,
+                ..Default::default()
+            },
+            CpuStats {
+                bytes: 4096,
+                ..Default::default()
+            },
+        ];
+        let failed = ["sched/sched_switch: bad".to_string()];
+        let errs = [
+            ParseError::EndOverflow,
+            ParseError::EndOverflow,
+            ParseError::NullPadding,
+        ];
+        let snap = StatsSnapshot {
+            cpu_stats: &cpus,
+            failed_ftrace_events: &failed,
+            parse_errors: &errs,
+            cpu_buffer_size_pages: Some(256),
+            ..Default::default()
+        };
+        let mut s = VecStream::new();
+        write_ftrace_stats(&mut s, Phase::EndOfTrace, &snap);
+        let b = s.into_bytes();
+        let p = TracePacket::from_reader(&mut BytesReader::from_bytes(&b), &b).unwrap();
+        let st = match p.data {
+            crate::pb::protos::mod_TracePacket::OneOfdata::ftrace_stats(st) => st,
+            _ => panic!(),
+        };
+        assert_eq!(st.cpu_stats.len(), 2);
+        assert_eq!(st.cpu_stats[0].entries, Some(5));
+        assert_eq!(st.cpu_stats[0].now_ts, Some(12.5));
+        assert_eq!(st.cpu_stats[1].cpu, Some(1));
+        assert_eq!(st.failed_ftrace_events, failed);
+        assert_eq!(
+            st.ftrace_parse_errors,
+            [
+                FtraceParseStatus::FTRACE_STATUS_ABI_END_OVERFLOW,
+                FtraceParseStatus::FTRACE_STATUS_ABI_NULL_PADDING
+            ]
+        );
+        assert_eq!(st.cpu_buffer_size_pages, Some(256));
+    }
+
+    #[test]
+    fn clocks() {
+        assert_eq!(ftrace_clock("boot"), None);
+        assert_eq!(ftrace_clock("mono_raw"), Some(4));
+        assert_eq!(ftrace_clock("x86-tsc"), Some(1));
+        let c = clock_snapshot("global", 2.5, 7).unwrap();
+        assert_eq!(
+            (c.ftrace_clock, c.ftrace_timestamp, c.boot_timestamp),
+            (2, 2_500_000_000, 7)
+        );
+    }
+}

@@ -1,0 +1,203 @@
+//! The `ProducerPort` IPC service (method ids = declaration order in
+//! proto/ipc/producer_port.proto).
+
+use crate::base::shm::{AttachOptions, Shm};
+use crate::ipc::host::{Call, ClientId, Reply, ReplySink, Services};
+use crate::pb::protos::*;
+use crate::protozero::{put_str, put_varint, VecStream};
+use crate::tracing::service::raw_proto::decode_message;
+use crate::tracing::service::types::{ProducerInfo, ProvidedSmb};
+
+use super::traced_state::{ProducerConn, TracedState};
+
+/// Borrowed view of the state, implementing [`Services`] for the producer
+/// sockets' host. Core outputs are dispatched by the caller afterwards.
+pub struct ProducerPort<'a>(pub &'a mut TracedState);
+
+impl Services for ProducerPort<'_> {
+    fn invoke(&mut self, call: Call<'_>, out: &mut dyn ReplySink) {
+        let st = &mut *self.0;
+        let now = TracedState::now();
+        let client = call.client;
+        let to = call.reply_to;
+        let conn = st.producers.entry(client).or_default();
+        if call.method_name != "InitializeConnection" && conn.id.is_none() {
+            out.reply(&to, Reply::fail());
+            return;
+        }
+        let id = conn.id.unwrap_or(0);
+        let args = &call.args[..];
+        let ok = Reply::ok(Vec::new());
+        let reply = match call.method_name {
+            "InitializeConnection" => {
+                initialize(st, call.client, call.peer.uid, call.peer.pid, args, call.fd)
+            }
+            "RegisterDataSource" => match decode_message::<RegisterDataSourceRequest>(args) {
+                Ok(r) => {
+                    let res = st.core.register_data_source(
+                        now,
+                        id,
+                        r.data_source_descriptor.unwrap_or_default(),
+                    );
+                    let mut s = VecStream::new();
+                    if let Err(e) = res {
+                        put_str(&mut s, 1, &e);
+                    }
+                    Reply::ok(s.into_bytes())
+                }
+                Err(_) => Reply::fail(),
+            },
+            "UnregisterDataSource" => match decode_message::<UnregisterDataSourceRequest>(args) {
+                Ok(r) => {
+                    st.core.unregister_data_source(
+                        now,
+                        id,
+                        r.data_source_name.as_deref().unwrap_or(""),
+                    );
+                    ok
+                }
+                Err(_) => Reply::fail(),
+            },
+            "UpdateDataSource" => match decode_message::<UpdateDataSourceRequest>(args) {
+                Ok(r) => {
+                    st.core
+                        .update_data_source(id, r.data_source_descriptor.unwrap_or_default());
+                    ok
+                }
+                Err(_) => Reply::fail(),
+            },
+            "CommitData" => match decode_message::<CommitDataRequest>(args) {
+                Ok(r) => {
+                    st.core.commit_data(now, id, &r);
+                    ok
+                }
+                Err(_) => Reply::fail(),
+            },
+            "GetAsyncCommand" => {
+                let conn = st.producers.get_mut(&client).expect("inserted above");
+                conn.async_reply = Some(to);
+                let queued = std::mem::take(&mut conn.queued);
+                st.core.on_producer_command_stream_open(id);
+                for cmd in queued {
+                    st.send_command(id, cmd, out);
+                }
+                return; // the stream stays open
+            }
+            "RegisterTraceWriter" => match decode_message::<RegisterTraceWriterRequest>(args) {
+                Ok(r) => {
+                    st.core.register_trace_writer(
+                        id,
+                        r.trace_writer_id.unwrap_or(0),
+                        r.target_buffer.unwrap_or(0),
+                    );
+                    ok
+                }
+                Err(_) => Reply::fail(),
+            },
+            "UnregisterTraceWriter" => match decode_message::<UnregisterTraceWriterRequest>(args) {
+                Ok(r) => {
+                    st.core
+                        .unregister_trace_writer(id, r.trace_writer_id.unwrap_or(0));
+                    ok
+                }
+                Err(_) => Reply::fail(),
+            },
+            "NotifyDataSourceStarted" => {
+                match decode_message::<NotifyDataSourceStartedRequest>(args) {
+                    Ok(r) => {
+                        st.core
+                            .notify_data_source_started(now, id, r.data_source_id.unwrap_or(0));
+                        ok
+                    }
+                    Err(_) => Reply::fail(),
+                }
+            }
+            "NotifyDataSourceStopped" => {
+                match decode_message::<NotifyDataSourceStoppedRequest>(args) {
+                    Ok(r) => {
+                        st.core
+                            .notify_data_source_stopped(now, id, r.data_source_id.unwrap_or(0));
+                        ok
+                    }
+                    Err(_) => Reply::fail(),
+                }
+            }
+            "ActivateTriggers" => match decode_message::<ActivateTriggersRequest>(args) {
+                Ok(r) => {
+                    st.core.activate_triggers(now, id, &r.trigger_names);
+                    ok
+                }
+                Err(_) => Reply::fail(),
+            },
+            "Sync" => ok,
+            _ => Reply::fail(),
+        };
+        out.reply(&to, reply);
+    }
+
+    fn on_client_disconnected(&mut self, client: ClientId, _out: &mut dyn ReplySink) {
+        self.0.producer_gone(client);
+    }
+}
+
+fn initialize(
+    st: &mut TracedState,
+    client: ClientId,
+    uid: u32,
+    pid: i32,
+    args: &[u8],
+    fd: Option<std::os::fd::OwnedFd>,
+) -> Reply {
+    if st.producers.get(&client).is_some_and(|c| c.id.is_some()) {
+        return Reply::fail(); // InitializeConnection only once
+    }
+    let Ok(req) = decode_message::<InitializeConnectionRequest>(args) else {
+        return Reply::fail();
+    };
+    let mut conn = ProducerConn::default();
+    let mut provided = None;
+    if let (Some(fd), true) = (fd, req.producer_provided_shmem.unwrap_or(false)) {
+        match Shm::attach(
+            fd,
+            AttachOptions {
+                require_seals: true,
+                expected_size: None,
+            },
+        ) {
+            Ok(shm) => {
+                let page = req.shared_memory_page_size_hint_bytes.unwrap_or(0) as usize;
+                let page = if page == 0 { 4096 } else { page };
+                provided = Some(ProvidedSmb {
+                    mem: std::sync::Arc::clone(shm.mem()),
+                    page_size: page,
+                });
+                conn.provided_smb = Some(shm);
+            }
+            Err(e) => crate::log_warn!("traced: producer-provided SMB rejected: {e}"),
+        }
+    }
+    let using_provided = provided.is_some();
+    let info = ProducerInfo {
+        uid,
+        pid: (pid > 0).then_some(pid),
+        name: req.producer_name.unwrap_or_default(),
+        sdk_version: req.sdk_version.unwrap_or_default(),
+        shm_size_hint_bytes: req.shared_memory_size_hint_bytes.unwrap_or(0) as u64,
+        page_size_hint_bytes: req.shared_memory_page_size_hint_bytes.unwrap_or(0) as u64,
+    };
+    match st.core.connect_producer(info, provided) {
+        Ok(id) => {
+            conn.id = Some(id);
+            st.producers.insert(client, conn);
+            st.producer_clients.insert(id, client);
+            let mut s = VecStream::new();
+            put_varint(&mut s, 1, using_provided as u64);
+            put_varint(&mut s, 2, 1); // direct_smb_patching_supported
+            Reply::ok(s.into_bytes())
+        }
+        Err(e) => {
+            crate::log_warn!("traced: producer refused: {e}");
+            Reply::fail()
+        }
+    }
+}
