@@ -11,6 +11,8 @@ use crate::probes::fs_root::{read_file_into, FsRoot, ReadErrors};
 #[derive(Debug)]
 pub struct ProcFs {
     proc_dir: PathBuf,
+    /// `proc_dir` as text, so per-file paths are built without re-encoding.
+    proc_prefix: String,
     path: String,
     buf: Vec<u8>,
     /// Failures other than a process vanishing mid-scan.
@@ -21,8 +23,10 @@ pub struct ProcFs {
 
 impl ProcFs {
     pub fn new(root: &FsRoot) -> Self {
+        let proc_dir = root.path("proc");
         Self {
-            proc_dir: root.path("proc"),
+            proc_prefix: proc_dir.to_string_lossy().into_owned(),
+            proc_dir,
             path: String::with_capacity(256),
             buf: Vec::with_capacity(4096),
             errors: ReadErrors::default(),
@@ -32,7 +36,8 @@ impl ProcFs {
 
     fn set_path(&mut self, pid: i32, file: &str) {
         self.path.clear();
-        let _ = write!(self.path, "{}/{}/{}", self.proc_dir.display(), pid, file);
+        self.path.push_str(&self.proc_prefix);
+        let _ = write!(self.path, "/{pid}/{file}");
     }
 
     /// Contents of `/proc/<pid>/<file>`, or `None` if it cannot be read. A
@@ -59,13 +64,8 @@ impl ProcFs {
     /// Name (comm) of thread `tid` of process `pid`, without the newline.
     pub fn read_task_comm(&mut self, pid: i32, tid: i32) -> Option<String> {
         self.path.clear();
-        let _ = write!(
-            self.path,
-            "{}/{}/task/{}/comm",
-            self.proc_dir.display(),
-            pid,
-            tid
-        );
+        self.path.push_str(&self.proc_prefix);
+        let _ = write!(self.path, "/{pid}/task/{tid}/comm");
         let path = std::mem::take(&mut self.path);
         let res = read_file_into(path.as_ref(), &mut self.buf, true);
         self.path = path;
