@@ -58,7 +58,8 @@ struct Source {
     kernel: KernelAddrs,
 }
 
-/// Bundles are built in memory, then copied into a TraceWriter packet.
+/// Bundles are built in memory, then copied into a TraceWriter packet in
+/// one piece ([`PacketWriter::write_packet`]).
 struct WriterPackets<'a> {
     writer: &'a mut TraceWriter,
     buf: VecStream,
@@ -75,6 +76,9 @@ impl PacketWriter for WriterPackets<'_> {
     fn finish_packet(&mut self) {
         self.writer.write_packet(self.buf.as_bytes());
         self.buf.clear();
+    }
+    fn write_packet(&mut self, bytes: &[u8]) {
+        self.writer.write_packet(bytes);
     }
 }
 
@@ -331,13 +335,12 @@ impl FtraceMux {
             .expect("source has an instance");
         if inst.reader.is_none() {
             let drain = Duration::from_millis(src.drain_ms as u64);
-            let reader = FtraceReader::start(
-                &inst.tracefs,
-                inst.layout.page_size,
-                drain,
-                ReaderMode::Splice,
-            )
-            .map_err(|e| format!("cannot read trace_pipe_raw: {e}"))?;
+            let mode = ReaderMode::from_env();
+            if mode == ReaderMode::Read {
+                crate::log_info!("ftrace: read() mode forced by the environment");
+            }
+            let reader = FtraceReader::start(&inst.tracefs, inst.layout.page_size, drain, mode)
+                .map_err(|e| format!("cannot read trace_pipe_raw: {e}"))?;
             inst.reader = Some(reader);
         }
         if inst.started == 0 {

@@ -29,13 +29,25 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::page_arena::PageArena;
 use super::sys;
 use super::tracefs::Tracefs;
 
 /// Most pages one cpu hands out per drain (like traced_probes' 256).
 pub const MAX_READ_PAGES_PER_DRAIN: usize = 256;
+
+/// Size asked for the landing and staging pipes (the default
+/// pipe-max-size).
+const STAGING_PIPE_BYTES: usize = 1 << 20;
+
+/// Bytes asked of one non-blocking splice (the kernel moves whole pages,
+/// as many as are ready and fit in the pipe).
+const SPLICE_BATCH_BYTES: usize = 256 << 10;
+
+/// Longest pause between splice batches while data flows.
+const MAX_BATCH_PAUSE: Duration = Duration::from_millis(10);
 
 #[derive(Debug)]
 struct WorkerState {
@@ -115,7 +127,8 @@ impl Landing {
     }
 }
 
-fn worker(staging_w: File, shared: Arc<Shared>, page_size: usize) {
+fn worker(staging_w: File, shared: Arc<Shared>, page_size: usize, buffer_pages: usize) {
+    let mut last_wake = Instant::now();
     let mut landing = match sys::pipe() {
         Ok((r, w)) => {
             let _ = sys::set_pipe_size(&w, 1 << 20);
@@ -170,17 +183,26 @@ fn worker(staging_w: File, shared: Arc<Shared>, page_size: usize) {
             Ok(n) if n > 0 => {
                 landing.bytes += n;
                 let mut moved = 1;
-                // Take whatever else is ready without blocking.
+                // Take whatever else is ready without blocking, many pages
+                // per call.
                 let nb = sys::SPLICE_F_MOVE | sys::SPLICE_F_NONBLOCK;
-                while let Ok(n) = sys::splice(&*raw, &landing.w, page_size, nb) {
+                while let Ok(n) = sys::splice(&*raw, &landing.w, SPLICE_BATCH_BYTES, nb) {
                     if n == 0 {
                         break;
                     }
                     landing.bytes += n;
-                    moved += 1;
+                    moved += n.div_ceil(page_size) as u64;
                 }
                 landing.forward(&staging_w);
                 shared.lock().pages_spliced += moved;
+                // Data is flowing: let pages pile up for a moment instead of
+                // waking (and making syscalls) for every page.
+                let now = Instant::now();
+                let pause = batch_pause(moved, now - last_wake, buffer_pages);
+                if !pause.is_zero() {
+                    nap(&shared, pause);
+                }
+                last_wake = now;
             }
             Ok(_) => {
                 if !shared.lock().reopen {
@@ -201,6 +223,41 @@ fn worker(staging_w: File, shared: Arc<Shared>, page_size: usize) {
     }
 }
 
+/// How long a worker waits after moving `moved` pages, `since` its last
+/// wakeup, before splicing again: long enough to batch pages (at most
+/// [`MAX_BATCH_PAUSE`]), short enough that at the rate just seen the
+/// kernel fills at most a quarter of its `buffer_pages` meanwhile.
+fn batch_pause(moved: u64, since: Duration, buffer_pages: usize) -> Duration {
+    let budget = (buffer_pages / 4) as u64;
+    if moved == 0 || moved >= budget {
+        return Duration::ZERO;
+    }
+    // pages/ns = moved / since; time for `budget` pages.
+    let fill = since.as_nanos().saturating_mul(budget as u128) / moved as u128;
+    Duration::from_nanos(fill.min(MAX_BATCH_PAUSE.as_nanos()) as u64)
+}
+
+/// Sleeps `d` unless woken for park/stop/reopen (plain notifies from
+/// drains do not cut it short).
+fn nap(shared: &Shared, d: Duration) {
+    let deadline = Instant::now() + d;
+    let mut st = shared.lock();
+    loop {
+        if st.park || st.stop || st.reopen {
+            return;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        st = shared
+            .cv
+            .wait_timeout(st, deadline - now)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
 /// Sleeps until woken for park/stop or the idle period passes.
 fn idle(shared: &Shared) {
     let st = shared.lock();
@@ -215,6 +272,7 @@ impl CpuReader {
         tracefs: &Tracefs,
         cpu: usize,
         page_size: usize,
+        buffer_pages: usize,
         idle: Duration,
         mode: ReaderMode,
     ) -> io::Result<Self> {
@@ -223,7 +281,7 @@ impl CpuReader {
         let raw_nb = sys::open_read(&path, true)?;
         let (staging_r, staging_w) = sys::pipe()?;
         // 1 MiB is the default pipe-max-size; fine if refused.
-        let _ = sys::set_pipe_size(&staging_w, 1 << 20);
+        let _ = sys::set_pipe_size(&staging_w, STAGING_PIPE_BYTES);
         sys::set_nonblocking(&staging_r, true)?;
         let state = WorkerState {
             raw,
@@ -246,7 +304,7 @@ impl CpuReader {
             ReaderMode::Splice => Some(
                 std::thread::Builder::new()
                     .name(format!("ftrace-cpu{cpu}"))
-                    .spawn(move || worker(staging_w, s, page_size))?,
+                    .spawn(move || worker(staging_w, s, page_size, buffer_pages))?,
             ),
         };
         Ok(CpuReader {
@@ -274,42 +332,52 @@ impl CpuReader {
         self.shared.cv.notify_all();
     }
 
-    /// Appends every whole staged page to `out`.
+    /// Appends every whole staged page to `out` (at most `max_pages`, plus
+    /// what was carried over).
     fn read_staged(
         &mut self,
-        out: &mut Vec<u8>,
+        out: &mut PageArena,
         page_size: usize,
         max_pages: usize,
     ) -> io::Result<()> {
-        let mut buf = vec![0u8; 16 * page_size];
+        let start = out.len();
+        if !self.carry.is_empty() {
+            out.extend(&self.carry);
+            self.carry.clear();
+        }
         let limit = max_pages.saturating_mul(page_size);
-        while self.carry.len() < limit {
-            match self.staging_r.read(&mut buf) {
+        // The staging pipe holds whole pages, so one big read usually
+        // empties it, straight into the arena.
+        let chunk = STAGING_PIPE_BYTES.max(page_size);
+        loop {
+            let got = out.len() - start;
+            if got >= limit {
+                break;
+            }
+            match self.staging_r.read(out.spare((limit - got).min(chunk))) {
                 Ok(0) => break,
-                Ok(n) => self.carry.extend_from_slice(&buf[..n]),
+                Ok(n) => out.commit(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        let whole = self.carry.len() / page_size * page_size;
-        out.extend_from_slice(&self.carry[..whole]);
-        self.carry.drain(..whole);
+        let whole = (out.len() - start) / page_size * page_size;
+        self.carry = out.split_off(start + whole);
         Ok(())
     }
 
     /// Appends pages fetched with read() (full or partial) to `out`, until
     /// the kernel has nothing more or `max` pages were read.
-    fn read_direct(&mut self, out: &mut Vec<u8>, page_size: usize, max: usize) -> io::Result<()> {
-        let mut page = vec![0u8; page_size];
+    fn read_direct(&mut self, out: &mut PageArena, page_size: usize, max: usize) -> io::Result<()> {
         for _ in 0..max {
-            match self.raw_nb.read(&mut page) {
+            match self.raw_nb.read(out.spare(page_size)) {
                 Ok(0) => break,
                 Ok(n) => {
                     // A short read still starts with a page header; pad it so
                     // the parser sees whole pages.
-                    page[n..].fill(0);
-                    out.extend_from_slice(&page);
+                    out.spare(page_size)[n.min(page_size)..].fill(0);
+                    out.commit(page_size);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // Nothing left, cpu offline, or buffer being resized.
@@ -333,7 +401,7 @@ impl CpuReader {
         self.kick();
         if let Some(t) = self.thread.take() {
             // The worker may be blocked writing to a full staging pipe.
-            let mut sink = Vec::new();
+            let mut sink = PageArena::default();
             while !t.is_finished() {
                 let _ = self.read_staged(&mut sink, self.page_size, usize::MAX);
                 sink.clear();
@@ -362,6 +430,26 @@ pub enum ReaderMode {
     Read,
 }
 
+/// Environment variable that picks the reader mode of traced_probes:
+/// `read` forces the non-blocking read() fallback on every cpu (to compare
+/// it with splice, e.g. in scripts/bench-ftrace.sh); anything else, or
+/// unset, means splice. Daemons started by the CLI inherit it.
+pub const READER_MODE_ENV: &str = "TRACEBOX_FTRACE_READER";
+
+impl ReaderMode {
+    /// The mode named by [`READER_MODE_ENV`].
+    pub fn from_env() -> ReaderMode {
+        ReaderMode::from_name(std::env::var(READER_MODE_ENV).ok().as_deref())
+    }
+
+    pub fn from_name(name: Option<&str>) -> ReaderMode {
+        match name.map(str::trim) {
+            Some("read") => ReaderMode::Read,
+            _ => ReaderMode::Splice,
+        }
+    }
+}
+
 /// Readers for every cpu of one tracefs instance.
 pub struct FtraceReader {
     cpus: Vec<CpuReader>,
@@ -369,7 +457,7 @@ pub struct FtraceReader {
     /// Most pages read() per cpu in one flush: the ring buffer size, so a
     /// flush ends even while the kernel keeps writing.
     flush_max_pages: usize,
-    buf: Vec<u8>,
+    buf: PageArena,
 }
 
 impl FtraceReader {
@@ -382,22 +470,23 @@ impl FtraceReader {
         drain_period: Duration,
         mode: ReaderMode,
     ) -> io::Result<Self> {
+        let buffer_pages = tracefs.buffer_size_kb().unwrap_or(4096) as usize * 1024 / page_size;
         let mut cpus = Vec::new();
         for cpu in 0..tracefs.num_cpus()? {
             cpus.push(CpuReader::start(
                 tracefs,
                 cpu,
                 page_size,
+                buffer_pages,
                 drain_period,
                 mode,
             )?);
         }
-        let buffer_pages = tracefs.buffer_size_kb().unwrap_or(4096) as usize * 1024 / page_size;
         Ok(FtraceReader {
             flush_max_pages: buffer_pages + 16,
             cpus,
             page_size,
-            buf: Vec::new(),
+            buf: PageArena::default(),
         })
     }
 
@@ -471,7 +560,7 @@ impl FtraceReader {
             }
             if !self.buf.is_empty() {
                 total += self.buf.len() / ps;
-                f(c.cpu, &self.buf);
+                f(c.cpu, self.buf.data());
             }
         }
         if flush {
@@ -498,5 +587,36 @@ impl FtraceReader {
 impl Drop for FtraceReader {
     fn drop(&mut self) {
         self.stop_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_pause_follows_the_rate_and_the_buffer() {
+        let ms = Duration::from_millis;
+        // 2048-page buffer (8 MiB): a quarter is 512 pages.
+        // 1 page in 1 ms: 512 ms to a quarter, capped.
+        assert_eq!(batch_pause(1, ms(1), 2048), MAX_BATCH_PAUSE);
+        // 100 pages in 1 ms: 5.12 ms to a quarter.
+        assert_eq!(batch_pause(100, ms(1), 2048), Duration::from_micros(5120));
+        // Already a quarter (or nothing): no pause.
+        assert_eq!(batch_pause(512, ms(1), 2048), Duration::ZERO);
+        assert_eq!(batch_pause(0, ms(1), 2048), Duration::ZERO);
+        // A tiny buffer never pauses.
+        assert_eq!(batch_pause(1, ms(1), 3), Duration::ZERO);
+        // A wakeup right after the last one: no time, no pause.
+        assert_eq!(batch_pause(5, Duration::ZERO, 2048), Duration::ZERO);
+    }
+
+    #[test]
+    fn reader_mode_names() {
+        assert_eq!(ReaderMode::from_name(Some("read")), ReaderMode::Read);
+        assert_eq!(ReaderMode::from_name(Some(" read\n")), ReaderMode::Read);
+        assert_eq!(ReaderMode::from_name(Some("splice")), ReaderMode::Splice);
+        assert_eq!(ReaderMode::from_name(Some("bogus")), ReaderMode::Splice);
+        assert_eq!(ReaderMode::from_name(None), ReaderMode::Splice);
     }
 }

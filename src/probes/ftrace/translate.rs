@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 
 use super::format::{parse_format, EventFormat, Field, FieldType};
+use super::packet_buf::PacketBuf;
 use super::table::{self, EventInfo, ProtoType};
-use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, Stream};
 
 /// How an event is written into `FtraceEvent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,10 +73,16 @@ pub fn compatible(ft: FieldType, pt: ProtoType) -> bool {
 /// Where `common_pid` lives when no format says otherwise.
 const DEFAULT_COMMON_PID_OFFSET: u16 = 4;
 
+/// Ftrace ids are 16 bits on the page; the dense index covers them all.
+const MAX_FTRACE_ID: u32 = u16::MAX as u32;
+
 /// All events known to one tracefs instance, indexed by ftrace id.
 #[derive(Debug, Default)]
 pub struct TranslationTable {
-    by_id: HashMap<u32, EventTranslation>,
+    events: Vec<EventTranslation>,
+    /// ftrace id -> position in `events` + 1 (0 = unknown). A flat array:
+    /// it is looked up once per event on the hot path.
+    by_id: Vec<u32>,
     by_name: HashMap<(String, String), u32>,
     /// (event, reason) for events of the compile-time table the kernel has
     /// but whose format could not be used.
@@ -156,9 +162,23 @@ impl TranslationTable {
                 .find(|f| f.name == "common_flags");
             self.common_flags_offset = flags.map(|f| f.offset);
         }
+        if ev.ftrace_id > MAX_FTRACE_ID {
+            // No page can carry it.
+            return;
+        }
+        let id = ev.ftrace_id as usize;
+        if self.by_id.len() <= id {
+            self.by_id.resize(id + 1, 0);
+        }
         self.by_name
             .insert((ev.group.clone(), ev.name.clone()), ev.ftrace_id);
-        self.by_id.insert(ev.ftrace_id, ev);
+        match self.by_id[id] {
+            0 => {
+                self.events.push(ev);
+                self.by_id[id] = self.events.len() as u32;
+            }
+            i => self.events[i as usize - 1] = ev,
+        }
     }
 
     /// Adds an event without a typed payload, written as a generic event.
@@ -205,18 +225,19 @@ impl TranslationTable {
         self.printk_formats = map;
     }
 
+    #[inline]
     pub fn event(&self, ftrace_id: u32) -> Option<&EventTranslation> {
-        self.by_id.get(&ftrace_id)
+        let i = *self.by_id.get(ftrace_id as usize)?;
+        self.events.get((i as usize).checked_sub(1)?)
     }
 
     pub fn event_by_name(&self, group: &str, name: &str) -> Option<&EventTranslation> {
-        self.by_id
-            .get(self.by_name.get(&(group.to_string(), name.to_string()))?)
+        self.event(*self.by_name.get(&(group.to_string(), name.to_string()))?)
     }
 
     /// All events, in no particular order.
     pub fn events(&self) -> impl Iterator<Item = &EventTranslation> {
-        self.by_id.values()
+        self.events.iter()
     }
 
     pub fn lookup_printk(&self, addr: u64) -> &str {
@@ -309,7 +330,22 @@ pub fn read_int(record: &[u8], offset: usize, size: usize) -> Option<i64> {
 
 /// Bytes up to the first NUL.
 pub fn until_nul(b: &[u8]) -> &[u8] {
-    b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
+    // Eight bytes per step (messages are tens of bytes): a word has a zero
+    // byte iff (w - 0x01..) & !w & 0x80.. is non-zero.
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut at = 0;
+    for w in b.chunks_exact(8) {
+        let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        if v.wrapping_sub(LO) & !v & HI != 0 {
+            break;
+        }
+        at += 8;
+    }
+    match b[at..].iter().position(|&c| c == 0) {
+        Some(n) => &b[..at + n],
+        None => b,
+    }
 }
 
 /// A decoded field value.
@@ -344,6 +380,15 @@ pub struct KernelAddrs {
 }
 
 impl Metadata {
+    /// Records a pid for the process scrapers. Runs of the same pid (one
+    /// busy task) are stored once; the consumer dedups the rest.
+    #[inline]
+    pub fn push_pid(&mut self, pid: i32) {
+        if self.pids.last() != Some(&pid) {
+            self.pids.push(pid);
+        }
+    }
+
     fn intern_addr(&mut self, addr: u64) -> u32 {
         let k = &mut self.kernel;
         if let Some(&i) = k.index.get(&addr) {
@@ -376,7 +421,7 @@ pub fn read_value<'a>(
         F::Int8 | F::Int16 | F::Int32 | F::Int64 => Value::Int(read_int(record, off, size)?),
         F::Pid32 | F::CommonPid32 => {
             let pid = read_int(record, off, 4)?;
-            meta.pids.push(pid as i32);
+            meta.push_pid(pid as i32);
             Value::Int(pid)
         }
         F::Uint8 | F::Uint16 | F::Uint32 | F::Uint64 | F::Bool => {
@@ -415,23 +460,22 @@ pub fn read_value<'a>(
 }
 
 /// Writes one scalar as proto field `id` of type `pt`.
-fn put_value<S: Stream + ?Sized>(s: &mut S, id: u32, pt: ProtoType, v: Value<'_>) {
+#[inline]
+fn put_value(s: &mut PacketBuf, id: u32, pt: ProtoType, v: Value<'_>) {
     match (pt, v) {
-        (_, Value::Str(b)) => put_bytes(s, id, b),
-        (ProtoType::Int32, Value::Int(i)) => put_varint(s, id, i as i32 as i64 as u64),
-        (ProtoType::Sint32 | ProtoType::Sint64, Value::Int(i)) => {
-            crate::protozero::put_sint(s, id, i)
-        }
-        (ProtoType::Uint32, Value::Uint(u)) => put_varint(s, id, u as u32 as u64),
-        (_, Value::Int(i)) => put_varint(s, id, i as u64),
-        (_, Value::Uint(u)) => put_varint(s, id, u),
+        (_, Value::Str(b)) => s.bytes(id, b),
+        (ProtoType::Int32, Value::Int(i)) => s.varint(id, i as i32 as i64 as u64),
+        (ProtoType::Sint32 | ProtoType::Sint64, Value::Int(i)) => s.sint(id, i),
+        (ProtoType::Uint32, Value::Uint(u)) => s.varint(id, u as u32 as u64),
+        (_, Value::Int(i)) => s.varint(id, i as u64),
+        (_, Value::Uint(u)) => s.varint(id, u),
     }
 }
 
 /// Writes the payload fields of a typed event. `None` if the record does
 /// not hold the fields its format promised.
-pub fn write_typed_fields<S: Stream + ?Sized>(
-    s: &mut S,
+pub fn write_typed_fields(
+    s: &mut PacketBuf,
     ev: &EventTranslation,
     record: &[u8],
     table: &TranslationTable,
@@ -448,7 +492,7 @@ pub fn write_typed_fields<S: Stream + ?Sized>(
             };
             for i in 0..(f.size as usize / width) {
                 let v = read_uint(record, f.offset as usize + i * width, width)?;
-                put_varint(s, f.proto_field_id, v);
+                s.varint(f.proto_field_id, v);
             }
             continue;
         }
@@ -459,24 +503,24 @@ pub fn write_typed_fields<S: Stream + ?Sized>(
 }
 
 /// Writes a `GenericFtraceEvent` body (event_name + name/value fields).
-pub fn write_generic_fields<S: Stream + ?Sized>(
-    s: &mut S,
+pub fn write_generic_fields(
+    s: &mut PacketBuf,
     ev: &EventTranslation,
     record: &[u8],
     table: &TranslationTable,
     meta: &mut Metadata,
 ) -> Option<()> {
-    crate::protozero::put_str(s, 1, &ev.name);
+    s.bytes(1, ev.name.as_bytes());
     for f in &ev.fields {
         let v = read_value(record, f, table, meta)?;
-        let n = begin_nested(s, 2);
-        crate::protozero::put_str(s, 1, &f.name);
+        let n = s.begin(2);
+        s.bytes(1, f.name.as_bytes());
         match v {
-            Value::Str(b) => put_bytes(s, 3, b),
-            Value::Int(i) => put_varint(s, 4, i as u64),
-            Value::Uint(u) => put_varint(s, 5, u),
+            Value::Str(b) => s.bytes(3, b),
+            Value::Int(i) => s.varint(4, i as u64),
+            Value::Uint(u) => s.varint(5, u),
         }
-        end_nested(s, n);
+        s.end(n);
     }
     Some(())
 }
@@ -506,6 +550,34 @@ mod tests {
         );
         assert_eq!(m.get(&0x10).map(String::as_str), Some("x"));
         assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn until_nul_at_every_position() {
+        for len in 0..40 {
+            let mut b: Vec<u8> = (1..=len as u8).collect();
+            assert_eq!(until_nul(&b), &b[..], "no nul, len {len}");
+            for nul in 0..len {
+                b[nul] = 0;
+                assert_eq!(until_nul(&b).len(), nul, "len {len} nul {nul}");
+                b[nul] = nul as u8 + 1;
+            }
+        }
+        // High bytes must not look like zeros.
+        assert_eq!(until_nul(&[0x80, 0xff, 0x81, 1, 2, 3, 4, 5, 6, 0]).len(), 9);
+    }
+
+    #[test]
+    fn lookup_by_id_and_name() {
+        let mut t = TranslationTable::default();
+        let fmt = "name: foo\nID: 700\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:int x;\toffset:8;\tsize:4;\tsigned:1;\n\nprint fmt: \"\"\n";
+        assert_eq!(t.add_generic("g", "foo", fmt).unwrap(), 700);
+        assert_eq!(t.event(700).map(|e| e.name.as_str()), Some("foo"));
+        assert_eq!(t.event_by_name("g", "foo").map(|e| e.ftrace_id), Some(700));
+        assert!(t.event(699).is_none());
+        assert!(t.event(0).is_none());
+        assert!(t.event(u32::MAX).is_none());
+        assert_eq!(t.events().count(), 1);
     }
 
     #[test]

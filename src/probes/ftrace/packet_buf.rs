@@ -1,0 +1,275 @@
+//! The in-memory encoder bundles are built in before they are copied into a
+//! trace packet in one piece.
+//!
+//! Per event the ftrace encoder writes a dozen tiny fields (tags, varints,
+//! short strings). Through the generic [`Stream`] path every one of them
+//! is a variable-length slice append (a memcpy call); here varints are
+//! written byte by byte into spare capacity, which is several times
+//! cheaper per event. It still implements [`Stream`], so the generic
+//! encoders (compact sched, stats, symbols) write into it too.
+
+use crate::protozero::{
+    redundant_varint, varint_len, LenSlot, Stream, LEN_FIELD_SIZE, WIRE_LEN, WIRE_VARINT,
+};
+
+/// A growable protobuf buffer with fast scalar appends.
+#[derive(Debug, Default)]
+pub struct PacketBuf {
+    buf: Vec<u8>,
+}
+
+/// An open nested message of a [`PacketBuf`].
+#[derive(Debug)]
+#[must_use = "close it with end or end_compact"]
+pub struct Open {
+    /// Where the 4-byte length slot starts.
+    slot: usize,
+}
+
+/// Above this many bytes of capacity the buffer is released after use, so
+/// a burst does not pin memory for every cpu.
+const KEEP_CAPACITY: usize = 4 << 20;
+
+impl PacketBuf {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Empties the buffer, keeping a moderate allocation.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        if self.buf.capacity() > KEEP_CAPACITY {
+            self.buf = Vec::new();
+        }
+    }
+
+    #[inline]
+    fn raw_varint(&mut self, mut v: u64) {
+        self.buf.reserve(10);
+        while v >= 0x80 {
+            self.buf.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    #[inline]
+    fn tag(&mut self, field: u32, wire: u32) {
+        self.raw_varint(((field as u64) << 3) | wire as u64);
+    }
+
+    /// A varint field (uint*/int*/bool/enum; negative values sign-extended).
+    #[inline]
+    pub fn varint(&mut self, field: u32, v: u64) {
+        self.tag(field, WIRE_VARINT);
+        self.raw_varint(v);
+    }
+
+    /// A zigzag (sint32/sint64) field.
+    #[inline]
+    pub fn sint(&mut self, field: u32, v: i64) {
+        self.varint(field, ((v << 1) ^ (v >> 63)) as u64);
+    }
+
+    /// A bytes/string field.
+    #[inline]
+    pub fn bytes(&mut self, field: u32, v: &[u8]) {
+        self.tag(field, WIRE_LEN);
+        self.raw_varint(v.len() as u64);
+        self.buf.extend_from_slice(v);
+    }
+
+    /// Opens a nested message with a 4-byte length slot.
+    #[inline]
+    pub fn begin(&mut self, field: u32) -> Open {
+        self.tag(field, WIRE_LEN);
+        let slot = self.buf.len();
+        self.buf.extend_from_slice(&[0x80, 0x80, 0x80, 0]);
+        Open { slot }
+    }
+
+    /// Closes `n` keeping the 4-byte (redundant varint) length, as the
+    /// shared-memory encoders do.
+    #[inline]
+    pub fn end(&mut self, n: Open) {
+        let len = self.buf.len() - n.slot - LEN_FIELD_SIZE;
+        self.buf[n.slot..n.slot + LEN_FIELD_SIZE].copy_from_slice(&redundant_varint(len as u32));
+    }
+
+    /// Opens a nested message expected to be short (one event): its
+    /// length takes one byte, growing only if the body reaches 128 bytes.
+    /// Close it with [`end_small`](Self::end_small).
+    #[inline]
+    pub fn begin_small(&mut self, field: u32) -> Open {
+        self.tag(field, WIRE_LEN);
+        let slot = self.buf.len();
+        self.buf.push(0);
+        Open { slot }
+    }
+
+    /// Closes a message of [`begin_small`](Self::begin_small) with the
+    /// shortest length varint (3 bytes fewer than [`end`](Self::end) for
+    /// an event, which every later copy of the trace pays for). Must be
+    /// the innermost open message.
+    #[inline]
+    pub fn end_small(&mut self, n: Open) {
+        let body = n.slot + 1;
+        let len = self.buf.len() - body;
+        if len < 0x80 {
+            self.buf[n.slot] = len as u8;
+            return;
+        }
+        // Rare: make room for a longer length.
+        let width = varint_len(len as u64);
+        self.buf.resize(self.buf.len() + width - 1, 0);
+        self.buf.copy_within(body..body + len, n.slot + width);
+        let mut v = len;
+        for i in 0..width {
+            let more = if i + 1 < width { 0x80 } else { 0 };
+            self.buf[n.slot + i] = (v as u8 & 0x7f) | more;
+            v >>= 7;
+        }
+    }
+}
+
+impl Stream for PacketBuf {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        if bytes.len() <= 10 {
+            // Varints from the generic encoders: avoid a memcpy call.
+            self.buf.reserve(10);
+            for &b in bytes {
+                self.buf.push(b);
+            }
+        } else {
+            self.buf.extend_from_slice(bytes);
+        }
+    }
+
+    #[inline]
+    fn reserve_len(&mut self) -> LenSlot {
+        let at = self.buf.len();
+        self.buf.extend_from_slice(&[0x80, 0x80, 0x80, 0]);
+        LenSlot(at as u32)
+    }
+
+    #[inline]
+    fn fill_len(&mut self, slot: LenSlot, len: u32) {
+        let at = slot.0 as usize;
+        self.buf[at..at + LEN_FIELD_SIZE].copy_from_slice(&redundant_varint(len));
+    }
+
+    #[inline]
+    fn position(&self) -> u64 {
+        self.buf.len() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protozero::{begin_nested, end_nested, put_bytes, put_sint, put_varint, VecStream};
+
+    #[test]
+    fn scalars_match_the_generic_encoder() {
+        let mut a = PacketBuf::default();
+        let mut b = VecStream::new();
+        for (f, v) in [
+            (1, 0u64),
+            (2, 127),
+            (3, 128),
+            (300, u64::MAX),
+            (16, 1 << 35),
+        ] {
+            a.varint(f, v);
+            put_varint(&mut b, f, v);
+        }
+        a.sint(7, -3);
+        put_sint(&mut b, 7, -3);
+        a.bytes(9, b"hello");
+        put_bytes(&mut b, 9, b"hello");
+        let long = vec![7u8; 300];
+        a.bytes(10, &long);
+        put_bytes(&mut b, 10, &long);
+        assert_eq!(a.as_bytes(), b.as_bytes());
+    }
+
+    #[test]
+    fn end_keeps_a_redundant_length_like_protozero() {
+        let mut a = PacketBuf::default();
+        let mut b = VecStream::new();
+        let n = a.begin(2);
+        a.varint(1, 5);
+        a.end(n);
+        let m = begin_nested(&mut b, 2);
+        put_varint(&mut b, 1, 5);
+        end_nested(&mut b, m);
+        assert_eq!(a.as_bytes(), b.as_bytes());
+    }
+
+    #[test]
+    fn small_messages_use_the_shortest_length() {
+        let mut a = PacketBuf::default();
+        a.varint(1, 1);
+        let outer = a.begin_small(2);
+        a.varint(1, 300);
+        let inner = a.begin_small(3);
+        a.bytes(2, b"abc");
+        a.end_small(inner);
+        a.end_small(outer);
+        // 08 01 | 12 len=10 [08 ac 02 | 1a len=5 [12 03 'abc']]
+        assert_eq!(
+            a.as_bytes(),
+            &[0x08, 1, 0x12, 10, 0x08, 0xac, 0x02, 0x1a, 5, 0x12, 3, b'a', b'b', b'c']
+        );
+        // Bodies of 127, 200 and 20000 bytes: 1-, 2- and 3-byte lengths.
+        for (body, len_bytes) in [(127usize, vec![127u8]), (200, vec![200 | 0x80, 1])] {
+            let mut c = PacketBuf::default();
+            let n = c.begin_small(4);
+            let content: Vec<u8> = (0..body).map(|i| i as u8).collect();
+            c.write(&content);
+            c.end_small(n);
+            assert_eq!(&c.as_bytes()[1..1 + len_bytes.len()], &len_bytes[..]);
+            assert_eq!(&c.as_bytes()[1 + len_bytes.len()..], &content[..]);
+        }
+        let mut c = PacketBuf::default();
+        let n = c.begin_small(4);
+        let big = vec![9u8; 20_000];
+        c.bytes(1, &big);
+        c.end_small(n);
+        let mut want = VecStream::new();
+        put_bytes(&mut want, 4, &{
+            let mut inner = VecStream::new();
+            put_bytes(&mut inner, 1, &big);
+            inner.into_bytes()
+        });
+        assert_eq!(c.as_bytes(), want.as_bytes());
+        // An empty message.
+        let mut d = PacketBuf::default();
+        let n = d.begin_small(4);
+        d.end_small(n);
+        assert_eq!(d.as_bytes(), &[0x22, 0]);
+    }
+
+    #[test]
+    fn generic_stream_writes_land_verbatim() {
+        let mut a = PacketBuf::default();
+        a.write(&[1, 2, 3]);
+        a.write(&[9u8; 40]);
+        let slot = a.reserve_len();
+        a.fill_len(slot, 129);
+        assert_eq!(a.len(), 3 + 40 + 4);
+        assert_eq!(&a.as_bytes()[43..], &redundant_varint(129));
+        assert_eq!(a.position(), 47);
+        a.clear();
+        assert!(a.is_empty());
+    }
+}
