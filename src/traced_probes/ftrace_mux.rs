@@ -16,12 +16,13 @@ use std::time::Duration;
 
 use super::clock::boot_time_ns;
 use super::crash_marker::{self, Touched};
+use super::drain_pace::DrainPace;
 use super::ftrace_instance::KInstance;
 use crate::pb::protos::FtraceConfig;
 use crate::probes::ftrace::bundle::{
     write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
 };
-use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode, MAX_READ_PAGES_PER_DRAIN};
+use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
 use crate::probes::ftrace::ksyms::KernelSymbols;
 use crate::probes::ftrace::print_filter::{PrintFilter, PrintMatch, PrintRule};
 use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
@@ -90,6 +91,7 @@ pub struct FtraceMux {
     state_file: PathBuf,
     /// kallsyms, shared by the sources that symbolize while any holds it.
     ksyms: Weak<KernelSymbols>,
+    pace: DrainPace,
 }
 
 impl std::fmt::Debug for FtraceMux {
@@ -109,6 +111,7 @@ impl FtraceMux {
             sources: BTreeMap::new(),
             state_file,
             ksyms: Weak::new(),
+            pace: DrainPace::default(),
         }
     }
 
@@ -379,9 +382,10 @@ impl FtraceMux {
     }
 
     /// Reads every instance with started sources: a periodic drain, or with
-    /// `flush` everything the kernel holds. Returns true if data is left.
-    pub fn read_pass(&mut self, flush: bool) -> bool {
-        let mut more = false;
+    /// `flush` everything the kernel holds. Returns the most pages one cpu
+    /// handed out.
+    pub fn read_pass(&mut self, flush: bool) -> usize {
+        let mut busiest = 0;
         let sources = &mut self.sources;
         for (key, inst) in self.instances.iter_mut() {
             if inst.started == 0 {
@@ -403,7 +407,9 @@ impl FtraceMux {
                 let now = tracefs.cpu_stats(0).map(|s| s.now_ts).unwrap_or(0.0);
                 stats::clock_snapshot(clock, now, boot_time_ns() as i64)
             });
+            let page_size = layout.page_size.max(1);
             let mut f = |cpu: usize, pages: &[u8]| {
+                busiest = busiest.max(pages.len() / page_size);
                 for src in sources.values_mut() {
                     if !src.started || src.key != *key {
                         continue;
@@ -436,17 +442,18 @@ impl FtraceMux {
             } else {
                 reader.drain(&mut f)
             };
-            match r {
-                Ok(pages) => more |= !flush && pages >= MAX_READ_PAGES_PER_DRAIN,
-                Err(e) => crate::log_warn!("ftrace read of {key:?}: {e}"),
+            if let Err(e) = r {
+                crate::log_warn!("ftrace read of {key:?}: {e}");
             }
         }
-        more
+        busiest
     }
 
-    /// Periodic tick: one bounded read pass.
-    pub fn tick(&mut self) -> bool {
-        self.read_pass(false)
+    /// Periodic tick: one bounded read pass. Returns when to come back
+    /// (`None`: no started source).
+    pub fn tick(&mut self) -> Option<Duration> {
+        let busiest = self.read_pass(false);
+        Some(self.pace.next(busiest, self.drain_period()?))
     }
 
     /// Pids seen since the last call, per tracing session.

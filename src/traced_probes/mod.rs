@@ -15,6 +15,7 @@ pub mod backoff;
 pub mod clock;
 pub mod crash_marker;
 pub mod data_source;
+pub mod drain_pace;
 pub mod ftrace_instance;
 pub mod ftrace_mux;
 pub mod link;

@@ -3,7 +3,6 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::{Instance, Producer};
 use crate::base::event_loop::{LoopCtl, TaskRunner};
@@ -226,11 +225,10 @@ impl Producer {
 
     pub(super) fn on_ftrace_tick<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
         self.ftrace_timer = None;
-        let more = self.ftrace.tick();
+        // Zero when data was left behind: back at once (after pending IPC).
+        let next = self.ftrace.tick();
         self.dispatch_pids();
-        if let Some(period) = self.ftrace.drain_period() {
-            // Data left behind: come back at once (after pending IPC).
-            let d = if more { Duration::ZERO } else { period };
+        if let Some(d) = next {
             self.ftrace_timer = Some(ctl.add_timer(d));
         }
     }
