@@ -13,7 +13,11 @@
 #             ... (uncompressed, like ours; it exits 1
 #             on this kernel after writing a complete file: ignored)
 #   ours      target/release/tracebox --private-sockets --txt -c CFG -o OUT
-#             (autostarts traced + traced_probes; write_into_file)
+#             (autostarts traced + traced_probes; write_into_file); pages
+#             leave the kernel by splice() (worker threads, zero copy)
+#   ours-read the same with TRACEBOX_FTRACE_READER=read: traced_probes uses
+#             its non-blocking read() fallback on every cpu (not in the
+#             default RECORDERS; for the splice vs read comparison)
 # Each recorder runs in a fresh cpuacct cgroup, so its CPU includes every
 # process it starts. Kernel per-CPU stats of the instance are sampled while
 # it records; events lost = sum of `overrun` + `dropped events`.
@@ -21,8 +25,9 @@
 #   bench=ftrace recorder=.. load=.. threads=.. rate=.. written=.. captured=..
 #     kernel_overrun=.. kernel_dropped=.. recorder_cpu_s=.. cpu_s_per_mevent=..
 #     trace_bytes=.. bytes_per_event=..
-#   bench=ftrace_ratio load=.. threads=.. rate=.. cpu_per_event_ratio=ours/tracecmd
-#     bytes_per_event_ratio=.. captured_ratio=.. ours_lost=.. tracecmd_lost=..
+#   bench=ftrace_ratio recorder=ours|ours-read load=.. threads=.. rate=..
+#     cpu_per_event_ratio=ours/tracecmd bytes_per_event_ratio=..
+#     captured_ratio=.. ours_lost=.. tracecmd_lost=..
 # `written` is what the load generator wrote (markers) or its round trips
 # (pingpong; the kernel writes >= 4 events per round trip). Other processes'
 # sched events are captured too (the box is shared).
@@ -96,8 +101,10 @@ start_recorder() {
             -B "$INST" -b "$BUF_KB" -e sched:sched_switch -e sched:sched_waking) \
             >"$WORK/$name.log" 2>&1 &
         ;;
-    ours)
+    ours | ours-read)
         INST=tbx_bench_ours
+        local mode=splice
+        [ "$name" = ours-read ] && mode=read
         cat >"$WORK/ours.pbtx" <<EOF
 buffers { size_kb: 65536 fill_policy: DISCARD }
 write_into_file: true
@@ -117,7 +124,8 @@ data_sources {
   }
 }
 EOF
-        (echo "$BASHPID" >"$CG/cgroup.procs" && exec "$TB" --private-sockets --txt -c "$WORK/ours.pbtx" -o "$out") \
+        (echo "$BASHPID" >"$CG/cgroup.procs" &&
+            TRACEBOX_FTRACE_READER=$mode exec "$TB" --private-sockets --txt -c "$WORK/ours.pbtx" -o "$out") \
             >"$WORK/$name.log" 2>&1 &
         ;;
     esac
@@ -193,16 +201,17 @@ for sc in $SCENARIOS; do
         echo "$line"
         res[$rec]=$line
     done
-    if [ -n "${res[ours]:-}" ] && [ -n "${res[tracecmd]:-}" ]; then
-        o=${res[ours]} q=${res[tracecmd]}
-        awk -v l="$load" -v t="$threads" -v rt="$rate" \
+    for ours in ours ours-read; do
+        [ -n "${res[$ours]:-}" ] && [ -n "${res[tracecmd]:-}" ] || continue
+        o=${res[$ours]} q=${res[tracecmd]}
+        awk -v rec="$ours" -v l="$load" -v t="$threads" -v rt="$rate" \
             -v oc="$(get cpu_s_per_mevent "$o")" -v qc="$(get cpu_s_per_mevent "$q")" \
             -v ob="$(get bytes_per_event "$o")" -v qb="$(get bytes_per_event "$q")" \
             -v oe="$(get captured "$o")" -v qe="$(get captured "$q")" \
             -v ol="$(get kernel_overrun "$o")" -v ql="$(get kernel_overrun "$q")" 'function r(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "inf" }
-            BEGIN { printf "bench=ftrace_ratio load=%s threads=%s rate=%s cpu_per_event_ratio=%s bytes_per_event_ratio=%s captured_ratio=%s ours_lost=%s tracecmd_lost=%s\n",
-                l, t, rt, r(oc, qc), r(ob, qb), r(oe, qe), ol, ql }'
-    fi
+            BEGIN { printf "bench=ftrace_ratio recorder=%s load=%s threads=%s rate=%s cpu_per_event_ratio=%s bytes_per_event_ratio=%s captured_ratio=%s ours_lost=%s tracecmd_lost=%s\n",
+                rec, l, t, rt, r(oc, qc), r(ob, qb), r(oe, qe), ol, ql }'
+    done
     unset res
 done
 exit $status
