@@ -225,8 +225,11 @@ impl Producer {
 
     pub(super) fn on_ftrace_tick<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
         self.ftrace_timer = None;
+        // One CommitData for the whole drain, not one per chunk.
+        let hold = self.arbiter.as_ref().map(|a| a.hold_commits());
         // Zero when data was left behind: back at once (after pending IPC).
         let next = self.ftrace.tick();
+        drop(hold);
         self.dispatch_pids();
         if let Some(d) = next {
             self.ftrace_timer = Some(ctl.add_timer(d));

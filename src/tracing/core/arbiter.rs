@@ -23,7 +23,7 @@
 //! memory is written without locks by the writer owning the chunk. Batches
 //! are sent under a second lock so they reach the transport in order.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -102,6 +102,20 @@ struct State {
     ids: WriterIdAllocator,
 }
 
+/// See [`Arbiter::hold_commits`].
+#[must_use = "commits are held only while the guard lives"]
+pub struct CommitHold {
+    arbiter: Arc<Arbiter>,
+}
+
+impl Drop for CommitHold {
+    fn drop(&mut self) {
+        if self.arbiter.holds.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.arbiter.flush_pending_commits();
+        }
+    }
+}
+
 /// The producer-side SMB arbiter. Share it as `Arc<Arbiter>`.
 pub struct Arbiter {
     abi: SmbAbi,
@@ -110,6 +124,8 @@ pub struct Arbiter {
     state: Mutex<State>,
     send_lock: Mutex<()>,
     direct_patching: AtomicBool,
+    /// Open [`CommitHold`]s: commits wait as with `batch_commits`.
+    holds: AtomicUsize,
     counters: Counters,
 }
 
@@ -145,6 +161,7 @@ impl Arbiter {
             }),
             send_lock: Mutex::new(()),
             direct_patching: AtomicBool::new(false),
+            holds: AtomicUsize::new(0),
             counters: Counters::default(),
         })
     }
@@ -318,7 +335,19 @@ impl Arbiter {
     }
 
     fn should_send(&self, st: &State, added_patches: bool) -> bool {
-        !self.config.batch_commits || added_patches || st.bytes_pending >= self.abi.size() / 2
+        let batching = self.config.batch_commits || self.holds.load(Ordering::Relaxed) > 0;
+        !batching || added_patches || st.bytes_pending >= self.abi.size() / 2
+    }
+
+    /// Batches commits until the returned guard drops (then sends them
+    /// in one CommitData), as `batch_commits` does for the whole arbiter:
+    /// for a burst of writes, e.g. one ftrace drain that fills many chunks,
+    /// so the service wakes once instead of once per chunk.
+    pub fn hold_commits(self: &Arc<Self>) -> CommitHold {
+        self.holds.fetch_add(1, Ordering::Relaxed);
+        CommitHold {
+            arbiter: self.clone(),
+        }
     }
 
     /// Moves ready patches into the pending batch (or into the SMB).
@@ -438,5 +467,53 @@ impl Arbiter {
             .commit_batches_sent
             .fetch_add(1, Ordering::Relaxed);
         self.transport.commit_data(batch);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracing::core::shared_mem::SharedMem;
+
+    /// Counts the CommitData batches and chunks the arbiter sends.
+    #[derive(Default)]
+    struct Sent(Mutex<Vec<usize>>);
+    impl ProducerTransport for Sent {
+        fn commit_data(&self, batch: CommitBatch) {
+            lock(&self.0).push(batch.chunks_to_move.len());
+        }
+        fn register_trace_writer(&self, _: WriterId, _: BufferId) {}
+        fn unregister_trace_writer(&self, _: WriterId) {}
+    }
+
+    #[test]
+    fn held_commits_go_out_in_one_batch() {
+        let abi = SmbAbi::new(Arc::new(SharedMem::new_heap(64 * 4096).unwrap()), 4096).unwrap();
+        let sent = Arc::new(Sent::default());
+        let arbiter = Arbiter::new(abi, ArbiterConfig::default(), sent.clone());
+        let mut w = arbiter
+            .create_trace_writer(1, BufferExhaustedPolicy::Drop)
+            .unwrap();
+        let packet = vec![7u8; 3000];
+        // Unheld: one batch per filled chunk.
+        for _ in 0..4 {
+            w.write_packet(&packet);
+        }
+        let unheld = lock(&sent.0).len();
+        assert!(unheld >= 2, "{unheld}");
+        // Held: nothing until the guard drops, then one batch.
+        {
+            let _outer = arbiter.hold_commits();
+            {
+                let _inner = arbiter.hold_commits();
+                for _ in 0..4 {
+                    w.write_packet(&packet);
+                }
+            }
+            assert_eq!(lock(&sent.0).len(), unheld, "inner guard released early");
+        }
+        let batches = lock(&sent.0).clone();
+        assert_eq!(batches.len(), unheld + 1);
+        assert!(*batches.last().unwrap() >= 2, "{batches:?}");
     }
 }
