@@ -407,9 +407,7 @@ impl FtraceMux {
                 let now = tracefs.cpu_stats(0).map(|s| s.now_ts).unwrap_or(0.0);
                 stats::clock_snapshot(clock, now, boot_time_ns() as i64)
             });
-            let page_size = layout.page_size.max(1);
             let mut f = |cpu: usize, pages: &[u8]| {
-                busiest = busiest.max(pages.len() / page_size);
                 for src in sources.values_mut() {
                     if !src.started || src.key != *key {
                         continue;
@@ -442,8 +440,9 @@ impl FtraceMux {
             } else {
                 reader.drain(&mut f)
             };
-            if let Err(e) = r {
-                crate::log_warn!("ftrace read of {key:?}: {e}");
+            match r {
+                Ok(n) => busiest = busiest.max(n),
+                Err(e) => crate::log_warn!("ftrace read of {key:?}: {e}"),
             }
         }
         busiest

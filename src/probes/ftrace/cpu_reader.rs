@@ -42,6 +42,10 @@ pub const MAX_READ_PAGES_PER_DRAIN: usize = 256;
 /// pipe-max-size).
 const STAGING_PIPE_BYTES: usize = 1 << 20;
 
+/// Pages parsed per step of a drain: small enough (128 KiB) to stay in
+/// cache between the copy out of the kernel and the parser.
+const DRAIN_CHUNK_PAGES: usize = 32;
+
 /// Bytes asked of one non-blocking splice (the kernel moves whole pages,
 /// as many as are ready and fit in the pipe).
 const SPLICE_BATCH_BYTES: usize = 256 << 10;
@@ -396,6 +400,43 @@ impl CpuReader {
         Ok(())
     }
 
+    /// A periodic drain of this cpu: up to [`MAX_READ_PAGES_PER_DRAIN`]
+    /// pages, handed to `f` [`DRAIN_CHUNK_PAGES`] at a time so each chunk
+    /// is parsed while still in cache. Returns the pages handed out.
+    fn drain_chunks(
+        &mut self,
+        buf: &mut PageArena,
+        page_size: usize,
+        fallback: bool,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> io::Result<usize> {
+        let mut got = 0;
+        while got < MAX_READ_PAGES_PER_DRAIN {
+            let want = DRAIN_CHUNK_PAGES.min(MAX_READ_PAGES_PER_DRAIN - got);
+            buf.clear();
+            self.read_staged(buf, page_size, want)?;
+            if fallback {
+                let have = buf.len() / page_size;
+                self.read_direct(buf, page_size, want.saturating_sub(have))?;
+            } else {
+                // A worker idling on a full staging pipe resumes now rather
+                // than after its idle period (else it caps the read rate and
+                // the kernel overwrites pages under bursts).
+                self.shared.cv.notify_all();
+            }
+            let n = buf.len() / page_size;
+            if n == 0 {
+                break;
+            }
+            got += n;
+            f(self.cpu, buf.data());
+            if n < want {
+                break;
+            }
+        }
+        Ok(got)
+    }
+
     fn stop(&mut self) {
         self.shared.lock().stop = true;
         self.kick();
@@ -505,13 +546,14 @@ impl FtraceReader {
     }
 
     /// Periodic drain: for each cpu with data, calls `f(cpu, pages)` with
-    /// whole pages. Returns the number of pages handed out.
+    /// whole pages (possibly several times per cpu, in order). Returns the
+    /// most pages one cpu handed out.
     pub fn drain(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
         self.collect(false, f)
     }
 
     /// Flush: everything the kernel holds, including partial pages, in
-    /// order. Workers are parked while partial pages are read so that no
+    /// order (one call of `f` per cpu). Returns as [`drain`](Self::drain). Workers are parked while partial pages are read so that no
     /// newer page can overtake them.
     pub fn flush(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
         self.collect(true, f)
@@ -519,7 +561,7 @@ impl FtraceReader {
 
     fn collect(&mut self, flush: bool, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
         let ps = self.page_size;
-        let mut total = 0;
+        let mut busiest = 0;
         if flush {
             for c in &self.cpus {
                 c.shared.lock().park = true;
@@ -527,17 +569,15 @@ impl FtraceReader {
             }
         }
         for c in &mut self.cpus {
-            self.buf.clear();
             let fallback = c.shared.lock().fallback;
+            if !flush {
+                busiest = busiest.max(c.drain_chunks(&mut self.buf, ps, fallback, f)?);
+                continue;
+            }
+            self.buf.clear();
             if fallback {
                 c.read_staged(&mut self.buf, ps, usize::MAX)?;
-                let max = if flush {
-                    self.flush_max_pages
-                } else {
-                    MAX_READ_PAGES_PER_DRAIN
-                };
-                c.read_direct(&mut self.buf, ps, max)?;
-            } else if flush {
+            } else {
                 // Drain while waiting: a worker may be stuck on a full pipe.
                 loop {
                     c.read_staged(&mut self.buf, ps, usize::MAX)?;
@@ -550,16 +590,10 @@ impl FtraceReader {
                     c.kick();
                 }
                 c.read_staged(&mut self.buf, ps, usize::MAX)?;
-                c.read_direct(&mut self.buf, ps, self.flush_max_pages)?;
-            } else {
-                c.read_staged(&mut self.buf, ps, MAX_READ_PAGES_PER_DRAIN)?;
-                // A worker idling on a full staging pipe resumes now rather
-                // than after its idle period (else it caps the read rate and
-                // the kernel overwrites pages under bursts).
-                c.shared.cv.notify_all();
             }
+            c.read_direct(&mut self.buf, ps, self.flush_max_pages)?;
             if !self.buf.is_empty() {
-                total += self.buf.len() / ps;
+                busiest = busiest.max(self.buf.len() / ps);
                 f(c.cpu, self.buf.data());
             }
         }
@@ -569,7 +603,7 @@ impl FtraceReader {
                 c.shared.cv.notify_all();
             }
         }
-        Ok(total)
+        Ok(busiest)
     }
 
     /// Stops and joins every worker. Pages still staged are dropped.
