@@ -4,19 +4,22 @@ use std::time::Duration;
 
 use crate::probes::ftrace::cpu_reader::MAX_READ_PAGES_PER_DRAIN;
 
-/// A cpu giving at least this many pages per drain (recently) means data
-/// is flowing fast: drains come every [`BUSY_DRAIN`], not every period.
-pub const BUSY_PAGES: usize = 8;
-pub const BUSY_DRAIN: Duration = Duration::from_millis(10);
+/// Pages per drain of the busiest cpu that pacing aims at while data
+/// flows fast: a quarter of what one drain may take, so the staging pipes
+/// (256 pages each) never fill between drains.
+pub const TARGET_PAGES: usize = MAX_READ_PAGES_PER_DRAIN / 4;
+/// Shortest delay between paced drains.
+pub const MIN_DRAIN: Duration = Duration::from_millis(10);
 
 /// Drain pacing from the recent history of drains.
 ///
 /// A full batch means data was left behind: drain again at once. While a
-/// flood lasts, drain every [`BUSY_DRAIN`] even after a pass that found
-/// nothing (the workers refill the staging pipes a moment after a drain
-/// empties them); a worker whose staging pipe is full stalls until the
-/// next drain, so a full period of a flood would otherwise have to fit in
-/// the kernel buffer. Quiet: the configured period.
+/// flood lasts, drains come often enough that the busiest cpu yields about
+/// [`TARGET_PAGES`] each, even after a pass that found nothing (workers
+/// refill the staging pipes a moment after a drain empties them): a worker
+/// whose staging pipe is full stalls until the next drain, so a whole
+/// period of a flood would otherwise have to fit in the kernel buffer.
+/// Quiet: the configured period (fewer wakeups for both daemons).
 #[derive(Debug, Default, Clone)]
 pub struct DrainPace {
     /// Pages of the busiest cpu, halved at every pass.
@@ -29,12 +32,13 @@ impl DrainPace {
     pub fn next(&mut self, busiest: usize, period: Duration) -> Duration {
         self.recent = busiest.max(self.recent / 2);
         if busiest >= MAX_READ_PAGES_PER_DRAIN {
-            Duration::ZERO
-        } else if self.recent >= BUSY_PAGES {
-            period.min(BUSY_DRAIN)
-        } else {
-            period
+            return Duration::ZERO;
         }
+        if self.recent <= TARGET_PAGES {
+            return period;
+        }
+        let paced = period.mul_f64(TARGET_PAGES as f64 / self.recent as f64);
+        paced.max(MIN_DRAIN).min(period)
     }
 }
 
@@ -47,22 +51,25 @@ mod tests {
         let p = Duration::from_millis(100);
         let mut pace = DrainPace::default();
         assert_eq!(pace.next(0, p), p);
-        assert_eq!(pace.next(BUSY_PAGES - 1, p), p);
+        assert_eq!(pace.next(TARGET_PAGES, p), p);
+        // Twice the target: half the period.
+        assert_eq!(pace.next(2 * TARGET_PAGES, p), p / 2);
         assert_eq!(pace.next(MAX_READ_PAGES_PER_DRAIN, p), Duration::ZERO);
         // Empty passes right after a flood stay fast for a while...
-        let mut fast = 0;
-        while pace.next(0, p) == BUSY_DRAIN {
-            fast += 1;
-            assert!(fast < 10, "never slows down");
-        }
-        // 256 -> 128 -> 64 -> 32 -> 16 -> 8 are all >= 8.
-        assert_eq!(fast, 5);
+        // (recent 256 -> 128 -> 64 -> ...)
+        assert_eq!(pace.next(0, p), p / 2);
         // ...then the period again.
         assert_eq!(pace.next(0, p), p);
-        // A busy cpu below a full batch.
-        assert_eq!(pace.next(BUSY_PAGES, p), BUSY_DRAIN);
+        assert_eq!(pace.next(0, p), p);
+        // Never faster than MIN_DRAIN short of a full batch.
+        let mut pace = DrainPace::default();
+        assert_eq!(pace.next(MAX_READ_PAGES_PER_DRAIN - 1, p), p * 64 / 255);
+        assert_eq!(
+            pace.next(MAX_READ_PAGES_PER_DRAIN - 1, Duration::from_secs(0)),
+            Duration::ZERO
+        );
         // A short configured period stays.
         let short = Duration::from_millis(2);
-        assert_eq!(pace.next(BUSY_PAGES, short), short);
+        assert_eq!(pace.next(200, short), short);
     }
 }
