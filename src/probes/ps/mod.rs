@@ -9,6 +9,7 @@
 pub mod encode;
 pub mod model;
 pub mod parse;
+mod pidfd_scan;
 pub mod poller;
 pub mod procfs;
 mod stats;
@@ -18,5 +19,5 @@ pub use encode::{write_process_stats_packet, write_process_tree_packet};
 pub use model::{ProcStatsSample, ProcessStatsPacket, ProcessTreePacket, TreeProcess, TreeThread};
 pub use poller::{
     cache_ttl_ticks, clamp_poll_ms, next_poll_delay_ms, Clock, ProcessStatsPoller,
-    ProcessStatsSettings, MIN_POLL_MS,
+    ProcessStatsSettings, ScanSource, MIN_POLL_MS,
 };

@@ -81,6 +81,37 @@ impl ProcFs {
         }
     }
 
+    /// Whether this reads the live system's `/proc` (not a fixture root),
+    /// as mounted for our own pid namespace: only then do pids taken from
+    /// it name the processes that pidfds and `/proc/self` see.
+    pub fn is_own_live_proc(&self) -> bool {
+        self.proc_dir == std::path::Path::new("/proc")
+            && std::fs::read_link("/proc/self")
+                .ok()
+                .and_then(|l| l.to_str()?.parse::<u32>().ok())
+                == Some(std::process::id())
+    }
+
+    /// Identity of the pid namespace of `pid` (the inode in the
+    /// `pid:[N]` link of `/proc/<pid>/ns/pid`). `None` if unreadable (the
+    /// task vanished, or we may not ptrace it); not counted: callers fall
+    /// back to `status`, which counts.
+    pub fn pid_ns(&mut self, pid: i32) -> Option<u64> {
+        self.set_path(pid, "ns/pid");
+        let link = std::fs::read_link(&self.path).ok()?;
+        let s = link.to_str()?;
+        s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+    }
+
+    /// Number of threads of `pid`: procfs reports it in the link count of
+    /// `task/` (2 + threads), one stat instead of listing the directory.
+    pub fn thread_count(&mut self, pid: i32) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        self.set_path(pid, "task");
+        let nlink = std::fs::metadata(&self.path).ok()?.nlink();
+        nlink.checked_sub(2).filter(|&n| n > 0)
+    }
+
     /// Numeric entries of `/proc` (pids), ascending. Empty if `/proc` is
     /// unreadable (counted).
     pub fn list_pids(&mut self) -> Vec<i32> {
