@@ -27,7 +27,7 @@ pub enum PidInfoError {
     /// The process no longer exists (ESRCH).
     Gone,
     /// `pid` is not a thread-group leader, or the kernel lacks the call
-    /// (EINVAL, ENOSYS, ENOTTY).
+    /// (ENOENT, EINVAL, ENOSYS, ENOTTY).
     NotApplicable,
     /// Any other errno (EMFILE, EPERM from seccomp, ...).
     Other(i32),
@@ -85,7 +85,8 @@ fn errno() -> i32 {
 fn classify(err: i32) -> PidInfoError {
     match err {
         libc::ESRCH => PidInfoError::Gone,
-        libc::EINVAL | libc::ENOSYS | libc::ENOTTY => PidInfoError::NotApplicable,
+        // Non-leaders get ENOENT (6.18) or EINVAL (older kernels).
+        libc::ENOENT | libc::EINVAL | libc::ENOSYS | libc::ENOTTY => PidInfoError::NotApplicable,
         e => PidInfoError::Other(e),
     }
 }
