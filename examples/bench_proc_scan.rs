@@ -10,8 +10,8 @@ use std::process::{Command, Stdio};
 
 use tracebox::probes::fs_root::FsRoot;
 use tracebox::probes::ps::{
-    write_process_stats_packet, write_process_tree_packet, ProcessStatsPoller, ProcessStatsSettings,
-    ScanSource,
+    write_process_stats_packet, write_process_tree_packet, ProcessStatsPoller,
+    ProcessStatsSettings, ScanSource,
 };
 use tracebox::protozero::VecStream;
 

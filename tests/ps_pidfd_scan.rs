@@ -98,7 +98,7 @@ fn pidfd_and_status_paths_agree() {
     if let Some(pid) = nested_pid {
         wait_for_exec(pid as u32, "sleep");
     }
-    let worker = std::thread::spawn(|| std::thread::park());
+    let worker = std::thread::spawn(std::thread::park);
 
     for names in [false, true] {
         let (fast_on, fast) = scan(names, ScanSource::Pidfd);
