@@ -7,6 +7,7 @@
 //! * [`encode`]: writes the resulting packets into a protozero stream.
 
 pub mod encode;
+mod kept;
 pub mod model;
 pub mod parse;
 mod pidfd_scan;

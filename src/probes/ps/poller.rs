@@ -187,6 +187,11 @@ impl ProcessStatsPoller {
         self.procfs.vanished
     }
 
+    /// /proc files held open between stats polls.
+    pub fn kept_fds(&self) -> usize {
+        self.procfs.kept_fds()
+    }
+
     /// Whether `tid` has been described in a process tree this session.
     pub fn is_seen(&self, tid: i32) -> bool {
         self.seen.contains_key(&tid)
