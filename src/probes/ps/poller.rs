@@ -192,6 +192,12 @@ impl ProcessStatsPoller {
         self.procfs.kept_fds()
     }
 
+    /// Caps the fds kept open between stats polls (0: reopen every file on
+    /// every poll). Closes those held now.
+    pub fn set_kept_fds_budget(&mut self, budget: usize) {
+        self.procfs.set_kept_budget(budget);
+    }
+
     /// Whether `tid` has been described in a process tree this session.
     pub fn is_seen(&self, tid: i32) -> bool {
         self.seen.contains_key(&tid)

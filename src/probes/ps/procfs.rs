@@ -107,6 +107,11 @@ impl ProcFs {
         self.kept.retain(|pid| pids.binary_search(&pid).is_ok());
     }
 
+    /// Replaces the kept files with an empty set of at most `budget` fds.
+    pub fn set_kept_budget(&mut self, budget: usize) {
+        self.kept = KeptFiles::new(budget);
+    }
+
     /// Fds held by [`Self::read_kept`].
     pub fn kept_fds(&self) -> usize {
         self.kept.open_fds()
