@@ -25,7 +25,7 @@ use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode, MAX_READ_PAGES
 use crate::probes::ftrace::ksyms::KernelSymbols;
 use crate::probes::ftrace::print_filter::{PrintFilter, PrintMatch, PrintRule};
 use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
-use crate::probes::ftrace::syscalls;
+use crate::probes::ftrace::syscalls::{self, SyscallFilter, SyscallWant};
 use crate::probes::ftrace::translate::KernelAddrs;
 use crate::probes::ftrace::{atrace, CpuStats, Tracefs};
 use crate::protozero::{put_varint, VecStream};
@@ -56,6 +56,8 @@ struct Source {
     ksyms: Option<Rc<KernelSymbols>>,
     /// Kernel addresses interned on this source's sequence (all cpus).
     kernel: KernelAddrs,
+    /// What it wants of raw_syscalls (`None`: not enabled).
+    syscalls: Option<SyscallWant>,
 }
 
 /// Bundles are built in memory, then copied into a TraceWriter packet.
@@ -224,30 +226,16 @@ impl FtraceMux {
         let mut events = Vec::new();
         let mut failed_events = Vec::new();
         let (mut wanted, mut unknown_events) = Self::wanted_events(inst, cfg);
-        if !cfg.syscall_events.is_empty() {
-            // raw_syscalls with a kernel filter on the wanted numbers. The
-            // filter belongs to the instance: sessions sharing one share it.
-            let (ids, unknown) = syscalls::resolve(&cfg.syscall_events);
-            for n in unknown {
-                crate::log_warn!("ftrace: unknown syscall {n:?} on this arch");
-                failed_events.push(n);
-            }
-            if !ids.is_empty() {
-                let expr = syscalls::filter_expr(&ids);
-                for n in ["sys_enter", "sys_exit"] {
-                    if let Err(e) = inst
-                        .tracefs
-                        .set_event_filter("raw_syscalls", Some(n), &expr)
-                    {
-                        crate::log_warn!("ftrace: cannot filter raw_syscalls/{n}: {e}");
-                    }
-                    let e = ("raw_syscalls".to_string(), n.to_string());
-                    if !wanted.contains(&e) {
-                        wanted.push(e);
-                    }
-                }
-            }
-        }
+        let syscall_want =
+            Self::syscall_setup(inst, cfg, &mut wanted, &mut filter, &mut failed_events);
+        set_syscall_filter(
+            inst,
+            self.sources
+                .values()
+                .filter(|s| s.key == key)
+                .filter_map(|s| s.syscalls.as_ref())
+                .chain(syscall_want.as_ref()),
+        );
         for (g, n) in wanted {
             let id = match inst.table.event_by_name(&g, &n) {
                 Some(t) => Some(t.ftrace_id),
@@ -311,9 +299,45 @@ impl FtraceMux {
                 want_ksyms: cfg.symbolize_ksyms.unwrap_or(false),
                 ksyms: None,
                 kernel: KernelAddrs::default(),
+                syscalls: syscall_want,
             },
         );
         Ok(())
+    }
+
+    /// `syscall_events`: adds raw_syscalls to `wanted` and this session's
+    /// own userspace filter (the kernel filter is the union over the
+    /// instance's sessions). Returns what the session wants of raw_syscalls.
+    fn syscall_setup(
+        inst: &KInstance,
+        cfg: &FtraceConfig,
+        wanted: &mut Vec<(String, String)>,
+        filter: &mut EventFilter,
+        failed_events: &mut Vec<String>,
+    ) -> Option<SyscallWant> {
+        let mut want = None;
+        if !cfg.syscall_events.is_empty() {
+            let (ids, unknown) = syscalls::resolve(&cfg.syscall_events);
+            for n in unknown {
+                crate::log_warn!("ftrace: unknown syscall {n:?} on this arch");
+                failed_events.push(n);
+            }
+            if !ids.is_empty() {
+                for n in ["sys_enter", "sys_exit"] {
+                    let e = ("raw_syscalls".to_string(), n.to_string());
+                    if !wanted.contains(&e) {
+                        wanted.push(e);
+                    }
+                }
+            }
+            filter.syscalls = Some(SyscallFilter::new(&inst.table, &ids));
+            want = Some(SyscallWant::Only(ids));
+        }
+        if !wanted.iter().any(|(g, _)| g == "raw_syscalls") {
+            filter.syscalls = None;
+            return None;
+        }
+        Some(want.unwrap_or(SyscallWant::All))
     }
 
     /// StartDataSource: tracing on (first started source of the instance)
@@ -510,6 +534,13 @@ impl FtraceMux {
                 let _ = inst.tracefs.set_tracing_on(false);
             }
         }
+        set_syscall_filter(
+            inst,
+            self.sources
+                .values()
+                .filter(|s| s.key == key)
+                .filter_map(|s| s.syscalls.as_ref()),
+        );
         inst.users -= 1;
         if inst.users == 0 {
             let inst = self.instances.remove(&key).expect("present");
@@ -541,6 +572,28 @@ fn print_filter(pf: &crate::pb::protos::mod_FtraceConfig::PrintFilter) -> PrintF
         })
         .collect();
     PrintFilter { rules }
+}
+
+/// Sets the instance's raw_syscalls filter to the union of `wants` (FACTS
+/// g.4), writing only on change; with no wants left, lifts a filter we set.
+fn set_syscall_filter<'a>(inst: &mut KInstance, wants: impl IntoIterator<Item = &'a SyscallWant>) {
+    let expr = match syscalls::kernel_filter(wants) {
+        Some(e) => e,
+        None if inst.syscall_filter.as_deref().is_some_and(|f| f != "0") => "0".to_string(),
+        None => return,
+    };
+    if inst.syscall_filter.as_deref() == Some(expr.as_str()) {
+        return;
+    }
+    for n in ["sys_enter", "sys_exit"] {
+        if let Err(e) = inst
+            .tracefs
+            .set_event_filter("raw_syscalls", Some(n), &expr)
+        {
+            crate::log_warn!("ftrace: cannot filter raw_syscalls/{n}: {e}");
+        }
+    }
+    inst.syscall_filter = Some(expr);
 }
 
 fn cpu_stats(t: &Tracefs) -> Vec<CpuStats> {
