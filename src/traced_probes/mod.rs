@@ -11,6 +11,7 @@
 //!   if we die while tracing.
 //! * [`sources`]: one small file per data source.
 
+pub mod atrace_runner;
 pub mod backoff;
 pub mod clock;
 pub mod crash_marker;
