@@ -417,6 +417,7 @@ impl FtraceMux {
             src.ksyms = Some(k);
         }
         src.stats_before = cpu_stats(&inst.tracefs);
+        crate::log_debug!("ftrace: source {id} started on {:?}", src.key);
         Ok(())
     }
 
