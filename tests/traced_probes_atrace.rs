@@ -95,6 +95,22 @@ impl Rig {
         self.argv_lines()
     }
 
+    /// Waits until traced_probes has started `n` ftrace sources in all.
+    fn wait_started(&self, n: usize) {
+        wait_until(
+            Duration::from_secs(30),
+            &format!("{n} ftrace starts"),
+            || {
+                std::fs::read_to_string(self.dir().join("probes.log"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains("ftrace: source ") && l.contains(" started on "))
+                    .count()
+                    >= n
+            },
+        );
+    }
+
     fn trace(&self, name: &str) -> Trace {
         let bytes = std::fs::read(self.dir().join(format!("{name}.pb"))).unwrap();
         Trace::from_reader(&mut BytesReader::from_bytes(&bytes), &bytes).unwrap()
@@ -207,7 +223,9 @@ fn seen(trace: Trace, marker: &str) -> Seen {
 
 fn write_markers(tracefs_dir: &Path, marker: &str, n: usize) {
     for i in 0..n {
-        std::fs::write(tracefs_dir.join("trace_marker"), format!("{marker} {i}")).unwrap();
+        let path = tracefs_dir.join("trace_marker");
+        std::fs::write(&path, format!("{marker} {i}"))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -233,6 +251,7 @@ fn atrace_gets_the_union_of_concurrent_sessions() {
             rig.wait_argv(2)[1],
             "--async_start --only_userspace am gfx view -a com.tbx.a,com.tbx.b"
         );
+        rig.wait_started(2);
         write_markers(Path::new(TRACEFS), "tbx-atrace-union", 5);
         stop(b);
         // Back to what session a alone wants.
@@ -274,9 +293,7 @@ fn a_failing_atrace_is_reported_and_tracing_goes_on() {
             rig.wait_argv(1),
             ["--async_start --only_userspace bogus sched -a com.tbx.f"]
         );
-        wait_until(Duration::from_secs(30), "tracing on", || {
-            read_trim(Path::new(TRACEFS).join("tracing_on")) == "1"
-        });
+        rig.wait_started(1);
         write_markers(Path::new(TRACEFS), "tbx-atrace-fail", 10);
         stop(s);
         let seen = seen(rig.trace("f"), "tbx-atrace-fail");
@@ -335,11 +352,13 @@ fn without_atrace_the_categories_still_record() {
                     r#"atrace_categories: "sched" atrace_apps: "com.tbx.l" instance_name: "{instance}""#
                 ),
             );
-            wait_until(Duration::from_secs(30), "tracing on", || {
-                read_trim(instance_dir(instance).join("tracing_on")) == "1"
-            });
+            rig.wait_started(round + 1);
             write_markers(&instance_dir(instance), "tbx-atrace-linux", 10);
             stop(s);
+            // The last user removes the instance (perfetto may exit first).
+            wait_until(Duration::from_secs(30), "instance removed", || {
+                !instance_dir(instance).exists()
+            });
             let seen = seen(rig.trace(&name), "tbx-atrace-linux");
             assert_eq!(seen.markers, 10, "{seen:?}");
             assert!(seen.sched > 0, "no sched events: {seen:?}");
