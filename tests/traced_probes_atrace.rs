@@ -29,7 +29,7 @@ struct Rig {
     tmp: tempfile::TempDir,
     socks: Sockets,
     _traced: Proc,
-    _probes: Proc,
+    probes: Proc,
 }
 
 impl Rig {
@@ -45,7 +45,7 @@ impl Rig {
             tmp,
             socks,
             _traced: traced,
-            _probes: probes,
+            probes,
         }
     }
 
@@ -367,4 +367,36 @@ fn without_atrace_the_categories_still_record() {
         let log = std::fs::read_to_string(rig.dir().join("probes.log")).unwrap();
         assert_eq!(log.matches("atrace is Android-only").count(), 1, "{log}");
     });
+}
+
+/// traced_probes told to exit with a session running still stops atrace
+/// before it goes.
+#[test]
+fn atrace_is_stopped_when_traced_probes_exits() {
+    let _root = ROOT_INSTANCE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rig = Rig::new(|d| atrace_script(d, "exit 0"));
+    let s = rig.session("x", r#"atrace_apps: "com.tbx.x""#);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert_eq!(
+            rig.wait_argv(1),
+            ["--async_start --only_userspace -a com.tbx.x"]
+        );
+        rig.probes.signal(nix::sys::signal::Signal::SIGTERM);
+        let st = rig.probes.wait_exit(Duration::from_secs(30));
+        assert!(st.is_some_and(|s| s.success()), "{st:?}");
+        assert_eq!(
+            rig.argv_lines(),
+            [
+                "--async_start --only_userspace -a com.tbx.x",
+                "--async_stop --only_userspace"
+            ]
+        );
+    }));
+    let mut s = s;
+    let _ = s.kill();
+    let _ = s.wait();
+    if let Err(e) = r {
+        rig.dump();
+        std::panic::resume_unwind(e);
+    }
 }
