@@ -18,6 +18,7 @@ use super::atrace_runner::{self, AtraceRunner};
 use super::clock::boot_time_ns;
 use super::crash_marker::{self, Touched};
 use super::ftrace_instance::KInstance;
+use super::ftrace_syscalls;
 use crate::pb::protos::FtraceConfig;
 use crate::probes::ftrace::atrace::{self, AtraceRequest};
 use crate::probes::ftrace::bundle::{
@@ -27,7 +28,7 @@ use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode, MAX_READ_PAGES
 use crate::probes::ftrace::ksyms::KernelSymbols;
 use crate::probes::ftrace::print_filter::{PrintFilter, PrintMatch, PrintRule};
 use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
-use crate::probes::ftrace::syscalls::{self, SyscallFilter, SyscallWant};
+use crate::probes::ftrace::syscalls::SyscallWant;
 use crate::probes::ftrace::translate::KernelAddrs;
 use crate::probes::ftrace::{CpuStats, Tracefs};
 use crate::protozero::{put_varint, VecStream};
@@ -255,8 +256,8 @@ impl FtraceMux {
         let mut failed_events = Vec::new();
         let (mut wanted, mut unknown_events) = Self::wanted_events(inst, cfg, android);
         let syscall_want =
-            Self::syscall_setup(inst, cfg, &mut wanted, &mut filter, &mut failed_events);
-        set_syscall_filter(
+            ftrace_syscalls::setup(inst, cfg, &mut wanted, &mut filter, &mut failed_events);
+        ftrace_syscalls::set_kernel_filter(
             inst,
             self.sources
                 .values()
@@ -334,41 +335,6 @@ impl FtraceMux {
             self.atrace.add(id, atrace_req);
         }
         Ok(())
-    }
-
-    /// `syscall_events`: adds raw_syscalls to `wanted` and this session's
-    /// own userspace filter (the kernel filter is the union over the
-    /// instance's sessions). Returns what the session wants of raw_syscalls.
-    fn syscall_setup(
-        inst: &KInstance,
-        cfg: &FtraceConfig,
-        wanted: &mut Vec<(String, String)>,
-        filter: &mut EventFilter,
-        failed_events: &mut Vec<String>,
-    ) -> Option<SyscallWant> {
-        let mut want = None;
-        if !cfg.syscall_events.is_empty() {
-            let (ids, unknown) = syscalls::resolve(&cfg.syscall_events);
-            for n in unknown {
-                crate::log_warn!("ftrace: unknown syscall {n:?} on this arch");
-                failed_events.push(n);
-            }
-            if !ids.is_empty() {
-                for n in ["sys_enter", "sys_exit"] {
-                    let e = ("raw_syscalls".to_string(), n.to_string());
-                    if !wanted.contains(&e) {
-                        wanted.push(e);
-                    }
-                }
-            }
-            filter.syscalls = Some(SyscallFilter::new(&inst.table, &ids));
-            want = Some(SyscallWant::Only(ids));
-        }
-        if !wanted.iter().any(|(g, _)| g == "raw_syscalls") {
-            filter.syscalls = None;
-            return None;
-        }
-        Some(want.unwrap_or(SyscallWant::All))
     }
 
     /// StartDataSource: tracing on (first started source of the instance)
@@ -568,7 +534,7 @@ impl FtraceMux {
                 let _ = inst.tracefs.set_tracing_on(false);
             }
         }
-        set_syscall_filter(
+        ftrace_syscalls::set_kernel_filter(
             inst,
             self.sources
                 .values()
@@ -606,28 +572,6 @@ fn print_filter(pf: &crate::pb::protos::mod_FtraceConfig::PrintFilter) -> PrintF
         })
         .collect();
     PrintFilter { rules }
-}
-
-/// Sets the instance's raw_syscalls filter to the union of `wants` (FACTS
-/// g.4), writing only on change; with no wants left, lifts a filter we set.
-fn set_syscall_filter<'a>(inst: &mut KInstance, wants: impl IntoIterator<Item = &'a SyscallWant>) {
-    let expr = match syscalls::kernel_filter(wants) {
-        Some(e) => e,
-        None if inst.syscall_filter.as_deref().is_some_and(|f| f != "0") => "0".to_string(),
-        None => return,
-    };
-    if inst.syscall_filter.as_deref() == Some(expr.as_str()) {
-        return;
-    }
-    for n in ["sys_enter", "sys_exit"] {
-        if let Err(e) = inst
-            .tracefs
-            .set_event_filter("raw_syscalls", Some(n), &expr)
-        {
-            crate::log_warn!("ftrace: cannot filter raw_syscalls/{n}: {e}");
-        }
-    }
-    inst.syscall_filter = Some(expr);
 }
 
 fn cpu_stats(t: &Tracefs) -> Vec<CpuStats> {

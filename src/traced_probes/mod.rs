@@ -18,6 +18,7 @@ pub mod crash_marker;
 pub mod data_source;
 pub mod ftrace_instance;
 pub mod ftrace_mux;
+pub mod ftrace_syscalls;
 pub mod link;
 pub mod producer;
 pub mod sources;
