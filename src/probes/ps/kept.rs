@@ -57,6 +57,15 @@ impl KeptFiles {
         }
     }
 
+    /// Closes `name` of `pid`, if kept.
+    pub fn forget(&mut self, pid: i32, name: &str) {
+        if let Some(list) = self.files.get_mut(&pid) {
+            let before = list.len();
+            list.retain(|(n, _)| *n != name);
+            self.open -= before - list.len();
+        }
+    }
+
     /// Closes the files of pids for which `alive` is false.
     pub fn retain(&mut self, mut alive: impl FnMut(i32) -> bool) {
         let open = &mut self.open;
@@ -125,9 +134,14 @@ mod tests {
         std::fs::write(&path, b"two!").unwrap();
         kept.read(7, "f", &mut buf).unwrap().unwrap();
         assert_eq!(buf, b"two!");
+        kept.forget(7, "other");
+        assert_eq!(kept.open_fds(), 1);
         kept.retain(|pid| pid != 7);
         assert_eq!(kept.open_fds(), 0);
         assert!(kept.read(7, "f", &mut buf).is_none());
+        kept.keep(9, "f", File::open(&path).unwrap());
+        kept.forget(9, "f");
+        assert_eq!(kept.open_fds(), 0);
     }
 
     #[test]

@@ -107,6 +107,11 @@ impl ProcFs {
         self.kept.retain(|pid| pids.binary_search(&pid).is_ok());
     }
 
+    /// Closes the kept `file` of `pid` (it will not be read again).
+    pub fn forget_kept(&mut self, pid: i32, file: &str) {
+        self.kept.forget(pid, file);
+    }
+
     /// Replaces the kept files with an empty set of at most `budget` fds.
     pub fn set_kept_budget(&mut self, budget: usize) {
         self.kept = KeptFiles::new(budget);

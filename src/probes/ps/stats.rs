@@ -86,6 +86,7 @@ impl ProcessStatsPoller {
         if !status.mem.has_counters() {
             // A kernel thread: no memory counters now or ever.
             self.skip_mem.insert(pid);
+            self.procfs.forget_kept(pid, "status");
             return sampled;
         }
         let smaps = if self.settings.scan_smaps_rollup {
