@@ -198,10 +198,7 @@ impl Host {
     /// pace the client reads.
     pub fn queued_bytes(&self, client: ClientId) -> Option<usize> {
         let token = self.clients.by_id.get(&client)?;
-        self.clients
-            .by_token
-            .get(token)
-            .map(|c| c.conn.queued_bytes())
+        self.clients.by_token.get(token).map(|c| c.conn.queued_bytes())
     }
 
     /// Handles readiness of a token this host [`owns`](Self::owns); other

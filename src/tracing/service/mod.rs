@@ -41,10 +41,10 @@ pub mod name_matcher;
 pub mod producer;
 pub mod raw_proto;
 pub mod read_pass;
-mod scrape;
 #[allow(clippy::module_inception)]
 pub mod service;
 pub mod service_packets;
+mod scrape;
 pub mod session;
 mod stats;
 mod stop;
