@@ -50,9 +50,9 @@ fn packet_spanning_two_chunks_is_returned_as_two_slices() {
     put(&mut b, 1, 1, 1, &[b"B2", b"C"], FC);
     b.begin_read();
     let (p, _) = b.read_next_trace_packet().unwrap();
-    assert_eq!(p.slices(), [b"A".as_slice()]);
+    assert_eq!(p.slices().collect::<Vec<_>>(), [b"A".as_slice()]);
     let (p, info) = b.read_next_trace_packet().unwrap();
-    assert_eq!(p.slices(), [b"B1".as_slice(), b"B2"]);
+    assert_eq!(p.slices().collect::<Vec<_>>(), [b"B1".as_slice(), b"B2"]);
     assert!(!info.previous_packet_dropped);
     let (p, _) = b.read_next_trace_packet().unwrap();
     assert_eq!(p.to_vec(), b"C");
