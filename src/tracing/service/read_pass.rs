@@ -14,7 +14,7 @@ use super::service::TracingService;
 use super::service_packets as sp;
 use super::session::{event, SessionState};
 use super::timers::{ms, Timer};
-use super::trace_buffer::TracePacket;
+use super::trace_buffer::{PacketInfo, TracePacket};
 use super::trusted_trailer::TrustedTrailer;
 use super::types::*;
 
@@ -199,6 +199,9 @@ impl TracingService {
         service.iter().for_each(|p| emit_bytes(sink, p));
 
         let mut has_more = false;
+        // Consecutive packets mostly come from one sequence: reuse its
+        // trailer instead of looking the sequence id up and encoding again.
+        let mut last: Option<(PacketInfo, TrustedTrailer)> = None;
         'buffers: for &bid in &s.buffers {
             let Some(buf) = self.buffers.get_mut(&bid) else {
                 continue;
@@ -209,12 +212,20 @@ impl TracingService {
                     s.stats.invalid_packets += 1;
                     continue;
                 }
-                let seq = s.seq_ids.get_or_assign(
-                    info.client.machine_id,
-                    info.producer_id,
-                    info.writer_id,
-                );
-                let trailer = TrustedTrailer::new(&info.client, seq, info.previous_packet_dropped);
+                let trailer = match last {
+                    Some((prev, t)) if prev == info => t,
+                    _ => {
+                        let seq = s.seq_ids.get_or_assign(
+                            info.client.machine_id,
+                            info.producer_id,
+                            info.writer_id,
+                        );
+                        let t =
+                            TrustedTrailer::new(&info.client, seq, info.previous_packet_dropped);
+                        last = Some((info, t));
+                        t
+                    }
+                };
                 let trailer = trailer.as_bytes();
                 bytes += pkt.size() + trailer.len();
                 let go_on = sink.packet(&pkt, trailer);
