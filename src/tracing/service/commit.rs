@@ -5,8 +5,6 @@
 //! the producer only that entry and is counted; the rest of the request is
 //! processed.
 
-use std::sync::Arc;
-
 use crate::pb::protos::CommitDataRequest;
 use crate::tracing::core::smb_abi::{
     ChunkHeader, CHUNK_HEADER_SIZE, MAX_PACKET_COUNT, PACKET_COUNT_BITS, PATCH_SIZE,
@@ -26,18 +24,14 @@ impl TracingService {
         }
         let mut payload = Vec::new();
         for mv in &req.chunks_to_move {
-            let complete = !mv.chunk_incomplete.unwrap_or(false);
-            let Some(data) = &mv.data else {
-                self.move_chunk_from_smb(producer, mv.page, mv.chunk, mv.target_buffer, complete);
-                continue;
-            };
             payload.clear();
-            let Some(header) = self.chunk_from_request(data, &mut payload) else {
-                continue;
+            let header = match &mv.data {
+                Some(data) => self.chunk_from_request(data, &mut payload),
+                None => self.chunk_from_smb(producer, mv.page, mv.chunk, &mut payload),
             };
-            let len = payload.len();
-            let fill = &mut |dst: &mut [u8]| dst.copy_from_slice(&payload);
-            self.copy_chunk(producer, mv.target_buffer, &header, complete, len, fill);
+            let Some(header) = header else { continue };
+            let complete = !mv.chunk_incomplete.unwrap_or(false);
+            self.copy_chunk(producer, mv.target_buffer, &header, complete, &payload);
         }
         for p in &req.chunks_to_patch {
             self.apply_patches(producer, p);
@@ -67,50 +61,36 @@ impl TracingService {
         })
     }
 
-    /// Takes a Complete chunk from the SMB, copies it into the target buffer
-    /// (straight from shared memory: one copy) and frees it.
-    fn move_chunk_from_smb(
+    /// Takes a Complete chunk from the SMB, copies it and frees it.
+    fn chunk_from_smb(
         &mut self,
         producer: ProducerId,
         page: Option<u32>,
         chunk: Option<u32>,
-        target: Option<u32>,
-        complete: bool,
-    ) {
-        let Some(p) = self.producers.get(&producer) else {
-            return;
-        };
+        payload: &mut Vec<u8>,
+    ) -> Option<ChunkHeader> {
+        let p = self.producers.get(&producer)?;
         let Some(smb) = p.smb.as_ref() else {
             self.chunks_discarded += 1;
-            return;
+            return None;
         };
         let (Some(page_untrusted), Some(chunk_untrusted)) = (page, chunk) else {
             self.chunks_discarded += 1;
-            return;
+            return None;
         };
         let (page_untrusted, chunk_untrusted) = (page_untrusted as usize, chunk_untrusted as usize);
         let c = match smb.try_acquire_chunk_for_reading(page_untrusted, chunk_untrusted) {
             Ok(c) => c,
             Err(_) => {
                 self.chunks_discarded += 1;
-                return;
+                return None;
             }
         };
-        let header = smb.chunk_header(&c);
-        let mem = Arc::clone(smb.mem());
-        let (offset, len) = (c.payload_offset(), c.payload_size());
-        let fill = &mut |dst: &mut [u8]| {
-            // In bounds: the chunk was validated when acquired.
-            if !mem.read(offset, dst) {
-                dst.fill(0);
-            }
-        };
-        self.copy_chunk(producer, target, &header, complete, len, fill);
+        let header = smb.read_chunk(&c, payload);
         // Failing to free it only hurts the producer (the chunk stays
         // BeingRead); the data was copied.
-        if let Some(smb) = self.producers.get(&producer).and_then(|p| p.smb.as_ref()) {
-            let _ = smb.release_chunk_as_free(c);
-        }
+        let _ = smb.release_chunk_as_free(c);
+        Some(header)
     }
 
     /// ACL checks, then into the target buffer.
@@ -120,8 +100,7 @@ impl TracingService {
         target_untrusted: Option<u32>,
         h: &ChunkHeader,
         complete: bool,
-        payload_len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
+        payload: &[u8],
     ) {
         let Some(p) = self.producers.get_mut(&producer) else {
             return;
@@ -141,7 +120,7 @@ impl TracingService {
             self.chunks_discarded += 1;
             return;
         };
-        buf.copy_chunk_untrusted_with(
+        buf.copy_chunk_untrusted(
             producer,
             client,
             h.writer_id,
@@ -149,8 +128,7 @@ impl TracingService {
             h.packet_count,
             h.flags,
             complete,
-            payload_len,
-            fill,
+            payload,
         );
     }
 

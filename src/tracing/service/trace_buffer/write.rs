@@ -45,42 +45,11 @@ impl TraceBuffer {
         chunk_complete: bool,
         payload_untrusted: &[u8],
     ) {
-        self.copy_chunk_untrusted_with(
-            producer_id_trusted,
-            client,
-            writer_id_untrusted,
-            chunk_id_untrusted,
-            num_fragments_untrusted,
-            chunk_flags_untrusted,
-            chunk_complete,
-            payload_untrusted.len(),
-            &mut |dst| dst.copy_from_slice(payload_untrusted),
-        );
-    }
-
-    /// [`copy_chunk_untrusted`](Self::copy_chunk_untrusted) for a payload
-    /// of `payload_len` bytes that `fill` copies straight into the record
-    /// (e.g. from the producer's shared memory, saving a copy). `fill` gets
-    /// exactly `payload_len` bytes to overwrite completely, and is called
-    /// at most once: not at all if the chunk is rejected.
-    #[allow(clippy::too_many_arguments)]
-    pub fn copy_chunk_untrusted_with(
-        &mut self,
-        producer_id_trusted: u16,
-        client: ClientIdentity,
-        writer_id_untrusted: u16,
-        chunk_id_untrusted: u32,
-        num_fragments_untrusted: u16,
-        chunk_flags_untrusted: u8,
-        chunk_complete: bool,
-        payload_len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) {
         if self.read_only {
             return;
         }
         self.index_generation += 1;
-        let record_size = align_up(payload_len + RECORD_HEADER_SIZE);
+        let record_size = align_up(payload_untrusted.len() + RECORD_HEADER_SIZE);
         if record_size > self.max_record_size {
             self.stats.abi_violations += 1;
             return;
@@ -107,7 +76,7 @@ impl TraceBuffer {
         let key = ChunkKey::new(producer_id_trusted, writer_id_untrusted, chunk_id_untrusted);
 
         if self.index.contains_key(&key) {
-            self.recommit(key, header, flags, chunk_complete, payload_len, fill);
+            self.recommit(key, header, flags, chunk_complete, payload_untrusted);
             return;
         }
 
@@ -144,7 +113,7 @@ impl TraceBuffer {
             client,
         );
         self.index.insert(key, meta);
-        self.write_record(self.wptr, &header, payload_len, fill);
+        self.write_record(self.wptr, &header, payload_untrusted);
         self.wptr += record_size;
         if self.wptr >= self.data.len() {
             self.wptr = 0;
@@ -178,8 +147,7 @@ impl TraceBuffer {
         header: RecordHeader,
         flags: u8,
         complete: bool,
-        payload_len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
+        payload: &[u8],
     ) {
         let meta = &self.index[&key];
         let off = meta.record_off as usize;
@@ -217,7 +185,7 @@ impl TraceBuffer {
         meta.num_fragments = header.num_fragments;
         meta.flags = flags;
         meta.complete = complete;
-        self.write_record(off, &header, payload_len, fill);
+        self.write_record(off, &header, payload);
         self.stats.chunks_rewritten += 1;
     }
 
@@ -296,21 +264,14 @@ impl TraceBuffer {
         self.stats.padding_bytes_written += size as u64;
     }
 
-    /// Writes header + payload (`payload_len` bytes from `fill`) at `off`,
-    /// zero-filling the alignment tail.
-    fn write_record(
-        &mut self,
-        off: usize,
-        header: &RecordHeader,
-        payload_len: usize,
-        fill: &mut dyn FnMut(&mut [u8]),
-    ) {
+    /// Writes header + payload at `off`, zero-filling the alignment tail.
+    fn write_record(&mut self, off: usize, header: &RecordHeader, payload: &[u8]) {
         let size = header.size as usize;
         let rec = &mut self.data[off..off + size];
         rec[..RECORD_HEADER_SIZE].copy_from_slice(&header.encode());
         let body = &mut rec[RECORD_HEADER_SIZE..];
-        fill(&mut body[..payload_len]);
-        body[payload_len..].fill(0);
+        body[..payload.len()].copy_from_slice(payload);
+        body[payload.len()..].fill(0);
         self.used_size = self.used_size.max(off + size);
     }
 
