@@ -11,12 +11,14 @@
 //!   if we die while tracing.
 //! * [`sources`]: one small file per data source.
 
+pub mod atrace_runner;
 pub mod backoff;
 pub mod clock;
 pub mod crash_marker;
 pub mod data_source;
 pub mod ftrace_instance;
 pub mod ftrace_mux;
+pub mod ftrace_syscalls;
 pub mod link;
 pub mod producer;
 pub mod sources;
