@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 
 use tracebox::probes::fs_root::FsRoot;
 use tracebox::probes::ps::{
-    write_process_stats_packet, write_process_tree_packet, ProcessStatsPoller, ProcessStatsSettings,
+    write_process_stats_packet, write_process_tree_packet, ProcessStatsPoller,
+    ProcessStatsSettings, ScanSource,
 };
 use tracebox::protozero::VecStream;
 
@@ -56,59 +57,84 @@ fn main() {
     let root = FsRoot::host();
     let mut out = VecStream::with_capacity(1 << 20);
 
-    // Full scan (scan_all_processes_on_start, thread names on), encoded.
-    let settings = ProcessStatsSettings {
-        record_thread_names: true,
-        on_demand_dumps: true,
-        ..Default::default()
-    };
+    // Full scan (scan_all_processes_on_start), encoded, with and without
+    // thread names, through each identity source. Configurations take turns
+    // every iteration so background load hits them alike.
+    let configs = [
+        ("full_scan", true, ScanSource::Auto),
+        ("full_scan_status", true, ScanSource::Status),
+        ("full_scan_pidfd", true, ScanSource::Pidfd),
+        ("full_scan_nonames_status", false, ScanSource::Status),
+        ("full_scan_nonames_pidfd", false, ScanSource::Pidfd),
+    ];
+    let mut totals = [0u64; 5];
+    let mut users = [0u64; 5];
+    let mut used_pidfd = [false; 5];
     let (mut procs, mut threads) = (0, 0);
-    let start = cpu_us(libc::RUSAGE_SELF);
-    let (u0, _) = cpu_split_us(libc::RUSAGE_SELF);
     for _ in 0..iters {
-        let mut p = ProcessStatsPoller::new(settings.clone(), &root, Box::new(boottime_ns));
-        let (tree, _) = p.scan_all();
-        let tree = tree.expect("a process tree");
-        (procs, threads) = (tree.processes.len(), tree.threads.len());
-        out.clear();
-        write_process_tree_packet(&mut out, &tree);
+        for (i, &(_, names, source)) in configs.iter().enumerate() {
+            let settings = ProcessStatsSettings {
+                record_thread_names: names,
+                on_demand_dumps: true,
+                ..Default::default()
+            };
+            let start = cpu_us(libc::RUSAGE_SELF);
+            let (u0, _) = cpu_split_us(libc::RUSAGE_SELF);
+            let mut p = ProcessStatsPoller::new(settings, &root, Box::new(boottime_ns));
+            used_pidfd[i] = p.set_scan_source(source);
+            let (tree, _) = p.scan_all();
+            let tree = tree.expect("a process tree");
+            (procs, threads) = (tree.processes.len(), tree.threads.len());
+            out.clear();
+            write_process_tree_packet(&mut out, &tree);
+            let (u1, _) = cpu_split_us(libc::RUSAGE_SELF);
+            totals[i] += cpu_us(libc::RUSAGE_SELF) - start;
+            users[i] += u1 - u0;
+        }
     }
-    let (u1, _) = cpu_split_us(libc::RUSAGE_SELF);
-    report(
-        "full_scan",
-        procs,
-        threads,
-        cpu_us(libc::RUSAGE_SELF) - start,
-        iters,
-    );
-    report("full_scan_user", procs, threads, u1 - u0, iters);
+    for (i, &(name, _, _)) in configs.iter().enumerate() {
+        let name = if configs[i].2 == ScanSource::Pidfd && !used_pidfd[i] {
+            format!("{name}(unsupported:status)")
+        } else {
+            name.to_string()
+        };
+        report(&name, procs, threads, totals[i], iters);
+        if i == 0 {
+            report("full_scan_user", procs, threads, users[i], iters);
+        }
+    }
 
     // Periodic stats poll, cache TTL of one tick (every value re-emitted),
-    // with runtimes: the worst case per tick.
+    // with runtimes: the worst case per tick. Files kept open between polls
+    // (default) against reopened on every poll, taking turns.
     let settings = ProcessStatsSettings {
         proc_stats_poll_ms: 1000,
         record_process_runtime: true,
         on_demand_dumps: true,
         ..Default::default()
     };
-    let mut p = ProcessStatsPoller::new(settings, &root, Box::new(boottime_ns));
-    let _ = p.poll_stats(); // First tick also describes every process.
-    let start = cpu_us(libc::RUSAGE_SELF);
+    let mut pollers: Vec<ProcessStatsPoller> = (0..2)
+        .map(|_| ProcessStatsPoller::new(settings.clone(), &root, Box::new(boottime_ns)))
+        .collect();
+    pollers[1].set_kept_fds_budget(0);
+    let mut totals = [0u64; 2];
+    for p in &mut pollers {
+        let _ = p.poll_stats(); // First tick also describes every process.
+    }
     for _ in 0..iters {
-        let (stats, _) = p.poll_stats();
-        out.clear();
-        if let Some(stats) = stats {
-            procs = stats.processes.len();
-            write_process_stats_packet(&mut out, &stats);
+        for (i, p) in pollers.iter_mut().enumerate() {
+            let start = cpu_us(libc::RUSAGE_SELF);
+            let (stats, _) = p.poll_stats();
+            out.clear();
+            if let Some(stats) = stats {
+                procs = stats.processes.len();
+                write_process_stats_packet(&mut out, &stats);
+            }
+            totals[i] += cpu_us(libc::RUSAGE_SELF) - start;
         }
     }
-    report(
-        "stats_poll",
-        procs,
-        threads,
-        cpu_us(libc::RUSAGE_SELF) - start,
-        iters,
-    );
+    report("stats_poll", procs, threads, totals[0], iters);
+    report("stats_poll_reopen", procs, threads, totals[1], iters);
 
     if let Some((cmd, rest)) = peer.split_first() {
         let start = cpu_us(libc::RUSAGE_CHILDREN);

@@ -17,7 +17,10 @@
 #     readback_cpu_ratio=.. total_cpu_ratio=.. vmhwm_ratio=.. ours_lost=.. real_lost=..
 # Goals: total_cpu_ratio <= 0.5, vmhwm_ratio <= 1, lost = 0.
 # Env: PACKETS (1000000), THREADS_LIST ("1 2"), BUFFER_KB (131072),
-#      PRODUCER_API (c), OURS_CMD (target/release/tracebox traced).
+#      PRODUCER_API (c), OURS_CMD (target/release/tracebox traced),
+#      INTEROP_BUILD (1; 0 = use the sdk-interop binaries already in
+#      tests/sdk-interop/target/release, e.g. from a worktree whose target
+#      links to another checkout's build).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=../tests/sdk-interop/sh/lib.sh
@@ -30,7 +33,11 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 export PRODUCER_API
 (cd "$REPO" && cargo build --release --quiet)
 : "${OURS_CMD:=$REPO/target/release/tracebox traced}"
-interop_build
+if [ "${INTEROP_BUILD:-1}" = 1 ]; then
+    interop_build
+else
+    : "${PRODUCER_CMD:=$BIN/sdk-producer}" "${CONSUMER_CMD:=$BIN/sdk-consumer}"
+fi
 REAL_CMD="$BIN/real-traced"
 
 # cpu_s PID: user+sys seconds of a live process.

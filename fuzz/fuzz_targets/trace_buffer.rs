@@ -46,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
             _ => {
                 buf.begin_read();
                 while let Some((pkt, _)) = buf.read_next_trace_packet() {
-                    let _ = validate_packet(pkt.slices().iter().copied());
+                    let _ = validate_packet(pkt.slices());
                 }
             }
         }

@@ -170,6 +170,39 @@ impl Conn {
         self.flush().map_err(SendError::Io)
     }
 
+    /// Sends already framed bytes (one or more whole frames, no fd): written
+    /// straight from `bytes` when nothing is queued, and only what the
+    /// socket does not take is copied into the queue. Returns true if
+    /// nothing is left queued (the socket may take more now).
+    pub fn send_framed(&mut self, bytes: &[u8]) -> Result<bool, SendError> {
+        let mut sent = 0;
+        if self.out.is_empty() {
+            while sent < bytes.len() {
+                match self.sock.send(&bytes[sent..], None) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(SendError::Io(e)),
+                }
+            }
+        }
+        let rest = &bytes[sent..];
+        if rest.is_empty() {
+            return Ok(self.out.is_empty());
+        }
+        if self.queued_bytes + rest.len() > self.max_queued {
+            return Err(SendError::QueueFull {
+                queued: self.queued_bytes,
+            });
+        }
+        self.queued_bytes += rest.len();
+        self.out.push_back(OutFrame {
+            bytes: rest.to_vec(),
+            sent: 0,
+            fd: None,
+        });
+        Ok(false)
+    }
+
     /// Writes queued bytes until the queue is empty or the socket is full.
     pub fn flush(&mut self) -> io::Result<()> {
         while let Some(front) = self.out.front_mut() {
@@ -310,6 +343,47 @@ mod tests {
         assert_eq!(got[0].frame.request_id, Some(7));
         assert!(got[0].fd.is_none());
         assert_eq!(rx.frames_discarded(), 1);
+    }
+
+    #[test]
+    fn framed_bytes_are_written_through_and_queued_only_when_full() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (mut tx, mut rx) = (Conn::new(a, 64 << 20), Conn::new(b, 1 << 20));
+        let frames: Vec<Vec<u8>> = (1..=40)
+            .map(|i| encode_frame(&invoke(i)).unwrap())
+            .collect();
+        // Small frames go straight to the socket.
+        assert!(tx.send_framed(&frames[0]).unwrap());
+        assert_eq!(tx.queued_bytes(), 0);
+        // Big writes fill the socket; the rest waits, in order, after any
+        // frame already queued.
+        let big = IPCFrame {
+            data_for_testing: vec![vec![1; 100_000]],
+            ..Default::default()
+        };
+        let big = encode_frame(&big).unwrap();
+        let mut all_written = true;
+        for _ in 0..64 {
+            all_written &= tx.send_framed(&big).unwrap();
+        }
+        assert!(!all_written);
+        assert!(tx.queued_bytes() > 0);
+        tx.send(&invoke(2), None).unwrap();
+        assert!(!tx.send_framed(&frames[2]).unwrap());
+        let mut got = Vec::new();
+        while got.len() < 67 {
+            tx.flush().unwrap();
+            wait_ready(rx.socket().as_fd(), true, false, None).unwrap();
+            rx.read_some(&mut got).unwrap();
+        }
+        let ids: Vec<u64> = got
+            .iter()
+            .map(|r| r.frame.request_id.unwrap_or(0))
+            .collect();
+        assert_eq!(ids[0], 1);
+        assert!(ids[1..65].iter().all(|&i| i == 0));
+        assert_eq!(&ids[65..], &[2, 3]);
+        assert_eq!(tx.queued_bytes(), 0);
     }
 
     #[test]

@@ -60,6 +60,60 @@ pub fn encode_frame(frame: &IPCFrame) -> Result<Vec<u8>, FrameTooLarge> {
     Ok(out)
 }
 
+/// Most bytes [`put_reply_header`] writes in front of a payload.
+pub const REPLY_HEADER_MAX: usize = HEADER_SIZE + 11 + 4 + 2 + 2 + 4;
+
+/// Frames a successful `InvokeMethodReply` in place: `buf[payload_start..]`
+/// holds the serialized reply message; the length prefix, `IPCFrame` and
+/// `InvokeMethodReply` header go into the bytes just before it (at least
+/// [`REPLY_HEADER_MAX`] of them must be free). Returns where the frame
+/// starts: `buf[start..]` is byte for byte what [`encode_frame`] makes of
+/// `IPCFrame { request_id, msg_invoke_method_reply { success: true,
+/// has_more, reply_proto } }`, without copying the payload.
+pub fn put_reply_header(
+    buf: &mut [u8],
+    payload_start: usize,
+    request_id: u64,
+    has_more: bool,
+) -> Result<usize, FrameTooLarge> {
+    use crate::protozero::encode_varint;
+    assert!(payload_start >= REPLY_HEADER_MAX && payload_start <= buf.len());
+    let payload = buf.len() - payload_start;
+    let vlen = |v: u64| encode_varint(v, &mut [0u8; 10]);
+    // success (2 bytes) + has_more (2) + reply_proto tag, length, bytes.
+    let reply = 4 + 1 + vlen(payload as u64) + payload;
+    let frame = 1 + vlen(request_id) + 1 + vlen(reply as u64) + reply;
+    if frame > MAX_PAYLOAD {
+        return Err(FrameTooLarge {
+            len_untrusted: frame as u64,
+        });
+    }
+    let mut h = [0u8; REPLY_HEADER_MAX];
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        h[n..n + bytes.len()].copy_from_slice(bytes);
+        n += bytes.len();
+    };
+    let varint = |v: u64| {
+        let mut tmp = [0u8; 10];
+        let len = encode_varint(v, &mut tmp);
+        (tmp, len)
+    };
+    let (rid, rid_len) = varint(request_id);
+    let (rlen, rlen_len) = varint(reply as u64);
+    let (plen, plen_len) = varint(payload as u64);
+    put(&(frame as u32).to_le_bytes());
+    put(&[0x10]); // request_id = 2
+    put(&rid[..rid_len]);
+    put(&[0x32]); // msg_invoke_method_reply = 6
+    put(&rlen[..rlen_len]);
+    put(&[0x08, 1, 0x10, has_more as u8, 0x1a]); // success, has_more, reply_proto
+    put(&plen[..plen_len]);
+    let start = payload_start - n;
+    buf[start..payload_start].copy_from_slice(&h[..n]);
+    Ok(start)
+}
+
 /// Parses one payload (no length prefix). The bytes are first checked
 /// with [`wire_check`](super::wire_check) (quick-protobuf trusts nested
 /// lengths).
@@ -193,6 +247,38 @@ mod tests {
             out.push(f);
         }
         out
+    }
+
+    #[test]
+    fn in_place_reply_header_matches_the_message_encoder() {
+        use crate::pb::protos::mod_IPCFrame::InvokeMethodReply;
+        for (request_id, has_more, len) in [
+            (1, true, 0),
+            (7, false, 1),
+            (300, true, 127),
+            (u64::MAX, false, 128),
+            (42, true, 16_383),
+            (42, true, 16_384),
+            (5, false, MAX_PAYLOAD - 40),
+        ] {
+            let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let want = encode_frame(&IPCFrame {
+                request_id: Some(request_id),
+                msg: OneOfmsg::msg_invoke_method_reply(InvokeMethodReply {
+                    success: Some(true),
+                    has_more: Some(has_more),
+                    reply_proto: Some(payload.clone()),
+                }),
+                ..Default::default()
+            })
+            .unwrap();
+            let mut buf = vec![0xee; 40];
+            buf.extend(&payload);
+            let start = put_reply_header(&mut buf, 40, request_id, has_more).unwrap();
+            assert_eq!(&buf[start..], &want[..], "len {len}");
+        }
+        let mut big = vec![0u8; 40 + MAX_PAYLOAD];
+        assert!(put_reply_header(&mut big, 40, 1, true).is_err());
     }
 
     #[test]

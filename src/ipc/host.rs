@@ -63,6 +63,8 @@ use crate::pb::protos::IPCFrame;
 use crate::{log_debug, log_info, log_warn};
 
 use super::conn::{Conn, ReadStatus, Received, SendError, DEFAULT_MAX_QUEUED_BYTES};
+use super::frame::put_reply_header;
+pub use super::frame::REPLY_HEADER_MAX;
 pub use super::service::{Call, ClientId, Reply, ReplySink, ReplyTo, ServiceId, Services};
 
 /// Counters for diagnostics and tests.
@@ -194,11 +196,30 @@ impl Host {
     }
 
     /// Bytes queued for `client` and not yet written to its socket (None
-    /// if the client is gone). Lets services stream large replies at the
-    /// pace the client reads.
+    /// if the client is gone or being dropped). Lets services stream large
+    /// replies at the pace the client reads.
     pub fn queued_bytes(&self, client: ClientId) -> Option<usize> {
         let token = self.clients.by_id.get(&client)?;
-        self.clients.by_token.get(token).map(|c| c.conn.queued_bytes())
+        let c = self.clients.by_token.get(token)?;
+        (!c.dead).then(|| c.conn.queued_bytes())
+    }
+
+    /// Sends a successful reply whose message is already serialized at
+    /// `buf[payload_start..]`: the frame header goes into the free bytes in
+    /// front of it (at least [`REPLY_HEADER_MAX`]), so the frame leaves in
+    /// one write without being copied (see [`Conn::send_framed`]). Meant
+    /// for large streamed replies. Returns true if the client can take more
+    /// right away; false if it is gone or was just dropped, or if its
+    /// socket is full (then wait until [`queued_bytes`](Self::queued_bytes)
+    /// is 0). Replies to a `drop_reply` call are discarded.
+    pub fn reply_in_place(
+        &mut self,
+        to: &ReplyTo,
+        buf: &mut [u8],
+        payload_start: usize,
+        has_more: bool,
+    ) -> bool {
+        self.clients.send_in_place(to, buf, payload_start, has_more)
     }
 
     /// Handles readiness of a token this host [`owns`](Self::owns); other
@@ -507,6 +528,56 @@ impl Clients {
             }
             Err(SendError::Io(e)) => {
                 log_debug!("client {}: {e}", client.0);
+                self.kill(token);
+                false
+            }
+        }
+    }
+}
+
+impl Clients {
+    fn send_in_place(
+        &mut self,
+        to: &ReplyTo,
+        buf: &mut [u8],
+        payload_start: usize,
+        has_more: bool,
+    ) -> bool {
+        let Some(&token) = self.by_id.get(&to.client) else {
+            return false;
+        };
+        let Some(c) = self.by_token.get_mut(&token) else {
+            return false;
+        };
+        if c.dead {
+            return false;
+        }
+        if to.drop_reply {
+            return true;
+        }
+        let start = match put_reply_header(buf, payload_start, to.request_id, has_more) {
+            Ok(start) => start,
+            Err(e) => {
+                // As in `send`: the caller learns success=false.
+                crate::log_error!("client {}: reply not sent: {e}", to.client.0);
+                self.reply(to, Reply::fail());
+                return false;
+            }
+        };
+        match c.conn.send_framed(&buf[start..]) {
+            Ok(more) => more,
+            Err(SendError::QueueFull { queued }) => {
+                log_info!(
+                    "client {} (pid {}) is not reading ({queued} bytes queued); dropping it",
+                    to.client.0,
+                    c.cred.pid
+                );
+                self.stats.clients_dropped_slow += 1;
+                self.kill(token);
+                false
+            }
+            Err(e) => {
+                log_debug!("client {}: {e}", to.client.0);
                 self.kill(token);
                 false
             }

@@ -29,6 +29,8 @@ pub struct KInstance {
     pub reader: Option<FtraceReader>,
     /// How many data sources need each event.
     pub event_refs: HashMap<(String, String), usize>,
+    /// The raw_syscalls filter we last wrote (`None`: never touched).
+    pub syscall_filter: Option<String>,
     saved_tracing_on: bool,
     /// Data sources set up / started on this instance.
     pub users: usize,
@@ -98,6 +100,7 @@ impl KInstance {
             clock: "boot".into(),
             reader: None,
             event_refs: HashMap::new(),
+            syscall_filter: None,
             users: 0,
             started: 0,
         })

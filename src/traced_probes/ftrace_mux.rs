@@ -14,11 +14,14 @@ use std::path::PathBuf;
 use std::rc::{Rc, Weak};
 use std::time::Duration;
 
+use super::atrace_runner::{self, AtraceRunner};
 use super::clock::boot_time_ns;
 use super::crash_marker::{self, Touched};
 use super::drain_pace::DrainPace;
 use super::ftrace_instance::KInstance;
+use super::ftrace_syscalls;
 use crate::pb::protos::FtraceConfig;
+use crate::probes::ftrace::atrace::{self, AtraceRequest};
 use crate::probes::ftrace::bundle::{
     write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
 };
@@ -26,15 +29,17 @@ use crate::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
 use crate::probes::ftrace::ksyms::KernelSymbols;
 use crate::probes::ftrace::print_filter::{PrintFilter, PrintMatch, PrintRule};
 use crate::probes::ftrace::stats::{self, Phase, StatsSnapshot};
-use crate::probes::ftrace::syscalls;
+use crate::probes::ftrace::syscalls::SyscallWant;
 use crate::probes::ftrace::translate::KernelAddrs;
-use crate::probes::ftrace::{atrace, CpuStats, Tracefs};
+use crate::probes::ftrace::{CpuStats, Tracefs};
 use crate::protozero::{put_varint, VecStream};
 use crate::tracing::core::trace_writer::TraceWriter;
 
 /// Upstream's default drain period and its valid range.
 const DEFAULT_DRAIN_MS: u32 = 100;
 const MAX_DRAIN_MS: u32 = 60_000;
+/// How long a flush waits (once per source) for its atrace setup result.
+const ATRACE_FLUSH_WAIT: Duration = Duration::from_secs(1);
 
 /// One `linux.ftrace` data source instance.
 struct Source {
@@ -57,6 +62,8 @@ struct Source {
     ksyms: Option<Rc<KernelSymbols>>,
     /// Kernel addresses interned on this source's sequence (all cpus).
     kernel: KernelAddrs,
+    /// What it wants of raw_syscalls (`None`: not enabled).
+    syscalls: Option<SyscallWant>,
 }
 
 /// Bundles are built in memory, then copied into a TraceWriter packet in
@@ -92,6 +99,8 @@ pub struct FtraceMux {
     /// kallsyms, shared by the sources that symbolize while any holds it.
     ksyms: Weak<KernelSymbols>,
     pace: DrainPace,
+    /// Android's atrace (when its binary exists).
+    atrace: AtraceRunner,
 }
 
 impl std::fmt::Debug for FtraceMux {
@@ -112,6 +121,7 @@ impl FtraceMux {
             state_file,
             ksyms: Weak::new(),
             pace: DrainPace::default(),
+            atrace: AtraceRunner::new(atrace_runner::configured_path()),
         }
     }
 
@@ -161,7 +171,11 @@ impl FtraceMux {
 
     /// The (group, name) list a config asks for.
     /// Also returns the atrace categories we do not know.
-    fn wanted_events(inst: &KInstance, cfg: &FtraceConfig) -> (Vec<(String, String)>, Vec<String>) {
+    fn wanted_events(
+        inst: &KInstance,
+        cfg: &FtraceConfig,
+        android: bool,
+    ) -> (Vec<(String, String)>, Vec<String>) {
         let mut out: Vec<(String, String)> = Vec::new();
         let mut push = |g: &str, n: &str| {
             let e = (g.to_string(), n.to_string());
@@ -193,10 +207,14 @@ impl FtraceMux {
         }
         let mut unknown_categories = Vec::new();
         if !cfg.atrace_categories.is_empty() || !cfg.atrace_apps.is_empty() {
-            // Linux has no atrace binary: categories are kernel event sets,
-            // and userspace markers (trace_marker) arrive as ftrace/print.
+            // Categories are kernel event sets, and userspace markers
+            // (trace_marker) arrive as ftrace/print. Only Android also has
+            // an atrace binary to tell (see `setup`).
             static ATRACE_NOTE: std::sync::Once = std::sync::Once::new();
             ATRACE_NOTE.call_once(|| {
+                if android {
+                    return;
+                }
                 crate::log_info!(
                     "atrace is Android-only; recording the categories' kernel events and ftrace/print"
                 );
@@ -223,6 +241,19 @@ impl FtraceMux {
         writer: TraceWriter,
     ) -> Result<(), String> {
         let key = cfg.instance_name.clone().unwrap_or_default();
+        let atrace_req = AtraceRequest {
+            categories: cfg.atrace_categories.clone(),
+            apps: cfg.atrace_apps.clone(),
+            prefer_sdk: cfg.atrace_categories_prefer_sdk.clone(),
+        };
+        let android = atrace_req.wanted() && self.atrace.available();
+        if android && !key.is_empty() {
+            // As upstream: atrace changes global state, not an instance's.
+            return Err(
+                "secondary ftrace instances do not support atrace_categories and atrace_apps"
+                    .into(),
+            );
+        }
         self.open_instance(&key, cfg)?;
         let inst = self.instances.get_mut(&key).expect("opened above");
         inst.users += 1;
@@ -230,31 +261,17 @@ impl FtraceMux {
         filter.print = cfg.print_filter.as_ref().map(print_filter);
         let mut events = Vec::new();
         let mut failed_events = Vec::new();
-        let (mut wanted, mut unknown_events) = Self::wanted_events(inst, cfg);
-        if !cfg.syscall_events.is_empty() {
-            // raw_syscalls with a kernel filter on the wanted numbers. The
-            // filter belongs to the instance: sessions sharing one share it.
-            let (ids, unknown) = syscalls::resolve(&cfg.syscall_events);
-            for n in unknown {
-                crate::log_warn!("ftrace: unknown syscall {n:?} on this arch");
-                failed_events.push(n);
-            }
-            if !ids.is_empty() {
-                let expr = syscalls::filter_expr(&ids);
-                for n in ["sys_enter", "sys_exit"] {
-                    if let Err(e) = inst
-                        .tracefs
-                        .set_event_filter("raw_syscalls", Some(n), &expr)
-                    {
-                        crate::log_warn!("ftrace: cannot filter raw_syscalls/{n}: {e}");
-                    }
-                    let e = ("raw_syscalls".to_string(), n.to_string());
-                    if !wanted.contains(&e) {
-                        wanted.push(e);
-                    }
-                }
-            }
-        }
+        let (mut wanted, mut unknown_events) = Self::wanted_events(inst, cfg, android);
+        let syscall_want =
+            ftrace_syscalls::setup(inst, cfg, &mut wanted, &mut filter, &mut failed_events);
+        ftrace_syscalls::set_kernel_filter(
+            inst,
+            self.sources
+                .values()
+                .filter(|s| s.key == key)
+                .filter_map(|s| s.syscalls.as_ref())
+                .chain(syscall_want.as_ref()),
+        );
         for (g, n) in wanted {
             let id = match inst.table.event_by_name(&g, &n) {
                 Some(t) => Some(t.ftrace_id),
@@ -318,8 +335,12 @@ impl FtraceMux {
                 want_ksyms: cfg.symbolize_ksyms.unwrap_or(false),
                 ksyms: None,
                 kernel: KernelAddrs::default(),
+                syscalls: syscall_want,
             },
         );
+        if android {
+            self.atrace.add(id, atrace_req);
+        }
         Ok(())
     }
 
@@ -368,6 +389,7 @@ impl FtraceMux {
             src.ksyms = Some(k);
         }
         src.stats_before = cpu_stats(&inst.tracefs);
+        crate::log_debug!("ftrace: source {id} started on {:?}", src.key);
         Ok(())
     }
 
@@ -484,8 +506,9 @@ impl FtraceMux {
                 let inst = &self.instances[&src.key];
                 let after = cpu_stats(&inst.tracefs);
                 let before = src.stats_before.clone();
-                write_stats(src, Phase::StartOfTrace, &before);
-                write_stats(src, Phase::EndOfTrace, &after);
+                let atrace_errors = self.atrace.errors(*id, ATRACE_FLUSH_WAIT);
+                write_stats(src, Phase::StartOfTrace, &before, None);
+                write_stats(src, Phase::EndOfTrace, &after, atrace_errors);
             }
             src.writer.flush();
         }
@@ -497,6 +520,7 @@ impl FtraceMux {
         let Some(mut src) = self.sources.remove(&id) else {
             return;
         };
+        self.atrace.remove(id);
         src.writer.flush();
         let key = src.key.clone();
         let Some(inst) = self.instances.get_mut(&key) else {
@@ -519,6 +543,13 @@ impl FtraceMux {
                 let _ = inst.tracefs.set_tracing_on(false);
             }
         }
+        ftrace_syscalls::set_kernel_filter(
+            inst,
+            self.sources
+                .values()
+                .filter(|s| s.key == key)
+                .filter_map(|s| s.syscalls.as_ref()),
+        );
         inst.users -= 1;
         if inst.users == 0 {
             let inst = self.instances.remove(&key).expect("present");
@@ -559,7 +590,12 @@ fn cpu_stats(t: &Tracefs) -> Vec<CpuStats> {
 }
 
 /// One `ftrace_stats` packet; errors and unknown events only at the end.
-fn write_stats(src: &mut Source, phase: Phase, cpu_stats: &[CpuStats]) {
+fn write_stats(
+    src: &mut Source,
+    phase: Phase,
+    cpu_stats: &[CpuStats],
+    atrace_errors: Option<&str>,
+) {
     let end = phase == Phase::EndOfTrace;
     let parse_errors: Vec<_> = src
         .cpus
@@ -571,6 +607,7 @@ fn write_stats(src: &mut Source, phase: Phase, cpu_stats: &[CpuStats]) {
         cpu_stats,
         unknown_ftrace_events: if end { &src.unknown_events } else { none },
         failed_ftrace_events: if end { &src.failed_events } else { none },
+        atrace_errors,
         preserve_ftrace_buffer: src.preserve,
         parse_errors: if end { &parse_errors } else { &[] },
         kernel_symbols: src

@@ -11,6 +11,7 @@
 //!   if we die while tracing.
 //! * [`sources`]: one small file per data source.
 
+pub mod atrace_runner;
 pub mod backoff;
 pub mod clock;
 pub mod crash_marker;
@@ -18,6 +19,7 @@ pub mod data_source;
 pub mod drain_pace;
 pub mod ftrace_instance;
 pub mod ftrace_mux;
+pub mod ftrace_syscalls;
 pub mod link;
 pub mod producer;
 pub mod sources;

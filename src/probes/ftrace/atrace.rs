@@ -1,11 +1,15 @@
-//! atrace categories as ftrace event sets.
+//! atrace categories as ftrace event sets, and what to tell Android's
+//! atrace binary.
 //!
-//! On Linux there is no atrace binary: a category such as `sched` or
-//! `freq` simply turns on the kernel events Android's atrace would, and
-//! userspace annotations arrive as `ftrace/print` events (writes to
-//! `trace_marker`, e.g. `B|pid|name` / `E|pid`), which any atrace
-//! category or app enables. The category table is data:
-//! `atrace_categories.txt`.
+//! A category such as `sched` or `freq` turns on the kernel events
+//! Android's atrace would, and userspace annotations arrive as
+//! `ftrace/print` events (writes to `trace_marker`, e.g. `B|pid|name` /
+//! `E|pid`), which any atrace category or app enables. The category table
+//! is data: `atrace_categories.txt`. On Android the atrace binary is also
+//! told the union of every session's categories and apps
+//! ([`AtraceMux`]); on Linux there is none.
+
+use std::collections::BTreeMap;
 
 const TABLE: &str = include_str!("atrace_categories.txt");
 
@@ -83,6 +87,161 @@ pub fn expand(
         }
     }
     (events, unknown)
+}
+
+/// One data source's atrace request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AtraceRequest {
+    pub categories: Vec<String>,
+    pub apps: Vec<String>,
+    /// `atrace_categories_prefer_sdk`.
+    pub prefer_sdk: Vec<String>,
+}
+
+impl AtraceRequest {
+    /// Whether atrace is involved at all (any category or app).
+    pub fn wanted(&self) -> bool {
+        !self.categories.is_empty() || !self.apps.is_empty()
+    }
+}
+
+/// The sorted, duplicate-free union of `a` and `b`.
+fn union(a: &[String], b: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = a.iter().chain(b).cloned().collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The sorted members of `a` that are in `b`.
+fn intersect(a: &[String], b: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = a.iter().filter(|x| b.contains(x)).cloned().collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The sorted members of `a` that are not in `b`.
+fn subtract(a: &[String], b: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = a.iter().filter(|x| !b.contains(x)).cloned().collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// `atrace` arguments (after argv[0]) turning userspace tracing on for
+/// `categories` and `apps`. We assume an atrace of Android P or later,
+/// which knows `--only_userspace` (kernel events are ours to enable).
+pub fn start_args(categories: &[String], apps: &[String]) -> Vec<String> {
+    let mut a = vec!["--async_start".to_string(), "--only_userspace".to_string()];
+    a.extend(categories.iter().cloned());
+    if !apps.is_empty() {
+        a.push("-a".to_string());
+        a.push(apps.join(","));
+    }
+    a
+}
+
+/// `atrace` arguments turning userspace tracing off.
+pub fn stop_args() -> Vec<String> {
+    vec!["--async_stop".to_string(), "--only_userspace".to_string()]
+}
+
+/// `atrace` arguments naming the categories the SDK should serve.
+pub fn prefer_sdk_args(categories: &[String]) -> Vec<String> {
+    let mut a = vec!["--prefer_sdk".to_string()];
+    a.extend(categories.iter().cloned());
+    a
+}
+
+/// What a data source asked for, as remembered until it is removed.
+#[derive(Debug, Clone)]
+struct Active {
+    categories: Vec<String>,
+    apps: Vec<String>,
+    /// Its categories not in `prefer_sdk`: opting out wins when merging.
+    sdk_optout: Vec<String>,
+}
+
+/// The atrace state shared by all sessions (upstream's muxer rules):
+/// atrace is told the union of what the active sessions want; the state
+/// changes only when a command succeeds, so a bad request does not poison
+/// it. Commands are handed to a runner (argv after argv[0] → success).
+#[derive(Debug, Default)]
+pub struct AtraceMux {
+    active: BTreeMap<u64, Active>,
+    on: bool,
+    categories: Vec<String>,
+    apps: Vec<String>,
+    prefer_sdk: Vec<String>,
+}
+
+impl AtraceMux {
+    /// Data source `id` starts wanting `req`.
+    pub fn add(&mut self, id: u64, req: &AtraceRequest, run: &mut dyn FnMut(&[String]) -> bool) {
+        let categories = union(&req.categories, &self.categories);
+        let apps = union(&req.apps, &self.apps);
+        let optout = union(
+            &subtract(&self.categories, &self.prefer_sdk),
+            &subtract(&req.categories, &req.prefer_sdk),
+        );
+        let prefer_sdk = subtract(&categories, &optout);
+        if prefer_sdk != self.prefer_sdk && run(&prefer_sdk_args(&prefer_sdk)) {
+            self.prefer_sdk = prefer_sdk;
+        }
+        let grows = categories.len() != self.categories.len() || apps.len() != self.apps.len();
+        if (!self.on || grows) && run(&start_args(&categories, &apps)) {
+            self.categories = categories;
+            self.apps = apps;
+            self.on = true;
+        }
+        self.active.insert(
+            id,
+            Active {
+                categories: req.categories.clone(),
+                apps: req.apps.clone(),
+                sdk_optout: subtract(&req.categories, &req.prefer_sdk),
+            },
+        );
+    }
+
+    /// Data source `id` is gone: atrace narrows to what the others still
+    /// want (of what it really has on), or stops when nothing is left.
+    pub fn remove(&mut self, id: u64, run: &mut dyn FnMut(&[String]) -> bool) {
+        if self.active.remove(&id).is_none() {
+            return;
+        }
+        let (mut categories, mut apps, mut optout) = (Vec::new(), Vec::new(), Vec::new());
+        for a in self.active.values() {
+            categories = union(&categories, &a.categories);
+            apps = union(&apps, &a.apps);
+            optout = union(&optout, &a.sdk_optout);
+        }
+        let prefer_sdk = subtract(&categories, &optout);
+        let categories = intersect(&self.categories, &categories);
+        let apps = intersect(&self.apps, &apps);
+        let shrinks = categories.len() != self.categories.len() || apps.len() != self.apps.len();
+        if self.on {
+            if categories.is_empty() && apps.is_empty() {
+                if run(&stop_args()) {
+                    self.categories.clear();
+                    self.apps.clear();
+                    self.on = false;
+                }
+            } else if shrinks && run(&start_args(&categories, &apps)) {
+                self.categories = categories;
+                self.apps = apps;
+            }
+        }
+        if prefer_sdk != self.prefer_sdk && run(&prefer_sdk_args(&prefer_sdk)) {
+            self.prefer_sdk = prefer_sdk;
+        }
+    }
+
+    /// Whether atrace is on (as far as we know).
+    pub fn is_on(&self) -> bool {
+        self.on
+    }
 }
 
 #[cfg(test)]
@@ -171,5 +330,106 @@ mod tests {
             category_events("idle", &k).unwrap(),
             avail(&["power/cpu_idle"])
         );
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn req(categories: &[&str], apps: &[&str]) -> AtraceRequest {
+        AtraceRequest {
+            categories: strings(categories),
+            apps: strings(apps),
+            prefer_sdk: vec![],
+        }
+    }
+
+    /// Runs `f` against a runner that records each argv and answers `ok`.
+    fn recorded(
+        mux: &mut AtraceMux,
+        ok: bool,
+        f: impl FnOnce(&mut AtraceMux, &mut dyn FnMut(&[String]) -> bool),
+    ) -> Vec<String> {
+        let mut calls = Vec::new();
+        let mut run = |a: &[String]| {
+            calls.push(a.join(" "));
+            ok
+        };
+        f(mux, &mut run);
+        calls
+    }
+
+    #[test]
+    fn sessions_share_the_union() {
+        let mut m = AtraceMux::default();
+        let c = recorded(&mut m, true, |m, r| {
+            m.add(1, &req(&["view", "gfx"], &["com.b", "com.a"]), r)
+        });
+        assert_eq!(
+            c,
+            ["--async_start --only_userspace gfx view -a com.a,com.b"]
+        );
+        // A subset changes nothing.
+        let c = recorded(&mut m, true, |m, r| m.add(2, &req(&["gfx"], &["com.a"]), r));
+        assert!(c.is_empty(), "{c:?}");
+        let c = recorded(&mut m, true, |m, r| m.add(3, &req(&["am"], &["com.c"]), r));
+        assert_eq!(
+            c,
+            ["--async_start --only_userspace am gfx view -a com.a,com.b,com.c"]
+        );
+        // Removing 1 drops only what nobody else wants.
+        let c = recorded(&mut m, true, |m, r| m.remove(1, r));
+        assert_eq!(c, ["--async_start --only_userspace am gfx -a com.a,com.c"]);
+        let c = recorded(&mut m, true, |m, r| m.remove(3, r));
+        assert_eq!(c, ["--async_start --only_userspace gfx -a com.a"]);
+        let c = recorded(&mut m, true, |m, r| m.remove(2, r));
+        assert_eq!(c, ["--async_stop --only_userspace"]);
+        assert!(!m.is_on());
+        // Unknown ids are ignored.
+        assert!(recorded(&mut m, true, |m, r| m.remove(9, r)).is_empty());
+    }
+
+    #[test]
+    fn failures_do_not_poison_the_state() {
+        let mut m = AtraceMux::default();
+        let c = recorded(&mut m, false, |m, r| m.add(1, &req(&["bogus"], &[]), r));
+        assert_eq!(c, ["--async_start --only_userspace bogus"]);
+        assert!(!m.is_on());
+        // Still off: the next session retries with the union of what is on
+        // (nothing) and its own request.
+        let c = recorded(&mut m, true, |m, r| m.add(2, &req(&["gfx"], &[]), r));
+        assert_eq!(c, ["--async_start --only_userspace gfx"]);
+        // Removing 1 (which never got on) changes nothing; removing 2 stops.
+        assert!(recorded(&mut m, true, |m, r| m.remove(1, r)).is_empty());
+        let c = recorded(&mut m, true, |m, r| m.remove(2, r));
+        assert_eq!(c, ["--async_stop --only_userspace"]);
+        // A failed stop leaves atrace on.
+        let c = recorded(&mut m, true, |m, r| m.add(3, &req(&[], &["com.x"]), r));
+        assert_eq!(c, ["--async_start --only_userspace -a com.x"]);
+        let c = recorded(&mut m, false, |m, r| m.remove(3, r));
+        assert_eq!(c, ["--async_stop --only_userspace"]);
+        assert!(m.is_on());
+    }
+
+    #[test]
+    fn prefer_sdk_is_merged_with_opt_outs_winning() {
+        let mut m = AtraceMux::default();
+        let mut r1 = req(&["gfx", "view"], &[]);
+        r1.prefer_sdk = strings(&["gfx", "view"]);
+        let c = recorded(&mut m, true, |m, r| m.add(1, &r1, r));
+        assert_eq!(
+            c,
+            [
+                "--prefer_sdk gfx view",
+                "--async_start --only_userspace gfx view"
+            ]
+        );
+        // Session 2 wants view without the SDK: view leaves prefer_sdk.
+        let c = recorded(&mut m, true, |m, r| m.add(2, &req(&["view"], &[]), r));
+        assert_eq!(c, ["--prefer_sdk gfx"]);
+        let c = recorded(&mut m, true, |m, r| m.remove(2, r));
+        assert_eq!(c, ["--prefer_sdk gfx view"]);
+        let c = recorded(&mut m, true, |m, r| m.remove(1, r));
+        assert_eq!(c, ["--async_stop --only_userspace", "--prefer_sdk"]);
     }
 }

@@ -54,6 +54,8 @@ pub struct EventFilter {
     bits: Vec<u64>,
     /// `print_filter`: which ftrace/print messages to keep.
     pub print: Option<PrintFilter>,
+    /// `syscall_events`: which raw_syscalls records to keep.
+    pub syscalls: Option<super::syscalls::SyscallFilter>,
 }
 
 impl EventFilter {
@@ -242,6 +244,11 @@ impl<W: PacketWriter> PageSink for Bundler<'_, W> {
     fn on_event(&mut self, ts: u64, id: u16, rec: &[u8]) -> Result<(), ParseError> {
         if !self.ctx.filter.is_enabled(id as u32) {
             return Ok(());
+        }
+        if let Some(sf) = &self.ctx.filter.syscalls {
+            if !sf.allows(id as u32, rec) {
+                return Ok(());
+            }
         }
         self.write_event(ts, id as u32, rec)?;
         self.state.bundle_end_timestamp = ts;

@@ -1,6 +1,10 @@
-//! `syscall_events`: syscall names to this build's arch numbers, and the
-//! kernel filter that keeps only those on raw_syscalls/sys_{enter,exit}.
+//! `syscall_events`: syscall names to this build's arch numbers, the
+//! kernel filter on raw_syscalls/sys_{enter,exit} (the union of what every
+//! session of a tracefs instance wants) and the per-session filter that
+//! gives each session only its own syscalls back.
 //! The table holds the common syscalls only; other names are unknown.
+
+use super::translate::{read_int, TranslationTable};
 
 #[cfg(target_arch = "x86_64")]
 #[rustfmt::skip]
@@ -85,6 +89,104 @@ pub fn filter_expr(ids: &[u32]) -> String {
         .join(" || ")
 }
 
+/// What one data source wants of raw_syscalls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyscallWant {
+    /// raw_syscalls enabled without `syscall_events`: every syscall.
+    All,
+    /// Only these numbers (sorted, unique, never empty).
+    Only(Vec<u32>),
+}
+
+/// The kernel filter for all sessions of one instance: `"0"` (no filter)
+/// if any wants every syscall, else `id == a || id == b ...` over the
+/// union. `None` when no session wants raw_syscalls at all.
+pub fn kernel_filter<'a>(wants: impl IntoIterator<Item = &'a SyscallWant>) -> Option<String> {
+    let mut union: Vec<u32> = Vec::new();
+    let mut any = false;
+    for w in wants {
+        any = true;
+        match w {
+            SyscallWant::All => return Some("0".to_string()),
+            SyscallWant::Only(ids) => union.extend_from_slice(ids),
+        }
+    }
+    if !any {
+        return None;
+    }
+    union.sort_unstable();
+    union.dedup();
+    Some(if union.is_empty() {
+        "0".to_string()
+    } else {
+        filter_expr(&union)
+    })
+}
+
+/// Where the `id` field of one raw_syscalls event sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IdField {
+    ftrace_id: u32,
+    offset: u16,
+    size: u16,
+}
+
+/// Per-session filter: raw_syscalls records whose `id` is not one of the
+/// session's go; every other event passes. Needed because the kernel
+/// filter is the union over sessions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyscallFilter {
+    events: Vec<IdField>,
+    /// Bitmap over syscall numbers.
+    bits: Vec<u64>,
+}
+
+impl SyscallFilter {
+    /// For `ids` on sys_enter and sys_exit as `table` knows them.
+    pub fn new(table: &TranslationTable, ids: &[u32]) -> SyscallFilter {
+        let mut f = SyscallFilter::default();
+        for name in ["sys_enter", "sys_exit"] {
+            let Some(ev) = table.event_by_name("raw_syscalls", name) else {
+                continue;
+            };
+            if let Some(field) = ev.format.field("id") {
+                f.events.push(IdField {
+                    ftrace_id: ev.ftrace_id,
+                    offset: field.offset,
+                    size: field.size,
+                });
+            }
+        }
+        for &id in ids {
+            let (w, b) = (id as usize / 64, id % 64);
+            if f.bits.len() <= w {
+                f.bits.resize(w + 1, 0);
+            }
+            f.bits[w] |= 1 << b;
+        }
+        f
+    }
+
+    fn has(&self, id: i64) -> bool {
+        usize::try_from(id).is_ok_and(|i| {
+            self.bits
+                .get(i / 64)
+                .is_some_and(|w| w & (1 << (i % 64)) != 0)
+        })
+    }
+
+    /// Whether the record of event `ftrace_id` is kept. A raw_syscalls
+    /// record too short to hold its id is dropped.
+    pub fn allows(&self, ftrace_id: u32, record: &[u8]) -> bool {
+        match self.events.iter().find(|e| e.ftrace_id == ftrace_id) {
+            None => true,
+            Some(e) => {
+                read_int(record, e.offset as usize, e.size as usize).is_some_and(|id| self.has(id))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +205,50 @@ mod tests {
         assert_eq!(ids, [56, 172]);
         assert_eq!(filter_expr(&[39, 257]), "id == 39 || id == 257");
         assert_eq!(filter_expr(&[]), "");
+    }
+
+    #[test]
+    fn kernel_filter_is_the_union() {
+        use SyscallWant::*;
+        assert_eq!(kernel_filter(&[]), None);
+        assert_eq!(
+            kernel_filter(&[Only(vec![39]), Only(vec![1, 39])]).unwrap(),
+            "id == 1 || id == 39"
+        );
+        // One session wanting everything lifts the filter for all.
+        assert_eq!(kernel_filter(&[Only(vec![39]), All]).unwrap(), "0");
+        assert_eq!(kernel_filter(&[Only(vec![])]).unwrap(), "0");
+    }
+
+    const ENTER: &str = "name: sys_enter\nID: 21\nformat:\n\
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
+\tfield:long id;\toffset:8;\tsize:8;\tsigned:1;\n\
+\tfield:unsigned long args[6];\toffset:16;\tsize:48;\tsigned:0;\n\n\
+print fmt: \"NR %ld\", REC->id\n";
+
+    fn record(id: i64, len: usize) -> Vec<u8> {
+        let mut r = vec![0u8; len];
+        r[8..16].copy_from_slice(&id.to_le_bytes());
+        r
+    }
+
+    #[test]
+    fn session_filter_keeps_its_own_ids() {
+        let table = TranslationTable::build(&|g, n| {
+            (g == "raw_syscalls" && n == "sys_enter").then(|| ENTER.to_string())
+        });
+        let ev = table.event_by_name("raw_syscalls", "sys_enter").unwrap();
+        let id = ev.ftrace_id;
+        let f = SyscallFilter::new(&table, &[39, 257]);
+        assert!(f.allows(id, &record(39, 64)));
+        assert!(f.allows(id, &record(257, 64)));
+        assert!(!f.allows(id, &record(1, 64)));
+        assert!(!f.allows(id, &record(-1, 64)));
+        assert!(!f.allows(id, &record(100_000, 64)));
+        // Truncated record: dropped, no panic.
+        assert!(!f.allows(id, &record(39, 64)[..12]));
+        // Other events pass untouched.
+        assert!(f.allows(id + 1, &[]));
     }
 }

@@ -7,8 +7,10 @@
 //! * [`encode`]: writes the resulting packets into a protozero stream.
 
 pub mod encode;
+mod kept;
 pub mod model;
 pub mod parse;
+mod pidfd_scan;
 pub mod poller;
 pub mod procfs;
 mod stats;
@@ -18,5 +20,5 @@ pub use encode::{write_process_stats_packet, write_process_tree_packet};
 pub use model::{ProcStatsSample, ProcessStatsPacket, ProcessTreePacket, TreeProcess, TreeThread};
 pub use poller::{
     cache_ttl_ticks, clamp_poll_ms, next_poll_delay_ms, Clock, ProcessStatsPoller,
-    ProcessStatsSettings, MIN_POLL_MS,
+    ProcessStatsSettings, ScanSource, MIN_POLL_MS,
 };

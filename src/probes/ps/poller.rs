@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::model::{ProcessStatsPacket, ProcessTreePacket};
 use super::procfs::ProcFs;
+use crate::base::pidfd::pid_info_supported;
 use crate::probes::fs_root::{ns_per_clock_tick, FsRoot, ReadErrors};
 
 /// Smallest accepted `proc_stats_poll_ms` (upstream raises lower values).
@@ -63,6 +64,21 @@ pub(super) struct CachedStats {
     pub seen_fds: HashSet<u64>,
 }
 
+/// Where a full scan takes each process's identity (ppid, uid, threads,
+/// pid namespace) from.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum ScanSource {
+    /// A pidfd plus small /proc lookups when the kernel supports
+    /// `PIDFD_GET_INFO` and the main thread's name is not needed (then the
+    /// extra `comm` read makes `status` cheaper); `status` otherwise.
+    #[default]
+    Auto,
+    /// Always `/proc/<pid>/status` (every kernel, fixture roots).
+    Status,
+    /// The pidfd path whenever the kernel supports it, names or not.
+    Pidfd,
+}
+
 /// Clock returning BOOTTIME nanoseconds (injected for tests).
 pub type Clock = Box<dyn FnMut() -> u64 + Send>;
 
@@ -81,6 +97,10 @@ pub struct ProcessStatsPoller {
     pub(super) cache_ticks: u32,
     pub(super) ttl_ticks: u32,
     pub(super) pending_cleared_flag: bool,
+    pub(super) scan_source: ScanSource,
+    /// Our pid namespace, when pidfd info works on this kernel and the
+    /// root is the live /proc of that namespace (never for fixtures).
+    pub(super) own_pid_ns: Option<u64>,
 }
 
 impl std::fmt::Debug for ProcessStatsPoller {
@@ -101,9 +121,15 @@ impl ProcessStatsPoller {
             settings.proc_stats_poll_ms,
             settings.proc_stats_cache_ttl_ms,
         );
+        let mut procfs = ProcFs::new(root);
+        let own_pid_ns = if procfs.is_own_live_proc() && pid_info_supported() {
+            procfs.pid_ns(std::process::id() as i32)
+        } else {
+            None
+        };
         Self {
             settings,
-            procfs: ProcFs::new(root),
+            procfs,
             clock,
             ns_per_tick: ns_per_clock_tick(),
             seen: HashMap::new(),
@@ -112,7 +138,29 @@ impl ProcessStatsPoller {
             cache_ticks: 0,
             ttl_ticks,
             pending_cleared_flag: false,
+            scan_source: ScanSource::Auto,
+            own_pid_ns,
         }
+    }
+
+    /// Chooses where full scans read process identity from (tests and
+    /// benchmarks compare the two paths). Returns whether full scans will
+    /// now use pidfds.
+    pub fn set_scan_source(&mut self, source: ScanSource) -> bool {
+        self.scan_source = source;
+        self.uses_pidfd_scan()
+    }
+
+    /// Whether [`Self::scan_all`] takes the pidfd path.
+    pub fn uses_pidfd_scan(&self) -> bool {
+        let names_needed =
+            self.settings.record_thread_names && !self.settings.skip_main_thread_message;
+        self.own_pid_ns.is_some()
+            && match self.scan_source {
+                ScanSource::Auto => !names_needed,
+                ScanSource::Status => false,
+                ScanSource::Pidfd => true,
+            }
     }
 
     /// Overrides USER_HZ (fixtures are written for a known tick length).
@@ -137,6 +185,17 @@ impl ProcessStatsPoller {
     /// Tasks that exited while being scanned (normal; not an error).
     pub fn vanished(&self) -> u64 {
         self.procfs.vanished
+    }
+
+    /// /proc files held open between stats polls.
+    pub fn kept_fds(&self) -> usize {
+        self.procfs.kept_fds()
+    }
+
+    /// Caps the fds kept open between stats polls (0: reopen every file on
+    /// every poll). Closes those held now.
+    pub fn set_kept_fds_budget(&mut self, budget: usize) {
+        self.procfs.set_kept_budget(budget);
     }
 
     /// Whether `tid` has been described in a process tree this session.

@@ -26,7 +26,9 @@ impl ProcessStatsPoller {
             ..Default::default()
         };
         let mut sampled = Vec::new();
-        for pid in self.procfs.list_pids() {
+        let pids = self.procfs.list_pids();
+        self.procfs.retain_kept(&pids);
+        for pid in pids {
             let mut sample = ProcStatsSample {
                 pid,
                 ..Default::default()
@@ -54,7 +56,7 @@ impl ProcessStatsPoller {
             let ns_per_tick = self.ns_per_tick;
             let times = self
                 .procfs
-                .read(pid, "stat")
+                .read_kept(pid, "stat")
                 .map(|b| parse_stat_times(b, ns_per_tick));
             match times {
                 Some(Some(t)) => {
@@ -71,7 +73,7 @@ impl ProcessStatsPoller {
         if self.skip_mem.contains(&pid) {
             return sampled;
         }
-        let Some(status) = self.procfs.read(pid, "status").map(parse_status) else {
+        let Some(status) = self.procfs.read_kept(pid, "status").map(parse_status) else {
             return sampled;
         };
         if self.settings.record_process_dmabuf_rss {
@@ -84,6 +86,7 @@ impl ProcessStatsPoller {
         if !status.mem.has_counters() {
             // A kernel thread: no memory counters now or ever.
             self.skip_mem.insert(pid);
+            self.procfs.forget_kept(pid, "status");
             return sampled;
         }
         let smaps = if self.settings.scan_smaps_rollup {
@@ -93,7 +96,10 @@ impl ProcessStatsPoller {
         } else {
             None
         };
-        let oom = self.procfs.read(pid, "oom_score_adj").and_then(leading_i64);
+        let oom = self
+            .procfs
+            .read_kept(pid, "oom_score_adj")
+            .and_then(leading_i64);
 
         let c = self.cache.entry(pid).or_default();
         let m = &status.mem;

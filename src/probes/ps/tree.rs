@@ -36,7 +36,11 @@ impl ProcessStatsPoller {
     ) {
         let mut tree = self.new_tree();
         let pids = self.procfs.list_pids();
+        let pidfd = self.uses_pidfd_scan();
         for &pid in &pids {
+            if pidfd && self.write_process_from_pidfd(&mut tree, pid) {
+                continue;
+            }
             let Some(status) = self.read_status(pid) else {
                 continue;
             };
@@ -51,37 +55,7 @@ impl ProcessStatsPoller {
                 // a thread born right now is caught by on-demand scans).
                 continue;
             }
-            for tid in self.procfs.list_tids(pid) {
-                if tid == pid {
-                    continue;
-                }
-                if namespaced {
-                    // Namespaced thread ids are only in the thread's status.
-                    if let Some(st) = self.read_status(tid) {
-                        self.write_detailed_thread(&mut tree, tid, pid, &st);
-                    }
-                } else if self.settings.record_thread_names {
-                    // comm is far cheaper for the kernel to produce than
-                    // status and holds the same name.
-                    let name = self.procfs.read_task_comm(pid, tid);
-                    if name.is_some() {
-                        tree.threads.push(TreeThread {
-                            tid,
-                            tgid: pid,
-                            name,
-                            ..Default::default()
-                        });
-                        self.seen.insert(tid, pid);
-                    }
-                } else {
-                    tree.threads.push(TreeThread {
-                        tid,
-                        tgid: pid,
-                        ..Default::default()
-                    });
-                    self.seen.insert(tid, pid);
-                }
-            }
+            self.write_threads(&mut tree, pid, namespaced);
         }
         let tree = self.finish_tree(tree);
         let fds = if self.settings.resolve_process_fds {
@@ -90,6 +64,46 @@ impl ProcessStatsPoller {
             None
         };
         (tree, fds)
+    }
+
+    /// Adds the threads of process `pid` other than its main thread.
+    pub(super) fn write_threads(
+        &mut self,
+        tree: &mut ProcessTreePacket,
+        pid: i32,
+        namespaced: bool,
+    ) {
+        for tid in self.procfs.list_tids(pid) {
+            if tid == pid {
+                continue;
+            }
+            if namespaced {
+                // Namespaced thread ids are only in the thread's status.
+                if let Some(st) = self.read_status(tid) {
+                    self.write_detailed_thread(tree, tid, pid, &st);
+                }
+            } else if self.settings.record_thread_names {
+                // comm is far cheaper for the kernel to produce than
+                // status and holds the same name.
+                let name = self.procfs.read_task_comm(pid, tid);
+                if name.is_some() {
+                    tree.threads.push(TreeThread {
+                        tid,
+                        tgid: pid,
+                        name,
+                        ..Default::default()
+                    });
+                    self.seen.insert(tid, pid);
+                }
+            } else {
+                tree.threads.push(TreeThread {
+                    tid,
+                    tgid: pid,
+                    ..Default::default()
+                });
+                self.seen.insert(tid, pid);
+            }
+        }
     }
 
     /// Describes each pid (process or thread) not described yet.
@@ -164,13 +178,7 @@ impl ProcessStatsPoller {
             p.cmdline_is_comm = true;
         }
         if self.settings.record_process_age {
-            let ns_per_tick = self.ns_per_tick;
-            if let Some(buf) = self.procfs.read(pid, "stat") {
-                match parse_stat_times(buf, ns_per_tick) {
-                    Some(t) => p.start_from_boot_ns = Some(t.start_from_boot_ns),
-                    None => self.procfs.errors.malformed += 1,
-                }
-            }
+            p.start_from_boot_ns = self.read_start_time(pid);
         }
         let namespaced = !p.nspid.is_empty();
         tree.processes.push(p);
@@ -179,6 +187,17 @@ impl ProcessStatsPoller {
         }
         self.seen.insert(pid, pid);
         namespaced
+    }
+
+    /// Start time of `pid` since boot (`record_process_age`).
+    pub(super) fn read_start_time(&mut self, pid: i32) -> Option<u64> {
+        let ns_per_tick = self.ns_per_tick;
+        let buf = self.procfs.read(pid, "stat")?;
+        let times = parse_stat_times(buf, ns_per_tick);
+        if times.is_none() {
+            self.procfs.errors.malformed += 1;
+        }
+        times.map(|t| t.start_from_boot_ns)
     }
 
     fn write_detailed_thread(

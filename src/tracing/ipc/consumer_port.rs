@@ -13,7 +13,7 @@ use crate::protozero::{put_bytes, put_str, put_varint, VecStream};
 use crate::tracing::service::raw_proto::{decode_message, FieldIter};
 use crate::tracing::service::CloneSelector;
 
-use super::traced_state::{ConsumerConn, TracedState};
+use super::traced_state::{ConsumerConn, PendingRead, TracedState};
 
 /// Largest `service_state` chunk per QueryServiceState reply.
 const STATE_CHUNK: usize = 64 * 1024;
@@ -91,7 +91,7 @@ impl Services for ConsumerPort<'_> {
             "DisableTracing" => unit(st.core.disable_tracing(now, cid)),
             // Streamed by TracedState::pump_reads as the consumer reads.
             "ReadBuffers" => {
-                st.pending_reads.push((client, cid, to));
+                st.pending_reads.push(PendingRead::new(client, cid, to));
                 return;
             }
             "FreeBuffers" => unit(st.core.free_buffers(now, cid)),

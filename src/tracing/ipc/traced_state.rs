@@ -7,11 +7,11 @@ use std::fs::File;
 use std::io::Write;
 
 use crate::base::shm::Shm;
-use crate::ipc::host::{ClientId, Host, Reply, ReplySink, ReplyTo};
+use crate::ipc::host::{ClientId, Host, Reply, ReplySink, ReplyTo, REPLY_HEADER_MAX};
 use crate::log_warn;
 use crate::protozero::{put_bytes, put_str, put_varint, VecStream};
 use crate::tracing::service::types::*;
-use crate::tracing::service::TracingService;
+use crate::tracing::service::{FrameSink, FrameWriter, TracingService, FRAME_HEAD_ROOM};
 
 use super::env::{boot_time_ns, RealEnv, SmbTable};
 
@@ -47,13 +47,48 @@ pub struct TracedState {
     next_token: RequestToken,
     pub files: BTreeMap<SessionId, File>,
     /// ReadBuffers streams in progress, fed as the consumer drains them.
-    pub pending_reads: Vec<(ClientId, ConsumerId, ReplyTo)>,
+    pub pending_reads: Vec<PendingRead>,
 }
 
-/// Stream more of a ReadBuffers only while less than this is queued.
-const READ_QUEUE_LOW_WATER: usize = 2 << 20;
-/// Packet bytes read per ReadBuffers step.
+/// A ReadBuffers being streamed to a consumer.
+#[derive(Debug)]
+pub struct PendingRead {
+    pub client: ClientId,
+    pub consumer: ConsumerId,
+    pub to: ReplyTo,
+    /// The response being filled (kept across pauses).
+    pub writer: FrameWriter,
+}
+
+impl PendingRead {
+    pub fn new(client: ClientId, consumer: ConsumerId, to: ReplyTo) -> Self {
+        PendingRead {
+            client,
+            consumer,
+            to,
+            writer: FrameWriter::new(),
+        }
+    }
+}
+
+/// Packet bytes read per ReadBuffers step before the event loop gets a
+/// turn (the step also ends as soon as the consumer's socket is full).
 const READ_STEP_BYTES: usize = 1 << 20;
+
+const _: () = assert!(FRAME_HEAD_ROOM >= REPLY_HEADER_MAX);
+
+/// Sends each response as it is completed, framed in place.
+struct ToHost<'a> {
+    host: &'a mut Host,
+    to: ReplyTo,
+}
+
+impl FrameSink for ToHost<'_> {
+    fn frame(&mut self, buf: &mut [u8], has_more: bool) -> bool {
+        self.host
+            .reply_in_place(&self.to, buf, FRAME_HEAD_ROOM, has_more)
+    }
+}
 
 impl TracedState {
     pub fn new(service_uid: u32) -> TracedState {
@@ -183,45 +218,39 @@ impl TracedState {
         }
     }
 
-    /// Feeds pending ReadBuffers streams while the consumers keep up.
+    /// Feeds pending ReadBuffers streams while the consumers keep up:
+    /// responses are encoded and written straight to the socket until it
+    /// is full; the rest waits for the socket to drain (Host flushes, then
+    /// the loop calls this again).
     pub fn pump_reads(&mut self, host: &mut Host) {
         let now = Self::now();
         let mut i = 0;
         while i < self.pending_reads.len() {
-            let (client, consumer, to) = self.pending_reads[i];
+            let r = &mut self.pending_reads[i];
             let mut finished = false;
-            while host
-                .queued_bytes(client)
-                .is_some_and(|q| q < READ_QUEUE_LOW_WATER)
-            {
-                match self.core.read_buffers_step(now, consumer, READ_STEP_BYTES) {
-                    Ok((frames, more)) => {
-                        let n = frames.len();
-                        for (k, f) in frames.iter().enumerate() {
-                            let bytes = encode_msg(f);
-                            let last = !more && k + 1 == n;
-                            host.reply(
-                                &to,
-                                if last {
-                                    Reply::ok(bytes)
-                                } else {
-                                    Reply::more(bytes)
-                                },
-                            );
-                        }
-                        if !more {
-                            finished = true;
-                            break;
-                        }
+            while host.queued_bytes(r.client) == Some(0) {
+                let mut sink = ToHost { host, to: r.to };
+                let step = self.core.read_buffers_stream(
+                    now,
+                    r.consumer,
+                    &mut r.writer,
+                    &mut sink,
+                    READ_STEP_BYTES,
+                );
+                match step {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        finished = true;
+                        break;
                     }
                     Err(_) => {
-                        host.reply(&to, Reply::fail());
+                        host.reply(&r.to, Reply::fail());
                         finished = true;
                         break;
                     }
                 }
             }
-            if finished || host.queued_bytes(client).is_none() {
+            if finished || host.queued_bytes(r.client).is_none() {
                 self.pending_reads.swap_remove(i);
             } else {
                 i += 1;
@@ -246,19 +275,13 @@ impl TracedState {
     }
 
     pub fn consumer_gone(&mut self, client: ClientId) {
-        self.pending_reads.retain(|r| r.0 != client);
+        self.pending_reads.retain(|r| r.client != client);
         let Some(conn) = self.consumers.remove(&client) else {
             return;
         };
         self.consumer_clients.remove(&conn.id);
         self.core.disconnect_consumer(Self::now(), conn.id);
     }
-}
-
-fn encode_msg<M: quick_protobuf::MessageWrite>(m: &M) -> Vec<u8> {
-    let mut out = Vec::new();
-    let _ = m.write_message(&mut quick_protobuf::Writer::new(&mut out));
-    out
 }
 
 fn encode_clone_result(r: &Result<CloneResult, String>) -> Vec<u8> {

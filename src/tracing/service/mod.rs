@@ -15,7 +15,8 @@
 //! `data_sources` (matching, SetupDataSource with the raw config rewritten
 //! by `raw_proto`, lazy SMBs), `commit` (CommitData, ACLs), `flush`,
 //! `stop` (DisableTracing, stop acks, FreeBuffers), `triggers`, `scrape`,
-//! `read_pass` (ReadBuffers / write_into_file), `service_packets`,
+//! `read_pass` (ReadBuffers / write_into_file), `read_frames` (encoding
+//! ReadBuffers responses without per-packet allocations), `service_packets`,
 //! `stats`, `consumer_ops` (stats, queries, observe, detach/attach, clone).
 //!
 //! Not implemented (accepted and ignored unless noted): session_semaphores
@@ -40,11 +41,12 @@ mod flush;
 pub mod name_matcher;
 pub mod producer;
 pub mod raw_proto;
+pub mod read_frames;
 pub mod read_pass;
+mod scrape;
 #[allow(clippy::module_inception)]
 pub mod service;
 pub mod service_packets;
-mod scrape;
 pub mod session;
 mod stats;
 mod stop;
@@ -62,5 +64,6 @@ mod service_tests_timing;
 mod test_env;
 
 pub use consumer_ops::CloneSelector;
+pub use read_frames::{FrameSink, FrameWriter, FRAME_HEAD_ROOM};
 pub use service::TracingService;
 pub use types::*;

@@ -13,15 +13,36 @@ pub struct ClientIdentity {
     pub machine_id: u32,
 }
 
-/// Index key. Ordering ignores chunk-id wrapping; readers deal with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Index key, ordered by `(producer_id, writer_id, chunk_id)`. Ordering
+/// ignores chunk-id wrapping; readers deal with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ChunkKey {
     pub producer_id: u16,
     pub writer_id: u16,
     pub chunk_id: u32,
 }
 
+/// The field-by-field order, computed as one integer comparison (index
+/// lookups are on the read path of every packet).
+impl Ord for ChunkKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.packed().cmp(&other.packed())
+    }
+}
+
+impl PartialOrd for ChunkKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 impl ChunkKey {
+    fn packed(&self) -> u64 {
+        (u64::from(self.producer_id) << 48)
+            | (u64::from(self.writer_id) << 32)
+            | u64::from(self.chunk_id)
+    }
+
     pub fn new(producer_id: u16, writer_id: u16, chunk_id: u32) -> Self {
         ChunkKey {
             producer_id,
@@ -85,5 +106,34 @@ impl ChunkMeta {
 
     pub fn has_unread_fragments(&self) -> bool {
         self.num_fragments_read < self.num_fragments
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkKey;
+
+    #[test]
+    fn key_order_is_field_by_field() {
+        let vals16 = [0u16, 1, 0x7fff, 0x8000, u16::MAX];
+        let vals32 = [0u32, 1, 0x7fff_ffff, 0x8000_0000, u32::MAX];
+        let mut keys = Vec::new();
+        for p in vals16 {
+            for w in vals16 {
+                for c in vals32 {
+                    keys.push(ChunkKey::new(p, w, c));
+                }
+            }
+        }
+        for a in &keys {
+            for b in &keys {
+                let fields = (a.producer_id, a.writer_id, a.chunk_id).cmp(&(
+                    b.producer_id,
+                    b.writer_id,
+                    b.chunk_id,
+                ));
+                assert_eq!(a.cmp(b), fields, "{a:?} vs {b:?}");
+            }
+        }
     }
 }

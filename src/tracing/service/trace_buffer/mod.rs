@@ -46,7 +46,7 @@ pub use write::Patch;
 pub use writer_stats::{encode_histogram_def, ChunkPayloadHistogram, CHUNK_PAYLOAD_BUCKETS};
 
 use index::{ChunkKey, ChunkMeta, SequenceKey};
-use read::{Ranges, ReadIter};
+use read::{Ranges, ReadIter, SkipHints};
 use record::{MAX_RECORD_SIZE, RECORD_HEADER_SIZE};
 
 /// What happens when a new chunk would overwrite data not yet read.
@@ -107,6 +107,11 @@ pub struct TraceBuffer {
     /// starts right after it, i.e. at its oldest chunk.
     last_chunk_id_written: BTreeMap<SequenceKey, u32>,
     read_iter: ReadIter,
+    /// Bumped by every write and patch: read-side caches of index state
+    /// are valid only while it is unchanged.
+    index_generation: u64,
+    /// Consumed runs at the start of sequences, found by earlier passes.
+    skip_hints: SkipHints,
     /// Reused list of the byte ranges of the packet being read.
     read_scratch: Ranges,
     stats: BufferStats,
@@ -141,6 +146,8 @@ impl TraceBuffer {
             index: BTreeMap::new(),
             last_chunk_id_written: BTreeMap::new(),
             read_iter: ReadIter::default(),
+            index_generation: 0,
+            skip_hints: SkipHints::default(),
             read_scratch: Ranges::new(),
             stats,
             writer_stats: BTreeMap::new(),
@@ -171,6 +178,8 @@ impl TraceBuffer {
             index: self.index.clone(),
             last_chunk_id_written: self.last_chunk_id_written.clone(),
             read_iter: ReadIter::default(),
+            index_generation: 0,
+            skip_hints: SkipHints::default(),
             read_scratch: Ranges::new(),
             stats,
             writer_stats: BTreeMap::new(),

@@ -10,9 +10,11 @@
 
 use std::ops::Bound::{Excluded, Included, Unbounded};
 
-use super::index::{ChunkKey, SequenceKey};
+use std::collections::BTreeMap;
+
+use super::index::{ChunkKey, ChunkMeta, SequenceKey};
 use super::record::{RecordHeader, RECORD_HEADER_SIZE};
-use super::{ClientIdentity, TraceBuffer};
+use super::{BufferStats, ChunkPayloadHistogram, ClientIdentity, TraceBuffer};
 use crate::tracing::core::smb_abi::{
     FLAG_CHUNK_NEEDS_PATCHING, FLAG_FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK,
     FLAG_LAST_PACKET_CONTINUES_ON_NEXT_CHUNK, PACKET_SIZE_DROP_PACKET,
@@ -23,25 +25,38 @@ const MAX_FRAGMENT_HEADER_SIZE: usize = 4;
 
 /// A packet as read from the buffer: one slice per fragment, borrowed from
 /// the buffer (so the buffer cannot change while the packet is alive).
-/// Never empty.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Holds the buffer and the reader's reused range list, so reading a packet
+/// allocates nothing. Never empty.
+#[derive(Debug, Clone, Copy)]
 pub struct TracePacket<'a> {
-    slices: Vec<&'a [u8]>,
+    data: &'a [u8],
+    /// `(start, len)` of each fragment in `data`.
+    ranges: &'a [(usize, usize)],
 }
 
 impl<'a> TracePacket<'a> {
-    pub fn slices(&self) -> &[&'a [u8]] {
-        &self.slices
+    /// A packet made of the given ranges of `data` (ranges must be in bounds).
+    pub fn from_ranges(data: &'a [u8], ranges: &'a [(usize, usize)]) -> Self {
+        debug_assert!(ranges.iter().all(|&(s, l)| s + l <= data.len()));
+        TracePacket { data, ranges }
+    }
+
+    /// The fragments, in order.
+    pub fn slices(&self) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
+        let data = self.data;
+        self.ranges.iter().map(move |&(s, l)| &data[s..s + l])
     }
 
     /// Total size in bytes over all slices.
     pub fn size(&self) -> usize {
-        self.slices.iter().map(|s| s.len()).sum()
+        self.ranges.iter().map(|r| r.1).sum()
     }
 
     /// The packet's bytes, concatenated.
     pub fn to_vec(&self) -> Vec<u8> {
-        self.slices.concat()
+        let mut v = Vec::with_capacity(self.size());
+        self.slices().for_each(|s| v.extend_from_slice(s));
+        v
     }
 }
 
@@ -69,6 +84,8 @@ pub(super) struct ReadIter {
     /// Newest chunk id written when the sequence was entered: iteration
     /// stops there after going round.
     wrapping_id: u32,
+    /// The chunk the sequence was entered at (its oldest).
+    entry: Option<u32>,
 }
 
 enum Fragment {
@@ -94,6 +111,28 @@ enum Action {
 /// Byte ranges `(start, len)` in `data` making up the packet being built.
 pub(super) type Ranges = Vec<(usize, usize)>;
 
+/// What walking a sequence's run of consumed chunks found, so that later
+/// passes need not walk it again. Only reads happened since (no write or
+/// patch: `generation`), and reads never touch chunks already consumed, so
+/// the run is unchanged; the walk resumes where it stopped.
+#[derive(Debug, Clone, Copy)]
+struct SkipHint {
+    /// The chunk the walk started at (the sequence's oldest).
+    start: u32,
+    /// Where the walk stopped: a chunk with unread fragments (or awaiting
+    /// patches), or `None` if the sequence ended there.
+    resume: Option<u32>,
+    /// The continuity state carried over the run, if any chunk had one.
+    skipped: Option<bool>,
+}
+
+/// Skip hints by sequence, all from one index generation.
+#[derive(Debug, Default)]
+pub(super) struct SkipHints {
+    generation: u64,
+    by_sequence: BTreeMap<SequenceKey, SkipHint>,
+}
+
 fn seq_key(seq: SequenceKey, chunk_id: u32) -> ChunkKey {
     ChunkKey::new(seq.0, seq.1, chunk_id)
 }
@@ -116,6 +155,10 @@ impl TraceBuffer {
     /// calls; a fresh buffer is already at the start of a pass.
     pub fn begin_read(&mut self) {
         self.read_iter = ReadIter::default();
+        if self.skip_hints.generation != self.index_generation {
+            self.skip_hints.by_sequence.clear();
+            self.skip_hints.generation = self.index_generation;
+        }
     }
 
     /// Returns the next complete packet of this pass, or `None` when
@@ -128,16 +171,56 @@ impl TraceBuffer {
         let info = self.read_next_packet_ranges(&mut ranges);
         self.read_scratch = ranges;
         let info = info?;
-        let data = &self.data;
-        let slices = self
-            .read_scratch
-            .iter()
-            .map(|&(start, len)| &data[start..start + len])
-            .collect();
-        Some((TracePacket { slices }, info))
+        Some((
+            TracePacket::from_ranges(&self.data, &self.read_scratch),
+            info,
+        ))
     }
 
     fn read_next_packet_ranges(&mut self, out: &mut Ranges) -> Option<PacketInfo> {
+        if let Some(info) = self.read_next_in_current_chunk(out) {
+            return Some(info);
+        }
+        self.read_next_packet_general(out)
+    }
+
+    /// The common case in one index lookup: the reader sits in a chunk it
+    /// already handed a packet out of, and the next fragment is a whole
+    /// packet. Does exactly what the general path does in that state;
+    /// anything else (including an empty or corrupt fragment, once
+    /// consumed) is left to the general path.
+    fn read_next_in_current_chunk(&mut self, out: &mut Ranges) -> Option<PacketInfo> {
+        let key = seq_key(self.read_iter.seq?, self.read_iter.cur?);
+        let meta = self.index.get_mut(&key)?;
+        let last_continues = meta.flags & FLAG_LAST_PACKET_CONTINUES_ON_NEXT_CHUNK != 0;
+        if meta.flags & FLAG_CHUNK_NEEDS_PATCHING != 0
+            || meta.num_fragments_read == 0
+            || !meta.has_unread_fragments()
+            || (meta.num_fragments_read == meta.num_fragments - 1 && last_continues)
+        {
+            return None;
+        }
+        let previous_packet_dropped = meta.last_read_packet_skipped.unwrap_or(true);
+        let client = meta.client;
+        let frag = read_fragment_of(
+            meta,
+            key,
+            &self.data,
+            &mut self.stats,
+            &mut self.writer_stats,
+            Some(out),
+        );
+        match frag {
+            Fragment::Read => Some(packet_info(key, client, previous_packet_dropped)),
+            Fragment::Empty => None,
+            Fragment::Invalid => {
+                meta.last_read_packet_skipped = Some(true);
+                None
+            }
+        }
+    }
+
+    fn read_next_packet_general(&mut self, out: &mut Ranges) -> Option<PacketInfo> {
         // Until a chunk tells us otherwise, assume we lost track of what
         // preceded the packet we are about to return.
         let mut previous_packet_dropped = true;
@@ -315,106 +398,93 @@ impl TraceBuffer {
         let Some(meta) = self.index.get_mut(&key) else {
             return Fragment::Invalid;
         };
-        if !meta.has_unread_fragments() {
-            // Only reachable when chunks arrive out of order and a piece
-            // was already skipped: the packet cannot be completed.
-            return Fragment::Invalid;
-        }
-        let off = meta.record_off as usize;
-        let rec = RecordHeader::decode(&self.data[off..off + RECORD_HEADER_SIZE]);
-        let rec_end = off + rec.size as usize;
-        let payload = off + RECORD_HEADER_SIZE;
-        let begin = payload + meta.cur_fragment_offset as usize;
-
-        let give_up = |meta: &mut super::index::ChunkMeta, stats: &mut super::BufferStats| {
-            meta.cur_fragment_offset = 0;
-            meta.num_fragments_read = meta.num_fragments;
-            if meta.complete {
-                stats.chunks_read += 1;
-                stats.bytes_read += u64::from(rec.size);
-            }
-        };
-
-        if begin >= rec_end {
-            // More fragments claimed than the chunk holds.
-            self.stats.abi_violations += 1;
-            give_up(meta, &mut self.stats);
-            return Fragment::Invalid;
-        }
-        let header_end = (begin + MAX_FRAGMENT_HEADER_SIZE).min(rec_end);
-        let parsed = parse_size_varint(&self.data[begin..header_end]);
-        let (size, data_start) = match parsed {
-            Some((size, n)) if (begin + n) as u64 + size <= rec_end as u64 => {
-                (size as usize, begin + n)
-            }
-            _ => {
-                // A writer that gives up on a fragmented packet marks it with
-                // a special size: a loss, not a protocol violation.
-                if matches!(parsed, Some((s, _)) if s == u64::from(PACKET_SIZE_DROP_PACKET)) {
-                    self.stats.trace_writer_packet_loss += 1;
-                } else {
-                    self.stats.abi_violations += 1;
-                }
-                give_up(meta, &mut self.stats);
-                return Fragment::Invalid;
-            }
-        };
-
-        let next = data_start + size;
-        meta.cur_fragment_offset = (next - payload) as u16;
-        meta.num_fragments_read += 1;
-        if !meta.has_unread_fragments() && meta.complete {
-            self.stats.chunks_read += 1;
-            self.stats.bytes_read += u64::from(rec.size);
-            let used = u64::from(meta.cur_fragment_offset);
-            self.writer_stats
-                .entry(key.sequence())
-                .or_default()
-                .add(used);
-        }
-        if size == 0 {
-            return Fragment::Empty;
-        }
-        meta.last_read_packet_skipped = Some(false);
-        if let Some(out) = out {
-            out.push((data_start, size));
-        }
-        Fragment::Read
+        read_fragment_of(
+            meta,
+            key,
+            &self.data,
+            &mut self.stats,
+            &mut self.writer_stats,
+            out,
+        )
     }
 
     /// From a fully consumed chunk, moves on to the next chunk that has
     /// unread fragments or awaits patches, exactly as repeated
     /// [`advance`](Self::advance) calls would, carrying the continuity
-    /// state of each chunk passed.
-    fn skip_consumed_chunks(&self, it: &mut ReadIter, previous_packet_dropped: &mut bool) {
+    /// state of each chunk passed. A run walked before (same start, no
+    /// write since) is jumped over.
+    fn skip_consumed_chunks(&mut self, it: &mut ReadIter, previous_packet_dropped: &mut bool) {
         let (Some(seq), Some(start)) = (it.seq, it.cur) else {
             return;
         };
+        // Only runs from the sequence's entry point are worth remembering:
+        // every pass walks those again.
+        let hints_valid =
+            self.skip_hints.generation == self.index_generation && it.entry == Some(start);
+        let mut from = start;
+        let mut skipped = None;
+        if let Some(h) = self.skip_hints.by_sequence.get(&seq) {
+            if hints_valid && h.start == start {
+                skipped = h.skipped;
+                match h.resume {
+                    Some(r) => from = r,
+                    None => {
+                        if let Some(s) = skipped {
+                            *previous_packet_dropped = s;
+                        }
+                        it.cur = None;
+                        return;
+                    }
+                }
+            }
+        }
+        let resume = self.walk_consumed(seq, from, it.wrapping_id, &mut skipped);
+        if let Some(s) = skipped {
+            *previous_packet_dropped = s;
+        }
+        it.cur = resume;
+        if hints_valid {
+            let hint = SkipHint {
+                start,
+                resume,
+                skipped,
+            };
+            self.skip_hints.by_sequence.insert(seq, hint);
+        }
+    }
+
+    /// Walks consumed chunks of `seq` from `from`; returns the first chunk
+    /// with unread fragments or awaiting patches (`None`: the sequence ends
+    /// first). `skipped` gets the last continuity state seen.
+    fn walk_consumed(
+        &self,
+        seq: SequenceKey,
+        from: u32,
+        wrapping_id: u32,
+        skipped: &mut Option<bool>,
+    ) -> Option<u32> {
         // Ids ascend to u32::MAX and then wrap to 0.
         let tail = self
             .index
-            .range(seq_key(seq, start)..=seq_key(seq, u32::MAX));
-        let head = self.index.range(seq_key(seq, 0)..seq_key(seq, start));
-        let mut expected = start;
+            .range(seq_key(seq, from)..=seq_key(seq, u32::MAX));
+        let head = self.index.range(seq_key(seq, 0)..seq_key(seq, from));
+        let mut expected = from;
         for (key, meta) in tail.chain(head) {
             if key.chunk_id != expected {
-                it.cur = None; // Gap.
-                return;
+                return None; // Gap.
             }
             if meta.flags & FLAG_CHUNK_NEEDS_PATCHING != 0 || meta.has_unread_fragments() {
-                it.cur = Some(expected);
-                return;
+                return Some(expected);
             }
-            if let Some(skipped) = meta.last_read_packet_skipped {
-                *previous_packet_dropped = skipped;
+            if meta.last_read_packet_skipped.is_some() {
+                *skipped = meta.last_read_packet_skipped;
             }
-            if expected == it.wrapping_id || !meta.complete {
-                it.cur = None;
-                return;
+            if expected == wrapping_id || !meta.complete {
+                return None;
             }
             expected = expected.wrapping_add(1);
         }
-        it.cur = None;
+        None
     }
 
     /// The reader position for a sequence: its oldest chunk.
@@ -433,6 +503,7 @@ impl TraceBuffer {
             seq: Some(seq),
             cur,
             wrapping_id,
+            entry: cur,
         }
     }
 
@@ -479,6 +550,80 @@ impl TraceBuffer {
             .or_else(|| self.first_chunk_of(seq));
         it.cur = next.filter(|&id| id == cur.wrapping_add(1));
     }
+}
+
+/// [`TraceBuffer::read_fragment`] on an already looked-up chunk (the
+/// buffer's fields passed apart so the caller can keep `meta` borrowed).
+fn read_fragment_of(
+    meta: &mut ChunkMeta,
+    key: ChunkKey,
+    data: &[u8],
+    stats: &mut BufferStats,
+    writer_stats: &mut BTreeMap<SequenceKey, ChunkPayloadHistogram>,
+    out: Option<&mut Ranges>,
+) -> Fragment {
+    if !meta.has_unread_fragments() {
+        // Only reachable when chunks arrive out of order and a piece
+        // was already skipped: the packet cannot be completed.
+        return Fragment::Invalid;
+    }
+    let off = meta.record_off as usize;
+    let rec = RecordHeader::decode(&data[off..off + RECORD_HEADER_SIZE]);
+    let rec_end = off + rec.size as usize;
+    let payload = off + RECORD_HEADER_SIZE;
+    let begin = payload + meta.cur_fragment_offset as usize;
+
+    let give_up = |meta: &mut ChunkMeta, stats: &mut BufferStats| {
+        meta.cur_fragment_offset = 0;
+        meta.num_fragments_read = meta.num_fragments;
+        if meta.complete {
+            stats.chunks_read += 1;
+            stats.bytes_read += u64::from(rec.size);
+        }
+    };
+
+    if begin >= rec_end {
+        // More fragments claimed than the chunk holds.
+        stats.abi_violations += 1;
+        give_up(meta, stats);
+        return Fragment::Invalid;
+    }
+    let header_end = (begin + MAX_FRAGMENT_HEADER_SIZE).min(rec_end);
+    let parsed = parse_size_varint(&data[begin..header_end]);
+    let (size, data_start) = match parsed {
+        Some((size, n)) if (begin + n) as u64 + size <= rec_end as u64 => {
+            (size as usize, begin + n)
+        }
+        _ => {
+            // A writer that gives up on a fragmented packet marks it with
+            // a special size: a loss, not a protocol violation.
+            if matches!(parsed, Some((s, _)) if s == u64::from(PACKET_SIZE_DROP_PACKET)) {
+                stats.trace_writer_packet_loss += 1;
+            } else {
+                stats.abi_violations += 1;
+            }
+            give_up(meta, stats);
+            return Fragment::Invalid;
+        }
+    };
+
+    let next = data_start + size;
+    meta.cur_fragment_offset = (next - payload) as u16;
+    meta.num_fragments_read += 1;
+    if !meta.has_unread_fragments() && meta.complete {
+        stats.chunks_read += 1;
+        stats.bytes_read += u64::from(rec.size);
+        let used = u64::from(meta.cur_fragment_offset);
+        writer_stats.entry(key.sequence()).or_default().add(used);
+    }
+    if size == 0 {
+        return Fragment::Empty;
+    }
+    meta.last_read_packet_skipped = Some(false);
+    if let Some(out) = out {
+        out.push((data_start, size));
+    }
+    Fragment::Read
 }
 
 fn packet_info(key: ChunkKey, client: ClientIdentity, previous_packet_dropped: bool) -> PacketInfo {

@@ -50,9 +50,9 @@ fn packet_spanning_two_chunks_is_returned_as_two_slices() {
     put(&mut b, 1, 1, 1, &[b"B2", b"C"], FC);
     b.begin_read();
     let (p, _) = b.read_next_trace_packet().unwrap();
-    assert_eq!(p.slices(), [b"A".as_slice()]);
+    assert_eq!(p.slices().collect::<Vec<_>>(), [b"A".as_slice()]);
     let (p, info) = b.read_next_trace_packet().unwrap();
-    assert_eq!(p.slices(), [b"B1".as_slice(), b"B2"]);
+    assert_eq!(p.slices().collect::<Vec<_>>(), [b"B1".as_slice(), b"B2"]);
     assert!(!info.previous_packet_dropped);
     let (p, _) = b.read_next_trace_packet().unwrap();
     assert_eq!(p.to_vec(), b"C");
@@ -385,4 +385,80 @@ fn writer_stats_record_how_full_read_chunks_were() {
     read_pass(&mut b);
     let h = b.writer_stats().next().unwrap().1;
     assert_eq!((h.counts[2], h.sums[2]), (1, 43));
+}
+
+/// Packets with their continuity flag, read `per_pass` at a time, each
+/// batch in a new pass (as ReadBuffers does), until nothing is left.
+fn read_in_passes(b: &mut super::TraceBuffer, per_pass: usize) -> Vec<(Vec<u8>, bool)> {
+    let mut out = Vec::new();
+    loop {
+        b.begin_read();
+        let mut n = 0;
+        while n < per_pass {
+            let Some((p, info)) = b.read_next_trace_packet() else {
+                break;
+            };
+            out.push((p.to_vec(), info.previous_packet_dropped));
+            n += 1;
+        }
+        if n == 0 {
+            return out;
+        }
+    }
+}
+
+#[test]
+fn many_small_passes_read_what_one_pass_reads() {
+    // Several sequences: one with a packet whose start was lost (skipped,
+    // flagged on the next), one with a packet spanning chunks, one with a
+    // gap in chunk ids (nothing after it is readable yet).
+    let fill = |b: &mut super::TraceBuffer| {
+        for id in 0..40u32 {
+            let p = format!("a{id}");
+            put(b, 1, 1, id, &[p.as_bytes(), b"x"], 0);
+        }
+        for id in 0..30u32 {
+            let flags = if id == 13 { FC } else { 0 };
+            let p = format!("b{id}");
+            put(b, 1, 2, id, &[p.as_bytes(), b"y", b""], flags);
+        }
+        for id in 0..20u32 {
+            let flags = match id {
+                7 => LC,
+                8 => FC,
+                _ => 0,
+            };
+            let p = format!("c{id}");
+            put(b, 2, 1, id, &[p.as_bytes()], flags);
+        }
+        for id in (0..10u32).filter(|&id| id != 6) {
+            let p = format!("d{id}");
+            put(b, 2, 2, id, &[p.as_bytes()], 0);
+        }
+    };
+    let mut whole = ring(64 * 1024);
+    fill(&mut whole);
+    let want = read_in_passes(&mut whole, usize::MAX);
+    assert_eq!(want.len(), 80 + (30 * 2 - 1) + (20 - 1) + 6);
+    assert!(want.iter().any(|(p, dropped)| p == b"y" && *dropped));
+    for per_pass in [1, 2, 3, 7, 50] {
+        let mut b = ring(64 * 1024);
+        fill(&mut b);
+        assert_eq!(
+            read_in_passes(&mut b, per_pass),
+            want,
+            "{per_pass} per pass"
+        );
+        // Writes between passes invalidate what earlier passes learnt.
+        let mut b = ring(64 * 1024);
+        fill(&mut b);
+        b.begin_read();
+        let first = b.read_next_trace_packet().unwrap().0.to_vec();
+        put(&mut b, 3, 1, 0, &[b"late"], 0);
+        let mut got = vec![(first, true)];
+        got.extend(read_in_passes(&mut b, per_pass));
+        let mut expected = want.clone();
+        expected.push((b"late".to_vec(), true));
+        assert_eq!(got, expected, "{per_pass} per pass, with a write");
+    }
 }

@@ -48,6 +48,7 @@ impl TraceBuffer {
         if self.read_only {
             return;
         }
+        self.index_generation += 1;
         let record_size = align_up(payload_untrusted.len() + RECORD_HEADER_SIZE);
         if record_size > self.max_record_size {
             self.stats.abi_violations += 1;
@@ -291,6 +292,7 @@ impl TraceBuffer {
         if self.read_only {
             return false;
         }
+        self.index_generation += 1;
         let key = ChunkKey::new(producer_id, writer_id, chunk_id);
         let Some(meta) = self.index.get_mut(&key) else {
             self.stats.patches_failed += 1;
