@@ -199,6 +199,7 @@ impl TracedState {
                             log_warn!("traced: writing the trace file failed: {e}");
                         }
                     }
+                    self.core.recycle_file_buffer(data);
                 }
                 Output::CloseFile { session } => {
                     if let Some(f) = self.files.remove(&session) {

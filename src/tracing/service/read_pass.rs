@@ -258,8 +258,12 @@ impl TracingService {
             if s.file_closed {
                 return;
             }
+            let data = self
+                .spare_file_bufs
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(FILE_PASS_BYTES + FILE_PASS_BYTES / 8));
             let mut file = ToFile {
-                data: Vec::new(),
+                data,
                 written: s.file_bytes_written,
                 max: s.config.max_file_size_bytes.unwrap_or(0),
                 crossed: false,
@@ -274,7 +278,9 @@ impl TracingService {
             let s = self.sessions.get_mut(&sid).expect("checked above");
             s.file_bytes_written = written;
             s.file_closed |= crossed;
-            if !data.is_empty() {
+            if data.is_empty() {
+                self.recycle_file_buffer(data);
+            } else {
                 self.emit(Output::WriteToFile { session: sid, data });
             }
             if crossed {

@@ -57,6 +57,9 @@ pub struct TracingService {
     pub(super) chunks_discarded: u64,
     pub(super) patches_discarded: u64,
     pub(super) data_sources_seen: u64,
+    /// write_into_file buffers handed back by the adapter, reused so each
+    /// pass does not map and fault in a fresh megabyte.
+    pub(super) spare_file_bufs: Vec<Vec<u8>>,
 }
 
 impl TracingService {
@@ -82,12 +85,24 @@ impl TracingService {
             chunks_discarded: 0,
             patches_discarded: 0,
             data_sources_seen: 0,
+            spare_file_bufs: Vec::new(),
         }
     }
 
     /// Takes everything the core produced since the last call, in order.
     pub fn take_outputs(&mut self) -> Vec<Output> {
         self.outputs.drain(..).collect()
+    }
+
+    /// Gives back the bytes of an [`Output::WriteToFile`] once written, so
+    /// the next write_into_file pass reuses the allocation.
+    pub fn recycle_file_buffer(&mut self, mut data: Vec<u8>) {
+        const KEEP_AT_MOST: usize = 2;
+        const MAX_CAPACITY: usize = 4 << 20;
+        if self.spare_file_bufs.len() < KEEP_AT_MOST && data.capacity() <= MAX_CAPACITY {
+            data.clear();
+            self.spare_file_bufs.push(data);
+        }
     }
 
     /// Earliest time `on_timer` has work to do.

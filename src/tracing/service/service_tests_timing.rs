@@ -391,3 +391,35 @@ fn clone_snapshot_trigger_notifies_and_only_clones_are_readable() {
     assert_eq!(producer_markers(&h.read(cc)), vec![7]);
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
 }
+
+#[test]
+fn write_into_file_reuses_a_recycled_buffer() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.write_into_file = Some(true);
+    cfg.file_write_period_ms = Some(100);
+    h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let global = global_buffer(&h.outputs(), p);
+    let take_file_data = |outs: Vec<Output>| {
+        outs.into_iter()
+            .find_map(|o| match o {
+                Output::WriteToFile { data, .. } => Some(data),
+                _ => None,
+            })
+            .expect("a file write")
+    };
+    h.commit_packets(p, 1, global, &[test_packet(1, 0)]);
+    h.advance(ms(100));
+    let mut first = take_file_data(h.outputs());
+    // A capacity no fresh pass buffer has, to recognise the allocation.
+    first.reserve_exact(3 << 20);
+    let marked = first.capacity();
+    h.svc.recycle_file_buffer(first);
+    h.commit_packets(p, 1, global, &[test_packet(2, 0)]);
+    h.advance(ms(100));
+    let second = take_file_data(h.outputs());
+    assert_eq!(second.capacity(), marked, "the recycled allocation is reused");
+    assert_eq!(producer_markers(&trace_packets(&second)), vec![2]);
+}
