@@ -52,8 +52,13 @@ fn merge_protos(protos: &[PathBuf]) -> String {
 }
 
 /// DataSourceConfig sub-configs tracebox interprets; pb-rs decodes them.
-const INTERPRETED_SUB_CONFIGS: &[&str] =
-    &["FtraceConfig", "ProcessStatsConfig", "SysStatsConfig", "SystemInfoConfig", "TestConfig"];
+const INTERPRETED_SUB_CONFIGS: &[&str] = &[
+    "FtraceConfig",
+    "ProcessStatsConfig",
+    "SysStatsConfig",
+    "SystemInfoConfig",
+    "TestConfig",
+];
 
 /// For pb-rs only, declares every other message-typed field of
 /// DataSourceConfig as `bytes` (same number, same wire type): traced

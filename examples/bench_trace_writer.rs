@@ -36,7 +36,8 @@ fn consume(abi: SmbAbi, rx: Receiver<CommitBatch>) -> u64 {
     let mut buf = Vec::with_capacity(64 * 1024);
     for batch in rx {
         for ctm in &batch.chunks_to_move {
-            if let Ok(c) = abi.try_acquire_chunk_for_reading(ctm.page as usize, ctm.chunk as usize) {
+            if let Ok(c) = abi.try_acquire_chunk_for_reading(ctm.page as usize, ctm.chunk as usize)
+            {
                 buf.clear();
                 abi.read_chunk(&c, &mut buf);
                 copied += buf.len() as u64;
@@ -54,9 +55,14 @@ fn run(packet_size: usize, seconds: f64, smb_size: usize, page_size: usize) -> S
         let abi = abi.clone();
         std::thread::spawn(move || consume(abi, rx))
     };
-    let cfg = ArbiterConfig { batch_commits: true, ..Default::default() };
+    let cfg = ArbiterConfig {
+        batch_commits: true,
+        ..Default::default()
+    };
     let arbiter = Arbiter::new(abi, cfg, Arc::new(ChannelTransport(Mutex::new(tx))));
-    let mut w = arbiter.create_trace_writer(1, BufferExhaustedPolicy::Stall).unwrap();
+    let mut w = arbiter
+        .create_trace_writer(1, BufferExhaustedPolicy::Stall)
+        .unwrap();
     w.set_emit_sequence_markers(false);
     let payload: Vec<u8> = (0..packet_size).map(|i| i as u8).collect();
 

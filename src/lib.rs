@@ -12,6 +12,6 @@ pub mod pb;
 pub mod probes;
 pub mod protozero;
 pub mod schema;
-pub mod tracing;
 pub mod traced;
 pub mod traced_probes;
+pub mod tracing;

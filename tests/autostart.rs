@@ -13,12 +13,16 @@ use cli_support::{summary, wait_exit};
 
 fn tracebox() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tracebox"));
-    c.env_remove("PERFETTO_PRODUCER_SOCK_NAME").env_remove("PERFETTO_CONSUMER_SOCK_NAME");
+    c.env_remove("PERFETTO_PRODUCER_SOCK_NAME")
+        .env_remove("PERFETTO_CONSUMER_SOCK_NAME");
     c
 }
 
 fn tracing_on() -> String {
-    std::fs::read_to_string("/sys/kernel/tracing/tracing_on").unwrap_or_default().trim().to_owned()
+    std::fs::read_to_string("/sys/kernel/tracing/tracing_on")
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 fn our_daemons() -> Vec<String> {
@@ -26,7 +30,11 @@ fn our_daemons() -> Vec<String> {
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
         let argv0 = cmd.split(|b| *b == 0).next().unwrap_or(&[]);
-        let name = String::from_utf8_lossy(argv0).rsplit('/').next().unwrap_or("").to_owned();
+        let name = String::from_utf8_lossy(argv0)
+            .rsplit('/')
+            .next()
+            .unwrap_or("")
+            .to_owned();
         if name == "traced" || name == "traced_probes" {
             found.push(format!("{} {name}", e.file_name().to_string_lossy()));
         }
@@ -44,7 +52,13 @@ fn autostart_records_and_shares_the_system_sockets() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("trace.pftrace");
     let mut rec = tracebox()
-        .args(["-t", "3s", "sched/sched_switch", "-o", out.to_str().unwrap()])
+        .args([
+            "-t",
+            "3s",
+            "sched/sched_switch",
+            "-o",
+            out.to_str().unwrap(),
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -57,7 +71,10 @@ fn autostart_records_and_shares_the_system_sockets() {
         if text.contains("STARTED") {
             break text;
         }
-        assert!(Instant::now() < deadline, "session never visible on the system sockets:\n{text}");
+        assert!(
+            Instant::now() < deadline,
+            "session never visible on the system sockets:\n{text}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(seen.contains("linux.ftrace"), "{seen}");
@@ -65,13 +82,20 @@ fn autostart_records_and_shares_the_system_sockets() {
 
     assert_eq!(wait_exit(&mut rec, Duration::from_secs(60)), 0);
     let s = summary(&out);
-    assert!(s.num("compact_switches") > 0 || s.contains("\"sched_switch\""), "no sched events: {s:?}");
+    assert!(
+        s.num("compact_switches") > 0 || s.contains("\"sched_switch\""),
+        "no sched events: {s:?}"
+    );
     assert!(s.contains("\"process_tree\""), "no process tree: {s:?}");
 
     // The daemons we started are gone and ftrace is left off.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !our_daemons().is_empty() {
-        assert!(Instant::now() < deadline, "daemons left behind: {:?}", our_daemons());
+        assert!(
+            Instant::now() < deadline,
+            "daemons left behind: {:?}",
+            our_daemons()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(tracing_on(), "0");
@@ -79,39 +103,67 @@ fn autostart_records_and_shares_the_system_sockets() {
 
     // The seed documents' configs run as written (text format, autostart).
     // atrace_app.pbtx records ftrace/print: markers written meanwhile land.
-    let cfg = |name: &str| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pbtx/").to_owned() + name;
+    let cfg =
+        |name: &str| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pbtx/").to_owned() + name;
     let out = dir.path().join("atrace_app.pftrace");
     let mut rec = tracebox()
-        .args(["--txt", "-c", &cfg("atrace_app.pbtx"), "-o", out.to_str().unwrap()])
+        .args([
+            "--txt",
+            "-c",
+            &cfg("atrace_app.pbtx"),
+            "-o",
+            out.to_str().unwrap(),
+        ])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let me = std::process::id();
     let mut written = 0;
     while rec.try_wait().unwrap().is_none() {
-        let _ = std::fs::write("/sys/kernel/tracing/trace_marker", format!("C|{me}|tbx_counter|{written}"));
+        let _ = std::fs::write(
+            "/sys/kernel/tracing/trace_marker",
+            format!("C|{me}|tbx_counter|{written}"),
+        );
         written += 1;
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(rec.wait().unwrap().success());
     let s = summary(&out);
-    assert!(s.contains(&format!("C|{me}|tbx_counter|")), "no markers: {s:?}");
+    assert!(
+        s.contains(&format!("C|{me}|tbx_counter|")),
+        "no markers: {s:?}"
+    );
 
     let out = dir.path().join("basic_ftrace.pftrace");
     let st = tracebox()
-        .args(["--txt", "-c", &cfg("basic_ftrace.pbtx"), "-o", out.to_str().unwrap()])
+        .args([
+            "--txt",
+            "-c",
+            &cfg("basic_ftrace.pbtx"),
+            "-o",
+            out.to_str().unwrap(),
+        ])
         .stderr(Stdio::null())
         .status()
         .unwrap();
     assert!(st.success());
     let s = summary(&out);
-    assert!(s.contains("\"sched_switch\"") || s.num("compact_switches") > 0, "{s:?}");
+    assert!(
+        s.contains("\"sched_switch\"") || s.num("compact_switches") > 0,
+        "{s:?}"
+    );
 
     // --private-sockets: upstream's isolated daemons, nothing on the
     // system sockets.
     let out = dir.path().join("private.pftrace");
     let st = tracebox()
-        .args(["--private-sockets", "-t", "500ms", "-o", out.to_str().unwrap()])
+        .args([
+            "--private-sockets",
+            "-t",
+            "500ms",
+            "-o",
+            out.to_str().unwrap(),
+        ])
         .stderr(Stdio::null())
         .status()
         .unwrap();
@@ -127,7 +179,11 @@ fn autostart_records_and_shares_the_system_sockets() {
         assert!(std::path::Path::new(path).exists());
     }
     let out = dir.path().join("stale.pftrace");
-    let st = tracebox().args(["-t", "500ms", "-o", out.to_str().unwrap()]).stderr(Stdio::null()).status().unwrap();
+    let st = tracebox()
+        .args(["-t", "500ms", "-o", out.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
     assert!(st.success(), "stale socket files blocked autostart");
     assert!(summary(&out).contains("\"trace_config\""));
 
@@ -139,12 +195,23 @@ fn autostart_records_and_shares_the_system_sockets() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = dir.path().join("reuse.pftrace");
-    let st = tracebox().args(["-t", "500ms", "-o", out.to_str().unwrap()]).stderr(Stdio::null()).status().unwrap();
+    let st = tracebox()
+        .args(["-t", "500ms", "-o", out.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
     assert!(st.success());
     assert!(summary(&out).contains("\"trace_config\""));
-    assert!(traced.try_wait().unwrap().is_none(), "autostart stopped a traced it did not start");
+    assert!(
+        traced.try_wait().unwrap().is_none(),
+        "autostart stopped a traced it did not start"
+    );
     // No traced_probes was started for the reused service.
-    assert!(our_daemons().iter().all(|d| !d.ends_with("traced_probes")), "{:?}", our_daemons());
+    assert!(
+        our_daemons().iter().all(|d| !d.ends_with("traced_probes")),
+        "{:?}",
+        our_daemons()
+    );
     traced.kill().unwrap();
     traced.wait().unwrap();
 }

@@ -26,18 +26,39 @@ fn perfetto(args: &[&str]) -> (i32, String, String) {
 #[test]
 fn rejected_combinations_exit_1_with_a_reason() {
     let cases: &[(&[&str], &str)] = &[
-        (&["-t", "10", "-o", "/dev/null"], "--time argument is invalid"),
-        (&["-b", "32", "-o", "/dev/null"], "--buffer argument is invalid"),
-        (&["-s", "1x", "-o", "/dev/null"], "--size argument is invalid"),
+        (
+            &["-t", "10", "-o", "/dev/null"],
+            "--time argument is invalid",
+        ),
+        (
+            &["-b", "32", "-o", "/dev/null"],
+            "--buffer argument is invalid",
+        ),
+        (
+            &["-s", "1x", "-o", "/dev/null"],
+            "--size argument is invalid",
+        ),
         (&["-t", "1s"], "Either --out or --upload is required"),
         (&["--query", "--background"], "--query cannot be combined"),
         (&["--long"], "--long can only be used with --query"),
         (&["--attach=a", "--detach=b"], "mutually exclusive"),
-        (&["--stop", "-t", "1s", "-o", "/dev/null"], "--stop is supported only"),
-        (&["--clone", "1", "--clone-by-name", "x", "-o", "/dev/null"], "mutually exclusive"),
-        (&["--add-attribute", "=v", "-t", "1s", "-o", "/dev/null"], "key must be non-empty"),
+        (
+            &["--stop", "-t", "1s", "-o", "/dev/null"],
+            "--stop is supported only",
+        ),
+        (
+            &["--clone", "1", "--clone-by-name", "x", "-o", "/dev/null"],
+            "mutually exclusive",
+        ),
+        (
+            &["--add-attribute", "=v", "-t", "1s", "-o", "/dev/null"],
+            "key must be non-empty",
+        ),
         (&["--no-such-flag"], "Unrecognized argument"),
-        (&["-c", "/nonexistent/config", "-o", "/dev/null"], "Could not open /nonexistent/config"),
+        (
+            &["-c", "/nonexistent/config", "-o", "/dev/null"],
+            "Could not open /nonexistent/config",
+        ),
     ];
     for (args, want) in cases {
         let (code, _, err) = perfetto(args);
@@ -83,7 +104,10 @@ fn unreachable_service_is_a_clear_error() {
     let out = dir.path().join("t.pftrace");
     let (code, _, err) = perfetto(&["-t", "1s", "sched", "-o", out.to_str().unwrap()]);
     assert_eq!(code, 1);
-    assert!(err.contains("Could not connect to the traced socket"), "{err}");
+    assert!(
+        err.contains("Could not connect to the traced socket"),
+        "{err}"
+    );
     assert!(err.contains("use tracebox"), "{err}");
     assert!(!out.exists(), "empty output file left behind");
     let (code, _, err) = perfetto(&["--query"]);
@@ -109,13 +133,19 @@ fn trigger_perfetto_needs_names_and_ignores_unknown_flags() {
             .env("PERFETTO_PRODUCER_SOCK_NAME", "@tbx-cli-flags-nobody-p")
             .output()
             .unwrap();
-        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     let (code, err) = run(&[]);
     assert_eq!(code, 1);
     assert!(err.contains("at least one trigger"), "{err}");
     let (code, err) = run(&["--future-flag", "t1"]);
-    assert!(err.contains("ignoring unknown arguments: --future-flag"), "{err}");
+    assert!(
+        err.contains("ignoring unknown arguments: --future-flag"),
+        "{err}"
+    );
     // Nobody listens: it gives up with status 1 (after its connect timeout).
     assert_eq!(code, 1, "{err}");
 }

@@ -17,9 +17,9 @@ fn stop_trigger_ends_the_session() {
     let _traced = env.start_traced();
     let _producer = env.start_sdk_producer(100);
     let (mut client, out) = env.spawn_session(&format!(
-            "buffers {{ size_kb: 4096 }}\n{SDK_DS}trigger_config {{ trigger_mode: STOP_TRACING \
+        "buffers {{ size_kb: 4096 }}\n{SDK_DS}trigger_config {{ trigger_mode: STOP_TRACING \
              trigger_timeout_ms: 120000 triggers {{ name: \"stopnow\" stop_delay_ms: 100 }} }}\n"
-        ));
+    ));
     env.wait_query("STARTED", true);
     let t = env.trigger(&["stopnow"]);
     assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
@@ -36,9 +36,9 @@ fn start_trigger_starts_the_session() {
     let _traced = env.start_traced();
     let _producer = env.start_sdk_producer(50);
     let (mut client, out) = env.spawn_session(&format!(
-            "buffers {{ size_kb: 4096 }}\n{SDK_DS}trigger_config {{ trigger_mode: START_TRACING \
+        "buffers {{ size_kb: 4096 }}\n{SDK_DS}trigger_config {{ trigger_mode: START_TRACING \
              trigger_timeout_ms: 120000 triggers {{ name: \"go\" stop_delay_ms: 300 }} }}\n"
-        ));
+    ));
     env.wait_query("CONFIGURED", true);
     assert!(env.trigger(&["go"]).status.success());
     assert_eq!(wait_exit(&mut client, LIMIT), 0);
@@ -48,7 +48,10 @@ fn start_trigger_starts_the_session() {
     // The session (and so every data source) started only after the trigger.
     let started = s.num("tracing_started_ts");
     let trigger = s.num("trigger_ts");
-    assert!(trigger > 0 && started >= trigger, "started at {started}, trigger at {trigger}");
+    assert!(
+        trigger > 0 && started >= trigger,
+        "started at {started}, trigger at {trigger}"
+    );
 }
 
 #[test]
@@ -56,16 +59,36 @@ fn background_then_sigterm_writes_a_complete_file() {
     let env = Env::new("bg");
     let _traced = env.start_traced();
     let _producer = env.start_sdk_producer(20);
-    let cfg = env.write("c.pbtx", &format!("buffers {{ size_kb: 4096 }}\n{SDK_DS}duration_ms: 120000\n"));
+    let cfg = env.write(
+        "c.pbtx",
+        &format!("buffers {{ size_kb: 4096 }}\n{SDK_DS}duration_ms: 120000\n"),
+    );
     let out = env.path("t.pftrace");
-    let o = env.perfetto(&["--background", "--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
+    let o = env.perfetto(&[
+        "--background",
+        "--txt",
+        "-c",
+        &cfg,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let pid: i32 = String::from_utf8_lossy(&o.stdout).trim().parse().expect("pid on stdout");
+    let pid: i32 = String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .expect("pid on stdout");
     env.wait_query("STARTED", true);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let deadline = std::time::Instant::now() + LIMIT;
     while std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        assert!(std::time::Instant::now() < deadline, "background client did not finish");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "background client did not finish"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let s = summary(&out);
@@ -91,7 +114,13 @@ fn query_lists_producers_data_sources_and_sessions() {
     let q = env.perfetto(&["--query"]);
     assert!(q.status.success());
     let text = String::from_utf8_lossy(&q.stdout);
-    for want in ["PRODUCER PROCESSES", "tbx.sdk_test", "TRACING SESSIONS", "q_sess", "STARTED"] {
+    for want in [
+        "PRODUCER PROCESSES",
+        "tbx.sdk_test",
+        "TRACING SESSIONS",
+        "q_sess",
+        "STARTED",
+    ] {
         assert!(text.contains(want), "{want} missing in:\n{text}");
     }
     let raw = env.perfetto(&["--query-raw"]);
@@ -102,7 +131,11 @@ fn query_lists_producers_data_sources_and_sessions() {
         d.ds_descriptor.as_ref().and_then(|x| x.name.as_deref()) == Some("tbx.sdk_test")
     }));
     assert_eq!(state.tracing_sessions.len(), 1);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(client.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(client.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     assert_eq!(wait_exit(&mut client, LIMIT), 0);
 }
 
@@ -116,10 +149,20 @@ fn detach_and_attach_finish_the_file() {
         &format!("buffers {{ size_kb: 4096 }}\n{SDK_DS}write_into_file: true\nfile_write_period_ms: 100\n"),
     );
     let out = env.path("t.pftrace");
-    let d = env.perfetto(&["--detach=key1", "--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
+    let d = env.perfetto(&[
+        "--detach=key1",
+        "--txt",
+        "-c",
+        &cfg,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
     assert_eq!(env.perfetto(&["--is_detached=key1"]).status.code(), Some(0));
-    assert_eq!(env.perfetto(&["--is_detached=other"]).status.code(), Some(2));
+    assert_eq!(
+        env.perfetto(&["--is_detached=other"]).status.code(),
+        Some(2)
+    );
     let a = env.perfetto(&["--attach=key1", "--stop"]);
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
     let s = summary(&out);
@@ -149,7 +192,11 @@ fn clone_snapshots_a_running_session() {
     assert_eq!(summary(&snap).num("for_testing"), 40);
     // The original keeps running and still finishes its own file.
     assert!(client.try_wait().unwrap().is_none());
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(client.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(client.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     assert_eq!(wait_exit(&mut client, LIMIT), 0);
     assert_eq!(summary(&out).num("for_testing"), 40);
 }
@@ -159,18 +206,36 @@ fn background_wait_returns_once_data_sources_started() {
     let env = Env::new("bgwait");
     let _traced = env.start_traced();
     let _producer = env.start_sdk_producer(10);
-    let cfg = env.write("c.pbtx", &format!("buffers {{ size_kb: 1024 }}\n{SDK_DS}duration_ms: 120000\n"));
+    let cfg = env.write(
+        "c.pbtx",
+        &format!("buffers {{ size_kb: 1024 }}\n{SDK_DS}duration_ms: 120000\n"),
+    );
     let out = env.path("t.pftrace");
     let o = env.perfetto(&["-D", "--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    let pid: i32 = String::from_utf8_lossy(&o.stdout).trim().parse().expect("pid on stdout");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let pid: i32 = String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .expect("pid on stdout");
     // Started before the parent returned: no waiting needed here.
     let q = String::from_utf8_lossy(&env.perfetto(&["--query"]).stdout).into_owned();
     assert!(q.contains("STARTED"), "{q}");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let deadline = std::time::Instant::now() + LIMIT;
     while std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        assert!(std::time::Instant::now() < deadline, "background client did not finish");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "background client did not finish"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(summary(&out).num("for_testing"), 10);
@@ -183,13 +248,28 @@ fn notify_fd_gets_a_status_byte_once_started() {
     let env = Env::new("notify");
     let _traced = env.start_traced();
     let _producer = env.start_sdk_producer(5);
-    let cfg = env.write("c.pbtx", &format!("buffers {{ size_kb: 1024 }}\n{SDK_DS}duration_ms: 120000\n"));
+    let cfg = env.write(
+        "c.pbtx",
+        &format!("buffers {{ size_kb: 1024 }}\n{SDK_DS}duration_ms: 120000\n"),
+    );
     let (rd, wr) = nix::unistd::pipe().unwrap();
-    nix::fcntl::fcntl(wr.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty())).unwrap();
+    nix::fcntl::fcntl(
+        wr.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
     let fd = wr.as_raw_fd().to_string();
     let out = env.path("t.pftrace");
     let mut client = env
-        .perfetto_cmd(&["--notify-fd", &fd, "--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+        .perfetto_cmd(&[
+            "--notify-fd",
+            &fd,
+            "--txt",
+            "-c",
+            &cfg,
+            "-o",
+            out.to_str().unwrap(),
+        ])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -201,7 +281,11 @@ fn notify_fd_gets_a_status_byte_once_started() {
     assert_eq!(byte, [0u8], "status byte 0 = all data sources started");
     let q = String::from_utf8_lossy(&env.perfetto(&["--query"]).stdout).into_owned();
     assert!(q.contains("STARTED"), "{q}");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(client.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(client.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     assert_eq!(wait_exit(&mut client, LIMIT), 0);
     assert_eq!(summary(&out).num("for_testing"), 5);
 }
@@ -211,18 +295,25 @@ fn live_status_line_on_a_terminal_only() {
     let env = Env::new("status");
     let _traced = env.start_traced();
     let _producer = env.start_sdk_producer(5);
-    let cfg = env.write("c.pbtx", &format!("buffers {{ size_kb: 1024 }}\n{SDK_DS}duration_ms: 2500\n"));
+    let cfg = env.write(
+        "c.pbtx",
+        &format!("buffers {{ size_kb: 1024 }}\n{SDK_DS}duration_ms: 2500\n"),
+    );
     let out = env.path("t.pftrace");
     let link = env.dir.path().join("perfetto");
     let cmd = format!("{} --txt -c {cfg} -o {}", link.display(), out.display());
     // util-linux `script` gives the client a pseudo-terminal as stderr.
     let mut c = std::process::Command::new("script");
     c.args(["-q", "-e", "-c", &cmd, "/dev/null"]);
-    c.env("PERFETTO_PRODUCER_SOCK_NAME", &env.producer).env("PERFETTO_CONSUMER_SOCK_NAME", &env.consumer);
+    c.env("PERFETTO_PRODUCER_SOCK_NAME", &env.producer)
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &env.consumer);
     let o = c.output().expect("run script(1)");
     let tty = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{tty}");
-    assert!(tty.contains("/ 2.5s]") && tty.contains("recorded, nothing lost"), "{tty}");
+    assert!(
+        tty.contains("/ 2.5s]") && tty.contains("recorded, nothing lost"),
+        "{tty}"
+    );
     // Without a terminal there is no status line.
     let plain = env.perfetto(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
     assert!(plain.status.success());

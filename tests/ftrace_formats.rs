@@ -7,7 +7,10 @@ use tracebox::probes::ftrace::format::{parse_format, parse_header_page, FieldTyp
 use tracebox::probes::ftrace::Tracefs;
 
 /// shared/ sits beside the checkout (as in CI); nothing is skipped if absent.
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/testdata/ftrace-formats");
+const CORPUS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/testdata/ftrace-formats"
+);
 
 fn format_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {

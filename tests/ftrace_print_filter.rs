@@ -7,9 +7,7 @@ use quick_protobuf::{BytesReader, MessageRead};
 use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::TracePacket;
-use tracebox::probes::ftrace::bundle::{
-    write_pages, BundleContext, CpuState, EventFilter,
-};
+use tracebox::probes::ftrace::bundle::{write_pages, BundleContext, CpuState, EventFilter};
 use tracebox::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
 use tracebox::probes::ftrace::print_filter::{PrintFilter, PrintMatch, PrintRule};
 use tracebox::probes::ftrace::Tracefs;

@@ -309,14 +309,23 @@ fn other_sources() {
     assert_eq!(interval, "frequency(100) counter(SW_CPU_CLOCK)");
     let h: HeapprofdConfig = sub(&cfg(1).heapprofd_config);
     assert_eq!(h.sampling_interval_bytes, Some(4096));
-    assert_eq!(h.continuous_dump_config.as_ref().unwrap().dump_interval_ms, Some(1000));
+    assert_eq!(
+        h.continuous_dump_config.as_ref().unwrap().dump_interval_ms,
+        Some(1000)
+    );
     let l: AndroidLogConfig = sub(&cfg(2).android_log_config);
-    assert_eq!(l.log_ids, [AndroidLogId::LID_DEFAULT, AndroidLogId::LID_SYSTEM]);
+    assert_eq!(
+        l.log_ids,
+        [AndroidLogId::LID_DEFAULT, AndroidLogId::LID_SYSTEM]
+    );
     assert_eq!(l.min_prio, Some(AndroidLogPriority::PRIO_INFO));
     let p: AndroidPowerConfig = sub(&cfg(3).android_power_config);
     assert_eq!(p.battery_poll_ms, Some(250));
     let te: TrackEventConfig = sub(&cfg(4).track_event_config);
     assert_eq!(te.enabled_categories, ["*"]);
     let chrome: ChromeConfig = sub(&cfg(5).chrome_config);
-    assert_eq!(chrome.trace_config.as_deref(), Some("{\"record_mode\":\"record-continuously\"}"));
+    assert_eq!(
+        chrome.trace_config.as_deref(),
+        Some("{\"record_mode\":\"record-continuously\"}")
+    );
 }

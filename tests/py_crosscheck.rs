@@ -14,7 +14,10 @@ fn python() -> Option<PathBuf> {
         return Some(PathBuf::from(p));
     }
     let venv = Path::new(ROOT).join(".venv/bin/python");
-    assert!(venv.exists(), "no Python venv with PyPI perfetto: run scripts/setup-python.sh");
+    assert!(
+        venv.exists(),
+        "no Python venv with PyPI perfetto: run scripts/setup-python.sh"
+    );
     Some(venv)
 }
 

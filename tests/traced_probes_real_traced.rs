@@ -461,8 +461,10 @@ fn traced_dying_mid_session_restores_ftrace() {
     drop(traced);
     // traced_probes notices, tears every instance down (then drops the
     // crash marker) and keeps running.
-    wait_until(Duration::from_secs(10), "instance and marker removal", || {
-        !instance_dir(instance).exists() && !state.exists()
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "instance and marker removal",
+        || !instance_dir(instance).exists() && !state.exists(),
+    );
     assert!(probes.child.try_wait().unwrap().is_none(), "still running");
 }

@@ -42,7 +42,10 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         match background() {
             Ok(Side::Parent { child_pid, status }) => {
                 // Wait until the daemon listens (or failed) before returning.
-                let ok = matches!(wait_status(status, std::time::Duration::from_secs(10)), Ok(Some(0)));
+                let ok = matches!(
+                    wait_status(status, std::time::Duration::from_secs(10)),
+                    Ok(Some(0))
+                );
                 if ok {
                     println!("{child_pid}");
                     return 0;

@@ -34,13 +34,19 @@ pub fn background() -> io::Result<Side> {
             drop(detached_wr);
             // EOF (child died) or its byte: either way it is not ours anymore.
             let _ = File::from(detached_rd).read(&mut [0u8; 1]);
-            Ok(Side::Parent { child_pid: child.as_raw(), status: read_end })
+            Ok(Side::Parent {
+                child_pid: child.as_raw(),
+                status: read_end,
+            })
         }
         ForkResult::Child => {
             drop(read_end);
             drop(detached_rd);
             setsid()?;
-            let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+            let null = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")?;
             for fd in 0..=2 {
                 nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd)?;
             }

@@ -99,7 +99,10 @@ pub fn attach_and_wait(socket: &str, key: &str, stop: bool, signals: &mut StopSi
         detach_key: None,
         uuid: String::new(),
     };
-    session::wait_and_collect(&mut port, enable_id, None,
+    session::wait_and_collect(
+        &mut port,
+        enable_id,
+        None,
         &plan,
         None,
         signals,

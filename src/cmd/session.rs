@@ -135,7 +135,9 @@ pub fn run(
             }
         };
     }
-    wait_and_collect(&mut port, enable_id, observe_id, plan, out_file, signals, &mut ready)
+    wait_and_collect(
+        &mut port, enable_id, observe_id, plan, out_file, signals, &mut ready,
+    )
 }
 
 /// Waits for the session to end, then writes the file. Shared with attach.

@@ -89,13 +89,19 @@ trait Nesting: Copy {
 
 impl Nesting for &'static MsgSchema {
     fn sub(self, field: u64) -> Option<Self> {
-        self.messages.iter().find(|(f, _)| u64::from(*f) == field).map(|(_, s)| *s)
+        self.messages
+            .iter()
+            .find(|(f, _)| u64::from(*f) == field)
+            .map(|(_, s)| *s)
     }
 }
 
 impl Nesting for &'static crate::schema::MessageDesc {
     fn sub(self, field: u64) -> Option<Self> {
-        u32::try_from(field).ok().and_then(|f| self.field_by_number(f)).and_then(|f| f.message_type())
+        u32::try_from(field)
+            .ok()
+            .and_then(|f| self.field_by_number(f))
+            .and_then(|f| f.message_type())
     }
 }
 
@@ -241,7 +247,10 @@ mod tests {
     #[test]
     fn method_args_are_checked_through_the_schema_table() {
         // CommitDataRequest{ chunks_to_move { page: 1 } }: fine.
-        assert_eq!(check_method_args("CommitData", &[0x0a, 0x02, 0x08, 0x01]), Ok(()));
+        assert_eq!(
+            check_method_args("CommitData", &[0x0a, 0x02, 0x08, 0x01]),
+            Ok(())
+        );
         // The nested message claims a 5-byte field inside 2 bytes.
         assert_eq!(
             check_method_args("CommitData", &[0x0a, 0x02, 0x22, 0x05]),
@@ -249,6 +258,9 @@ mod tests {
         );
         // EnableTracingRequest.trace_config.buffers { size_kb } overrunning.
         let bad = [0x0a, 0x04, 0x0a, 0x02, 0x0a, 0x09];
-        assert_eq!(check_method_args("EnableTracing", &bad), Err(WireError::Overrun));
+        assert_eq!(
+            check_method_args("EnableTracing", &bad),
+            Err(WireError::Overrun)
+        );
     }
 }

@@ -61,8 +61,17 @@ impl Env {
     /// packets when started, then waits for the stop.
     pub fn start_sdk_producer(&self, packets: u32) -> Killed {
         let mut c = Command::new(sdk_bin("sdk-producer"));
-        c.args(["--threads", "1", "--packets", &packets.to_string(), "--size", "64", "--timeout-s", "60"])
-            .stdout(Stdio::null());
+        c.args([
+            "--threads",
+            "1",
+            "--packets",
+            &packets.to_string(),
+            "--size",
+            "64",
+            "--timeout-s",
+            "60",
+        ])
+        .stdout(Stdio::null());
         self.apply(&mut c);
         let child = Killed(c.spawn().unwrap());
         // Registered once the service lists the data source.
@@ -127,7 +136,11 @@ impl Env {
             if q.contains(needle) == present {
                 return;
             }
-            assert!(Instant::now() < deadline, "query never {} {needle:?}:\n{q}", if present { "showed" } else { "dropped" });
+            assert!(
+                Instant::now() < deadline,
+                "query never {} {needle:?}:\n{q}",
+                if present { "showed" } else { "dropped" }
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -157,12 +170,18 @@ pub fn sdk_bin(name: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("tests/sdk-interop/target/release"));
     let p = dir.join(name);
-    assert!(p.exists(), "{} missing: run scripts/sdk-interop.sh build", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/sdk-interop.sh build",
+        p.display()
+    );
     p
 }
 
 pub fn python() -> PathBuf {
-    std::env::var_os("TRACEBOX_PYTHON").map(PathBuf::from).unwrap_or_else(|| repo().join(".venv/bin/python"))
+    std::env::var_os("TRACEBOX_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".venv/bin/python"))
 }
 
 /// Summary of a trace file by the official descriptors (tests/py/trace_summary.py).
@@ -172,7 +191,11 @@ pub fn summary(trace: &Path) -> serde_like::Json {
         .arg(trace)
         .output()
         .expect("run python (scripts/setup-python.sh)");
-    assert!(out.status.success(), "trace does not parse: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "trace does not parse: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_like::Json(String::from_utf8(out.stdout).unwrap())
 }
 
@@ -185,12 +208,21 @@ pub mod serde_like {
         /// Number after `"key": `.
         pub fn num(&self, key: &str) -> i64 {
             let pat = format!("\"{key}\": ");
-            let mut at = self.0.find(&pat).unwrap_or_else(|| panic!("no {key} in {}", self.0)) + pat.len();
+            let mut at = self
+                .0
+                .find(&pat)
+                .unwrap_or_else(|| panic!("no {key} in {}", self.0))
+                + pat.len();
             if self.0[at..].starts_with('[') {
                 at += 1;
             }
-            let digits: String = self.0[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
-            digits.parse().unwrap_or_else(|_| panic!("{key} is not a number in {}", self.0))
+            let digits: String = self.0[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '-')
+                .collect();
+            digits
+                .parse()
+                .unwrap_or_else(|_| panic!("{key} is not a number in {}", self.0))
         }
 
         pub fn contains(&self, s: &str) -> bool {

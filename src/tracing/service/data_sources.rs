@@ -203,9 +203,12 @@ impl TracingService {
         producer: ProducerId,
         id: DataSourceInstanceId,
     ) {
-        if let Some(sid) =
-            self.advance_instance(producer, id, InstanceState::Starting, InstanceState::Started)
-        {
+        if let Some(sid) = self.advance_instance(
+            producer,
+            id,
+            InstanceState::Starting,
+            InstanceState::Started,
+        ) {
             self.check_all_started(now, sid);
         }
     }

@@ -420,6 +420,10 @@ fn write_into_file_reuses_a_recycled_buffer() {
     h.commit_packets(p, 1, global, &[test_packet(2, 0)]);
     h.advance(ms(100));
     let second = take_file_data(h.outputs());
-    assert_eq!(second.capacity(), marked, "the recycled allocation is reused");
+    assert_eq!(
+        second.capacity(),
+        marked,
+        "the recycled allocation is reused"
+    );
     assert_eq!(producer_markers(&trace_packets(&second)), vec![2]);
 }

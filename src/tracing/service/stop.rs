@@ -85,9 +85,12 @@ impl TracingService {
         producer: ProducerId,
         id: DataSourceInstanceId,
     ) {
-        if let Some(sid) =
-            self.advance_instance(producer, id, InstanceState::Stopping, InstanceState::Stopped)
-        {
+        if let Some(sid) = self.advance_instance(
+            producer,
+            id,
+            InstanceState::Stopping,
+            InstanceState::Stopped,
+        ) {
             self.check_all_stopped(now, sid);
         }
     }
