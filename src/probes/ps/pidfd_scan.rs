@@ -45,7 +45,7 @@ impl ProcessStatsPoller {
         let mut comm = None;
         let cmdline_is_comm = cmdline.as_ref().is_none_or(|c| c.is_empty());
         if cmdline_is_comm || (names && main_thread) {
-            comm = self.read_comm(pid);
+            comm = self.procfs.read_comm(pid);
             if comm.is_none() {
                 return true; // Gone meanwhile (counted by the read).
             }
@@ -84,12 +84,5 @@ impl ProcessStatsPoller {
             self.write_threads(tree, pid, false);
         }
         true
-    }
-
-    /// `/proc/<pid>/comm` without its newline.
-    fn read_comm(&mut self, pid: i32) -> Option<String> {
-        let buf = self.procfs.read(pid, "comm")?;
-        let name = buf.strip_suffix(b"\n").unwrap_or(buf);
-        Some(String::from_utf8_lossy(name).into_owned())
     }
 }

@@ -123,6 +123,11 @@ impl ProcFs {
     }
 
     /// Name (comm) of thread `tid` of process `pid`, without the newline.
+    /// Name (comm) of process `pid`'s main thread, without the newline.
+    pub fn read_comm(&mut self, pid: i32) -> Option<String> {
+        self.read(pid, "comm").map(comm_text)
+    }
+
     pub fn read_task_comm(&mut self, pid: i32, tid: i32) -> Option<String> {
         self.path.clear();
         self.path.push_str(&self.proc_prefix);
@@ -131,10 +136,7 @@ impl ProcFs {
         let res = read_file_into(path.as_ref(), &mut self.buf, true);
         self.path = path;
         match res {
-            Ok(_) => {
-                let name = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
-                Some(String::from_utf8_lossy(name).into_owned())
-            }
+            Ok(_) => Some(comm_text(&self.buf)),
             Err(e) => {
                 self.note_dir_error(&e);
                 None
@@ -247,4 +249,10 @@ impl ProcFs {
 
 fn is_gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(3 /* ESRCH */)
+}
+
+/// A comm file's text without its newline.
+fn comm_text(buf: &[u8]) -> String {
+    let name = buf.strip_suffix(b"\n").unwrap_or(buf);
+    String::from_utf8_lossy(name).into_owned()
 }
