@@ -186,6 +186,8 @@ fn clone_snapshots_a_running_session() {
         .spawn()
         .unwrap();
     env.wait_query("to_clone", true);
+    // The snapshot must find the packets: clone only after they exist.
+    env.wait_producer_written();
     let snap = env.path("snap.pftrace");
     let c = env.perfetto(&["--clone-by-name", "to_clone", "-o", snap.to_str().unwrap()]);
     assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));

@@ -70,6 +70,8 @@ impl Env {
             "64",
             "--timeout-s",
             "60",
+            "--done-file",
+            self.path("sdk-producer.done").to_str().unwrap(),
         ])
         .stdout(Stdio::null());
         self.apply(&mut c);
@@ -83,6 +85,17 @@ impl Env {
             }
             assert!(Instant::now() < deadline, "sdk-producer did not register");
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the SDK producer has written (and flushed) all its
+    /// packets, which happens once its data source was started.
+    pub fn wait_producer_written(&self) {
+        let done = self.path("sdk-producer.done");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done.exists() {
+            assert!(Instant::now() < deadline, "sdk-producer never wrote");
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
