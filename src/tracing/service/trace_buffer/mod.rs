@@ -18,6 +18,7 @@
 //! are checked, violations are counted in [`BufferStats::abi_violations`],
 //! and nothing here panics on hostile input.
 
+mod continuity;
 mod index;
 mod read;
 mod record;
@@ -45,6 +46,7 @@ pub use stats::{BufferStats, TRACE_STATS_BUFFER_STATS_FIELD};
 pub use write::Patch;
 pub use writer_stats::{encode_histogram_def, ChunkPayloadHistogram, CHUNK_PAYLOAD_BUCKETS};
 
+use continuity::EvictedTail;
 use index::{ChunkKey, ChunkMeta, SequenceKey};
 use read::{Ranges, ReadIter, SkipHints};
 use record::{MAX_RECORD_SIZE, RECORD_HEADER_SIZE};
@@ -106,6 +108,9 @@ pub struct TraceBuffer {
     /// Newest chunk id seen per sequence (wrap-aware); reading a sequence
     /// starts right after it, i.e. at its oldest chunk.
     last_chunk_id_written: BTreeMap<SequenceKey, u32>,
+    /// Read state of each sequence's newest consumed chunk that left the
+    /// index (see `continuity`).
+    evicted: BTreeMap<SequenceKey, EvictedTail>,
     read_iter: ReadIter,
     /// Bumped by every write and patch: read-side caches of index state
     /// are valid only while it is unchanged.
@@ -145,6 +150,7 @@ impl TraceBuffer {
             has_data: false,
             index: BTreeMap::new(),
             last_chunk_id_written: BTreeMap::new(),
+            evicted: BTreeMap::new(),
             read_iter: ReadIter::default(),
             index_generation: 0,
             skip_hints: SkipHints::default(),
@@ -177,6 +183,7 @@ impl TraceBuffer {
             has_data: self.has_data,
             index: self.index.clone(),
             last_chunk_id_written: self.last_chunk_id_written.clone(),
+            evicted: self.evicted.clone(),
             read_iter: ReadIter::default(),
             index_generation: 0,
             skip_hints: SkipHints::default(),

@@ -170,7 +170,10 @@ impl TraceBuffer {
         ranges.clear();
         let info = self.read_next_packet_ranges(&mut ranges);
         self.read_scratch = ranges;
-        let info = info?;
+        let Some(info) = info else {
+            self.rewind_if_drained();
+            return None;
+        };
         Some((
             TracePacket::from_ranges(&self.data, &self.read_scratch),
             info,
@@ -238,7 +241,7 @@ impl TraceBuffer {
                 None => {
                     let next = self.next_sequence(self.read_iter.seq)?;
                     self.read_iter = self.iter_for_sequence(next);
-                    previous_packet_dropped = true;
+                    previous_packet_dropped = self.continuity_before(next, self.read_iter.cur);
                     match self.current_key(&self.read_iter) {
                         Some(key) => key,
                         None => continue,

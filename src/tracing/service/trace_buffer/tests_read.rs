@@ -323,11 +323,16 @@ fn previous_packet_dropped_through_a_sessions_life() {
     let r = read_pass(&mut b);
     assert_eq!(r.len(), 1);
     assert_eq!((r[0].0[0], r[0].1.previous_packet_dropped), (b'g', true));
-    // Producer 2's chunks were all evicted: its next packet cannot claim
-    // continuity.
+    // Producer 2's chunks were all evicted, but chunk 1 had been read whole
+    // before: z follows y with nothing lost (the evicted tail remembers).
     put(&mut b, 2, 1, 2, &[&pk(b'z', 9)], 0);
     let r = read_pass(&mut b);
-    assert_eq!((r[0].0[0], r[0].1.previous_packet_dropped), (b'z', true));
+    assert_eq!((r[0].0[0], r[0].1.previous_packet_dropped), (b'z', false));
+    // A gap in the ids after an eviction is a loss.
+    put(&mut b, 2, 1, 4, &[&pk(b'q', 3000)], 0);
+    put(&mut b, 2, 1, 5, &[&pk(b'r', 3000)], 0);
+    let r = read_pass(&mut b);
+    assert_eq!((r[0].0[0], r[0].1.previous_packet_dropped), (b'r', true));
 }
 
 #[test]

@@ -360,3 +360,50 @@ fn rewrite_with_other_content_after_read_cannot_derail_the_reader() {
     put(&mut b, 1, 1, 1, &[b"d", b"e"], 0);
     assert_eq!(read_bytes(&mut b), [b"d".to_vec(), b"e".to_vec()]);
 }
+
+#[test]
+fn a_drained_buffer_rewinds_and_keeps_continuity() {
+    // 64 KiB, written 1 KiB at a time and read after every write: writing
+    // restarts at 0 each time, so only the first record's memory is used.
+    let mut b = ring(64 << 10);
+    for id in 0..200u32 {
+        commit(&mut b, 1, 1, &Chunk::new(id, &[&id.to_le_bytes()], 0, P1K));
+        let r = read_pass(&mut b);
+        assert_eq!(r.len(), 1, "chunk {id}");
+        assert_eq!(r[0].0, id.to_le_bytes());
+        // Only the very first packet follows an unknown past.
+        assert_eq!(r[0].1.previous_packet_dropped, id == 0, "chunk {id}");
+    }
+    assert!(b.used_size() <= 2 * P1K, "used {}", b.used_size());
+    assert_eq!(b.stats().write_wrap_count, 0);
+    assert_eq!(b.stats().chunks_overwritten, 0);
+}
+
+#[test]
+fn no_rewind_while_anything_is_unread_or_still_growing() {
+    let mut b = ring(64 << 10);
+    // Sequence 1 read; sequence 2 left unread: no rewind.
+    put(&mut b, 1, 1, 0, &[b"a"], 0);
+    put(&mut b, 2, 1, 0, &[b"b"], 0);
+    b.begin_read();
+    assert!(b.read_next_trace_packet().is_some());
+    put(&mut b, 1, 1, 1, &[b"c"], 0);
+    // Three 32-byte records side by side.
+    assert_eq!(
+        b.used_size(),
+        3 * 32,
+        "third record appended after the others"
+    );
+    assert_eq!(read_bytes(&mut b), [b"c".to_vec(), b"b".to_vec()]);
+
+    // A scraped (incomplete) chunk may still grow in place: no rewind.
+    let mut b = ring(64 << 10);
+    let c = Chunk::new(0, &[b"x", b"y"], 0, 64);
+    b.copy_chunk_untrusted(1, client(1), 1, 0, 2, 0, false, &c.payload);
+    assert_eq!(read_bytes(&mut b), [b"x".to_vec()]);
+    put(&mut b, 2, 1, 0, &[b"z"], 0);
+    // The rewrite still lands on the original record.
+    b.copy_chunk_untrusted(1, client(1), 1, 0, 2, 0, true, &c.payload);
+    assert_eq!(b.stats().chunks_rewritten, 1);
+    assert_eq!(read_bytes(&mut b), [b"y".to_vec(), b"z".to_vec()]);
+}

@@ -174,6 +174,7 @@ impl TraceBuffer {
             .index
             .get(&next)
             .is_some_and(|m| m.num_fragments_read > 0)
+            || self.later_chunk_evicted(key)
         {
             self.stats.abi_violations += 1;
             return;
@@ -187,6 +188,27 @@ impl TraceBuffer {
         meta.complete = complete;
         self.write_record(off, &header, payload);
         self.stats.chunks_rewritten += 1;
+    }
+
+    /// Moves the write cursor back to offset 0 once every chunk was read
+    /// whole and none can still grow. Offset 0 is a record boundary and
+    /// chunks are found through the index, so this is an early wrap that
+    /// overwrites nothing unread; a buffer drained as it fills (write_into_file,
+    /// streaming reads) then stays in a few warm pages instead of faulting
+    /// in all of its memory.
+    pub(super) fn rewind_if_drained(&mut self) {
+        if self.wptr == 0 || self.read_only {
+            return;
+        }
+        if self
+            .index
+            .values()
+            .any(|m| m.has_unread_fragments() || !m.complete)
+        {
+            return;
+        }
+        self.wptr = 0;
+        self.index_generation += 1;
     }
 
     fn discard_write(&mut self) {
@@ -216,6 +238,7 @@ impl TraceBuffer {
             } else {
                 let key = ChunkKey::new(rec.producer_id, rec.writer_id, rec.chunk_id);
                 if let Some(meta) = self.index.remove(&key) {
+                    self.remember_evicted(key, &meta);
                     if meta.has_unread_fragments() {
                         self.stats.chunks_overwritten += 1;
                         self.stats.bytes_overwritten += u64::from(rec.size);
