@@ -99,6 +99,8 @@ pub struct FtraceMux {
     /// kallsyms, shared by the sources that symbolize while any holds it.
     ksyms: Weak<KernelSymbols>,
     pace: DrainPace,
+    /// When the last periodic drain ran (for the drain pace).
+    last_tick: Option<std::time::Instant>,
     /// Android's atrace (when its binary exists).
     atrace: AtraceRunner,
 }
@@ -121,6 +123,7 @@ impl FtraceMux {
             state_file,
             ksyms: Weak::new(),
             pace: DrainPace::default(),
+            last_tick: None,
             atrace: AtraceRunner::new(atrace_runner::configured_path()),
         }
     }
@@ -474,7 +477,10 @@ impl FtraceMux {
     /// (`None`: no started source).
     pub fn tick(&mut self) -> Option<Duration> {
         let busiest = self.read_pass(false);
-        Some(self.pace.next(busiest, self.drain_period()?))
+        let now = std::time::Instant::now();
+        let since = now - self.last_tick.unwrap_or(now);
+        self.last_tick = Some(now);
+        Some(self.pace.next(busiest, since, self.drain_period()?))
     }
 
     /// Pids seen since the last call, per tracing session.

@@ -63,6 +63,8 @@ struct WorkerState {
     /// Main wants the worker out of splice and parked.
     park: bool,
     parked: bool,
+    /// Main emptied the staging pipe: a napping worker refills it now.
+    room: bool,
     /// The worker gave up on splice; main reads with read().
     fallback: bool,
     pages_spliced: u64,
@@ -161,6 +163,7 @@ fn worker(staging_w: File, shared: Arc<Shared>, page_size: usize, buffer_pages: 
                 st = shared.cv.wait(st).unwrap_or_else(|p| p.into_inner());
             }
             st.parked = false;
+            st.room = false;
             if st.stop {
                 return;
             }
@@ -208,13 +211,16 @@ fn worker(staging_w: File, shared: Arc<Shared>, page_size: usize, buffer_pages: 
                 }
                 last_wake = now;
             }
+            // Only a partial page: while data flows the next page is a
+            // moment away, so a short nap, not a whole idle period (pages
+            // would pile up in the kernel meanwhile and be overwritten).
             Ok(_) => {
                 if !shared.lock().reopen {
-                    idle(&shared);
+                    pause_or_idle(&shared, last_wake);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => idle(&shared),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => pause_or_idle(&shared, last_wake),
             Err(e) if is_splice_refused(&e) => {
                 landing.forward(&staging_w);
                 shared.lock().fallback = true;
@@ -241,13 +247,13 @@ fn batch_pause(moved: u64, since: Duration, buffer_pages: usize) -> Duration {
     Duration::from_nanos(fill.min(MAX_BATCH_PAUSE.as_nanos()) as u64)
 }
 
-/// Sleeps `d` unless woken for park/stop/reopen (plain notifies from
-/// drains do not cut it short).
+/// Sleeps `d` unless woken for park/stop/reopen or because main emptied
+/// the staging pipe (other notifies from drains do not cut it short).
 fn nap(shared: &Shared, d: Duration) {
     let deadline = Instant::now() + d;
     let mut st = shared.lock();
     loop {
-        if st.park || st.stop || st.reopen {
+        if st.park || st.stop || st.reopen || st.room {
             return;
         }
         let now = Instant::now();
@@ -261,6 +267,19 @@ fn nap(shared: &Shared, d: Duration) {
             .unwrap_or_else(|p| p.into_inner().0);
     }
 }
+
+/// After pages moved within the last [`FLOWING`]: a nap of
+/// [`MAX_BATCH_PAUSE`]; otherwise [`idle`].
+fn pause_or_idle(shared: &Shared, last_pages: Instant) {
+    if last_pages.elapsed() < FLOWING {
+        nap(shared, MAX_BATCH_PAUSE.min(shared.idle_wait));
+    } else {
+        idle(shared);
+    }
+}
+
+/// Data moved this recently counts as still flowing.
+const FLOWING: Duration = Duration::from_millis(200);
 
 /// Sleeps until woken for park/stop or the idle period passes.
 fn idle(shared: &Shared) {
@@ -293,6 +312,7 @@ impl CpuReader {
             stop: false,
             park: false,
             parked: false,
+            room: false,
             fallback: mode == ReaderMode::Read,
             pages_spliced: 0,
         };
@@ -425,6 +445,12 @@ impl CpuReader {
                 self.shared.cv.notify_all();
             }
             let n = buf.len() / page_size;
+            if n < want && !fallback {
+                // Staging is empty: the worker refills it without waiting
+                // out its nap, or the drain pace would cap the read rate.
+                self.shared.lock().room = true;
+                self.shared.cv.notify_all();
+            }
             if n == 0 {
                 break;
             }

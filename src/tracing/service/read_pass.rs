@@ -249,14 +249,22 @@ impl TracingService {
         has_more
     }
 
-    /// Drains the session into its output file (write_into_file).
+    /// Drains the session into its output file (write_into_file), all of it.
     pub(super) fn write_into_file_pass(&mut self, now: u64, sid: SessionId) {
-        loop {
+        while self.write_into_file_step(now, sid) {}
+    }
+
+    /// Writes at most about [`FILE_PASS_BYTES`] to the session's file.
+    /// Returns true when more is readable now. Periodic writes go one step
+    /// per timer, so commits from producers are served between steps: a
+    /// long pass would leave their shared memory full meanwhile.
+    fn write_into_file_step(&mut self, now: u64, sid: SessionId) -> bool {
+        {
             let Some(s) = self.sessions.get(&sid) else {
-                return;
+                return false;
             };
             if s.file_closed {
-                return;
+                return false;
             }
             let data = self
                 .spare_file_bufs
@@ -286,11 +294,9 @@ impl TracingService {
             if crossed {
                 self.emit(Output::CloseFile { session: sid });
                 self.stop_session(now, sid);
-                return;
+                return false;
             }
-            if !more {
-                return;
-            }
+            more
         }
     }
 
@@ -302,13 +308,15 @@ impl TracingService {
             return;
         }
         let period = super::enable::file_write_period_ms(&s.config);
-        self.write_into_file_pass(now, sid);
+        let more = self.write_into_file_step(now, sid);
         if self
             .sessions
             .get(&sid)
             .is_some_and(|s| s.state == SessionState::Started && !s.file_closed)
         {
-            self.timers.add(now + ms(period), Timer::FileWrite(sid));
+            // A backlog goes on at once, after pending IPC.
+            let next = if more { now } else { now + ms(period) };
+            self.timers.add(next, Timer::FileWrite(sid));
         }
     }
 
