@@ -314,8 +314,10 @@ impl TracingService {
             .get(&sid)
             .is_some_and(|s| s.state == SessionState::Started && !s.file_closed)
         {
-            // A backlog goes on at once, after pending IPC.
-            let next = if more { now } else { now + ms(period) };
+            // A backlog goes on right after pending IPC (and after this
+            // step's bytes were written and the buffer handed back): a
+            // deadline of `now` would run again in this very timer pass.
+            let next = if more { now + 1 } else { now + ms(period) };
             self.timers.add(next, Timer::FileWrite(sid));
         }
     }

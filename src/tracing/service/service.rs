@@ -97,9 +97,9 @@ impl TracingService {
     /// Gives back the bytes of an [`Output::WriteToFile`] once written, so
     /// the next write_into_file pass reuses the allocation.
     pub fn recycle_file_buffer(&mut self, mut data: Vec<u8>) {
-        // A pass emits up to one buffer per FILE_PASS_BYTES before any is
-        // written back: keep enough that steady passes allocate nothing.
-        const KEEP_AT_MOST: usize = 8;
+        // Periodic passes write one buffer per step; the final pass at stop
+        // emits several before any is written back.
+        const KEEP_AT_MOST: usize = 4;
         const MAX_CAPACITY: usize = 4 << 20;
         if self.spare_file_bufs.len() < KEEP_AT_MOST && data.capacity() <= MAX_CAPACITY {
             data.clear();
