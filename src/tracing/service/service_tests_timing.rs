@@ -427,3 +427,33 @@ fn write_into_file_reuses_a_recycled_buffer() {
     );
     assert_eq!(producer_markers(&trace_packets(&second)), vec![2]);
 }
+
+#[test]
+fn a_file_write_backlog_goes_one_step_per_timer() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 4096);
+    cfg.write_into_file = Some(true);
+    cfg.file_write_period_ms = Some(100);
+    h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let global = global_buffer(&h.outputs(), p);
+    // About 1.4 MiB: more than one write step.
+    for i in 0..400 {
+        h.commit_packets(p, 1, global, &[test_packet(i, 3500)]);
+    }
+    let file_writes = |outs: &[Output]| {
+        outs.iter()
+            .filter(|o| matches!(o, Output::WriteToFile { .. }))
+            .count()
+    };
+    h.advance(ms(100));
+    // One step, then producers' IPC gets its turn: the next step is due
+    // just after this timer pass, not in it.
+    assert_eq!(file_writes(&h.outputs()), 1);
+    assert_eq!(h.svc.next_deadline(), Some(h.now + 1));
+    h.advance(1);
+    assert_eq!(file_writes(&h.outputs()), 1);
+    // Drained: back to the period.
+    assert_eq!(h.svc.next_deadline(), Some(h.now + ms(100)));
+}

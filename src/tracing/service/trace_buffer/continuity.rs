@@ -9,10 +9,8 @@
 //! restart at offset 0 without losing track.
 
 use super::index::{ChunkKey, ChunkMeta, SequenceKey};
+use super::write::HALF_CHUNK_ID_SPACE;
 use super::TraceBuffer;
-
-/// Chunk ids are "newer" when ahead by less than half the id space.
-const HALF_CHUNK_ID_SPACE: u32 = u32::MAX / 2;
 
 /// The newest fully consumed chunk of a sequence that left the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ pub struct Patch {
 }
 
 /// Chunk ids are "newer" when ahead by less than half the id space.
-const HALF_CHUNK_ID_SPACE: u32 = u32::MAX / 2;
+pub(super) const HALF_CHUNK_ID_SPACE: u32 = u32::MAX / 2;
 
 impl TraceBuffer {
     /// Copies one committed (or scraped) chunk into the buffer.
