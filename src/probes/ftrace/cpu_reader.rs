@@ -440,17 +440,16 @@ impl CpuReader {
                 self.read_direct(buf, page_size, want.saturating_sub(have))?;
             } else {
                 // A worker idling on a full staging pipe resumes now rather
-                // than after its idle period (else it caps the read rate and
-                // the kernel overwrites pages under bursts).
+                // than after its idle period, and one napping after a batch
+                // refills an emptied staging pipe without waiting out its
+                // nap (either would cap the read rate, and the kernel would
+                // overwrite pages under bursts).
+                if buf.len() / page_size < want {
+                    self.shared.lock().room = true;
+                }
                 self.shared.cv.notify_all();
             }
             let n = buf.len() / page_size;
-            if n < want && !fallback {
-                // Staging is empty: the worker refills it without waiting
-                // out its nap, or the drain pace would cap the read rate.
-                self.shared.lock().room = true;
-                self.shared.cv.notify_all();
-            }
             if n == 0 {
                 break;
             }

@@ -392,16 +392,23 @@ fn clone_snapshot_trigger_notifies_and_only_clones_are_readable() {
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
 }
 
-#[test]
-fn write_into_file_reuses_a_recycled_buffer() {
-    let mut h = H::new();
+/// A started write_into_file session with a 100 ms write period:
+/// (producer, its target buffer).
+fn file_session(h: &mut H, size_kb: u32) -> (ProducerId, u32) {
     let p = h.producer("prod", 0, &["ds"]);
     let c = h.svc.connect_consumer(0);
-    let mut cfg = basic_config("ds", 64);
+    let mut cfg = basic_config("ds", size_kb);
     cfg.write_into_file = Some(true);
     cfg.file_write_period_ms = Some(100);
     h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
     let global = global_buffer(&h.outputs(), p);
+    (p, global)
+}
+
+#[test]
+fn write_into_file_reuses_a_recycled_buffer() {
+    let mut h = H::new();
+    let (p, global) = file_session(&mut h, 64);
     let take_file_data = |outs: Vec<Output>| {
         outs.into_iter()
             .find_map(|o| match o {
@@ -431,13 +438,7 @@ fn write_into_file_reuses_a_recycled_buffer() {
 #[test]
 fn a_file_write_backlog_goes_one_step_per_timer() {
     let mut h = H::new();
-    let p = h.producer("prod", 0, &["ds"]);
-    let c = h.svc.connect_consumer(0);
-    let mut cfg = basic_config("ds", 4096);
-    cfg.write_into_file = Some(true);
-    cfg.file_write_period_ms = Some(100);
-    h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
-    let global = global_buffer(&h.outputs(), p);
+    let (p, global) = file_session(&mut h, 4096);
     // About 1.4 MiB: more than one write step.
     for i in 0..400 {
         h.commit_packets(p, 1, global, &[test_packet(i, 3500)]);
