@@ -13,9 +13,15 @@ use crate::protozero::{
 };
 
 /// A growable protobuf buffer with fast scalar appends.
+///
+/// The bytes live in `buf[..len]`; `buf` is allocated and initialized to
+/// its full size, so a varint is a few indexed stores into room checked
+/// once, with no per-byte capacity check or length update as with
+/// `Vec::push`.
 #[derive(Debug, Default)]
 pub struct PacketBuf {
     buf: Vec<u8>,
+    len: usize,
 }
 
 /// An open nested message of a [`PacketBuf`].
@@ -26,48 +32,111 @@ pub struct Open {
     slot: usize,
 }
 
-/// Above this many bytes of capacity the buffer is released after use, so
-/// a burst does not pin memory for every cpu.
+/// Above this many bytes the buffer is released after use, so a burst
+/// does not pin memory for every cpu.
 const KEEP_CAPACITY: usize = 4 << 20;
+
+/// Smallest allocation; a bundle is usually tens of KiB.
+const MIN_CAPACITY: usize = 16 << 10;
+
+/// Most bytes a varint takes.
+const MAX_VARINT: usize = 10;
+
+const LOW_56: u64 = (1 << 56) - 1;
+const CONTINUATION: u64 = 0x8080_8080_8080_8080;
+
+/// Moves bits 7g..7g+7 of `v` (< 2^56) to byte g, for g in 0..8.
+#[inline(always)]
+fn spread_groups(v: u64) -> u64 {
+    let mut x = 0;
+    for g in 0..8 {
+        x |= ((v >> (7 * g)) & 0x7f) << (8 * g);
+    }
+    x
+}
 
 impl PacketBuf {
     pub fn as_bytes(&self) -> &[u8] {
-        &self.buf
+        &self.buf[..self.len]
     }
 
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.len == 0
     }
 
     /// Empties the buffer, keeping a moderate allocation.
     pub fn clear(&mut self) {
-        self.buf.clear();
-        if self.buf.capacity() > KEEP_CAPACITY {
+        self.len = 0;
+        if self.buf.len() > KEEP_CAPACITY {
             self.buf = Vec::new();
         }
     }
 
+    /// Makes sure `n` more bytes fit.
     #[inline]
-    fn raw_varint(&mut self, mut v: u64) {
-        self.buf.reserve(10);
-        while v >= 0x80 {
-            self.buf.push(v as u8 | 0x80);
-            v >>= 7;
+    fn room(&mut self, n: usize) {
+        if self.buf.len() - self.len < n {
+            self.grow(n);
         }
-        self.buf.push(v as u8);
+    }
+
+    #[cold]
+    fn grow(&mut self, n: usize) {
+        let want = (self.len + n).max(self.buf.len() * 2).max(MIN_CAPACITY);
+        self.buf.resize(want, 0);
+    }
+
+    /// A varint without per-byte branches: the 7-bit groups of the low 56
+    /// bits are spread over one 8-byte store (kernel addresses and
+    /// timestamps are 7 to 10 bytes long, so a byte loop mispredicts).
+    #[inline(always)]
+    fn raw_varint(&mut self, v: u64) {
+        self.room(MAX_VARINT);
+        let at = self.len;
+        if v < 0x80 {
+            self.buf[at] = v as u8;
+            self.len = at + 1;
+            return;
+        }
+        let low = spread_groups(v & LOW_56);
+        if v <= LOW_56 {
+            // 2..=8 bytes: all but the last carry the continuation bit.
+            let n = (64 - v.leading_zeros() as usize).div_ceil(7);
+            let more = CONTINUATION & ((1u64 << (8 * (n - 1))) - 1);
+            self.buf[at..at + 8].copy_from_slice(&(low | more).to_le_bytes());
+            self.len = at + n;
+            return;
+        }
+        self.buf[at..at + 8].copy_from_slice(&(low | CONTINUATION).to_le_bytes());
+        let high = v >> 56;
+        if high < 0x80 {
+            self.buf[at + 8] = high as u8;
+            self.len = at + 9;
+        } else {
+            self.buf[at + 8] = high as u8 | 0x80;
+            self.buf[at + 9] = (high >> 7) as u8;
+            self.len = at + 10;
+        }
     }
 
     #[inline]
+    fn append(&mut self, bytes: &[u8]) {
+        self.room(bytes.len());
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    #[inline(always)]
     fn tag(&mut self, field: u32, wire: u32) {
         self.raw_varint(((field as u64) << 3) | wire as u64);
     }
 
     /// A varint field (uint*/int*/bool/enum; negative values sign-extended).
-    #[inline]
+    #[inline(always)]
     pub fn varint(&mut self, field: u32, v: u64) {
         self.tag(field, WIRE_VARINT);
         self.raw_varint(v);
@@ -80,19 +149,19 @@ impl PacketBuf {
     }
 
     /// A bytes/string field.
-    #[inline]
+    #[inline(always)]
     pub fn bytes(&mut self, field: u32, v: &[u8]) {
         self.tag(field, WIRE_LEN);
         self.raw_varint(v.len() as u64);
-        self.buf.extend_from_slice(v);
+        self.append(v);
     }
 
     /// Opens a nested message with a 4-byte length slot.
     #[inline]
     pub fn begin(&mut self, field: u32) -> Open {
         self.tag(field, WIRE_LEN);
-        let slot = self.buf.len();
-        self.buf.extend_from_slice(&[0x80, 0x80, 0x80, 0]);
+        let slot = self.len;
+        self.append(&[0x80, 0x80, 0x80, 0]);
         Open { slot }
     }
 
@@ -100,7 +169,7 @@ impl PacketBuf {
     /// shared-memory encoders do.
     #[inline]
     pub fn end(&mut self, n: Open) {
-        let len = self.buf.len() - n.slot - LEN_FIELD_SIZE;
+        let len = self.len - n.slot - LEN_FIELD_SIZE;
         self.buf[n.slot..n.slot + LEN_FIELD_SIZE].copy_from_slice(&redundant_varint(len as u32));
     }
 
@@ -110,8 +179,9 @@ impl PacketBuf {
     #[inline]
     pub fn begin_small(&mut self, field: u32) -> Open {
         self.tag(field, WIRE_LEN);
-        let slot = self.buf.len();
-        self.buf.push(0);
+        self.room(1);
+        let slot = self.len;
+        self.len += 1;
         Open { slot }
     }
 
@@ -122,19 +192,26 @@ impl PacketBuf {
     #[inline]
     pub fn end_small(&mut self, n: Open) {
         let body = n.slot + 1;
-        let len = self.buf.len() - body;
+        let len = self.len - body;
         if len < 0x80 {
             self.buf[n.slot] = len as u8;
             return;
         }
-        // Rare: make room for a longer length.
+        self.widen_small_length(n.slot, len);
+    }
+
+    /// Rare: makes room for a length of more than one byte.
+    #[cold]
+    fn widen_small_length(&mut self, slot: usize, len: usize) {
+        let body = slot + 1;
         let width = varint_len(len as u64);
-        self.buf.resize(self.buf.len() + width - 1, 0);
-        self.buf.copy_within(body..body + len, n.slot + width);
+        self.room(width - 1);
+        self.buf.copy_within(body..body + len, slot + width);
+        self.len += width - 1;
         let mut v = len;
         for i in 0..width {
             let more = if i + 1 < width { 0x80 } else { 0 };
-            self.buf[n.slot + i] = (v as u8 & 0x7f) | more;
+            self.buf[slot + i] = (v as u8 & 0x7f) | more;
             v >>= 7;
         }
     }
@@ -143,21 +220,13 @@ impl PacketBuf {
 impl Stream for PacketBuf {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        if bytes.len() <= 10 {
-            // Varints from the generic encoders: avoid a memcpy call.
-            self.buf.reserve(10);
-            for &b in bytes {
-                self.buf.push(b);
-            }
-        } else {
-            self.buf.extend_from_slice(bytes);
-        }
+        self.append(bytes);
     }
 
     #[inline]
     fn reserve_len(&mut self) -> LenSlot {
-        let at = self.buf.len();
-        self.buf.extend_from_slice(&[0x80, 0x80, 0x80, 0]);
+        let at = self.len;
+        self.append(&[0x80, 0x80, 0x80, 0]);
         LenSlot(at as u32)
     }
 
@@ -169,7 +238,7 @@ impl Stream for PacketBuf {
 
     #[inline]
     fn position(&self) -> u64 {
-        self.buf.len() as u64
+        self.len as u64
     }
 }
 
@@ -199,6 +268,24 @@ mod tests {
         let long = vec![7u8; 300];
         a.bytes(10, &long);
         put_bytes(&mut b, 10, &long);
+        assert_eq!(a.as_bytes(), b.as_bytes());
+    }
+
+    #[test]
+    fn varints_of_every_length_match_the_generic_encoder() {
+        let mut a = PacketBuf::default();
+        let mut b = VecStream::new();
+        for bits in 0..64 {
+            for v in [
+                1u64 << bits,
+                (1u64 << bits) - 1,
+                (1u64 << bits) | 0x55,
+                u64::MAX >> bits,
+            ] {
+                a.varint(1, v);
+                put_varint(&mut b, 1, v);
+            }
+        }
         assert_eq!(a.as_bytes(), b.as_bytes());
     }
 

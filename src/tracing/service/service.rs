@@ -342,6 +342,9 @@ impl TracingService {
             return;
         }
         p.writers.insert(w, b);
+        if let Some(buf) = self.buffers.get_mut(&b) {
+            buf.forget_evicted(producer, w);
+        }
     }
 
     pub fn unregister_trace_writer(&mut self, producer: ProducerId, writer_id: u32) {

@@ -60,6 +60,22 @@ impl TraceBuffer {
         }
     }
 
+    /// Whether `key` itself or a later chunk of its sequence was already
+    /// consumed and evicted: a copy arriving now (a retransmit, or a
+    /// commit after a scrape) would be read a second time, or would hold
+    /// the reader at a gap in front of the sequence's newer chunks.
+    pub(super) fn consumed_and_evicted(&self, key: ChunkKey) -> bool {
+        self.evicted
+            .get(&key.sequence())
+            .is_some_and(|t| t.chunk_id.wrapping_sub(key.chunk_id) < HALF_CHUNK_ID_SPACE)
+    }
+
+    /// A writer id being registered starts a new sequence: whatever was
+    /// remembered of an earlier writer with that id no longer applies.
+    pub fn forget_evicted(&mut self, producer_id: u16, writer_id: u16) {
+        self.evicted.remove(&(producer_id, writer_id));
+    }
+
     /// Whether a chunk after `key` of its sequence was already consumed
     /// and evicted (rewriting `key` would return packets out of order).
     pub(super) fn later_chunk_evicted(&self, key: ChunkKey) -> bool {

@@ -82,6 +82,8 @@ pub struct ChunkMeta {
     /// invisible here.
     pub last_read_packet_skipped: Option<bool>,
     pub client: ClientIdentity,
+    /// Moved to the front by a rewind (not written there by its producer).
+    pub moved: bool,
 }
 
 impl ChunkMeta {
@@ -101,6 +103,7 @@ impl ChunkMeta {
             complete,
             last_read_packet_skipped: None,
             client,
+            moved: false,
         }
     }
 

@@ -22,6 +22,7 @@ mod continuity;
 mod index;
 mod read;
 mod record;
+mod rewind;
 mod stats;
 mod write;
 mod writer_stats;
@@ -34,6 +35,8 @@ mod test_util;
 mod tests_hostile;
 #[cfg(test)]
 mod tests_read;
+#[cfg(test)]
+mod tests_rewind;
 #[cfg(test)]
 mod tests_write;
 

@@ -80,6 +80,11 @@ impl TraceBuffer {
             return;
         }
 
+        if self.consumed_and_evicted(key) {
+            self.stats.chunks_committed_out_of_order += 1;
+            return;
+        }
+
         if self.discard_writes {
             self.discard_write();
             return;
@@ -190,27 +195,6 @@ impl TraceBuffer {
         self.stats.chunks_rewritten += 1;
     }
 
-    /// Moves the write cursor back to offset 0 once every chunk was read
-    /// whole and none can still grow. Offset 0 is a record boundary and
-    /// chunks are found through the index, so this is an early wrap that
-    /// overwrites nothing unread; a buffer drained as it fills (write_into_file,
-    /// streaming reads) then stays in a few warm pages instead of faulting
-    /// in all of its memory.
-    pub(super) fn rewind_if_drained(&mut self) {
-        if self.wptr == 0 || self.read_only {
-            return;
-        }
-        if self
-            .index
-            .values()
-            .any(|m| m.has_unread_fragments() || !m.complete)
-        {
-            return;
-        }
-        self.wptr = 0;
-        self.index_generation += 1;
-    }
-
     fn discard_write(&mut self) {
         debug_assert_eq!(self.policy, OverwritePolicy::Discard);
         self.discard_writes = true;
@@ -221,7 +205,7 @@ impl TraceBuffer {
     /// index. Returns how far the last removed record extends past that
     /// range (to be covered by padding), or `None` if DISCARD forbids
     /// overwriting unread data (then nothing is changed).
-    fn delete_next_chunks_for(&mut self, bytes: usize) -> Option<usize> {
+    pub(super) fn delete_next_chunks_for(&mut self, bytes: usize) -> Option<usize> {
         if self.policy == OverwritePolicy::Discard && self.any_unread_in(bytes) {
             return None;
         }
@@ -235,14 +219,12 @@ impl TraceBuffer {
             }
             if rec.is_padding {
                 self.stats.padding_bytes_cleared += u64::from(rec.size);
-            } else {
-                let key = ChunkKey::new(rec.producer_id, rec.writer_id, rec.chunk_id);
-                if let Some(meta) = self.index.remove(&key) {
-                    self.remember_evicted(key, &meta);
-                    if meta.has_unread_fragments() {
-                        self.stats.chunks_overwritten += 1;
-                        self.stats.bytes_overwritten += u64::from(rec.size);
-                    }
+            } else if let Some(key) = self.live_record_at(off, &rec) {
+                let meta = self.index.remove(&key).expect("live record");
+                self.remember_evicted(key, &meta);
+                if meta.has_unread_fragments() {
+                    self.stats.chunks_overwritten += 1;
+                    self.stats.bytes_overwritten += u64::from(rec.size);
                 }
             }
             off += rec.size as usize;
@@ -261,18 +243,25 @@ impl TraceBuffer {
             if !rec.is_valid() {
                 return false;
             }
-            let key = ChunkKey::new(rec.producer_id, rec.writer_id, rec.chunk_id);
-            if !rec.is_padding
-                && self
-                    .index
-                    .get(&key)
-                    .is_some_and(|m| m.has_unread_fragments())
-            {
-                return true;
+            if let Some(key) = self.live_record_at(off, &rec) {
+                if self.index[&key].has_unread_fragments() {
+                    return true;
+                }
             }
             off += rec.size as usize;
         }
         false
+    }
+
+    /// The index key of the chunk record `rec` read at `off`, if the index
+    /// still holds that chunk there (a rewind leaves stale copies behind).
+    fn live_record_at(&self, off: usize, rec: &RecordHeader) -> Option<ChunkKey> {
+        if rec.is_padding {
+            return None;
+        }
+        let key = ChunkKey::new(rec.producer_id, rec.writer_id, rec.chunk_id);
+        let meta = self.index.get(&key)?;
+        (meta.record_off as usize == off).then_some(key)
     }
 
     pub(super) fn record_at(&self, off: usize) -> RecordHeader {
@@ -280,7 +269,7 @@ impl TraceBuffer {
     }
 
     /// Writes a padding record at `wptr` without moving it.
-    fn add_padding_record(&mut self, size: usize) {
+    pub(super) fn add_padding_record(&mut self, size: usize) {
         let header = RecordHeader::padding(size);
         self.data[self.wptr..self.wptr + RECORD_HEADER_SIZE].copy_from_slice(&header.encode());
         self.used_size = self.used_size.max(self.wptr + RECORD_HEADER_SIZE);
