@@ -122,6 +122,35 @@ fn full_events() {
 }
 
 #[test]
+fn print_fast_path_writes_what_the_generic_path_writes() {
+    let fast = fixture_table(true);
+    assert!(fast.print_layout.is_some(), "the usual print layout");
+    let mut generic = fixture_table(true);
+    generic.print_layout = None;
+    let encode = |table: &TranslationTable, pages: &[u8]| {
+        let filter = all_ids(table);
+        let ctx = BundleContext {
+            table,
+            filter: &filter,
+            compact_sched: None,
+            clock: None,
+            ksyms: None,
+        };
+        let mut state = CpuState::default();
+        let mut out = Packets::default();
+        let sum = write_pages(&mut out, 0, pages, &layout(), &ctx, &mut state);
+        (out.done, sum, state.metadata.pids)
+    };
+    assert_eq!(encode(&fast, CPU0), encode(&generic, CPU0));
+    // Records cut short or with garbage behave the same way too.
+    let mut page = CPU0[..4096].to_vec();
+    for i in (64..4096).step_by(97) {
+        page[i] ^= 0x5a;
+        assert_eq!(encode(&fast, &page), encode(&generic, &page), "flip at {i}");
+    }
+}
+
+#[test]
 fn compact_sched_matches_full_events() {
     let table = fixture_table(true);
     let filter = all_ids(&table);

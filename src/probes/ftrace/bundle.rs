@@ -11,8 +11,8 @@ use super::page_parser::{parse_page, PageSink, ParseError};
 use super::print_filter::PrintFilter;
 use super::table::ftrace_event;
 use super::translate::{
-    read_int, write_generic_fields, write_typed_fields, KernelAddrs, Metadata, Target,
-    TranslationTable,
+    read_int, until_nul, write_generic_fields, write_typed_fields, KernelAddrs, Metadata,
+    PrintLayout, Target, TranslationTable,
 };
 use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, Stream};
 
@@ -205,6 +205,11 @@ impl<W: PacketWriter> Bundler<'_, W> {
                 };
             }
         }
+        if let Some(p) = &ctx.table.print_layout {
+            if id == p.ftrace_id {
+                return self.write_print(ts, rec, p);
+            }
+        }
         let Some(ev) = ctx.table.event(id) else {
             return Ok(());
         };
@@ -238,6 +243,39 @@ impl<W: PacketWriter> Bundler<'_, W> {
         s.end_small(p);
         s.end_small(n);
         ok.ok_or(ParseError::InvalidEvent)
+    }
+}
+
+impl<W: PacketWriter> Bundler<'_, W> {
+    /// ftrace/print in its usual layout: the same bytes the generic path
+    /// writes, without the per-field dispatch.
+    #[inline]
+    fn write_print(&mut self, ts: u64, rec: &[u8], p: &PrintLayout) -> Result<(), ParseError> {
+        let buf = rec
+            .get(p.buf_offset as usize..)
+            .map(until_nul)
+            .ok_or(ParseError::InvalidEvent);
+        if let Some(pf) = &self.ctx.filter.print {
+            if !pf.allows(buf.unwrap_or(&[])) {
+                return Ok(());
+            }
+        }
+        let pid = read_int(rec, self.ctx.table.common_pid_offset as usize, 4);
+        self.ensure_open();
+        let s = &mut self.state.out;
+        let n = s.begin_small(bundle_field::EVENT);
+        s.varint(ftrace_event::TIMESTAMP, ts);
+        if let Some(pid) = pid {
+            s.varint(ftrace_event::PID, pid as u32 as u64);
+            self.state.metadata.push_pid(pid as i32);
+        }
+        let m = s.begin_small(ftrace_event::PRINT);
+        if let Ok(b) = buf {
+            s.bytes(p.buf_proto_field, b);
+        }
+        s.end_small(m);
+        s.end_small(n);
+        buf.map(|_| ())
     }
 }
 

@@ -93,6 +93,38 @@ pub struct TranslationTable {
     pub common_flags_offset: Option<u16>,
     /// `printk_formats`: kernel string addresses → text.
     printk_formats: HashMap<u64, String>,
+    /// Set when ftrace/print has its usual shape (see [`PrintLayout`]).
+    pub print_layout: Option<PrintLayout>,
+}
+
+/// ftrace/print written as `FtraceEvent.print { buf }` from a C string
+/// at a fixed offset: the layout of every kernel seen. trace_marker
+/// floods are the heaviest load, so the bundler writes these without
+/// the per-field dispatch; any other shape takes the generic path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrintLayout {
+    pub ftrace_id: u32,
+    pub buf_offset: u16,
+    pub buf_proto_field: u32,
+}
+
+impl PrintLayout {
+    fn of(ev: &EventTranslation) -> Option<PrintLayout> {
+        if (ev.group.as_str(), ev.name.as_str()) != ("ftrace", "print") {
+            return None;
+        }
+        let [f] = &ev.fields[..] else {
+            return None;
+        };
+        let plain = f.ftrace_type == FieldType::CString
+            && f.proto_type == Some(ProtoType::String)
+            && !f.repeated;
+        plain.then_some(PrintLayout {
+            ftrace_id: ev.ftrace_id,
+            buf_offset: f.offset,
+            buf_proto_field: f.proto_field_id,
+        })
+    }
 }
 
 impl TranslationTable {
@@ -172,6 +204,9 @@ impl TranslationTable {
         }
         self.by_name
             .insert((ev.group.clone(), ev.name.clone()), ev.ftrace_id);
+        if (ev.group.as_str(), ev.name.as_str()) == ("ftrace", "print") {
+            self.print_layout = PrintLayout::of(&ev);
+        }
         match self.by_id[id] {
             0 => {
                 self.events.push(ev);
