@@ -42,19 +42,6 @@ const MIN_CAPACITY: usize = 16 << 10;
 /// Most bytes a varint takes.
 const MAX_VARINT: usize = 10;
 
-const LOW_56: u64 = (1 << 56) - 1;
-const CONTINUATION: u64 = 0x8080_8080_8080_8080;
-
-/// Moves bits 7g..7g+7 of `v` (< 2^56) to byte g, for g in 0..8.
-#[inline(always)]
-fn spread_groups(v: u64) -> u64 {
-    let mut x = 0;
-    for g in 0..8 {
-        x |= ((v >> (7 * g)) & 0x7f) << (8 * g);
-    }
-    x
-}
-
 impl PacketBuf {
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]
@@ -90,37 +77,22 @@ impl PacketBuf {
         self.buf.resize(want, 0);
     }
 
-    /// A varint without per-byte branches: the 7-bit groups of the low 56
-    /// bits are spread over one 8-byte store (kernel addresses and
-    /// timestamps are 7 to 10 bytes long, so a byte loop mispredicts).
+    /// A varint as a few indexed stores into room checked once. (A
+    /// branch-free spread of 7-bit groups measured slower at opt-level
+    /// "s", which keeps loops rolled; this loop's trip count is steady per
+    /// call site, so it predicts well.)
     #[inline(always)]
-    fn raw_varint(&mut self, v: u64) {
+    fn raw_varint(&mut self, mut v: u64) {
         self.room(MAX_VARINT);
-        let at = self.len;
-        if v < 0x80 {
-            self.buf[at] = v as u8;
-            self.len = at + 1;
-            return;
+        let dst = &mut self.buf[self.len..self.len + MAX_VARINT];
+        let mut i = 0;
+        while v >= 0x80 && i < MAX_VARINT - 1 {
+            dst[i] = v as u8 | 0x80;
+            v >>= 7;
+            i += 1;
         }
-        let low = spread_groups(v & LOW_56);
-        if v <= LOW_56 {
-            // 2..=8 bytes: all but the last carry the continuation bit.
-            let n = (64 - v.leading_zeros() as usize).div_ceil(7);
-            let more = CONTINUATION & ((1u64 << (8 * (n - 1))) - 1);
-            self.buf[at..at + 8].copy_from_slice(&(low | more).to_le_bytes());
-            self.len = at + n;
-            return;
-        }
-        self.buf[at..at + 8].copy_from_slice(&(low | CONTINUATION).to_le_bytes());
-        let high = v >> 56;
-        if high < 0x80 {
-            self.buf[at + 8] = high as u8;
-            self.len = at + 9;
-        } else {
-            self.buf[at + 8] = high as u8 | 0x80;
-            self.buf[at + 9] = (high >> 7) as u8;
-            self.len = at + 10;
-        }
+        dst[i] = v as u8;
+        self.len += i + 1;
     }
 
     #[inline]
