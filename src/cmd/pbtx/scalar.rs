@@ -54,7 +54,7 @@ pub fn parse_float(text: &str) -> Option<f64> {
             if !valid {
                 return None;
             }
-            body.parse::<f64>().ok()?
+            crate::protozero::decimal::parse_decimal(body)?
         }
     };
     Some(if neg { -v } else { v })

@@ -264,14 +264,14 @@ impl<W: PacketWriter> Bundler<'_, W> {
         self.ensure_open();
         let s = &mut self.state.out;
         let n = s.begin_small(bundle_field::EVENT);
-        s.varint(ftrace_event::TIMESTAMP, ts);
+        s.varint_inline(ftrace_event::TIMESTAMP, ts);
         if let Some(pid) = pid {
-            s.varint(ftrace_event::PID, pid as u32 as u64);
+            s.varint_inline(ftrace_event::PID, pid as u32 as u64);
             self.state.metadata.push_pid(pid as i32);
         }
         let m = s.begin_small(ftrace_event::PRINT);
         if let Ok(b) = buf {
-            s.bytes(p.buf_proto_field, b);
+            s.bytes_inline(p.buf_proto_field, b);
         }
         s.end_small(m);
         s.end_small(n);

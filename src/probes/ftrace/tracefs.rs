@@ -35,13 +35,14 @@ impl CpuStats {
             };
             let value = value.trim();
             let int = || value.parse::<u64>().unwrap_or(0);
+            let decimal = |v| crate::protozero::decimal::parse_decimal(v).unwrap_or(0.0);
             match key.trim() {
                 "entries" => s.entries = int(),
                 "overrun" => s.overrun = int(),
                 "commit overrun" => s.commit_overrun = int(),
                 "bytes" => s.bytes = int(),
-                "oldest event ts" => s.oldest_event_ts = value.parse().unwrap_or(0.0),
-                "now ts" => s.now_ts = value.parse().unwrap_or(0.0),
+                "oldest event ts" => s.oldest_event_ts = decimal(value),
+                "now ts" => s.now_ts = decimal(value),
                 "dropped events" => s.dropped_events = int(),
                 "read events" => s.read_events = int(),
                 _ => {}
