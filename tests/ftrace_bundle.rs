@@ -59,6 +59,17 @@ fn all_ids(t: &TranslationTable) -> EventFilter {
     f
 }
 
+/// Full events only: no compact sched, boot clock, no symbols.
+fn plain_ctx<'a>(table: &'a TranslationTable, filter: &'a EventFilter) -> BundleContext<'a> {
+    BundleContext {
+        table,
+        filter,
+        compact_sched: None,
+        clock: None,
+        ksyms: None,
+    }
+}
+
 fn expected_markers() -> Vec<String> {
     MARKERS.lines().map(|m| format!("{m}\n")).collect()
 }
@@ -67,13 +78,7 @@ fn expected_markers() -> Vec<String> {
 fn full_events() {
     let table = fixture_table(true);
     let filter = all_ids(&table);
-    let ctx = BundleContext {
-        table: &table,
-        filter: &filter,
-        compact_sched: None,
-        clock: None,
-        ksyms: None,
-    };
+    let ctx = plain_ctx(&table, &filter);
     let mut state = CpuState::default();
     let mut out = Packets::default();
     let sum = write_pages(&mut out, 0, CPU0, &layout(), &ctx, &mut state);
@@ -129,13 +134,7 @@ fn print_fast_path_writes_what_the_generic_path_writes() {
     generic.print_layout = None;
     let encode = |table: &TranslationTable, pages: &[u8]| {
         let filter = all_ids(table);
-        let ctx = BundleContext {
-            table,
-            filter: &filter,
-            compact_sched: None,
-            clock: None,
-            ksyms: None,
-        };
+        let ctx = plain_ctx(table, &filter);
         let mut state = CpuState::default();
         let mut out = Packets::default();
         let sum = write_pages(&mut out, 0, pages, &layout(), &ctx, &mut state);
@@ -159,13 +158,7 @@ fn compact_sched_matches_full_events() {
         &parse_format(WAKING).unwrap(),
     )
     .expect("this kernel's sched formats are compact-compatible");
-    let full_ctx = BundleContext {
-        table: &table,
-        filter: &filter,
-        compact_sched: None,
-        clock: None,
-        ksyms: None,
-    };
+    let full_ctx = plain_ctx(&table, &filter);
     let ctx = BundleContext {
         compact_sched: Some(compact),
         ..full_ctx
@@ -257,13 +250,7 @@ fn filter_and_print_fallback() {
     let table = fixture_table(false);
     let mut filter = EventFilter::default();
     filter.enable(table.event_by_name("ftrace", "print").unwrap().ftrace_id);
-    let ctx = BundleContext {
-        table: &table,
-        filter: &filter,
-        compact_sched: None,
-        clock: None,
-        ksyms: None,
-    };
+    let ctx = plain_ctx(&table, &filter);
     let mut out = Packets::default();
     let sum = write_pages(&mut out, 0, CPU0, &layout(), &ctx, &mut CpuState::default());
     assert_eq!(sum.events, 60);
@@ -282,13 +269,7 @@ fn filter_and_print_fallback() {
 fn lost_events_and_errors() {
     let table = fixture_table(true);
     let filter = all_ids(&table);
-    let ctx = BundleContext {
-        table: &table,
-        filter: &filter,
-        compact_sched: None,
-        clock: None,
-        ksyms: None,
-    };
+    let ctx = plain_ctx(&table, &filter);
     let mut pages = CPU0.to_vec();
     // Page 2 says events were lost before it.
     pages[4096 + 11] |= 0x80;
@@ -359,13 +340,7 @@ fn generic_events() {
     page[8..16].copy_from_slice(&(4 + 48u64).to_le_bytes());
     page[16..20].copy_from_slice(&(12u32 | (5 << 5)).to_le_bytes());
     page[20..68].copy_from_slice(&rec);
-    let ctx = BundleContext {
-        table: &table,
-        filter: &filter,
-        compact_sched: None,
-        clock: None,
-        ksyms: None,
-    };
+    let ctx = plain_ctx(&table, &filter);
     let mut out = Packets::default();
     let mut state = CpuState::default();
     write_pages(
