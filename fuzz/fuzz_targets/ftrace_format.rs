@@ -1,10 +1,12 @@
 #![no_main]
 //! tracefs text formats: event format files, header_page/header_event,
-//! printk_formats.
+//! printk_formats, per-cpu stats (and the decimal parser under them).
 
 use libfuzzer_sys::fuzz_target;
 use tracebox::probes::ftrace::format::{parse_format, parse_header_event, parse_header_page};
+use tracebox::probes::ftrace::tracefs::CpuStats;
 use tracebox::probes::ftrace::translate::parse_printk_formats;
+use tracebox::protozero::decimal::parse_decimal;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -12,4 +14,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = parse_header_page(&text);
     let _ = parse_header_event(&text);
     let _ = parse_printk_formats(&text);
+    let _ = CpuStats::parse(&text);
+    let _ = parse_decimal(&text);
 });
