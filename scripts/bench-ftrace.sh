@@ -24,10 +24,11 @@
 # Lines on stdout:
 #   bench=ftrace recorder=.. load=.. threads=.. rate=.. written=.. captured=..
 #     kernel_overrun=.. kernel_dropped=.. recorder_cpu_s=.. cpu_s_per_mevent=..
-#     trace_bytes=.. bytes_per_event=..
+#     trace_bytes=.. bytes_per_event=.. peak_rss_kb=.. (sum of the recorder's
+#     processes' VmHWM, read at the end of the load)
 #   bench=ftrace_ratio recorder=ours|ours-read load=.. threads=.. rate=..
 #     cpu_per_event_ratio=ours/tracecmd bytes_per_event_ratio=..
-#     captured_ratio=.. ours_lost=.. tracecmd_lost=..
+#     captured_ratio=.. ours_lost=.. tracecmd_lost=.. peak_rss_ratio=..
 # `written` is what the load generator wrote (markers) or its round trips
 # (pingpong; the kernel writes >= 4 events per round trip). Other processes'
 # sched events are captured too (the box is shared).
@@ -164,6 +165,17 @@ stop_recorder() {
 
 get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2"; }
 
+# Sum of the peak RSS (VmHWM) of every process the recorder runs (shared
+# pages count once per process), read while it still records.
+peak_rss_kb() {
+    local total=0 v
+    for p in $(cat "$CG/cgroup.procs" 2>/dev/null); do
+        v=$(awk '/^VmHWM:/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
+        total=$((total + ${v:-0}))
+    done
+    echo "$total"
+}
+
 status=0
 for sc in $SCENARIOS; do
     IFS=: read -r load threads rate <<<"$sc"
@@ -182,6 +194,7 @@ for sc in $SCENARIOS; do
             written=$(get written "$lline")
         fi
         sleep 1 # let the recorder drain
+        hwm=$(peak_rss_kb)
         kill "$SAMPLER_PID" 2>/dev/null || true
         wait "$SAMPLER_PID" 2>/dev/null || true
         SAMPLER_PID=""
@@ -195,9 +208,9 @@ for sc in $SCENARIOS; do
         fi
         bytes=$(stat -c %s "$out" 2>/dev/null || echo 0)
         line=$(awk -v r="$rec" -v l="$load" -v t="$threads" -v rt="$rate" -v w="$written" -v c="${captured:-0}" \
-            -v o="$overrun" -v d="$dropped" -v cpu="$REC_CPU" -v b="$bytes" 'BEGIN {
-            printf "bench=ftrace recorder=%s load=%s threads=%s rate=%s written=%s captured=%d kernel_overrun=%d kernel_dropped=%d recorder_cpu_s=%.3f cpu_s_per_mevent=%.3f trace_bytes=%d bytes_per_event=%.2f\n",
-                r, l, t, rt, w, c, o, d, cpu, (c > 0 ? cpu * 1e6 / c : 0), b, (c > 0 ? b / c : 0) }')
+            -v o="$overrun" -v d="$dropped" -v cpu="$REC_CPU" -v b="$bytes" -v m="$hwm" 'BEGIN {
+            printf "bench=ftrace recorder=%s load=%s threads=%s rate=%s written=%s captured=%d kernel_overrun=%d kernel_dropped=%d recorder_cpu_s=%.3f cpu_s_per_mevent=%.3f trace_bytes=%d bytes_per_event=%.2f peak_rss_kb=%d\n",
+                r, l, t, rt, w, c, o, d, cpu, (c > 0 ? cpu * 1e6 / c : 0), b, (c > 0 ? b / c : 0), m }')
         echo "$line"
         res[$rec]=$line
     done
@@ -208,9 +221,10 @@ for sc in $SCENARIOS; do
             -v oc="$(get cpu_s_per_mevent "$o")" -v qc="$(get cpu_s_per_mevent "$q")" \
             -v ob="$(get bytes_per_event "$o")" -v qb="$(get bytes_per_event "$q")" \
             -v oe="$(get captured "$o")" -v qe="$(get captured "$q")" \
-            -v ol="$(get kernel_overrun "$o")" -v ql="$(get kernel_overrun "$q")" 'function r(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "inf" }
-            BEGIN { printf "bench=ftrace_ratio recorder=%s load=%s threads=%s rate=%s cpu_per_event_ratio=%s bytes_per_event_ratio=%s captured_ratio=%s ours_lost=%s tracecmd_lost=%s\n",
-                rec, l, t, rt, r(oc, qc), r(ob, qb), r(oe, qe), ol, ql }'
+            -v ol="$(get kernel_overrun "$o")" -v ql="$(get kernel_overrun "$q")" \
+            -v om="$(get peak_rss_kb "$o")" -v qm="$(get peak_rss_kb "$q")" 'function r(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "inf" }
+            BEGIN { printf "bench=ftrace_ratio recorder=%s load=%s threads=%s rate=%s cpu_per_event_ratio=%s bytes_per_event_ratio=%s captured_ratio=%s ours_lost=%s tracecmd_lost=%s peak_rss_ratio=%s\n",
+                rec, l, t, rt, r(oc, qc), r(ob, qb), r(oe, qe), ol, ql, r(om, qm) }'
     done
     unset res
 done
