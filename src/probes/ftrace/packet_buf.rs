@@ -102,7 +102,7 @@ impl PacketBuf {
         self.len += bytes.len();
     }
 
-    #[inline]
+    #[inline(always)]
     fn tag(&mut self, field: u32, wire: u32) {
         self.raw_varint(((field as u64) << 3) | wire as u64);
     }
@@ -110,8 +110,7 @@ impl PacketBuf {
     /// A varint field (uint*/int*/bool/enum; negative values sign-extended).
     #[inline]
     pub fn varint(&mut self, field: u32, v: u64) {
-        self.tag(field, WIRE_VARINT);
-        self.raw_varint(v);
+        self.varint_inline(field, v);
     }
 
     /// [`varint`](Self::varint) always inlined, so a constant field
@@ -119,14 +118,14 @@ impl PacketBuf {
     /// event (a call per field costs as much as the field).
     #[inline(always)]
     pub fn varint_inline(&mut self, field: u32, v: u64) {
-        self.raw_varint(((field as u64) << 3) | WIRE_VARINT as u64);
+        self.tag(field, WIRE_VARINT);
         self.raw_varint(v);
     }
 
     /// [`bytes`](Self::bytes) always inlined (see [`varint_inline`](Self::varint_inline)).
     #[inline(always)]
     pub fn bytes_inline(&mut self, field: u32, v: &[u8]) {
-        self.raw_varint(((field as u64) << 3) | WIRE_LEN as u64);
+        self.tag(field, WIRE_LEN);
         self.raw_varint(v.len() as u64);
         self.append(v);
     }
@@ -140,9 +139,7 @@ impl PacketBuf {
     /// A bytes/string field.
     #[inline]
     pub fn bytes(&mut self, field: u32, v: &[u8]) {
-        self.tag(field, WIRE_LEN);
-        self.raw_varint(v.len() as u64);
-        self.append(v);
+        self.bytes_inline(field, v);
     }
 
     /// Opens a nested message with a 4-byte length slot.

@@ -109,10 +109,8 @@ pub struct PrintLayout {
 }
 
 impl PrintLayout {
+    /// The layout of the ftrace/print translation `ev`, if usual.
     fn of(ev: &EventTranslation) -> Option<PrintLayout> {
-        if (ev.group.as_str(), ev.name.as_str()) != ("ftrace", "print") {
-            return None;
-        }
         let [f] = &ev.fields[..] else {
             return None;
         };

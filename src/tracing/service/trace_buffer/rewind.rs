@@ -26,10 +26,11 @@ const MAX_MOVED_RECORDS: usize = 16;
 /// span, so the copy stays small next to the memory the rewind saves.
 const MAX_MOVED_SHARE: usize = 4;
 
-/// What a rewind does: records to move (key, offset, size) and consumed
-/// chunks to drop from the index.
+/// What a rewind does: records to move (key, offset, size), their total
+/// size, and consumed chunks to drop from the index.
 struct Plan {
     moves: Vec<(ChunkKey, usize, usize)>,
+    total: usize,
     evict: Vec<ChunkKey>,
 }
 
@@ -50,12 +51,11 @@ impl TraceBuffer {
                 self.remember_evicted(key, &meta);
             }
         }
-        let total: usize = plan.moves.iter().map(|m| m.2).sum();
         self.wptr = 0;
         self.index_generation += 1;
         // Only stale records lie in front now; this just finds how far the
         // last of them reaches past the moved ones.
-        let overhang = self.delete_next_chunks_for(total).unwrap_or(0);
+        let overhang = self.delete_next_chunks_for(plan.total).unwrap_or(0);
         for (key, off, size) in plan.moves {
             self.data.copy_within(off..off + size, self.wptr);
             // The old copy becomes padding, for overwrites to skip.
@@ -76,6 +76,7 @@ impl TraceBuffer {
     fn plan_rewind(&self) -> Option<Plan> {
         let mut plan = Plan {
             moves: Vec::new(),
+            total: 0,
             evict: Vec::new(),
         };
         let mut entries = self.index.iter().peekable();
@@ -110,7 +111,8 @@ impl TraceBuffer {
                     .push((key, off, self.record_at(off).size as usize));
             }
         }
-        let total: usize = plan.moves.iter().map(|m| m.2).sum();
+        plan.total = plan.moves.iter().map(|m| m.2).sum();
+        let total = plan.total;
         // The front they move to must not overlap any of them.
         if total * MAX_MOVED_SHARE > self.wptr || plan.moves.iter().any(|m| m.1 < total) {
             return None;
