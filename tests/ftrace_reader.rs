@@ -328,3 +328,55 @@ fn typed_process_events_and_compact_sched() {
         );
     });
 }
+
+/// Workers sleep on the kernel's fill level (`buffer_percent`) with the
+/// drain period as timeout: pages below the level still arrive within a
+/// few periods without a flush, and idle workers wake about once per
+/// period, never per page or in a loop (also where poll() fires on a
+/// partial page, as with `buffer_percent` 0).
+#[test]
+fn workers_wake_per_drain_period_below_the_fill_level() {
+    with_instance("tbx_test_reader_fill_level", |t| {
+        // 1024 pages per cpu: 1 % is 10 pages.
+        t.set_buffer_size_kb(4096).unwrap();
+        t.set_buffer_percent(1).unwrap();
+        t.set_tracing_on(true).unwrap();
+        let layout = t.page_header_layout();
+        let period = Duration::from_millis(100);
+        let reader = FtraceReader::start(t, layout.page_size, period, ReaderMode::Splice).unwrap();
+        let cpus = reader.num_cpus() as u64;
+
+        pin_to_cpu0();
+        let marker = std::fs::OpenOptions::new()
+            .write(true)
+            .open(t.path("trace_marker"))
+            .unwrap();
+        // About 3.5 pages of 100-byte markers: below the fill level.
+        let payload = "f".repeat(100);
+        for _ in 0..(layout.page_size * 7 / 2 / 112) {
+            use std::io::Write;
+            (&marker).write_all(payload.as_bytes()).unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while reader.stats().pages_spliced < 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(reader.stats().pages_spliced >= 3, "{:?}", reader.stats());
+
+        let idle_wakeups = |reader: &FtraceReader| {
+            let before = reader.stats().worker_wakeups;
+            std::thread::sleep(Duration::from_secs(1));
+            reader.stats().worker_wakeups - before
+        };
+        // A partial page sits on cpu0; ~10 wakeups per cpu per second.
+        let woke = idle_wakeups(&reader);
+        assert!(woke >= cpus * 5 && woke <= cpus * 15, "{woke} wakeups");
+        // With buffer_percent 0 poll() fires on the partial page: the
+        // worker learns that and naps instead of spinning.
+        t.set_buffer_percent(0).unwrap();
+        let woke = idle_wakeups(&reader);
+        assert!(woke <= cpus * 15 + 30, "{woke} wakeups");
+        reader.stop();
+        drop(marker);
+    });
+}

@@ -39,6 +39,9 @@ pub struct KInstance {
 
 /// Per-cpu ring buffer size when the config does not say: 8 MiB on
 /// machines with at least 7 GiB of RAM, else 2 MiB (upstream's rule).
+/// `buffer_percent` unless the config sets `drain_buffer_percent`.
+const DEFAULT_BUFFER_PERCENT: u32 = 10;
+
 fn default_buffer_kb() -> u64 {
     let total_kb = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -143,12 +146,14 @@ impl KInstance {
         if let Err(e) = t.set_buffer_size_kb(kb) {
             crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}");
         }
-        // Readers wake per full page (0) unless the config asks to wait for
-        // a fill level: pids reach process_stats while the tasks still live.
+        // Readers sleep until this much of a cpu buffer is filled, or a
+        // drain period passed: a reader wakes per batch of pages, not per
+        // page, and the data still flows every drain period (pids reach
+        // process_stats while the tasks still live).
         let percent = cfg
             .drain_buffer_percent
             .filter(|p| (1..=100).contains(p))
-            .unwrap_or(0);
+            .unwrap_or(DEFAULT_BUFFER_PERCENT);
         let _ = t.set_buffer_percent(percent);
     }
 

@@ -1,26 +1,30 @@
 //! Per-cpu readers of `per_cpu/cpuN/trace_pipe_raw`.
 //!
-//! Each cpu has a worker thread that blocks in `splice()` until the kernel
-//! has a full ring-buffer page (subject to `buffer_percent`), then moves
-//! whole pages, without copying, through a private landing pipe into a
-//! staging pipe. The main loop calls
+//! Each cpu has a worker thread that sleeps until the kernel has pages for
+//! it, then moves whole ring-buffer pages, without copying, through a
+//! private landing pipe into a staging pipe. The main loop calls
 //! [`FtraceReader::drain`] every drain period to read staged pages and
 //! hand them to the parser.
 //!
 //! Kernel behaviour this relies on (measured on 6.x):
-//! * splice moves only whole pages; a partial page gives EAGAIN
-//!   (non-blocking) and must be fetched with `read()`;
-//! * with `buffer_percent` 0 and only a partial page, a blocking splice
-//!   returns 0 immediately, over and over: the worker then sleeps until
-//!   the next drain instead of spinning;
-//! * closing any fd of the file wakes a blocked splice (returns 0): that
-//!   is how workers are interrupted for flush and stop. It also marks the
-//!   open file "closed" for good (later blocking splices return 0 at
-//!   once), so the worker reopens trace_pipe_raw after each such wakeup;
+//! * splice moves only whole pages; a partial page gives EAGAIN and must
+//!   be fetched with `read()`;
+//! * poll() on trace_pipe_raw reports it readable once `buffer_percent`
+//!   of the cpu buffer holds unread pages; with `buffer_percent` 0, or on
+//!   kernels without it, as soon as anything (a partial page) is there.
+//!   A blocking splice waits the same way, and with `buffer_percent` 0
+//!   returns 0 at once, over and over, on a partial page;
 //! * a tracefs instance cannot be removed while any of its files is open;
-//! * a blocking splice into a pipe holds the pipe's lock while it waits,
-//!   so even a non-blocking read() of that pipe blocks: hence the private
-//!   landing pipe.
+//! * a splice into a pipe holds the pipe's lock while it runs, so main
+//!   never reads the pipe a worker splices into: hence the private landing
+//!   pipe.
+//!
+//! So a worker sleeps in poll() on the file (and on a waker that main uses
+//! for park, stop and room) with the drain period as timeout, and takes
+//! pages with non-blocking splices: it wakes when the fill level is
+//! reached or once per drain period, never per page. Where poll() proves
+//! to fire on partial pages, the worker naps instead (briefly while data
+//! flows, a drain period when quiet).
 //!
 //! If splice is refused (EINVAL and friends) a cpu falls back to
 //! non-blocking `read()` of one page at a time from the main thread.
@@ -32,7 +36,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::page_arena::PageArena;
-use super::sys;
+use super::sys::{self, Waker, Woken};
 use super::tracefs::Tracefs;
 
 /// Most pages one cpu hands out per drain (like traced_probes' 256).
@@ -53,28 +57,35 @@ const SPLICE_BATCH_BYTES: usize = 256 << 10;
 /// Longest pause between splice batches while data flows.
 const MAX_BATCH_PAUSE: Duration = Duration::from_millis(10);
 
-#[derive(Debug)]
+/// Data moved this recently counts as still flowing.
+const FLOWING: Duration = Duration::from_millis(200);
+
+/// poll() said "readable" this many times in a row and splice found no
+/// whole page: it fires on partial pages here.
+const PARTIAL_FIRES: u32 = 3;
+
+#[derive(Debug, Default)]
 struct WorkerState {
-    /// trace_pipe_raw, blocking: the worker's splice input.
-    raw: Arc<File>,
-    /// `raw` was woken by a close() and must be reopened.
-    reopen: bool,
     stop: bool,
-    /// Main wants the worker out of splice and parked.
+    /// Main wants the worker parked, its pages all handed over.
     park: bool,
     parked: bool,
-    /// Main emptied the staging pipe: a napping worker refills it now.
-    room: bool,
+    /// The worker waits for room in its full staging pipe.
+    stalled: bool,
     /// The worker gave up on splice; main reads with read().
     fallback: bool,
     pages_spliced: u64,
+    /// Times the worker woke from a sleep (for tests and tuning).
+    wakeups: u64,
 }
 
 struct Shared {
-    path: std::path::PathBuf,
     state: Mutex<WorkerState>,
+    /// Main waits here for `parked`, a parked worker for `!park`.
     cv: Condvar,
-    /// How long a worker sleeps after splice returned 0 / EAGAIN.
+    /// Rouses a worker sleeping in [`sys::sleep_on`].
+    waker: Waker,
+    /// Longest sleep: the drain period.
     idle_wait: Duration,
 }
 
@@ -83,13 +94,19 @@ impl Shared {
         // A worker that panicked holding the lock leaves plain flags behind.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Sets a flag the worker must see now and rouses it.
+    fn signal(&self, set: impl FnOnce(&mut WorkerState)) {
+        set(&mut self.lock());
+        self.cv.notify_all();
+        self.waker.wake();
+    }
 }
 
 /// Reader of one cpu.
 struct CpuReader {
     cpu: usize,
-    page_size: usize,
-    /// trace_pipe_raw again, non-blocking: for read() of partial pages.
+    /// trace_pipe_raw, non-blocking: for read() of partial pages.
     raw_nb: File,
     staging_r: File,
     shared: Arc<Shared>,
@@ -105,10 +122,8 @@ fn is_splice_refused(e: &io::Error) -> bool {
     )
 }
 
-/// The worker's private pipe: the blocking splice lands here. A splice
-/// into a pipe holds that pipe's lock while it waits for the kernel, so the
-/// main thread must never read this one; pages move on to the staging pipe
-/// with non-blocking pipe-to-pipe splices.
+/// The worker's private pipe: splices from the kernel land here, and
+/// pages move on to the staging pipe with pipe-to-pipe splices.
 struct Landing {
     r: File,
     w: File,
@@ -133,21 +148,84 @@ impl Landing {
     }
 }
 
-fn worker(staging_w: File, shared: Arc<Shared>, page_size: usize, buffer_pages: usize) {
-    let mut last_wake = Instant::now();
+/// What one round of non-blocking splices found.
+enum Take {
+    Pages(u64),
+    /// No whole page (EAGAIN), or the file reports end of data.
+    Nothing,
+    Refused,
+    /// Offline cpu (ENODEV) or other trouble: nothing to read here now.
+    Trouble,
+}
+
+/// Splices every whole page that is ready on to the staging pipe, through
+/// the landing pipe, until no whole page is left or the staging pipe is
+/// full.
+fn take_pages(raw: &File, landing: &mut Landing, staging_w: &File, page_size: usize) -> Take {
+    let flags = sys::SPLICE_F_MOVE | sys::SPLICE_F_NONBLOCK;
+    let mut moved = 0u64;
+    loop {
+        match sys::splice(raw, &landing.w, SPLICE_BATCH_BYTES, flags) {
+            Ok(0) => break,
+            Ok(n) => {
+                landing.bytes += n;
+                moved += n.div_ceil(page_size) as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // No whole page left, or the landing pipe is full: go again
+            // once the landed pages moved on.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if landing.bytes == 0 || !landing.forward(staging_w) {
+                    break;
+                }
+            }
+            Err(e) if moved == 0 && is_splice_refused(&e) => return Take::Refused,
+            Err(_) if moved == 0 => return Take::Trouble,
+            Err(_) => break,
+        }
+    }
+    landing.forward(staging_w);
+    if moved > 0 {
+        Take::Pages(moved)
+    } else {
+        Take::Nothing
+    }
+}
+
+/// Sleeps up to `d` (on `raw`'s readiness too, if given) unless main
+/// wants the worker for park or stop. Returns what woke it.
+fn sleep(shared: &Shared, raw: Option<&File>, d: Duration) -> Woken {
+    {
+        let st = shared.lock();
+        if st.park || st.stop {
+            return Woken::Waker;
+        }
+    }
+    let woken = sys::sleep_on(&shared.waker, raw, d);
+    shared.lock().wakeups += 1;
+    woken
+}
+
+fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buffer_pages: usize) {
     let mut landing = match sys::pipe() {
         Ok((r, w)) => {
-            let _ = sys::set_pipe_size(&w, 1 << 20);
+            let _ = sys::set_pipe_size(&w, STAGING_PIPE_BYTES);
             Landing { r, w, bytes: 0 }
         }
         Err(_) => {
-            shared.lock().fallback = true;
-            shared.cv.notify_all();
+            shared.signal(|st| st.fallback = true);
             return;
         }
     };
+    let mut last_pages = Instant::now();
+    // poll() said readable before the last take (and how often in a row
+    // that found nothing), and whether it is known to fire on partial
+    // pages.
+    let mut polled_ready = false;
+    let mut empty_fires = 0;
+    let mut fires_on_partial = false;
     loop {
-        let raw = {
+        {
             let mut st = shared.lock();
             while st.park && !st.stop {
                 // Hand over everything before parking: main reads the
@@ -163,78 +241,71 @@ fn worker(staging_w: File, shared: Arc<Shared>, page_size: usize, buffer_pages: 
                 st = shared.cv.wait(st).unwrap_or_else(|p| p.into_inner());
             }
             st.parked = false;
-            st.room = false;
             if st.stop {
                 return;
             }
-            if st.reopen {
-                match sys::open_read(&shared.path, false) {
-                    Ok(f) => st.raw = Arc::new(f),
-                    Err(_) => {
-                        st.fallback = true;
-                        shared.cv.notify_all();
-                        return;
-                    }
-                }
-                st.reopen = false;
-            }
-            st.raw.clone()
-        };
+        }
         if !landing.forward(&staging_w) {
             // Staging pipe full: wait for the main thread to drain it.
-            idle(&shared);
+            shared.lock().stalled = true;
+            sleep(&shared, None, shared.idle_wait);
+            shared.lock().stalled = false;
             continue;
         }
-        // Blocks until a page is ready (or we are woken by a close()).
-        match sys::splice(&*raw, &landing.w, page_size, sys::SPLICE_F_MOVE) {
-            Ok(n) if n > 0 => {
-                landing.bytes += n;
-                let mut moved = 1;
-                // Take whatever else is ready without blocking, many pages
-                // per call.
-                let nb = sys::SPLICE_F_MOVE | sys::SPLICE_F_NONBLOCK;
-                while let Ok(n) = sys::splice(&*raw, &landing.w, SPLICE_BATCH_BYTES, nb) {
-                    if n == 0 {
-                        break;
-                    }
-                    landing.bytes += n;
-                    moved += n.div_ceil(page_size) as u64;
-                }
-                landing.forward(&staging_w);
+        let take = take_pages(&raw, &mut landing, &staging_w, page_size);
+        let was_polled_ready = std::mem::take(&mut polled_ready);
+        match take {
+            Take::Pages(moved) => {
+                empty_fires = 0;
                 shared.lock().pages_spliced += moved;
-                // Data is flowing: let pages pile up for a moment instead of
-                // waking (and making syscalls) for every page.
                 let now = Instant::now();
-                let pause = batch_pause(moved, now - last_wake, buffer_pages);
-                if !pause.is_zero() {
-                    nap(&shared, pause);
+                let since = now - last_pages;
+                last_pages = now;
+                if !fires_on_partial {
+                    // The kernel wakes us at the fill level: pages arrive
+                    // in batches of about that size, or per drain period.
+                    polled_ready = sleep(&shared, Some(&raw), shared.idle_wait) == Woken::File;
+                } else {
+                    // Data is flowing: let pages pile up for a moment
+                    // instead of waking for a few pages at a time.
+                    let pause = batch_pause(moved, since, buffer_pages);
+                    if !pause.is_zero() {
+                        sleep(&shared, None, pause);
+                    }
                 }
-                last_wake = now;
             }
-            // Only a partial page: while data flows the next page is a
-            // moment away, so a short nap, not a whole idle period (pages
-            // would pile up in the kernel meanwhile and be overwritten).
-            Ok(_) => {
-                if !shared.lock().reopen {
-                    pause_or_idle(&shared, last_wake);
+            Take::Nothing => {
+                if was_polled_ready {
+                    empty_fires += 1;
+                    fires_on_partial |= empty_fires >= PARTIAL_FIRES;
+                }
+                if fires_on_partial {
+                    // While data flows the next page is a moment away: a
+                    // short nap, not a whole idle period (pages would pile
+                    // up in the kernel meanwhile and be overwritten).
+                    let d = if last_pages.elapsed() < FLOWING {
+                        MAX_BATCH_PAUSE.min(shared.idle_wait)
+                    } else {
+                        shared.idle_wait
+                    };
+                    sleep(&shared, None, d);
+                } else {
+                    polled_ready = sleep(&shared, Some(&raw), shared.idle_wait) == Woken::File;
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => pause_or_idle(&shared, last_wake),
-            Err(e) if is_splice_refused(&e) => {
-                landing.forward(&staging_w);
-                shared.lock().fallback = true;
-                shared.cv.notify_all();
+            Take::Refused => {
+                shared.signal(|st| st.fallback = true);
                 return;
             }
-            // Offline cpu (ENODEV) or other trouble: nothing to read here.
-            Err(_) => idle(&shared),
+            Take::Trouble => {
+                sleep(&shared, None, shared.idle_wait);
+            }
         }
     }
 }
 
-/// How long a worker waits after moving `moved` pages, `since` its last
-/// wakeup, before splicing again: long enough to batch pages (at most
+/// How long a worker waits after moving `moved` pages, `since` it last
+/// moved pages, before splicing again: long enough to batch pages (at most
 /// [`MAX_BATCH_PAUSE`]), short enough that at the rate just seen the
 /// kernel fills at most a quarter of its `buffer_pages` meanwhile.
 fn batch_pause(moved: u64, since: Duration, buffer_pages: usize) -> Duration {
@@ -247,49 +318,6 @@ fn batch_pause(moved: u64, since: Duration, buffer_pages: usize) -> Duration {
     Duration::from_nanos(fill.min(MAX_BATCH_PAUSE.as_nanos()) as u64)
 }
 
-/// Sleeps `d` unless woken for park/stop/reopen or because main emptied
-/// the staging pipe (other notifies from drains do not cut it short).
-fn nap(shared: &Shared, d: Duration) {
-    let deadline = Instant::now() + d;
-    let mut st = shared.lock();
-    loop {
-        if st.park || st.stop || st.reopen || st.room {
-            return;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return;
-        }
-        st = shared
-            .cv
-            .wait_timeout(st, deadline - now)
-            .map(|(g, _)| g)
-            .unwrap_or_else(|p| p.into_inner().0);
-    }
-}
-
-/// After pages moved within the last [`FLOWING`]: a nap of
-/// [`MAX_BATCH_PAUSE`]; otherwise [`idle`].
-fn pause_or_idle(shared: &Shared, last_pages: Instant) {
-    if last_pages.elapsed() < FLOWING {
-        nap(shared, MAX_BATCH_PAUSE.min(shared.idle_wait));
-    } else {
-        idle(shared);
-    }
-}
-
-/// Data moved this recently counts as still flowing.
-const FLOWING: Duration = Duration::from_millis(200);
-
-/// Sleeps until woken for park/stop or the idle period passes.
-fn idle(shared: &Shared) {
-    let st = shared.lock();
-    if st.park || st.stop || st.reopen {
-        return;
-    }
-    let _ = shared.cv.wait_timeout(st, shared.idle_wait);
-}
-
 impl CpuReader {
     fn start(
         tracefs: &Tracefs,
@@ -300,40 +328,36 @@ impl CpuReader {
         mode: ReaderMode,
     ) -> io::Result<Self> {
         let path = tracefs.trace_pipe_raw_path(cpu);
-        let raw = Arc::new(sys::open_read(&path, false)?);
         let raw_nb = sys::open_read(&path, true)?;
         let (staging_r, staging_w) = sys::pipe()?;
         // 1 MiB is the default pipe-max-size; fine if refused.
         let _ = sys::set_pipe_size(&staging_w, STAGING_PIPE_BYTES);
         sys::set_nonblocking(&staging_r, true)?;
         let state = WorkerState {
-            raw,
-            reopen: false,
-            stop: false,
-            park: false,
-            parked: false,
-            room: false,
             fallback: mode == ReaderMode::Read,
-            pages_spliced: 0,
+            ..WorkerState::default()
         };
         let shared = Arc::new(Shared {
-            path,
             state: Mutex::new(state),
             cv: Condvar::new(),
+            waker: Waker::new()?,
             idle_wait: idle,
         });
         let s = shared.clone();
         let thread = match mode {
             ReaderMode::Read => None,
-            ReaderMode::Splice => Some(
-                std::thread::Builder::new()
-                    .name(format!("ftrace-cpu{cpu}"))
-                    .spawn(move || worker(staging_w, s, page_size, buffer_pages))?,
-            ),
+            ReaderMode::Splice => {
+                // The worker's own open file: a reader's state is per open.
+                let raw = sys::open_read(&path, true)?;
+                Some(
+                    std::thread::Builder::new()
+                        .name(format!("ftrace-cpu{cpu}"))
+                        .spawn(move || worker(raw, staging_w, s, page_size, buffer_pages))?,
+                )
+            }
         };
         Ok(CpuReader {
             cpu,
-            page_size,
             raw_nb,
             staging_r,
             shared,
@@ -342,18 +366,10 @@ impl CpuReader {
         })
     }
 
-    /// Wakes a worker blocked in splice: closing any fd of the file makes
-    /// the kernel wake its waiters.
-    fn kick(&self) {
-        let raw = {
-            let mut st = self.shared.lock();
-            st.reopen = true;
-            st.raw.clone()
-        };
-        if let Ok(dup) = raw.try_clone() {
-            drop(dup);
-        }
+    /// Rouses the worker (to see park or stop).
+    fn wake(&self) {
         self.shared.cv.notify_all();
+        self.shared.waker.wake();
     }
 
     /// Appends every whole staged page to `out` (at most `max_pages`, plus
@@ -439,15 +455,12 @@ impl CpuReader {
                 let have = buf.len() / page_size;
                 self.read_direct(buf, page_size, want.saturating_sub(have))?;
             } else {
-                // A worker idling on a full staging pipe resumes now rather
-                // than after its idle period, and one napping after a batch
-                // refills an emptied staging pipe without waiting out its
-                // nap (either would cap the read rate, and the kernel would
-                // overwrite pages under bursts).
-                if buf.len() / page_size < want {
-                    self.shared.lock().room = true;
+                // A worker waiting on a full staging pipe resumes now
+                // rather than after its idle period (that would cap the
+                // read rate, and the kernel would overwrite pages).
+                if std::mem::take(&mut self.shared.lock().stalled) {
+                    self.shared.waker.wake();
                 }
-                self.shared.cv.notify_all();
             }
             let n = buf.len() / page_size;
             if n == 0 {
@@ -463,17 +476,8 @@ impl CpuReader {
     }
 
     fn stop(&mut self) {
-        self.shared.lock().stop = true;
-        self.kick();
+        self.shared.signal(|st| st.stop = true);
         if let Some(t) = self.thread.take() {
-            // The worker may be blocked writing to a full staging pipe.
-            let mut sink = PageArena::default();
-            while !t.is_finished() {
-                let _ = self.read_staged(&mut sink, self.page_size, usize::MAX);
-                sink.clear();
-                self.kick();
-                std::thread::sleep(Duration::from_millis(1));
-            }
             let _ = t.join();
         }
     }
@@ -484,6 +488,8 @@ impl CpuReader {
 pub struct ReaderStats {
     pub pages_spliced: u64,
     pub cpus_in_read_mode: usize,
+    /// Times the workers woke from a sleep.
+    pub worker_wakeups: u64,
 }
 
 /// How pages leave the kernel.
@@ -566,6 +572,7 @@ impl FtraceReader {
             let st = c.shared.lock();
             s.pages_spliced += st.pages_spliced;
             s.cpus_in_read_mode += st.fallback as usize;
+            s.worker_wakeups += st.wakeups;
         }
         s
     }
@@ -589,8 +596,7 @@ impl FtraceReader {
         let mut busiest = 0;
         if flush {
             for c in &self.cpus {
-                c.shared.lock().park = true;
-                c.kick();
+                c.shared.signal(|st| st.park = true);
             }
         }
         for c in &mut self.cpus {
@@ -612,7 +618,7 @@ impl FtraceReader {
                         break;
                     }
                     let _ = c.shared.cv.wait_timeout(st, Duration::from_millis(5));
-                    c.kick();
+                    c.wake();
                 }
                 c.read_staged(&mut self.buf, ps, usize::MAX)?;
             }
@@ -624,8 +630,7 @@ impl FtraceReader {
         }
         if flush {
             for c in &self.cpus {
-                c.shared.lock().park = false;
-                c.shared.cv.notify_all();
+                c.shared.signal(|st| st.park = false);
             }
         }
         Ok(busiest)

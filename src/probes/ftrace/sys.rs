@@ -7,6 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::time::Duration;
 
 /// Mounts tracefs on `target` (needs CAP_SYS_ADMIN).
 pub fn mount_tracefs(target: &Path) -> io::Result<()> {
@@ -107,4 +108,62 @@ pub fn open_read(path: &Path, nonblocking: bool) -> io::Result<File> {
         .read(true)
         .custom_flags(flags)
         .open(path)
+}
+
+/// A wakeup counter a thread can sleep on in [`sleep_on`] (an eventfd).
+pub struct Waker(nix::sys::eventfd::EventFd);
+
+impl Waker {
+    pub fn new() -> io::Result<Waker> {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        let flags = EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK;
+        Ok(Waker(EventFd::from_value_and_flags(0, flags)?))
+    }
+
+    /// Makes the current or the next [`sleep_on`] of this waker return.
+    pub fn wake(&self) {
+        // Fails only when the counter would overflow: it is set anyway.
+        let _ = self.0.write(1);
+    }
+}
+
+/// What ended a [`sleep_on`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woken {
+    Waker,
+    /// `file` polled readable.
+    File,
+    Timeout,
+}
+
+/// Sleeps until `waker` is woken, `file` (if any) polls readable, or `d`
+/// passes (rounded up to whole milliseconds). Consumes the wakeup.
+pub fn sleep_on(waker: &Waker, file: Option<&File>, d: Duration) -> Woken {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let ms = d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+    let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
+    let mut fds = [
+        PollFd::new(waker.0.as_fd(), PollFlags::POLLIN),
+        PollFd::new(
+            file.map_or(waker.0.as_fd(), |f| f.as_fd()),
+            PollFlags::POLLIN,
+        ),
+    ];
+    let n = if file.is_some() { 2 } else { 1 };
+    match poll(&mut fds[..n], timeout) {
+        Ok(0) | Err(_) => Woken::Timeout,
+        Ok(_) => {
+            let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+            if ready(&fds[0]) {
+                // Reset the counter (non-blocking: never waits).
+                let _ = waker.0.read();
+                Woken::Waker
+            } else if n == 2 && ready(&fds[1]) {
+                Woken::File
+            } else {
+                Woken::Timeout
+            }
+        }
+    }
 }
