@@ -476,6 +476,12 @@ impl FtraceMux {
     /// Periodic tick: one bounded read pass. Returns when to come back
     /// (`None`: no started source).
     pub fn tick(&mut self) -> Option<Duration> {
+        let batch = self.pace.batch();
+        for inst in self.instances.values_mut() {
+            if let Some(r) = inst.reader.as_mut() {
+                r.set_batch_pages(batch);
+            }
+        }
         let busiest = self.read_pass(false);
         let now = std::time::Instant::now();
         let since = now - self.last_tick.unwrap_or(now);

@@ -39,7 +39,8 @@ use super::page_arena::PageArena;
 use super::sys::{self, Waker, Woken};
 use super::tracefs::Tracefs;
 
-/// Most pages one cpu hands out per drain (like traced_probes' 256).
+/// Most pages one cpu hands out per drain (like traced_probes' 256); the
+/// caller may ask for fewer (see [`FtraceReader::set_batch_pages`]).
 pub const MAX_READ_PAGES_PER_DRAIN: usize = 256;
 
 /// Size asked for the landing and staging pipes (the default
@@ -436,19 +437,19 @@ impl CpuReader {
         Ok(())
     }
 
-    /// A periodic drain of this cpu: up to [`MAX_READ_PAGES_PER_DRAIN`]
-    /// pages, handed to `f` [`DRAIN_CHUNK_PAGES`] at a time so each chunk
+    /// A periodic drain of this cpu: up to `max_pages` pages, handed to `f` [`DRAIN_CHUNK_PAGES`] at a time so each chunk
     /// is parsed while still in cache. Returns the pages handed out.
     fn drain_chunks(
         &mut self,
         buf: &mut PageArena,
         page_size: usize,
+        max_pages: usize,
         fallback: bool,
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> io::Result<usize> {
         let mut got = 0;
-        while got < MAX_READ_PAGES_PER_DRAIN {
-            let want = DRAIN_CHUNK_PAGES.min(MAX_READ_PAGES_PER_DRAIN - got);
+        while got < max_pages {
+            let want = DRAIN_CHUNK_PAGES.min(max_pages - got);
             buf.clear();
             self.read_staged(buf, page_size, want)?;
             if fallback {
@@ -529,6 +530,8 @@ pub struct FtraceReader {
     /// Most pages read() per cpu in one flush: the ring buffer size, so a
     /// flush ends even while the kernel keeps writing.
     flush_max_pages: usize,
+    /// Most pages per cpu in one drain.
+    batch_pages: usize,
     buf: PageArena,
 }
 
@@ -556,6 +559,7 @@ impl FtraceReader {
         }
         Ok(FtraceReader {
             flush_max_pages: buffer_pages + 16,
+            batch_pages: MAX_READ_PAGES_PER_DRAIN,
             cpus,
             page_size,
             buf: PageArena::default(),
@@ -564,6 +568,11 @@ impl FtraceReader {
 
     pub fn num_cpus(&self) -> usize {
         self.cpus.len()
+    }
+
+    /// Most pages a drain hands out per cpu (1..=[`MAX_READ_PAGES_PER_DRAIN`]).
+    pub fn set_batch_pages(&mut self, pages: usize) {
+        self.batch_pages = pages.clamp(1, MAX_READ_PAGES_PER_DRAIN);
     }
 
     pub fn stats(&self) -> ReaderStats {
@@ -602,7 +611,8 @@ impl FtraceReader {
         for c in &mut self.cpus {
             let fallback = c.shared.lock().fallback;
             if !flush {
-                busiest = busiest.max(c.drain_chunks(&mut self.buf, ps, fallback, f)?);
+                let max = self.batch_pages;
+                busiest = busiest.max(c.drain_chunks(&mut self.buf, ps, max, fallback, f)?);
                 continue;
             }
             self.buf.clear();
