@@ -37,11 +37,12 @@ pub struct KInstance {
     pub started: usize,
 }
 
+/// `buffer_percent` unless the config sets `drain_buffer_percent` (5 %
+/// measured a little cheaper than 10 % at 500k events/s, 2 % dearer).
+const DEFAULT_BUFFER_PERCENT: u32 = 5;
+
 /// Per-cpu ring buffer size when the config does not say: 8 MiB on
 /// machines with at least 7 GiB of RAM, else 2 MiB (upstream's rule).
-/// `buffer_percent` unless the config sets `drain_buffer_percent`.
-const DEFAULT_BUFFER_PERCENT: u32 = 10;
-
 fn default_buffer_kb() -> u64 {
     let total_kb = std::fs::read_to_string("/proc/meminfo")
         .ok()
