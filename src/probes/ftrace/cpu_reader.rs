@@ -15,9 +15,10 @@
 //!   A blocking splice waits the same way, and with `buffer_percent` 0
 //!   returns 0 at once, over and over, on a partial page;
 //! * a tracefs instance cannot be removed while any of its files is open;
-//! * a splice into a pipe holds the pipe's lock while it runs, so main
-//!   never reads the pipe a worker splices into: hence the private landing
-//!   pipe.
+//! * a splice into a pipe holds the pipe's lock while it runs, so the
+//!   worker splices into a private landing pipe and moves pages on to the
+//!   staging pipe main reads (a relic of blocking splices, which held it
+//!   for as long as they waited; now the hold is short).
 //!
 //! So a worker sleeps in poll() on the file (and on a waker that main uses
 //! for park, stop and room) with the drain period as timeout, and takes
