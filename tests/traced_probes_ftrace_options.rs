@@ -72,8 +72,13 @@ data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
         .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
         .spawn()
         .unwrap();
+    // A new instance starts with tracing_on 1; setup turns it off and
+    // resizes the buffer (writes then fail with EBADF) before enabling the
+    // events, so on + an event enabled means started.
     wait_until(Duration::from_secs(30), "ftrace start", || {
-        read_trim(instance_dir(instance).join("tracing_on")) == "1"
+        let d = instance_dir(instance);
+        read_trim(d.join("tracing_on")) == "1"
+            && read_trim(d.join("events/workqueue/workqueue_execute_start/enable")) == "1"
     });
     let me = nix::unistd::gettid().as_raw() as u32;
     for i in 0..20 {
