@@ -406,10 +406,10 @@ impl FtraceMux {
             .map(|ms| Duration::from_millis(ms as u64))
     }
 
-    /// Reads every instance with started sources: a periodic drain, or with
-    /// `flush` everything the kernel holds. Returns the most pages one cpu
-    /// handed out.
-    pub fn read_pass(&mut self, flush: bool) -> usize {
+    /// Reads every instance with started sources: a periodic drain of at
+    /// most `drain_max` pages per cpu, or (`None`) a flush of everything the
+    /// kernel holds. Returns the most pages one cpu handed out.
+    pub fn read_pass(&mut self, drain_max: Option<usize>) -> usize {
         let mut busiest = 0;
         let sources = &mut self.sources;
         for (key, inst) in self.instances.iter_mut() {
@@ -460,10 +460,9 @@ impl FtraceMux {
                     state.metadata.clear();
                 }
             };
-            let r = if flush {
-                reader.flush(&mut f)
-            } else {
-                reader.drain(&mut f)
+            let r = match drain_max {
+                Some(max) => reader.drain_up_to(max, &mut f),
+                None => reader.flush(&mut f),
             };
             match r {
                 Ok(n) => busiest = busiest.max(n),
@@ -476,13 +475,7 @@ impl FtraceMux {
     /// Periodic tick: one bounded read pass. Returns when to come back
     /// (`None`: no started source).
     pub fn tick(&mut self) -> Option<Duration> {
-        let batch = self.pace.batch();
-        for inst in self.instances.values_mut() {
-            if let Some(r) = inst.reader.as_mut() {
-                r.set_batch_pages(batch);
-            }
-        }
-        let busiest = self.read_pass(false);
+        let busiest = self.read_pass(Some(self.pace.batch()));
         let now = std::time::Instant::now();
         let since = now - self.last_tick.unwrap_or(now);
         self.last_tick = Some(now);
@@ -509,7 +502,7 @@ impl FtraceMux {
         if !ids.iter().any(|id| self.sources.contains_key(id)) {
             return;
         }
-        self.read_pass(true);
+        self.read_pass(None);
         for id in ids {
             let Some(src) = self.sources.get_mut(id) else {
                 continue;

@@ -41,7 +41,7 @@ use super::sys::{self, Waker, Woken};
 use super::tracefs::Tracefs;
 
 /// Most pages one cpu hands out per drain (like traced_probes' 256); the
-/// caller may ask for fewer (see [`FtraceReader::set_batch_pages`]).
+/// caller may ask for fewer (see [`FtraceReader::drain_up_to`]).
 pub const MAX_READ_PAGES_PER_DRAIN: usize = 256;
 
 /// Size asked for the landing and staging pipes (the default
@@ -531,8 +531,6 @@ pub struct FtraceReader {
     /// Most pages read() per cpu in one flush: the ring buffer size, so a
     /// flush ends even while the kernel keeps writing.
     flush_max_pages: usize,
-    /// Most pages per cpu in one drain.
-    batch_pages: usize,
     buf: PageArena,
 }
 
@@ -560,7 +558,6 @@ impl FtraceReader {
         }
         Ok(FtraceReader {
             flush_max_pages: buffer_pages + 16,
-            batch_pages: MAX_READ_PAGES_PER_DRAIN,
             cpus,
             page_size,
             buf: PageArena::default(),
@@ -569,11 +566,6 @@ impl FtraceReader {
 
     pub fn num_cpus(&self) -> usize {
         self.cpus.len()
-    }
-
-    /// Most pages a drain hands out per cpu (1..=[`MAX_READ_PAGES_PER_DRAIN`]).
-    pub fn set_batch_pages(&mut self, pages: usize) {
-        self.batch_pages = pages.clamp(1, MAX_READ_PAGES_PER_DRAIN);
     }
 
     pub fn stats(&self) -> ReaderStats {
@@ -591,17 +583,33 @@ impl FtraceReader {
     /// whole pages (possibly several times per cpu, in order). Returns the
     /// most pages one cpu handed out.
     pub fn drain(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
-        self.collect(false, f)
+        self.drain_up_to(MAX_READ_PAGES_PER_DRAIN, f)
+    }
+
+    /// [`drain`](Self::drain) handing out at most `max_pages` per cpu
+    /// (1..=[`MAX_READ_PAGES_PER_DRAIN`]).
+    pub fn drain_up_to(
+        &mut self,
+        max_pages: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> io::Result<usize> {
+        self.collect(Some(max_pages.clamp(1, MAX_READ_PAGES_PER_DRAIN)), f)
     }
 
     /// Flush: everything the kernel holds, including partial pages, in
     /// order (one call of `f` per cpu). Returns as [`drain`](Self::drain). Workers are parked while partial pages are read so that no
     /// newer page can overtake them.
     pub fn flush(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
-        self.collect(true, f)
+        self.collect(None, f)
     }
 
-    fn collect(&mut self, flush: bool, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
+    /// A drain of at most `drain_max` pages per cpu, or (`None`) a flush.
+    fn collect(
+        &mut self,
+        drain_max: Option<usize>,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> io::Result<usize> {
+        let flush = drain_max.is_none();
         let ps = self.page_size;
         let mut busiest = 0;
         if flush {
@@ -611,8 +619,7 @@ impl FtraceReader {
         }
         for c in &mut self.cpus {
             let fallback = c.shared.lock().fallback;
-            if !flush {
-                let max = self.batch_pages;
+            if let Some(max) = drain_max {
                 busiest = busiest.max(c.drain_chunks(&mut self.buf, ps, max, fallback, f)?);
                 continue;
             }
