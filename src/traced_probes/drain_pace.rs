@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::probes::ftrace::cpu_reader::MAX_READ_PAGES_PER_DRAIN;
 
-/// A cpu that recently gave at least this many pages per drain is flooding.
+/// A cpu whose recent rate gives at least this many pages per drain at the
+/// configured period is busy: drained faster than the period.
 pub const BUSY_PAGES: usize = 32;
 /// Longest delay between drains while a cpu floods.
 pub const BUSY_DRAIN: Duration = Duration::from_millis(25);
@@ -21,6 +22,11 @@ const FLOOD_PAGES_PER_S: f64 = 12_000.0;
 /// busiest cpu: half a small batch, so a batch never caps the read rate.
 const TARGET_PAGES: u64 = SMALL_BATCH as u64 / 2;
 
+/// How long the rate estimate remembers: longer than the gaps between a
+/// worker's bursts (a worker moves ~5 % of its buffer per wakeup, every few
+/// ms in a flood), so passes that fall between bursts do not end a flood.
+const RATE_MEMORY: Duration = Duration::from_millis(50);
+
 /// Drain pacing from the recent history of drains.
 ///
 /// A full batch means data was left behind: drain again at once. While a
@@ -29,14 +35,18 @@ const TARGET_PAGES: u64 = SMALL_BATCH as u64 / 2;
 /// little: workers refill the staging pipes a moment after a drain empties
 /// them, and a worker whose staging pipe is full stalls until the next
 /// drain, so a fixed pace would cap the read rate below a fast writer's).
-/// Quiet: the configured period (fewer wakeups for both daemons).
+/// Quiet (a drain at the configured period would find fewer than
+/// [`BUSY_PAGES`]): the period (fewer wakeups for both daemons).
+///
+/// The rate is averaged over time, not over passes: right after a drain
+/// empties the staging pipes, several quick passes can find nothing while
+/// the writer goes on; averaged per pass, they once made the pace fall back
+/// to the full period in the middle of a flood (seen here with two writers
+/// at the maximum rate: a 100 ms gap, then a periodic flush, then loss).
 #[derive(Debug, Clone)]
 pub struct DrainPace {
-    /// Pages of the busiest cpu, halved at every pass.
-    recent: usize,
-    /// Pages per second of the busiest cpu, averaged over recent passes
-    /// (a pass that finds nothing because a worker was still refilling
-    /// must not slow the pace to the cap).
+    /// Pages per second of the busiest cpu, an exponential average with
+    /// time constant [`RATE_MEMORY`].
     rate: f64,
     /// Pages per cpu the next drain may take: [`SMALL_BATCH`], or
     /// [`MAX_READ_PAGES_PER_DRAIN`] after a full drain or while the rate
@@ -47,7 +57,6 @@ pub struct DrainPace {
 impl Default for DrainPace {
     fn default() -> Self {
         DrainPace {
-            recent: 0,
             rate: 0.0,
             batch: SMALL_BATCH,
         }
@@ -63,14 +72,7 @@ impl DrainPace {
     /// The delay before the next drain after a pass whose busiest cpu
     /// gave `busiest` pages, `since` the previous pass.
     pub fn next(&mut self, busiest: usize, since: Duration, period: Duration) -> Duration {
-        self.recent = busiest.max(self.recent / 2);
-        let secs = since.as_secs_f64();
-        let seen = if secs > 0.0 {
-            busiest as f64 / secs
-        } else {
-            self.rate
-        };
-        self.rate = (self.rate + seen) / 2.0;
+        self.rate = averaged_rate(self.rate, busiest, since);
         let full = busiest >= self.batch;
         self.batch = if full || self.rate >= FLOOD_PAGES_PER_S {
             MAX_READ_PAGES_PER_DRAIN
@@ -80,17 +82,31 @@ impl DrainPace {
         if full {
             return Duration::ZERO;
         }
-        if self.recent < BUSY_PAGES {
+        if self.rate * period.as_secs_f64() < BUSY_PAGES as f64 {
             return period;
         }
         let cap = period.min(BUSY_DRAIN);
-        if self.rate <= 0.0 {
-            return cap;
-        }
         // Time the busiest cpu takes for TARGET_PAGES at the recent rate.
         let d = Duration::from_secs_f64((TARGET_PAGES as f64 / self.rate).min(cap.as_secs_f64()));
         d.clamp(MIN_DRAIN.min(cap), cap)
     }
+}
+
+/// `rate` (pages/s) updated with `pages` found over `since`: the old
+/// estimate fades by exp(-since / RATE_MEMORY) and the new pages weigh the
+/// rest, so a burst found right after another pass (since ~ 0) still counts
+/// (pages / RATE_MEMORY) and a long quiet pass counts for its length.
+fn averaged_rate(rate: f64, pages: usize, since: Duration) -> f64 {
+    let tau = RATE_MEMORY.as_secs_f64();
+    let dt = since.as_secs_f64();
+    let keep = (-dt / tau).exp();
+    // (1 - keep) / dt tends to 1 / tau as dt goes to 0.
+    let weight = if dt > tau * 1e-6 {
+        (1.0 - keep) / dt
+    } else {
+        1.0 / tau
+    };
+    rate * keep + pages as f64 * weight
 }
 
 #[cfg(test)]
@@ -100,44 +116,78 @@ mod tests {
     const MS: fn(u64) -> Duration = Duration::from_millis;
 
     #[test]
-    fn pace_follows_the_busiest_cpu_and_decays() {
+    fn quiet_cpus_wait_the_period_and_a_flood_ends_in_time() {
         let p = MS(100);
         let mut pace = DrainPace::default();
         assert_eq!(pace.next(0, p, p), p);
-        assert_eq!(pace.next(BUSY_PAGES - 1, p, p), p);
-        assert_eq!(
-            pace.next(MAX_READ_PAGES_PER_DRAIN, MS(1), p),
-            Duration::ZERO
-        );
-        // Passes that find little right after a flood stay fast for a
-        // while (recent 256 -> 128 -> 64 -> 32)...
-        for _ in 0..3 {
-            assert!(pace.next(1, MS(1), p) <= BUSY_DRAIN);
+        // 20 pages per 100 ms: below BUSY_PAGES per period.
+        for _ in 0..10 {
+            assert_eq!(pace.next(20, p, p), p);
         }
-        // ...then the period again.
-        assert_eq!(pace.next(1, MS(1), p), p);
+        // A full batch: back at once.
+        assert_eq!(pace.next(SMALL_BATCH, p, p), Duration::ZERO);
+        // Nothing more: fast passes for a while, then the period, after
+        // about RATE_MEMORY * ln(rate / busy rate), not after N passes.
+        let (mut waited, mut since) = (Duration::ZERO, Duration::ZERO);
+        loop {
+            let d = pace.next(0, since, p);
+            if d == p {
+                break;
+            }
+            assert!(d <= BUSY_DRAIN, "{d:?}");
+            since = d.max(MS(1));
+            waited += since;
+            assert!(waited < MS(1000), "never quiet again");
+        }
+        assert!(waited > MS(50), "quiet after {waited:?}");
         // A short configured period stays.
         let short = MS(2);
-        assert_eq!(pace.next(BUSY_PAGES, MS(2), short), short);
+        let mut pace = DrainPace::default();
+        for _ in 0..50 {
+            assert!(pace.next(BUSY_PAGES, MS(2), short) <= short);
+        }
     }
 
     #[test]
     fn a_flood_is_drained_at_its_rate() {
         let p = MS(100);
         let mut pace = DrainPace::default();
-        // 64 pages in 25 ms (averaged with nothing: 1.28k pages/s): 64
-        // pages take 50 ms, capped at BUSY_DRAIN.
-        assert_eq!(pace.next(64, MS(25), p), BUSY_DRAIN);
-        // 100 pages in 10 ms: 10k pages/s, averaged to 5.64k: 11.3 ms.
-        let d = pace.next(100, MS(10), p);
-        assert!(d > MS(11) && d < MS(12), "{d:?}");
-        // A pass that found nothing right after keeps a fast pace.
-        let d = pace.next(0, MS(1), p);
-        assert!(d > MS(22) && d <= BUSY_DRAIN, "{d:?}");
-        // 250 pages in 1 ms: never below MIN_DRAIN.
+        // 10k pages/s found every 10 ms: the average converges; drains are
+        // spaced to find TARGET_PAGES (6.4 ms).
+        let mut d = Duration::ZERO;
+        for _ in 0..50 {
+            d = pace.next(100, MS(10), p);
+        }
+        assert!(d > MS(6) && d < MS(7), "{d:?}");
+        // 250 pages per ms: never below MIN_DRAIN.
         let mut pace = DrainPace::default();
-        pace.next(250, MS(1), p);
-        assert_eq!(pace.next(250, MS(1), p), MIN_DRAIN);
+        for _ in 0..50 {
+            d = pace.next(250, MS(1), p);
+        }
+        assert_eq!(d, MIN_DRAIN);
+        // A slow cpu that is still busy at this period: at most BUSY_DRAIN.
+        let mut pace = DrainPace::default();
+        for _ in 0..50 {
+            d = pace.next(40, p, p);
+        }
+        assert_eq!(d, BUSY_DRAIN);
+    }
+
+    #[test]
+    fn passes_between_a_workers_bursts_do_not_end_a_flood() {
+        // A worker moves 103 pages every 8 ms (~13k pages/s); passes every
+        // ~2 ms mostly find nothing. Averaged per pass, four empty passes
+        // in a row once dropped the pace to the 100 ms period.
+        let p = MS(100);
+        let mut pace = DrainPace::default();
+        for round in 0..100 {
+            let d = pace.next(103, MS(2), p);
+            assert!(d < BUSY_DRAIN || round < 3, "round {round}: {d:?}");
+            for _ in 0..3 {
+                let d = pace.next(0, MS(2), p);
+                assert!(d <= BUSY_DRAIN, "round {round}: {d:?}");
+            }
+        }
     }
 
     #[test]
@@ -146,7 +196,7 @@ mod tests {
         let mut pace = DrainPace::default();
         assert_eq!(pace.batch(), SMALL_BATCH);
         // 100 pages per 20 ms (5k pages/s): small drains.
-        for _ in 0..4 {
+        for _ in 0..20 {
             pace.next(100, MS(20), p);
         }
         assert_eq!(pace.batch(), SMALL_BATCH);
@@ -154,14 +204,32 @@ mod tests {
         assert_eq!(pace.next(SMALL_BATCH, MS(20), p), Duration::ZERO);
         assert_eq!(pace.batch(), MAX_READ_PAGES_PER_DRAIN);
         // Back to 5k pages/s: small again once the average settles.
-        for _ in 0..4 {
+        for _ in 0..20 {
             pace.next(100, MS(20), p);
         }
         assert_eq!(pace.batch(), SMALL_BATCH);
         // 20k pages/s: whole batches while it lasts.
-        for _ in 0..4 {
+        for _ in 0..20 {
             pace.next(200, MS(10), p);
         }
         assert_eq!(pace.batch(), MAX_READ_PAGES_PER_DRAIN);
+    }
+
+    #[test]
+    fn the_rate_average_is_over_time() {
+        // Steady 10k pages/s measured with any pass length converges to 10k.
+        for step in [MS(1), MS(10), MS(100)] {
+            let mut r = 0.0;
+            for _ in 0..(2000 / step.as_millis()) {
+                r = averaged_rate(r, (10_000.0 * step.as_secs_f64()) as usize, step);
+            }
+            assert!((r - 10_000.0).abs() < 100.0, "{step:?}: {r}");
+        }
+        // Back-to-back passes (since 0) still count their pages.
+        assert!(averaged_rate(0.0, 50, Duration::ZERO) > 0.0);
+        // Half of the old estimate is gone after RATE_MEMORY * ln 2.
+        let half = RATE_MEMORY.mul_f64(std::f64::consts::LN_2);
+        let r = averaged_rate(1000.0, 0, half);
+        assert!((r - 500.0).abs() < 1.0, "{r}");
     }
 }
