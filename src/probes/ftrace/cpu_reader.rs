@@ -374,6 +374,33 @@ impl CpuReader {
         self.shared.waker.wake();
     }
 
+    /// Everything of this cpu into `out` once its worker (asked to park)
+    /// has parked: staged pages, then what the kernel still holds, partial
+    /// pages included, at most `max_direct` pages of it.
+    fn flush_into(
+        &mut self,
+        out: &mut PageArena,
+        page_size: usize,
+        fallback: bool,
+        max_direct: usize,
+    ) -> io::Result<()> {
+        if !fallback {
+            // Drain while waiting: the worker may be stuck on a full pipe.
+            loop {
+                self.read_staged(out, page_size, usize::MAX)?;
+                let st = self.shared.lock();
+                if st.parked || st.fallback || self.thread.as_ref().is_none_or(|t| t.is_finished())
+                {
+                    break;
+                }
+                let _ = self.shared.cv.wait_timeout(st, Duration::from_millis(5));
+                self.wake();
+            }
+        }
+        self.read_staged(out, page_size, usize::MAX)?;
+        self.read_direct(out, page_size, max_direct)
+    }
+
     /// Appends every whole staged page to `out` (at most `max_pages`, plus
     /// what was carried over).
     fn read_staged(
@@ -597,8 +624,11 @@ impl FtraceReader {
     }
 
     /// Flush: everything the kernel holds, including partial pages, in
-    /// order (one call of `f` per cpu). Returns as [`drain`](Self::drain). Workers are parked while partial pages are read so that no
-    /// newer page can overtake them.
+    /// order (one call of `f` per cpu). Returns as [`drain`](Self::drain).
+    /// A cpu's worker is parked while its partial pages are read, so that
+    /// no newer page can overtake them; the other workers go on meanwhile
+    /// (parked together, a busy cpu's flush left the others unread long
+    /// enough for their kernel buffers to overrun).
     pub fn flush(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
         self.collect(None, f)
     }
@@ -609,14 +639,8 @@ impl FtraceReader {
         drain_max: Option<usize>,
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> io::Result<usize> {
-        let flush = drain_max.is_none();
         let ps = self.page_size;
         let mut busiest = 0;
-        if flush {
-            for c in &self.cpus {
-                c.shared.signal(|st| st.park = true);
-            }
-        }
         for c in &mut self.cpus {
             let fallback = c.shared.lock().fallback;
             if let Some(max) = drain_max {
@@ -624,31 +648,13 @@ impl FtraceReader {
                 continue;
             }
             self.buf.clear();
-            if fallback {
-                c.read_staged(&mut self.buf, ps, usize::MAX)?;
-            } else {
-                // Drain while waiting: a worker may be stuck on a full pipe.
-                loop {
-                    c.read_staged(&mut self.buf, ps, usize::MAX)?;
-                    let st = c.shared.lock();
-                    if st.parked || st.fallback || c.thread.as_ref().is_none_or(|t| t.is_finished())
-                    {
-                        break;
-                    }
-                    let _ = c.shared.cv.wait_timeout(st, Duration::from_millis(5));
-                    c.wake();
-                }
-                c.read_staged(&mut self.buf, ps, usize::MAX)?;
-            }
-            c.read_direct(&mut self.buf, ps, self.flush_max_pages)?;
+            c.shared.signal(|st| st.park = true);
+            let read = c.flush_into(&mut self.buf, ps, fallback, self.flush_max_pages);
+            c.shared.signal(|st| st.park = false);
+            read?;
             if !self.buf.is_empty() {
                 busiest = busiest.max(self.buf.len() / ps);
                 f(c.cpu, self.buf.data());
-            }
-        }
-        if flush {
-            for c in &self.cpus {
-                c.shared.signal(|st| st.park = false);
             }
         }
         Ok(busiest)
