@@ -5,6 +5,8 @@
 //! Everything decoded here comes from the service; values are checked
 //! before they leave this file (ids non-zero, buffers in u16 range).
 
+use std::time::Duration;
+
 use quick_protobuf::{BytesReader, MessageRead, MessageWrite, Writer};
 
 use crate::pb::protos::mod_CommitDataRequest::mod_ChunkToPatch::Patch as PbPatch;
@@ -17,13 +19,29 @@ use crate::pb::protos::{
     NotifyDataSourceStoppedRequest, RegisterDataSourceRequest, RegisterTraceWriterRequest,
     UnregisterTraceWriterRequest,
 };
-use crate::tracing::core::arbiter::{BufferId, CommitBatch, WriterId};
+use crate::tracing::core::arbiter::{ArbiterConfig, BufferId, CommitBatch, WriterId};
 
 /// Name traced_probes registers under (traced and tools match on it).
 pub const PRODUCER_NAME: &str = "perfetto.traced_probes";
 /// SMB hints: 2 MiB of 32 KiB pages, as upstream traced_probes asks.
 pub const SMB_SIZE_HINT: u32 = 2 * 1024 * 1024;
 pub const SMB_PAGE_SIZE_HINT: u32 = 32 * 1024;
+/// Longest sleep of a writer waiting for a free chunk. The ftrace writer
+/// stalls while traced is busy elsewhere; waking only every 100 ms (the
+/// default, for apps) left the kernel buffers unread up to 100 ms past the
+/// moment traced freed chunks (seen here: a 153 ms drain, then overrun).
+pub const STALL_SLEEP_CAP: Duration = Duration::from_millis(1);
+/// Total stall before giving up, as the default (300 x 100 ms): ~30 s.
+const STALL_ATTEMPTS: u32 = 30_000;
+
+/// The SMB arbiter's settings for traced_probes.
+pub fn arbiter_config() -> ArbiterConfig {
+    ArbiterConfig {
+        max_stall_sleep: STALL_SLEEP_CAP,
+        max_stall_attempts: STALL_ATTEMPTS,
+        ..ArbiterConfig::default()
+    }
+}
 
 /// Serializes a pb-rs message.
 pub fn encode<M: MessageWrite>(m: &M) -> Vec<u8> {

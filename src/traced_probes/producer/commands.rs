@@ -12,7 +12,7 @@ use crate::traced_probes::data_source::{self, Env};
 use crate::traced_probes::link::Method;
 use crate::traced_probes::sources;
 use crate::traced_probes::wire::{self, Command};
-use crate::tracing::core::arbiter::{Arbiter, ArbiterConfig, BufferExhaustedPolicy, CommitBatch};
+use crate::tracing::core::arbiter::{Arbiter, BufferExhaustedPolicy, CommitBatch};
 use crate::tracing::core::smb_abi::SmbAbi;
 
 impl Producer {
@@ -63,7 +63,7 @@ impl Producer {
             Ok(a) => a,
             Err(e) => return crate::log_error!("unusable shared memory buffer: {e:?}"),
         };
-        let arbiter = Arbiter::new(abi, ArbiterConfig::default(), Arc::new(self.link.clone()));
+        let arbiter = Arbiter::new(abi, wire::arbiter_config(), Arc::new(self.link.clone()));
         arbiter.set_direct_smb_patching(self.direct_patching);
         self.arbiter = Some(arbiter);
         self.shm = Some(shm);

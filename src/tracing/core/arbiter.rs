@@ -55,6 +55,11 @@ pub struct ArbiterConfig {
     pub page_layout: PageLayout,
     /// Stall iterations before a `Stall` writer gives up and drops.
     pub max_stall_attempts: u32,
+    /// Longest sleep between two stall iterations (the sleep grows 8x per
+    /// iteration up to this). Perfetto's 100 ms suits apps; a producer
+    /// that must keep up with a kernel buffer wants to notice freed chunks
+    /// sooner than that.
+    pub max_stall_sleep: Duration,
     /// Hold commits until patches, half-full SMB, stall or flush.
     pub batch_commits: bool,
 }
@@ -64,6 +69,7 @@ impl Default for ArbiterConfig {
         ArbiterConfig {
             page_layout: PageLayout::Div1,
             max_stall_attempts: 300,
+            max_stall_sleep: Duration::from_millis(100),
             batch_commits: false,
         }
     }
@@ -278,7 +284,7 @@ impl Arbiter {
             // The service can only free what it has been told about.
             self.flush_pending_commits();
             std::thread::sleep(Duration::from_micros(sleep_us));
-            sleep_us = (sleep_us + 1).saturating_mul(8).min(100_000);
+            sleep_us = next_stall_sleep_us(sleep_us, self.config.max_stall_sleep);
         }
     }
 
@@ -470,10 +476,37 @@ impl Arbiter {
     }
 }
 
+/// The sleep after a stall iteration that slept `us`: 0, 8, 72, 584 us...
+/// (Perfetto's schedule) up to `cap`.
+fn next_stall_sleep_us(us: u64, cap: Duration) -> u64 {
+    let cap_us = u64::try_from(cap.as_micros()).unwrap_or(u64::MAX);
+    (us + 1).saturating_mul(8).min(cap_us)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tracing::core::shared_mem::SharedMem;
+
+    #[test]
+    fn stall_sleeps_grow_to_the_configured_cap() {
+        let schedule = |cap: Duration| {
+            let mut us = 0;
+            (0..8)
+                .map(|_| {
+                    us = next_stall_sleep_us(us, cap);
+                    us
+                })
+                .collect::<Vec<_>>()
+        };
+        let upstream = schedule(ArbiterConfig::default().max_stall_sleep);
+        assert_eq!(
+            upstream,
+            [8, 72, 584, 4680, 37448, 100_000, 100_000, 100_000]
+        );
+        let short = schedule(Duration::from_millis(1));
+        assert_eq!(short, [8, 72, 584, 1000, 1000, 1000, 1000, 1000]);
+    }
 
     /// Counts the CommitData batches and chunks the arbiter sends.
     #[derive(Default)]
