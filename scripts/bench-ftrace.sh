@@ -23,16 +23,21 @@
 # it records; events lost = sum of `overrun` + `dropped events`.
 # Lines on stdout:
 #   bench=ftrace recorder=.. load=.. threads=.. rate=.. written=.. captured=..
-#     kernel_overrun=.. kernel_dropped=.. recorder_cpu_s=.. cpu_s_per_mevent=..
+#     kernel_overrun=.. kernel_dropped=.. missing=.. recorder_cpu_s=..
+#     cpu_s_per_mevent=..
 #     trace_bytes=.. bytes_per_event=.. peak_rss_kb=.. (sum of the recorder's
 #     processes' VmHWM, read at the end of the load)
 #   bench=ftrace_ratio recorder=ours|ours-read load=.. threads=.. rate=..
 #     cpu_per_event_ratio=ours/tracecmd bytes_per_event_ratio=..
-#     captured_ratio=.. ours_lost=.. tracecmd_lost=.. peak_rss_ratio=..
+#     captured_ratio=.. ours_lost=.. tracecmd_lost=.. ours_missing=..
+#     tracecmd_missing=.. peak_rss_ratio=..
 # `written` is what the load generator wrote (markers) or its round trips
 # (pingpong; the kernel writes >= 4 events per round trip). Other processes'
 # sched events are captured too (the box is shared).
-# Env: LOAD_S (3), SCENARIOS (default below), RECORDERS ("tracecmd ours").
+# `missing` (marker loads) is written minus the prints in the trace: loss
+# anywhere (kernel, recorder, trace buffer, file), counted or not.
+# Env: LOAD_S (3), SCENARIOS (default below), RECORDERS ("tracecmd ours"),
+# KEEP (set: keep the work dir with traces and logs).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -74,7 +79,7 @@ cleanup() {
     for i in tbx_bench_tc tbx_bench_ours; do
         [ -d "$TRACEFS/instances/$i" ] && rmdir "$TRACEFS/instances/$i" 2>/dev/null || true
     done
-    rm -rf "$WORK"
+    if [ -n "${KEEP:-}" ]; then echo "bench-ftrace: kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -183,6 +188,9 @@ for sc in $SCENARIOS; do
     for rec in $RECORDERS; do
         out="$WORK/$rec.trace"
         rm -f "$out" "$WORK/stats"
+        # The previous recorder's file must not be written back to disk
+        # during this one's run (at the maximum rates each writes ~1 GB).
+        sync
         start_recorder "$rec" "$out" || { status=1; continue; }
         sample_stats "$TRACEFS/instances/$INST" "$WORK/stats" &
         SAMPLER_PID=$!
@@ -202,15 +210,25 @@ for sc in $SCENARIOS; do
         overrun=$(awk '/^overrun:/ {s += $2} END {print s + 0}' "$WORK/stats" 2>/dev/null || echo 0)
         dropped=$(awk '/^dropped events:/ {s += $3} END {print s + 0}' "$WORK/stats" 2>/dev/null || echo 0)
         if [ "$rec" = tracecmd ]; then
-            captured=$(trace-cmd report -i "$out" 2>/dev/null | grep -cE ' (sched_switch|sched_waking|print):' || true)
+            counts=$(trace-cmd report -i "$out" 2>/dev/null |
+                awk '/ (sched_switch|sched_waking|print):/ {c++} / print:/ {p++} END {print "events=" c + 0, "prints=" p + 0}')
+            captured=$(get events "$counts")
+            prints=$(get prints "$counts")
         else
-            captured=$(get events "$("$COUNT" "$out")")
+            counts=$("$COUNT" "$out")
+            captured=$(get events "$counts")
+            # Only prints are non-compact events in this config.
+            prints=$(get generic_events "$counts")
         fi
+        # Markers written but not in the trace (lost anywhere: kernel,
+        # recorder, file), whether or not a counter saw it.
+        missing=0
+        [ "$load" = marker ] && missing=$((written > prints ? written - prints : 0))
         bytes=$(stat -c %s "$out" 2>/dev/null || echo 0)
         line=$(awk -v r="$rec" -v l="$load" -v t="$threads" -v rt="$rate" -v w="$written" -v c="${captured:-0}" \
-            -v o="$overrun" -v d="$dropped" -v cpu="$REC_CPU" -v b="$bytes" -v m="$hwm" 'BEGIN {
-            printf "bench=ftrace recorder=%s load=%s threads=%s rate=%s written=%s captured=%d kernel_overrun=%d kernel_dropped=%d recorder_cpu_s=%.3f cpu_s_per_mevent=%.3f trace_bytes=%d bytes_per_event=%.2f peak_rss_kb=%d\n",
-                r, l, t, rt, w, c, o, d, cpu, (c > 0 ? cpu * 1e6 / c : 0), b, (c > 0 ? b / c : 0), m }')
+            -v o="$overrun" -v d="$dropped" -v ms="$missing" -v cpu="$REC_CPU" -v b="$bytes" -v m="$hwm" 'BEGIN {
+            printf "bench=ftrace recorder=%s load=%s threads=%s rate=%s written=%s captured=%d kernel_overrun=%d kernel_dropped=%d missing=%d recorder_cpu_s=%.3f cpu_s_per_mevent=%.3f trace_bytes=%d bytes_per_event=%.2f peak_rss_kb=%d\n",
+                r, l, t, rt, w, c, o, d, ms, cpu, (c > 0 ? cpu * 1e6 / c : 0), b, (c > 0 ? b / c : 0), m }')
         echo "$line"
         res[$rec]=$line
     done
@@ -222,9 +240,10 @@ for sc in $SCENARIOS; do
             -v ob="$(get bytes_per_event "$o")" -v qb="$(get bytes_per_event "$q")" \
             -v oe="$(get captured "$o")" -v qe="$(get captured "$q")" \
             -v ol="$(get kernel_overrun "$o")" -v ql="$(get kernel_overrun "$q")" \
+            -v om2="$(get missing "$o")" -v qm2="$(get missing "$q")" \
             -v om="$(get peak_rss_kb "$o")" -v qm="$(get peak_rss_kb "$q")" 'function r(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "inf" }
-            BEGIN { printf "bench=ftrace_ratio recorder=%s load=%s threads=%s rate=%s cpu_per_event_ratio=%s bytes_per_event_ratio=%s captured_ratio=%s ours_lost=%s tracecmd_lost=%s peak_rss_ratio=%s\n",
-                rec, l, t, rt, r(oc, qc), r(ob, qb), r(oe, qe), ol, ql, r(om, qm) }'
+            BEGIN { printf "bench=ftrace_ratio recorder=%s load=%s threads=%s rate=%s cpu_per_event_ratio=%s bytes_per_event_ratio=%s captured_ratio=%s ours_lost=%s tracecmd_lost=%s ours_missing=%s tracecmd_missing=%s peak_rss_ratio=%s\n",
+                rec, l, t, rt, r(oc, qc), r(ob, qb), r(oe, qe), ol, ql, om2, qm2, r(om, qm) }'
     done
     unset res
 done
