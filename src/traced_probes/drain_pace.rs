@@ -7,23 +7,19 @@ use crate::probes::ftrace::cpu_reader::MAX_READ_PAGES_PER_DRAIN;
 /// A cpu whose recent rate gives at least this many pages per drain at the
 /// configured period is busy: drained faster than the period.
 pub const BUSY_PAGES: usize = 32;
-/// Longest delay between drains while a cpu floods.
+/// Longest delay between drains while a cpu is busy.
 pub const BUSY_DRAIN: Duration = Duration::from_millis(25);
 /// Shortest delay between drains that found data.
 const MIN_DRAIN: Duration = Duration::from_millis(1);
-/// Pages per cpu a drain takes unless the cpu floods: small drains parse
-/// pages the kernel wrote moments ago, still in cache (measured here: 12 %
-/// less recorder CPU at 500k events/s than with 256-page drains).
+/// Pages per cpu a drain takes while no cpu is busy.
 pub const SMALL_BATCH: usize = MAX_READ_PAGES_PER_DRAIN / 2;
-/// From this rate of the busiest cpu on (~1M events/s), drains take whole
-/// batches: at the highest rates the passes themselves must cost less.
-const FLOOD_PAGES_PER_S: f64 = 12_000.0;
-/// While busy, drains are spaced to find about this many pages on the
-/// busiest cpu: a small batch (one that comes back full is followed at once
-/// by a whole one, so a batch never caps the read rate). Half of it, with
-/// the rate averaged over time, cost 7 % more CPU at 500k markers/s (more
-/// passes, each with its commit and traced wakeup).
-const TARGET_PAGES: u64 = SMALL_BATCH as u64;
+/// While busy, drains take whole batches and are spaced to find about this
+/// many pages on the busiest cpu (at most [`BUSY_DRAIN`] apart). Measured at
+/// 500k markers/s (5k pages/s): aiming at 64 pages cost 7 % more CPU than
+/// at 128, and small batches that came back full (each followed at once by
+/// another pass) 4-7 % more than whole ones: every pass has its commit and
+/// wakes traced.
+const TARGET_PAGES: u64 = MAX_READ_PAGES_PER_DRAIN as u64;
 
 /// How long the rate estimate remembers: longer than the gaps between a
 /// worker's bursts (a worker moves ~5 % of its buffer per wakeup, every few
@@ -52,8 +48,7 @@ pub struct DrainPace {
     /// time constant [`RATE_MEMORY`].
     rate: f64,
     /// Pages per cpu the next drain may take: [`SMALL_BATCH`], or
-    /// [`MAX_READ_PAGES_PER_DRAIN`] after a full drain or while the rate
-    /// is at least [`FLOOD_PAGES_PER_S`].
+    /// [`MAX_READ_PAGES_PER_DRAIN`] after a full drain or while busy.
     batch: usize,
 }
 
@@ -77,7 +72,8 @@ impl DrainPace {
     pub fn next(&mut self, busiest: usize, since: Duration, period: Duration) -> Duration {
         self.rate = averaged_rate(self.rate, busiest, since);
         let full = busiest >= self.batch;
-        self.batch = if full || self.rate >= FLOOD_PAGES_PER_S {
+        let busy = self.rate * period.as_secs_f64() >= BUSY_PAGES as f64;
+        self.batch = if full || busy {
             MAX_READ_PAGES_PER_DRAIN
         } else {
             SMALL_BATCH
@@ -85,7 +81,7 @@ impl DrainPace {
         if full {
             return Duration::ZERO;
         }
-        if self.rate * period.as_secs_f64() < BUSY_PAGES as f64 {
+        if !busy {
             return period;
         }
         let cap = period.min(BUSY_DRAIN);
@@ -155,17 +151,17 @@ mod tests {
     fn a_flood_is_drained_at_its_rate() {
         let p = MS(100);
         let mut pace = DrainPace::default();
-        // 10k pages/s found every 10 ms: the average converges; drains are
+        // 20k pages/s found every 10 ms: the average converges; drains are
         // spaced to find TARGET_PAGES (12.8 ms).
         let mut d = Duration::ZERO;
         for _ in 0..50 {
-            d = pace.next(100, MS(10), p);
+            d = pace.next(200, MS(10), p);
         }
         assert!(d > MS(12) && d < MS(13), "{d:?}");
-        // 250 pages per ms: never below MIN_DRAIN.
+        // 255 pages per 0.5 ms: never below MIN_DRAIN.
         let mut pace = DrainPace::default();
-        for _ in 0..50 {
-            d = pace.next(250, MS(1), p);
+        for _ in 0..300 {
+            d = pace.next(255, Duration::from_micros(500), p);
         }
         assert_eq!(d, MIN_DRAIN);
         // A slow cpu that is still busy at this period: at most BUSY_DRAIN.
@@ -185,7 +181,7 @@ mod tests {
         let mut pace = DrainPace::default();
         for round in 0..100 {
             let d = pace.next(103, MS(2), p);
-            assert!(d < BUSY_DRAIN || round < 3, "round {round}: {d:?}");
+            assert!(d <= BUSY_DRAIN, "round {round}: {d:?}");
             for _ in 0..3 {
                 let d = pace.next(0, MS(2), p);
                 assert!(d <= BUSY_DRAIN, "round {round}: {d:?}");
@@ -194,28 +190,29 @@ mod tests {
     }
 
     #[test]
-    fn drains_stay_small_unless_full_or_flooding() {
+    fn drains_are_small_only_while_quiet() {
         let p = MS(100);
         let mut pace = DrainPace::default();
         assert_eq!(pace.batch(), SMALL_BATCH);
-        // 100 pages per 20 ms (5k pages/s): small drains.
-        for _ in 0..20 {
-            pace.next(100, MS(20), p);
+        // 20 pages per 100 ms: quiet, small drains.
+        for _ in 0..10 {
+            pace.next(20, p, p);
         }
         assert_eq!(pace.batch(), SMALL_BATCH);
         // A full small drain: the next one may take a whole batch, at once.
-        assert_eq!(pace.next(SMALL_BATCH, MS(20), p), Duration::ZERO);
+        assert_eq!(pace.next(SMALL_BATCH, p, p), Duration::ZERO);
         assert_eq!(pace.batch(), MAX_READ_PAGES_PER_DRAIN);
-        // Back to 5k pages/s: small again once the average settles.
+        // 5k pages/s: busy, whole batches, never full at this pace.
         for _ in 0..20 {
-            pace.next(100, MS(20), p);
+            let d = pace.next(100, MS(20), p);
+            assert!(d > Duration::ZERO && d <= BUSY_DRAIN, "{d:?}");
+            assert_eq!(pace.batch(), MAX_READ_PAGES_PER_DRAIN);
+        }
+        // Quiet again: small once the average has faded.
+        for _ in 0..10 {
+            pace.next(0, p, p);
         }
         assert_eq!(pace.batch(), SMALL_BATCH);
-        // 20k pages/s: whole batches while it lasts.
-        for _ in 0..20 {
-            pace.next(200, MS(10), p);
-        }
-        assert_eq!(pace.batch(), MAX_READ_PAGES_PER_DRAIN);
     }
 
     #[test]
