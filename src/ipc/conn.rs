@@ -240,6 +240,9 @@ impl Conn {
         let (n, fd) = match self.sock.recv(&mut self.read_buf) {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ReadStatus::WouldBlock),
+            // A peer that closes with bytes of ours unread resets the
+            // connection (every `perfetto` run ended that way): still a close.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(ReadStatus::Eof),
             Err(e) => return Err(RecvError::Io(e)),
         };
         self.received += n as u64;
@@ -312,6 +315,19 @@ mod tests {
 
     fn null_fd() -> OwnedFd {
         std::fs::File::open("/dev/null").unwrap().into()
+    }
+
+    #[test]
+    fn a_peer_closing_with_unread_data_is_a_plain_close() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (peer, mut me) = (Conn::new(a, 1 << 20), Conn::new(b, 1 << 20));
+        // The peer has bytes from us it never reads, then closes: the
+        // kernel resets the connection instead of a clean EOF.
+        me.send(&invoke(1), None).unwrap();
+        drop(peer);
+        wait_ready(me.socket().as_fd(), true, false, None).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(me.read_some(&mut out).unwrap(), ReadStatus::Eof);
     }
 
     #[test]
