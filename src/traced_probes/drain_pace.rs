@@ -6,13 +6,13 @@ use crate::probes::ftrace::cpu_reader::MAX_READ_PAGES_PER_DRAIN;
 
 /// A cpu whose recent rate gives at least this many pages per drain at the
 /// configured period is busy: drained faster than the period.
-pub const BUSY_PAGES: usize = 32;
+const BUSY_PAGES: usize = 32;
 /// Longest delay between drains while a cpu is busy.
-pub const BUSY_DRAIN: Duration = Duration::from_millis(25);
+const BUSY_DRAIN: Duration = Duration::from_millis(25);
 /// Shortest delay between drains that found data.
 const MIN_DRAIN: Duration = Duration::from_millis(1);
 /// Pages per cpu a drain takes while no cpu is busy.
-pub const SMALL_BATCH: usize = MAX_READ_PAGES_PER_DRAIN / 2;
+const SMALL_BATCH: usize = MAX_READ_PAGES_PER_DRAIN / 2;
 /// While busy, drains take whole batches and are spaced to find about this
 /// many pages on the busiest cpu (at most [`BUSY_DRAIN`] apart). Measured at
 /// 500k markers/s (5k pages/s): aiming at 64 pages cost 7 % more CPU than

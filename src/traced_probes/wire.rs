@@ -30,7 +30,7 @@ pub const SMB_PAGE_SIZE_HINT: u32 = 32 * 1024;
 /// stalls while traced is busy elsewhere; waking only every 100 ms (the
 /// default, for apps) left the kernel buffers unread up to 100 ms past the
 /// moment traced freed chunks (seen here: a 153 ms drain, then overrun).
-pub const STALL_SLEEP_CAP: Duration = Duration::from_millis(1);
+const STALL_SLEEP_CAP: Duration = Duration::from_millis(1);
 /// Total stall before giving up, as the default (300 x 100 ms): ~30 s.
 const STALL_ATTEMPTS: u32 = 30_000;
 

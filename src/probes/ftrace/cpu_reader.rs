@@ -465,8 +465,9 @@ impl CpuReader {
         Ok(())
     }
 
-    /// A periodic drain of this cpu: up to `max_pages` pages, handed to `f` [`DRAIN_CHUNK_PAGES`] at a time so each chunk
-    /// is parsed while still in cache. Returns the pages handed out.
+    /// A periodic drain of this cpu: up to `max_pages` pages, handed to `f`
+    /// [`DRAIN_CHUNK_PAGES`] at a time so each chunk is parsed while still
+    /// in cache. Returns the pages handed out.
     fn drain_chunks(
         &mut self,
         buf: &mut PageArena,
@@ -620,7 +621,14 @@ impl FtraceReader {
         max_pages: usize,
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> io::Result<usize> {
-        self.collect(Some(max_pages.clamp(1, MAX_READ_PAGES_PER_DRAIN)), f)
+        let max = max_pages.clamp(1, MAX_READ_PAGES_PER_DRAIN);
+        let mut busiest = 0;
+        for c in &mut self.cpus {
+            let fallback = c.shared.lock().fallback;
+            busiest =
+                busiest.max(c.drain_chunks(&mut self.buf, self.page_size, max, fallback, f)?);
+        }
+        Ok(busiest)
     }
 
     /// Flush: everything the kernel holds, including partial pages, in
@@ -630,23 +638,10 @@ impl FtraceReader {
     /// (parked together, a busy cpu's flush left the others unread long
     /// enough for their kernel buffers to overrun).
     pub fn flush(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
-        self.collect(None, f)
-    }
-
-    /// A drain of at most `drain_max` pages per cpu, or (`None`) a flush.
-    fn collect(
-        &mut self,
-        drain_max: Option<usize>,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> io::Result<usize> {
         let ps = self.page_size;
         let mut busiest = 0;
         for c in &mut self.cpus {
             let fallback = c.shared.lock().fallback;
-            if let Some(max) = drain_max {
-                busiest = busiest.max(c.drain_chunks(&mut self.buf, ps, max, fallback, f)?);
-                continue;
-            }
             self.buf.clear();
             c.shared.signal(|st| st.park = true);
             let read = c.flush_into(&mut self.buf, ps, fallback, self.flush_max_pages);
