@@ -24,13 +24,18 @@
 # Lines on stdout:
 #   bench=ftrace recorder=.. load=.. threads=.. rate=.. written=.. captured=..
 #     kernel_overrun=.. kernel_dropped=.. missing=.. recorder_cpu_s=..
-#     cpu_s_per_mevent=..
+#     cpu_s_per_mevent=.. load_cpu_s=.. load_cpu_s_per_mevent=..
 #     trace_bytes=.. bytes_per_event=.. peak_rss_kb=.. (sum of the recorder's
 #     processes' VmHWM, read at the end of the load)
 #   bench=ftrace_ratio recorder=ours|ours-read load=.. threads=.. rate=..
-#     cpu_per_event_ratio=ours/tracecmd bytes_per_event_ratio=..
+#     cpu_per_event_ratio=ours/tracecmd load_cpu_per_event_ratio=..
+#     bytes_per_event_ratio=..
 #     captured_ratio=.. ours_lost=.. tracecmd_lost=.. ours_missing=..
 #     tracecmd_missing=.. peak_rss_ratio=..
+# recorder_cpu_s is the recorder's whole run (start-up, load, stop: trace-cmd
+# merges its per-cpu files into the output at the end); load_cpu_s only
+# from the load's start to 1 s after its end (the drain), so fixed start and
+# stop costs are left out.
 # `written` is what the load generator wrote (markers) or its round trips
 # (pingpong; the kernel writes >= 4 events per round trip). Other processes'
 # sched events are captured too (the box is shared).
@@ -194,6 +199,7 @@ for sc in $SCENARIOS; do
         start_recorder "$rec" "$out" || { status=1; continue; }
         sample_stats "$TRACEFS/instances/$INST" "$WORK/stats" &
         SAMPLER_PID=$!
+        cpu_before=$(cat "$CG/cpuacct.usage")
         if [ "$load" = pingpong ]; then
             lline=$("$LOAD" pingpong "$LOAD_S")
             written=$(get round_trips "$lline")
@@ -202,6 +208,7 @@ for sc in $SCENARIOS; do
             written=$(get written "$lline")
         fi
         sleep 1 # let the recorder drain
+        load_cpu=$(awk -v a="$cpu_before" -v b="$(cat "$CG/cpuacct.usage")" 'BEGIN {printf "%.3f", (b - a) / 1e9}')
         hwm=$(peak_rss_kb)
         kill "$SAMPLER_PID" 2>/dev/null || true
         wait "$SAMPLER_PID" 2>/dev/null || true
@@ -226,9 +233,9 @@ for sc in $SCENARIOS; do
         [ "$load" = marker ] && missing=$((written > prints ? written - prints : 0))
         bytes=$(stat -c %s "$out" 2>/dev/null || echo 0)
         line=$(awk -v r="$rec" -v l="$load" -v t="$threads" -v rt="$rate" -v w="$written" -v c="${captured:-0}" \
-            -v o="$overrun" -v d="$dropped" -v ms="$missing" -v cpu="$REC_CPU" -v b="$bytes" -v m="$hwm" 'BEGIN {
-            printf "bench=ftrace recorder=%s load=%s threads=%s rate=%s written=%s captured=%d kernel_overrun=%d kernel_dropped=%d missing=%d recorder_cpu_s=%.3f cpu_s_per_mevent=%.3f trace_bytes=%d bytes_per_event=%.2f peak_rss_kb=%d\n",
-                r, l, t, rt, w, c, o, d, ms, cpu, (c > 0 ? cpu * 1e6 / c : 0), b, (c > 0 ? b / c : 0), m }')
+            -v o="$overrun" -v d="$dropped" -v ms="$missing" -v cpu="$REC_CPU" -v lc="$load_cpu" -v b="$bytes" -v m="$hwm" 'BEGIN {
+            printf "bench=ftrace recorder=%s load=%s threads=%s rate=%s written=%s captured=%d kernel_overrun=%d kernel_dropped=%d missing=%d recorder_cpu_s=%.3f cpu_s_per_mevent=%.3f load_cpu_s=%.3f load_cpu_s_per_mevent=%.3f trace_bytes=%d bytes_per_event=%.2f peak_rss_kb=%d\n",
+                r, l, t, rt, w, c, o, d, ms, cpu, (c > 0 ? cpu * 1e6 / c : 0), lc, (c > 0 ? lc * 1e6 / c : 0), b, (c > 0 ? b / c : 0), m }')
         echo "$line"
         res[$rec]=$line
     done
@@ -237,13 +244,14 @@ for sc in $SCENARIOS; do
         o=${res[$ours]} q=${res[tracecmd]}
         awk -v rec="$ours" -v l="$load" -v t="$threads" -v rt="$rate" \
             -v oc="$(get cpu_s_per_mevent "$o")" -v qc="$(get cpu_s_per_mevent "$q")" \
+            -v olc="$(get load_cpu_s_per_mevent "$o")" -v qlc="$(get load_cpu_s_per_mevent "$q")" \
             -v ob="$(get bytes_per_event "$o")" -v qb="$(get bytes_per_event "$q")" \
             -v oe="$(get captured "$o")" -v qe="$(get captured "$q")" \
             -v ol="$(get kernel_overrun "$o")" -v ql="$(get kernel_overrun "$q")" \
             -v om2="$(get missing "$o")" -v qm2="$(get missing "$q")" \
             -v om="$(get peak_rss_kb "$o")" -v qm="$(get peak_rss_kb "$q")" 'function r(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "inf" }
-            BEGIN { printf "bench=ftrace_ratio recorder=%s load=%s threads=%s rate=%s cpu_per_event_ratio=%s bytes_per_event_ratio=%s captured_ratio=%s ours_lost=%s tracecmd_lost=%s ours_missing=%s tracecmd_missing=%s peak_rss_ratio=%s\n",
-                rec, l, t, rt, r(oc, qc), r(ob, qb), r(oe, qe), ol, ql, om2, qm2, r(om, qm) }'
+            BEGIN { printf "bench=ftrace_ratio recorder=%s load=%s threads=%s rate=%s cpu_per_event_ratio=%s load_cpu_per_event_ratio=%s bytes_per_event_ratio=%s captured_ratio=%s ours_lost=%s tracecmd_lost=%s ours_missing=%s tracecmd_missing=%s peak_rss_ratio=%s\n",
+                rec, l, t, rt, r(oc, qc), r(olc, qlc), r(ob, qb), r(oe, qe), ol, ql, om2, qm2, r(om, qm) }'
     done
     unset res
 done
