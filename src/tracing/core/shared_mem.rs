@@ -147,7 +147,7 @@ impl SharedMem {
         // * the peer may modify the source concurrently; we only ever copy
         //   bytes (any value is valid) and never form a reference to them.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            crate::base::skew_copy::copy_nonoverlapping(
                 self.ptr.as_ptr().add(offset),
                 dst.as_mut_ptr(),
                 dst.len(),
@@ -169,7 +169,7 @@ impl SharedMem {
         //   after `reserve`, and belongs to a Vec, so no overlap;
         // * `set_len` only after all `n` bytes were initialised by the copy.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            crate::base::skew_copy::copy_nonoverlapping(
                 self.ptr.as_ptr().add(offset),
                 out.as_mut_ptr().add(old),
                 n,
@@ -191,7 +191,11 @@ impl SharedMem {
         // ranges do not overlap. Writes through a shared handle are fine: the
         // region is never exposed as `&[u8]`.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
+            crate::base::skew_copy::copy_nonoverlapping(
+                src.as_ptr(),
+                self.ptr.as_ptr().add(offset),
+                src.len(),
+            )
         };
         true
     }

@@ -70,7 +70,8 @@ impl PacketSink for ToFile {
         self.written += framed;
         self.data.push(0x0a);
         self.data.extend_from_slice(&v[..n]);
-        body.slices().for_each(|s| self.data.extend_from_slice(s));
+        body.slices()
+            .for_each(|s| crate::base::skew_copy::extend_bytes(&mut self.data, s));
         self.data.extend_from_slice(trailer);
         true
     }

@@ -282,7 +282,7 @@ impl TraceBuffer {
         let rec = &mut self.data[off..off + size];
         rec[..RECORD_HEADER_SIZE].copy_from_slice(&header.encode());
         let body = &mut rec[RECORD_HEADER_SIZE..];
-        body[..payload.len()].copy_from_slice(payload);
+        crate::base::skew_copy::copy_bytes(&mut body[..payload.len()], payload);
         body[payload.len()..].fill(0);
         self.used_size = self.used_size.max(off + size);
     }
