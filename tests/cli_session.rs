@@ -319,5 +319,41 @@ fn live_status_line_on_a_terminal_only() {
     // Without a terminal there is no status line.
     let plain = env.perfetto(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
     assert!(plain.status.success());
-    assert!(!String::from_utf8_lossy(&plain.stderr).contains("recorded,"));
+    let plain_err = String::from_utf8_lossy(&plain.stderr);
+    assert!(!plain_err.contains("recorded,"), "{plain_err}");
+    // The end-of-trace line is printed either way.
+    assert!(
+        plain_err.contains("Trace stats: nothing lost"),
+        "{plain_err}"
+    );
+    assert!(tty.contains("Trace stats: nothing lost"), "{tty}");
+}
+
+#[test]
+fn the_end_of_a_trace_reports_losses_without_a_terminal() {
+    let env = Env::new("losses");
+    let _traced = env.start_traced();
+    // ~1.3 MB of packets into a 64 KB buffer that refuses to wrap.
+    let _producer = env.start_sdk_producer(20_000);
+    let cfg = env.write(
+        "c.pbtx",
+        &format!("buffers {{ size_kb: 64 fill_policy: DISCARD }}\n{SDK_DS}duration_ms: 2000\n"),
+    );
+    let out = env.path("t.pftrace");
+    let o = env.perfetto(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("Trace stats: LOST "))
+        .unwrap_or_else(|| panic!("no loss line in {err:?}"));
+    let dropped: i64 = line["Trace stats: LOST ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    assert!(dropped > 0, "{line:?}");
+    // The same figure is in the trace's own stats.
+    let s = summary(&out);
+    assert!(s.num("chunks_discarded") >= dropped, "{s:?}");
 }

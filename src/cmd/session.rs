@@ -243,6 +243,7 @@ pub fn wait_and_collect(
             return 1;
         }
     }
+    print_summary(port);
     if plan.config.write_into_file == Some(true) {
         eprintln!("Trace written into the output file");
         return 0;
@@ -295,6 +296,19 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64), String> {
         .finish()
         .map_err(|e| format!("Failed to write packets: {e}"))?;
     Ok((bytes, packets))
+}
+
+/// One line on stderr with the session's totals and losses (the session
+/// has ended but still exists, so its stats are final).
+fn print_summary(port: &mut Port) {
+    port.client.set_timeout(Some(Duration::from_secs(2)));
+    if let Ok(r) =
+        port.call::<_, GetTraceStatsResponse>("GetTraceStats", &GetTraceStatsRequest {}, None)
+    {
+        let f = status_line::figures(&r.trace_stats.unwrap_or_default());
+        eprintln!("{}", status_line::summary(f));
+    }
+    port.client.set_timeout(Some(POLL));
 }
 
 fn clear_status(shown: bool) {

@@ -1,5 +1,7 @@
 //! The one-line live status shown on a terminal while a trace records:
-//! elapsed time out of the total, bytes in the buffers, data lost so far.
+//! elapsed time out of the total, bytes in the buffers, data lost so far;
+//! and the line printed when a trace ends, terminal or not, so losses are
+//! seen without opening the trace.
 
 use crate::pb::protos::TraceStats;
 
@@ -9,12 +11,15 @@ pub struct Figures {
     pub bytes_written: u64,
     pub chunks_lost: u64,
     pub packets_lost: u64,
+    /// Of `chunks_lost`: overwritten by newer data (a full ring buffer).
+    pub chunks_overwritten: u64,
 }
 
 pub fn figures(stats: &TraceStats) -> Figures {
     let mut f = Figures::default();
     for b in &stats.buffer_stats {
         f.bytes_written += b.bytes_written.unwrap_or(0);
+        f.chunks_overwritten += b.chunks_overwritten.unwrap_or(0);
         f.chunks_lost += b.chunks_overwritten.unwrap_or(0)
             + b.chunks_discarded.unwrap_or(0)
             + b.abi_violations.unwrap_or(0);
@@ -53,6 +58,20 @@ pub fn render(elapsed_ms: u64, total_ms: u64, f: Figures) -> String {
     format!("[{time}] {} recorded, {lost}", human_bytes(f.bytes_written))
 }
 
+/// The end-of-trace line. Overwritten chunks are named apart: in a ring
+/// buffer they are the oldest data making room, not a failure.
+pub fn summary(f: Figures) -> String {
+    if f.chunks_lost == 0 && f.packets_lost == 0 {
+        return "Trace stats: nothing lost".to_owned();
+    }
+    let dropped = f.chunks_lost - f.chunks_overwritten.min(f.chunks_lost);
+    format!(
+        "Trace stats: LOST {dropped} chunks dropped, {} chunks overwritten, {} packets \
+         (details: trace_stats in the trace)",
+        f.chunks_overwritten, f.packets_lost
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,8 +101,21 @@ mod tests {
             Figures {
                 bytes_written: 4 << 20,
                 chunks_lost: 2,
-                packets_lost: 5
+                packets_lost: 5,
+                chunks_overwritten: 2,
             }
+        );
+        assert_eq!(
+            summary(f),
+            "Trace stats: LOST 0 chunks dropped, 2 chunks overwritten, 5 packets \
+             (details: trace_stats in the trace)"
+        );
+        assert_eq!(
+            summary(Figures {
+                bytes_written: 100,
+                ..Default::default()
+            }),
+            "Trace stats: nothing lost"
         );
         assert_eq!(
             render(1500, 10_000, f),

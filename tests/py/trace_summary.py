@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Prints a JSON summary of a trace, parsed with PyPI perfetto's official
 descriptors: packet kinds, trigger names, service events, for_testing
-payload count, process tree pids, ftrace events by kind and print buffers.
+payload count, process tree pids, ftrace events by kind and print buffers,
+chunks the buffers discarded (per the last trace_stats).
 Fails (exit 1) if the file does not parse as a Trace."""
 import collections
 import json
@@ -18,7 +19,8 @@ def main():
     out = {"packets": len(trace.packet), "triggers": [], "service_events": [],
            "for_testing": 0, "for_testing_ts": [], "pids": [], "threads": [],
            "ftrace": collections.Counter(), "prints": [], "trigger_ts": [],
-           "tracing_started_ts": [], "uuid": None, "compact_switches": 0}
+           "tracing_started_ts": [], "uuid": None, "compact_switches": 0,
+           "chunks_discarded": 0}
     for p in trace.packet:
         kind = p.WhichOneof("data")
         kinds[kind or "none"] += 1
@@ -36,6 +38,9 @@ def main():
         elif kind == "process_tree":
             out["pids"] += [x.pid for x in p.process_tree.processes]
             out["threads"] += [[t.tid, t.name] for t in p.process_tree.threads]
+        elif kind == "trace_stats":
+            out["chunks_discarded"] = sum(
+                b.chunks_discarded for b in p.trace_stats.buffer_stats)
         elif kind == "trace_uuid":
             out["uuid"] = [p.trace_uuid.msb, p.trace_uuid.lsb]
         elif kind == "ftrace_events":
