@@ -5,14 +5,36 @@
 //! the producer only that entry and is counted; the rest of the request is
 //! processed.
 
+use crate::pb::protos::mod_CommitDataRequest::ChunksToMove as ChunkToMove;
 use crate::pb::protos::CommitDataRequest;
 use crate::tracing::core::smb_abi::{
-    ChunkHeader, CHUNK_HEADER_SIZE, MAX_PACKET_COUNT, PACKET_COUNT_BITS, PATCH_SIZE,
+    Chunk, ChunkHeader, SmbAbi, CHUNK_HEADER_SIZE, MAX_PACKET_COUNT, PACKET_COUNT_BITS, PATCH_SIZE,
 };
 
 use super::service::TracingService;
-use super::trace_buffer::Patch;
+use super::trace_buffer::{ChunkPayload, Patch};
 use super::types::*;
+
+/// The body of a chunk the service holds (BeingRead, or scraped), read
+/// straight out of the producer's shared memory into a trace buffer.
+pub(super) struct SmbChunkPayload<'a> {
+    pub smb: &'a SmbAbi,
+    pub chunk: &'a Chunk,
+}
+
+impl ChunkPayload for SmbChunkPayload<'_> {
+    fn len(&self) -> usize {
+        self.chunk.payload_size()
+    }
+
+    fn copy_to(&self, dst: &mut [u8]) {
+        // A chunk from the SMB's own layout is always in bounds; never
+        // leave the record's old bytes (another producer's) behind anyway.
+        if !self.smb.mem().read(self.chunk.payload_offset(), dst) {
+            dst.fill(0);
+        }
+    }
+}
 
 /// Patches processed per ChunkToPatch entry (as upstream).
 const MAX_PATCHES_PER_CHUNK: usize = 1024;
@@ -24,14 +46,17 @@ impl TracingService {
         }
         let mut payload = Vec::new();
         for mv in &req.chunks_to_move {
-            payload.clear();
-            let header = match &mv.data {
-                Some(data) => self.chunk_from_request(data, &mut payload),
-                None => self.chunk_from_smb(producer, mv.page, mv.chunk, &mut payload),
-            };
-            let Some(header) = header else { continue };
             let complete = !mv.chunk_incomplete.unwrap_or(false);
-            self.copy_chunk(producer, mv.target_buffer, &header, complete, &payload);
+            match &mv.data {
+                Some(data) => {
+                    payload.clear();
+                    if let Some(header) = self.chunk_from_request(data, &mut payload) {
+                        let body = payload.as_slice();
+                        self.copy_chunk(producer, mv.target_buffer, &header, complete, &body);
+                    }
+                }
+                None => self.move_chunk_from_smb(producer, mv, complete),
+            }
         }
         for p in &req.chunks_to_patch {
             self.apply_patches(producer, p);
@@ -61,36 +86,31 @@ impl TracingService {
         })
     }
 
-    /// Takes a Complete chunk from the SMB, copies it and frees it.
-    fn chunk_from_smb(
-        &mut self,
-        producer: ProducerId,
-        page: Option<u32>,
-        chunk: Option<u32>,
-        payload: &mut Vec<u8>,
-    ) -> Option<ChunkHeader> {
-        let p = self.producers.get(&producer)?;
-        let Some(smb) = p.smb.as_ref() else {
+    /// Takes a Complete chunk from the SMB, copies it straight into its
+    /// target buffer and frees it.
+    fn move_chunk_from_smb(&mut self, producer: ProducerId, mv: &ChunkToMove, complete: bool) {
+        let Some(smb) = self.producers.get(&producer).and_then(|p| p.smb.clone()) else {
             self.chunks_discarded += 1;
-            return None;
+            return;
         };
-        let (Some(page_untrusted), Some(chunk_untrusted)) = (page, chunk) else {
+        let (Some(page_untrusted), Some(chunk_untrusted)) = (mv.page, mv.chunk) else {
             self.chunks_discarded += 1;
-            return None;
+            return;
         };
         let (page_untrusted, chunk_untrusted) = (page_untrusted as usize, chunk_untrusted as usize);
-        let c = match smb.try_acquire_chunk_for_reading(page_untrusted, chunk_untrusted) {
-            Ok(c) => c,
-            Err(_) => {
-                self.chunks_discarded += 1;
-                return None;
-            }
+        let Ok(c) = smb.try_acquire_chunk_for_reading(page_untrusted, chunk_untrusted) else {
+            self.chunks_discarded += 1;
+            return;
         };
-        let header = smb.read_chunk(&c, payload);
+        let header = smb.chunk_header(&c);
+        let body = SmbChunkPayload {
+            smb: &smb,
+            chunk: &c,
+        };
+        self.copy_chunk(producer, mv.target_buffer, &header, complete, &body);
         // Failing to free it only hurts the producer (the chunk stays
         // BeingRead); the data was copied.
         let _ = smb.release_chunk_as_free(c);
-        Some(header)
     }
 
     /// ACL checks, then into the target buffer.
@@ -100,7 +120,7 @@ impl TracingService {
         target_untrusted: Option<u32>,
         h: &ChunkHeader,
         complete: bool,
-        payload: &[u8],
+        payload: &dyn ChunkPayload,
     ) {
         let Some(p) = self.producers.get_mut(&producer) else {
             return;
@@ -120,7 +140,7 @@ impl TracingService {
             self.chunks_discarded += 1;
             return;
         };
-        buf.copy_chunk_untrusted(
+        buf.copy_chunk_from(
             producer,
             client,
             h.writer_id,

@@ -8,6 +8,7 @@
 
 use crate::tracing::core::smb_abi::{bitmap_num_chunks, ChunkState};
 
+use super::commit::SmbChunkPayload;
 use super::service::TracingService;
 use super::types::SessionId;
 
@@ -18,7 +19,6 @@ impl TracingService {
         };
         let buffers = s.buffers.clone();
         let producers: Vec<_> = s.producers.iter().copied().collect();
-        let mut payload = Vec::new();
         for pid in producers {
             let Some(p) = self.producers.get(&pid) else {
                 continue;
@@ -52,11 +52,12 @@ impl TracingService {
                     if !buffers.contains(&target) {
                         continue;
                     }
-                    payload.clear();
-                    smb.mem()
-                        .read_append(c.payload_offset(), c.payload_size(), &mut payload);
                     if let Some(buf) = self.buffers.get_mut(&target) {
-                        buf.copy_chunk_untrusted(
+                        let body = SmbChunkPayload {
+                            smb: &smb,
+                            chunk: &c,
+                        };
+                        buf.copy_chunk_from(
                             pid,
                             client,
                             h.writer_id,
@@ -64,7 +65,7 @@ impl TracingService {
                             h.packet_count,
                             h.flags,
                             complete,
-                            &payload,
+                            &body,
                         );
                     }
                 }

@@ -20,6 +20,7 @@
 
 mod continuity;
 mod index;
+mod payload;
 mod read;
 mod record;
 mod rewind;
@@ -44,6 +45,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 pub use index::ClientIdentity;
+pub use payload::ChunkPayload;
 pub use read::{PacketInfo, TracePacket};
 pub use stats::{BufferStats, TRACE_STATS_BUFFER_STATS_FIELD};
 pub use write::Patch;

@@ -2,6 +2,7 @@
 //! discard accounting, and out-of-band patches.
 
 use super::index::{ChunkKey, ChunkMeta};
+use super::payload::ChunkPayload;
 use super::record::{align_up, RecordHeader, RECORD_FLAGS_MASK, RECORD_HEADER_SIZE};
 use super::{ClientIdentity, OverwritePolicy, TraceBuffer};
 use crate::tracing::core::smb_abi::{
@@ -44,6 +45,33 @@ impl TraceBuffer {
         chunk_flags_untrusted: u8,
         chunk_complete: bool,
         payload_untrusted: &[u8],
+    ) {
+        self.copy_chunk_from(
+            producer_id_trusted,
+            client,
+            writer_id_untrusted,
+            chunk_id_untrusted,
+            num_fragments_untrusted,
+            chunk_flags_untrusted,
+            chunk_complete,
+            &payload_untrusted,
+        );
+    }
+
+    /// [`copy_chunk_untrusted`](Self::copy_chunk_untrusted) from any
+    /// [`ChunkPayload`], such as a chunk still in the producer's shared
+    /// memory (copied once, straight into its record).
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_chunk_from(
+        &mut self,
+        producer_id_trusted: u16,
+        client: ClientIdentity,
+        writer_id_untrusted: u16,
+        chunk_id_untrusted: u32,
+        num_fragments_untrusted: u16,
+        chunk_flags_untrusted: u8,
+        chunk_complete: bool,
+        payload_untrusted: &dyn ChunkPayload,
     ) {
         if self.read_only {
             return;
@@ -152,7 +180,7 @@ impl TraceBuffer {
         header: RecordHeader,
         flags: u8,
         complete: bool,
-        payload: &[u8],
+        payload: &dyn ChunkPayload,
     ) {
         let meta = &self.index[&key];
         let off = meta.record_off as usize;
@@ -277,12 +305,12 @@ impl TraceBuffer {
     }
 
     /// Writes header + payload at `off`, zero-filling the alignment tail.
-    fn write_record(&mut self, off: usize, header: &RecordHeader, payload: &[u8]) {
+    fn write_record(&mut self, off: usize, header: &RecordHeader, payload: &dyn ChunkPayload) {
         let size = header.size as usize;
         let rec = &mut self.data[off..off + size];
         rec[..RECORD_HEADER_SIZE].copy_from_slice(&header.encode());
         let body = &mut rec[RECORD_HEADER_SIZE..];
-        crate::base::skew_copy::copy_bytes(&mut body[..payload.len()], payload);
+        payload.copy_to(&mut body[..payload.len()]);
         body[payload.len()..].fill(0);
         self.used_size = self.used_size.max(off + size);
     }
