@@ -55,3 +55,67 @@ duration_ms: 1000
     assert!(!instance_dir(instance).exists());
     assert!(!tmp.path().join("state").exists());
 }
+
+#[test]
+fn kernel_losses_are_reported_on_stderr() {
+    let instance = "tbx_probes_overrun";
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("cfg.txt");
+    // Two pages per cpu: a marker flood overruns them whatever the reader does.
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"buffers {{ size_kb: 8192 }}
+data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
+    ftrace_events: "ftrace/print" instance_name: "{instance}" buffer_size_kb: 4 }} }} }}
+duration_ms: 2500
+"#
+        ),
+    )
+    .unwrap();
+    // Private sockets: the other test here autostarts on the system ones.
+    let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .arg("--private-sockets")
+        .arg("--txt")
+        .arg("-c")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(tmp.path().join("trace.pftrace"))
+        .env("TRACED_PROBES_STATE_FILE", tmp.path().join("state"))
+        .env_remove("PERFETTO_PRODUCER_SOCK_NAME")
+        .env_remove("PERFETTO_CONSUMER_SOCK_NAME")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let on = instance_dir(instance).join("tracing_on");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::read_to_string(&on).map_or(true, |s| s.trim() != "1") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tracing never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut marker = std::fs::OpenOptions::new()
+        .write(true)
+        .open(instance_dir(instance).join("trace_marker"))
+        .unwrap();
+    let flood = std::time::Instant::now();
+    while flood.elapsed() < std::time::Duration::from_millis(700) {
+        for _ in 0..1000 {
+            let _ = std::io::Write::write(&mut marker, b"tbx overrun test marker\n");
+        }
+    }
+    drop(marker);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let lost: u64 = err
+        .split("ftrace: the kernel lost ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no kernel loss line in {err:?}"));
+    assert!(lost > 0, "{err}");
+}

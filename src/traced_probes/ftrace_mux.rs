@@ -57,6 +57,8 @@ struct Source {
     failed_events: Vec<String>,
     preserve: bool,
     pids: Vec<i32>,
+    /// Kernel-lost events already reported in the log.
+    lost_reported: u64,
     /// `symbolize_ksyms`: loaded at start.
     want_ksyms: bool,
     ksyms: Option<Rc<KernelSymbols>>,
@@ -335,6 +337,7 @@ impl FtraceMux {
                 failed_events,
                 preserve: cfg.preserve_ftrace_buffer.unwrap_or(false),
                 pids: Vec::new(),
+                lost_reported: 0,
                 want_ksyms: cfg.symbolize_ksyms.unwrap_or(false),
                 ksyms: None,
                 kernel: KernelAddrs::default(),
@@ -514,6 +517,7 @@ impl FtraceMux {
                 let atrace_errors = self.atrace.errors(*id, ATRACE_FLUSH_WAIT);
                 write_stats(src, Phase::StartOfTrace, &before, None);
                 write_stats(src, Phase::EndOfTrace, &after, atrace_errors);
+                report_kernel_loss(src, &before, &after);
             }
             src.writer.flush();
         }
@@ -592,6 +596,20 @@ fn cpu_stats(t: &Tracefs) -> Vec<CpuStats> {
     (0..t.num_cpus().unwrap_or(0))
         .map(|c| t.cpu_stats(c).unwrap_or_default())
         .collect()
+}
+
+/// Says in the log (stderr: the terminal of an autostarted run) when the
+/// kernel lost events since the source started, once per increase. The
+/// counts per cpu are in the trace's ftrace_stats.
+fn report_kernel_loss(src: &mut Source, before: &[CpuStats], after: &[CpuStats]) {
+    let lost = stats::kernel_events_lost(before, after);
+    if lost > src.lost_reported {
+        crate::log_warn!(
+            "ftrace: the kernel lost {lost} events (per-cpu buffers overran before they \
+             were read); a larger buffer_size_kb keeps them"
+        );
+        src.lost_reported = lost;
+    }
 }
 
 /// One `ftrace_stats` packet; errors and unknown events only at the end.

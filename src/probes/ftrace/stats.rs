@@ -78,6 +78,22 @@ pub fn write_ftrace_stats<S: Stream + ?Sized>(s: &mut S, phase: Phase, st: &Stat
     end_nested(s, n);
 }
 
+/// Events the kernel lost between two snapshots of the per-cpu stats:
+/// overwritten before they were read (`overrun`) or dropped for want of
+/// room (`dropped events`). A cpu missing from `before` counts from 0.
+pub fn kernel_events_lost(before: &[CpuStats], after: &[CpuStats]) -> u64 {
+    after
+        .iter()
+        .enumerate()
+        .map(|(cpu, a)| {
+            let (overrun, dropped) = before
+                .get(cpu)
+                .map_or((0, 0), |b| (b.overrun, b.dropped_events));
+            a.overrun.saturating_sub(overrun) + a.dropped_events.saturating_sub(dropped)
+        })
+        .sum()
+}
+
 /// `FtraceClock` for a `trace_clock` name; `None` for `boot`, which needs
 /// no clock fields in bundles.
 pub fn ftrace_clock(name: &str) -> Option<u32> {
@@ -106,6 +122,24 @@ mod tests {
     use crate::pb::protos::{FtraceParseStatus, TracePacket};
     use crate::protozero::VecStream;
     use quick_protobuf::{BytesReader, MessageRead};
+
+    #[test]
+    fn lost_events_are_overruns_and_drops_since_the_start() {
+        let at = |overrun, dropped_events| CpuStats {
+            overrun,
+            dropped_events,
+            entries: 7,
+            ..Default::default()
+        };
+        let before = [at(5, 1), at(0, 0)];
+        assert_eq!(kernel_events_lost(&before, &[at(5, 1), at(0, 0)]), 0);
+        assert_eq!(kernel_events_lost(&before, &[at(8, 2), at(10, 0)]), 14);
+        // A cpu that came online later; a counter that went back (reset).
+        assert_eq!(
+            kernel_events_lost(&before, &[at(4, 1), at(0, 0), at(3, 0)]),
+            3
+        );
+    }
 
     #[test]
     fn stats_decode() {
