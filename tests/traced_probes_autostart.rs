@@ -1,7 +1,8 @@
 //! The whole tracebox on the real kernel: `tracebox --txt -c CFG -o OUT`
-//! autostarts our traced and `traced_probes --reset-ftrace` on private
-//! sockets, records, and leaves the ftrace instance it used removed.
-//! Needs no sdk-interop peers.
+//! autostarts our traced and `traced_probes --reset-ftrace` (on the system
+//! sockets, or private ones with `--private-sockets`), records, reports
+//! losses, and leaves the ftrace instance it used removed. Needs no
+//! sdk-interop peers.
 
 mod traced_probes_common;
 
@@ -9,16 +10,31 @@ use std::process::Command;
 
 use traced_probes_common::*;
 
+/// `tracebox EXTRA --txt -c DIR/cfg.txt -o DIR/trace.pftrace` with `config`
+/// written there, a private state file and no socket overrides (autostart).
+fn tracebox_on(dir: &std::path::Path, config: &str, extra: &[&str]) -> Command {
+    let cfg = dir.join("cfg.txt");
+    std::fs::write(&cfg, config).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tracebox"));
+    c.args(extra)
+        .arg("--txt")
+        .arg("-c")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(dir.join("trace.pftrace"))
+        .env("TRACED_PROBES_STATE_FILE", dir.join("state"))
+        .env_remove("PERFETTO_PRODUCER_SOCK_NAME")
+        .env_remove("PERFETTO_CONSUMER_SOCK_NAME");
+    c
+}
+
 #[test]
 fn autostarted_probes_record_ftrace_processes_and_cpu_info() {
     let instance = "tbx_probes_autostart";
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("cfg.txt");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"buffers {{ size_kb: 8192 }}
+    let config = format!(
+        r#"buffers {{ size_kb: 8192 }}
 data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
     ftrace_events: "sched/sched_switch" instance_name: "{instance}" }} }} }}
 data_sources {{ config {{ name: "linux.process_stats"
@@ -26,21 +42,9 @@ data_sources {{ config {{ name: "linux.process_stats"
 data_sources {{ config {{ name: "linux.system_info" }} }}
 duration_ms: 1000
 "#
-        ),
-    )
-    .unwrap();
+    );
     let out = tmp.path().join("trace.pftrace");
-    let st = Command::new(env!("CARGO_BIN_EXE_tracebox"))
-        .arg("--txt")
-        .arg("-c")
-        .arg(&cfg)
-        .arg("-o")
-        .arg(&out)
-        .env("TRACED_PROBES_STATE_FILE", tmp.path().join("state"))
-        .env_remove("PERFETTO_PRODUCER_SOCK_NAME")
-        .env_remove("PERFETTO_CONSUMER_SOCK_NAME")
-        .status()
-        .unwrap();
+    let st = tracebox_on(tmp.path(), &config, &[]).status().unwrap();
     assert!(st.success(), "{st:?}");
     check_trace(
         &out,
@@ -61,30 +65,16 @@ fn kernel_losses_are_reported_on_stderr() {
     let instance = "tbx_probes_overrun";
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("cfg.txt");
     // Two pages per cpu: a marker flood overruns them whatever the reader does.
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"buffers {{ size_kb: 8192 }}
+    let config = format!(
+        r#"buffers {{ size_kb: 8192 }}
 data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
     ftrace_events: "ftrace/print" instance_name: "{instance}" buffer_size_kb: 4 }} }} }}
 duration_ms: 2500
 "#
-        ),
-    )
-    .unwrap();
+    );
     // Private sockets: the other test here autostarts on the system ones.
-    let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
-        .arg("--private-sockets")
-        .arg("--txt")
-        .arg("-c")
-        .arg(&cfg)
-        .arg("-o")
-        .arg(tmp.path().join("trace.pftrace"))
-        .env("TRACED_PROBES_STATE_FILE", tmp.path().join("state"))
-        .env_remove("PERFETTO_PRODUCER_SOCK_NAME")
-        .env_remove("PERFETTO_CONSUMER_SOCK_NAME")
+    let child = tracebox_on(tmp.path(), &config, &["--private-sockets"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
