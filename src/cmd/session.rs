@@ -210,17 +210,10 @@ pub fn wait_and_collect(
         }
         if show_status && Instant::now() >= next_status {
             next_status += STATUS_PERIOD;
-            port.client.set_timeout(Some(Duration::from_secs(2)));
-            if let Ok(r) = port.call::<_, GetTraceStatsResponse>(
-                "GetTraceStats",
-                &GetTraceStatsRequest {},
-                None,
-            ) {
-                let f = status_line::figures(&r.trace_stats.unwrap_or_default());
+            if let Some(f) = session_figures(port) {
                 let line = status_line::render(started.elapsed().as_millis() as u64, total_ms, f);
                 eprint!("\r\x1b[K{line}");
             }
-            port.client.set_timeout(Some(POLL));
         }
     };
     clear_status(show_status);
@@ -298,17 +291,22 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64), String> {
     Ok((bytes, packets))
 }
 
-/// One line on stderr with the session's totals and losses (the session
-/// has ended but still exists, so its stats are final).
-fn print_summary(port: &mut Port) {
+/// The session's totals and losses (GetTraceStats, waiting at most 2 s).
+fn session_figures(port: &mut Port) -> Option<status_line::Figures> {
     port.client.set_timeout(Some(Duration::from_secs(2)));
-    if let Ok(r) =
-        port.call::<_, GetTraceStatsResponse>("GetTraceStats", &GetTraceStatsRequest {}, None)
-    {
-        let f = status_line::figures(&r.trace_stats.unwrap_or_default());
+    let r = port.call::<_, GetTraceStatsResponse>("GetTraceStats", &GetTraceStatsRequest {}, None);
+    port.client.set_timeout(Some(POLL));
+    Some(status_line::figures(
+        &r.ok()?.trace_stats.unwrap_or_default(),
+    ))
+}
+
+/// One line on stderr with the session's losses (the session has ended
+/// but still exists, so its stats are final).
+fn print_summary(port: &mut Port) {
+    if let Some(f) = session_figures(port) {
         eprintln!("{}", status_line::summary(f));
     }
-    port.client.set_timeout(Some(POLL));
 }
 
 fn clear_status(shown: bool) {
