@@ -129,13 +129,14 @@ struct Bundler<'a, W: PacketWriter> {
 
 impl<W: PacketWriter> Bundler<'_, W> {
     /// Opens a bundle (and its packet) unless one is open.
-    #[inline]
+    #[inline(always)]
     fn ensure_open(&mut self) {
         if self.open.is_none() {
             self.open_bundle();
         }
     }
 
+    #[inline(never)]
     fn open_bundle(&mut self) {
         let s = &mut self.state.out;
         s.clear();

@@ -4,9 +4,9 @@
 //! formats look as expected; otherwise the events are written in full.
 
 use super::format::{EventFormat, FieldType};
+use super::packet_buf::PacketBuf;
 use super::page_parser::ParseError;
-use super::translate::{read_int, read_uint, until_nul};
-use crate::protozero::{begin_nested, end_nested, put_bytes, put_packed_varints, Stream};
+use super::translate::{read_int, read_uint};
 
 /// Start a new bundle once this many distinct comms are interned.
 pub const INTERNER_THRESHOLD: usize = 64;
@@ -97,7 +97,9 @@ pub fn validate(switch: &EventFormat, waking: &EventFormat) -> Option<CompactSch
 /// Events of one bundle, waiting to be written.
 #[derive(Debug, Default)]
 pub struct CompactSchedBuffer {
-    intern: Vec<Vec<u8>>,
+    /// Interned comms as [`comm_key`]s: a lookup is a few integer
+    /// compares, not a string compare per entry.
+    intern: Vec<u128>,
     sw_ts: Vec<u64>,
     sw_last_ts: u64,
     sw_prev_state: Vec<i64>,
@@ -114,18 +116,57 @@ pub struct CompactSchedBuffer {
 }
 
 fn i32_at(rec: &[u8], off: usize) -> Result<i32, ParseError> {
-    read_int(rec, off, 4)
-        .map(|v| v as i32)
+    rec.get(off..off.wrapping_add(4))
+        .and_then(|b| b.try_into().ok())
+        .map(i32::from_le_bytes)
         .ok_or(ParseError::ShortCompactEvent)
 }
 
+fn comm_at(rec: &[u8], off: usize) -> Result<&[u8; 16], ParseError> {
+    rec.get(off..off.wrapping_add(16))
+        .and_then(|b| b.try_into().ok())
+        .ok_or(ParseError::ShortCompactEvent)
+}
+
+/// A task comm as the kernel stores it (16 bytes, NUL-terminated unless
+/// full) as one integer with every byte from the first NUL on cleared, so
+/// names compare equal whatever stale bytes follow the NUL.
+pub fn comm_key(comm: &[u8; 16]) -> u128 {
+    const LO: u128 = u128::from_le_bytes([0x01; 16]);
+    const HI: u128 = u128::from_le_bytes([0x80; 16]);
+    let v = u128::from_le_bytes(*comm);
+    // The lowest flagged byte is exactly the first zero byte (borrows
+    // only cause false flags above a real zero).
+    let zeros = v.wrapping_sub(LO) & !v & HI;
+    if zeros == 0 {
+        return v;
+    }
+    let first_nul = zeros.trailing_zeros() / 8;
+    v & ((1u128 << (first_nul * 8)) - 1)
+}
+
+/// The name bytes of a [`comm_key`].
+fn comm_name(key: u128) -> ([u8; 16], usize) {
+    let len = (128 - key.leading_zeros() as usize).div_ceil(8);
+    (key.to_le_bytes(), len)
+}
+
+/// int32 array values, negative ones sign-extended to 64 bits.
+fn i(v: &[i32]) -> impl ExactSizeIterator<Item = u64> + '_ {
+    v.iter().map(|&x| x as i64 as u64)
+}
+
+fn u(v: &[u32]) -> impl ExactSizeIterator<Item = u64> + '_ {
+    v.iter().map(|&x| x as u64)
+}
+
 impl CompactSchedBuffer {
-    fn intern(&mut self, comm: &[u8]) -> u32 {
-        let comm = until_nul(comm);
-        if let Some(i) = self.intern.iter().position(|c| c == comm) {
+    fn intern(&mut self, comm: &[u8; 16]) -> u32 {
+        let key = comm_key(comm);
+        if let Some(i) = self.intern.iter().position(|&c| c == key) {
             return i as u32;
         }
-        self.intern.push(comm.to_vec());
+        self.intern.push(key);
         (self.intern.len() - 1) as u32
     }
 
@@ -149,10 +190,7 @@ impl CompactSchedBuffer {
         let state =
             read_int(rec, f.prev_state.0, f.prev_state.1).ok_or(ParseError::ShortCompactEvent)?;
         let (pid, prio) = (i32_at(rec, f.next_pid)?, i32_at(rec, f.next_prio)?);
-        let comm = rec
-            .get(f.next_comm..f.next_comm + 16)
-            .ok_or(ParseError::ShortCompactEvent)?;
-        let comm = self.intern(comm);
+        let comm = self.intern(comm_at(rec, f.next_comm)?);
         self.sw_ts.push(ts.wrapping_sub(self.sw_last_ts));
         self.sw_last_ts = ts;
         self.sw_prev_state.push(state);
@@ -172,10 +210,7 @@ impl CompactSchedBuffer {
             i32_at(rec, f.prio)?,
         );
         let flags = read_uint(rec, f.common_flags, 1).ok_or(ParseError::ShortCompactEvent)?;
-        let comm = rec
-            .get(f.comm..f.comm + 16)
-            .ok_or(ParseError::ShortCompactEvent)?;
-        let comm = self.intern(comm);
+        let comm = self.intern(comm_at(rec, f.comm)?);
         self.wk_ts.push(ts.wrapping_sub(self.wk_last_ts));
         self.wk_last_ts = ts;
         self.wk_pid.push(pid);
@@ -188,29 +223,29 @@ impl CompactSchedBuffer {
 
     /// Writes `compact_sched` into the open bundle (if anything is held)
     /// and empties the buffer.
-    pub fn write_and_reset<S: Stream + ?Sized>(&mut self, s: &mut S) {
+    pub fn write_and_reset(&mut self, s: &mut PacketBuf) {
         if !self.is_empty() {
-            let n = begin_nested(s, BUNDLE_COMPACT_SCHED);
-            for c in &self.intern {
-                put_bytes(s, 5, c);
+            let n = s.begin(BUNDLE_COMPACT_SCHED);
+            for &c in &self.intern {
+                let (name, len) = comm_name(c);
+                s.bytes(5, &name[..len]);
             }
-            let i = |v: &Vec<i32>| v.iter().map(|&x| x as i64 as u64).collect::<Vec<_>>();
             if !self.sw_ts.is_empty() {
-                put_packed_varints(s, 1, self.sw_ts.iter().copied());
-                put_packed_varints(s, 2, self.sw_prev_state.iter().map(|&x| x as u64));
-                put_packed_varints(s, 3, i(&self.sw_next_pid));
-                put_packed_varints(s, 4, i(&self.sw_next_prio));
-                put_packed_varints(s, 6, self.sw_next_comm.iter().map(|&x| x as u64));
+                s.packed_varints(1, self.sw_ts.iter().copied());
+                s.packed_varints(2, self.sw_prev_state.iter().map(|&x| x as u64));
+                s.packed_varints(3, i(&self.sw_next_pid));
+                s.packed_varints(4, i(&self.sw_next_prio));
+                s.packed_varints(6, u(&self.sw_next_comm));
             }
             if !self.wk_ts.is_empty() {
-                put_packed_varints(s, 7, self.wk_ts.iter().copied());
-                put_packed_varints(s, 8, i(&self.wk_pid));
-                put_packed_varints(s, 9, i(&self.wk_target_cpu));
-                put_packed_varints(s, 10, i(&self.wk_prio));
-                put_packed_varints(s, 11, self.wk_comm.iter().map(|&x| x as u64));
-                put_packed_varints(s, 12, self.wk_flags.iter().map(|&x| x as u64));
+                s.packed_varints(7, self.wk_ts.iter().copied());
+                s.packed_varints(8, i(&self.wk_pid));
+                s.packed_varints(9, i(&self.wk_target_cpu));
+                s.packed_varints(10, i(&self.wk_prio));
+                s.packed_varints(11, u(&self.wk_comm));
+                s.packed_varints(12, u(&self.wk_flags));
             }
-            end_nested(s, n);
+            s.end(n);
         }
         self.reset();
     }
@@ -231,5 +266,55 @@ impl CompactSchedBuffer {
         self.wk_prio.clear();
         self.wk_comm.clear();
         self.wk_flags.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comm(b: &[u8]) -> [u8; 16] {
+        let mut c = [0u8; 16];
+        c[..b.len()].copy_from_slice(b);
+        c
+    }
+
+    #[test]
+    fn comm_keys_ignore_bytes_after_the_nul() {
+        let mut stale = comm(b"sh\0old-name-xyz");
+        assert_eq!(comm_key(&stale), comm_key(&comm(b"sh")));
+        stale[2] = b'!';
+        assert_ne!(comm_key(&stale), comm_key(&comm(b"sh")));
+        // A NUL right after bytes whose subtraction borrows (0x01, 0x80).
+        assert_eq!(
+            comm_key(&comm(b"\x01\x80")),
+            comm_key(&comm(b"\x01\x80\0\x01"))
+        );
+        assert_eq!(comm_key(&[0u8; 16]), 0);
+    }
+
+    #[test]
+    fn comm_names_round_trip_at_every_length() {
+        let full = *b"0123456789abcdef";
+        for len in 0..=16 {
+            let mut c = comm(&full[..len]);
+            if len < 15 {
+                c[len + 1] = b'x'; // stale byte after the NUL
+            }
+            let (name, n) = comm_name(comm_key(&c));
+            assert_eq!(&name[..n], &full[..len], "len {len}");
+        }
+        // Bytes >= 0x80 (UTF-8 names) survive too.
+        let (name, n) = comm_name(comm_key(&comm("zü".as_bytes())));
+        assert_eq!(&name[..n], "zü".as_bytes());
+    }
+
+    #[test]
+    fn interning_reuses_equal_names() {
+        let mut b = CompactSchedBuffer::default();
+        assert_eq!(b.intern(&comm(b"a")), 0);
+        assert_eq!(b.intern(&comm(b"bb")), 1);
+        assert_eq!(b.intern(&comm(b"a\0junk")), 0);
+        assert_eq!(b.interned(), 2);
     }
 }

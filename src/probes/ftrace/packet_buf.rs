@@ -82,8 +82,28 @@ impl PacketBuf {
     /// "s", which keeps loops rolled; this loop's trip count is steady per
     /// call site, so it predicts well.)
     #[inline(always)]
-    fn raw_varint(&mut self, mut v: u64) {
+    fn raw_varint(&mut self, v: u64) {
         self.room(MAX_VARINT);
+        self.store_varint(v);
+    }
+
+    /// A packed repeated varint field (4-byte length slot, as
+    /// [`put_packed_varints`](crate::protozero::put_packed_varints) writes
+    /// it). Room for the whole array is checked once, and each value is a
+    /// few stores rather than a slice append (compact sched's arrays hold
+    /// most of a sched bundle).
+    pub fn packed_varints(&mut self, field: u32, values: impl ExactSizeIterator<Item = u64>) {
+        let n = self.begin(field);
+        self.room(values.len() * MAX_VARINT);
+        for v in values {
+            self.store_varint(v);
+        }
+        self.end(n);
+    }
+
+    /// A varint into room the caller made.
+    #[inline(always)]
+    fn store_varint(&mut self, mut v: u64) {
         let dst = &mut self.buf[self.len..self.len + MAX_VARINT];
         let mut i = 0;
         while v >= 0x80 && i < MAX_VARINT - 1 {
@@ -330,6 +350,23 @@ mod tests {
         let n = d.begin_small(4);
         d.end_small(n);
         assert_eq!(d.as_bytes(), &[0x22, 0]);
+    }
+
+    #[test]
+    fn packed_varints_match_the_generic_encoder() {
+        let values: Vec<u64> = (0..300u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (i % 64))
+            .chain([0, 127, 128, u64::MAX, -1i64 as u64])
+            .collect();
+        for n in [0, 1, values.len()] {
+            let mut a = PacketBuf::default();
+            let mut b = VecStream::new();
+            a.varint(1, 7);
+            put_varint(&mut b, 1, 7);
+            a.packed_varints(3, values[..n].iter().copied());
+            crate::protozero::put_packed_varints(&mut b, 3, values[..n].iter().copied());
+            assert_eq!(a.as_bytes(), b.as_bytes(), "{n} values");
+        }
     }
 
     #[test]

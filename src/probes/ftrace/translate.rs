@@ -343,6 +343,7 @@ pub fn kernel_dev_to_userspace(kdev: u64) -> u64 {
 }
 
 /// Reads `size` (1, 2, 4 or 8) little-endian bytes at `offset`.
+#[inline]
 pub fn read_uint(record: &[u8], offset: usize, size: usize) -> Option<u64> {
     let b = record.get(offset..offset.checked_add(size)?)?;
     Some(match size {
@@ -355,6 +356,7 @@ pub fn read_uint(record: &[u8], offset: usize, size: usize) -> Option<u64> {
 }
 
 /// As [`read_uint`], sign-extended.
+#[inline]
 pub fn read_int(record: &[u8], offset: usize, size: usize) -> Option<i64> {
     let v = read_uint(record, offset, size)?;
     let shift = 64 - 8 * size as u32;
