@@ -100,6 +100,9 @@ pub struct CompactSchedBuffer {
     /// Interned comms as [`comm_key`]s: a lookup is a few integer
     /// compares, not a string compare per entry.
     intern: Vec<u128>,
+    /// A hint per hash slot of a key: 1 + its index in `intern` (0: none).
+    /// Lookups go through it and scan `intern` only on a miss.
+    intern_index: Vec<u16>,
     sw_ts: Vec<u64>,
     sw_last_ts: u64,
     sw_prev_state: Vec<i64>,
@@ -151,6 +154,15 @@ fn comm_name(key: u128) -> ([u8; 16], usize) {
     (key.to_le_bytes(), len)
 }
 
+/// Hash slots of the intern index (a bundle interns at most a few dozen
+/// comms before a new one starts).
+const INDEX_SLOTS: usize = 256;
+
+fn index_slot(key: u128) -> usize {
+    let folded = key as u64 ^ (key >> 64) as u64;
+    (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize
+}
+
 /// int32 array values, negative ones sign-extended to 64 bits.
 fn i(v: &[i32]) -> impl ExactSizeIterator<Item = u64> + '_ {
     v.iter().map(|&x| x as i64 as u64)
@@ -163,11 +175,24 @@ fn u(v: &[u32]) -> impl ExactSizeIterator<Item = u64> + '_ {
 impl CompactSchedBuffer {
     fn intern(&mut self, comm: &[u8; 16]) -> u32 {
         let key = comm_key(comm);
-        if let Some(i) = self.intern.iter().position(|&c| c == key) {
-            return i as u32;
+        if self.intern_index.is_empty() {
+            self.intern_index.resize(INDEX_SLOTS, 0);
         }
-        self.intern.push(key);
-        (self.intern.len() - 1) as u32
+        let slot = index_slot(key);
+        let hint = self.intern_index[slot] as usize;
+        if hint != 0 && self.intern.get(hint - 1) == Some(&key) {
+            return (hint - 1) as u32;
+        }
+        let i = match self.intern.iter().position(|&c| c == key) {
+            Some(i) => i,
+            None => {
+                self.intern.push(key);
+                self.intern.len() - 1
+            }
+        };
+        // The latest key of a slot wins; a key too far in keeps scanning.
+        self.intern_index[slot] = u16::try_from(i + 1).unwrap_or(0);
+        i as u32
     }
 
     pub fn interned(&self) -> usize {
@@ -253,6 +278,7 @@ impl CompactSchedBuffer {
     pub fn reset(&mut self) {
         // Keep the allocations.
         self.intern.clear();
+        self.intern_index.fill(0);
         self.sw_last_ts = 0;
         self.wk_last_ts = 0;
         self.sw_ts.clear();
@@ -316,5 +342,19 @@ mod tests {
         assert_eq!(b.intern(&comm(b"bb")), 1);
         assert_eq!(b.intern(&comm(b"a\0junk")), 0);
         assert_eq!(b.interned(), 2);
+        // More names than hash slots: every one keeps its first index,
+        // through collisions and after its slot was taken by another.
+        let names: Vec<[u8; 16]> = (0..1000u32)
+            .map(|n| comm(n.to_string().as_bytes()))
+            .collect();
+        for (i, c) in names.iter().enumerate() {
+            assert_eq!(b.intern(c), i as u32 + 2);
+        }
+        for (i, c) in names.iter().enumerate().rev() {
+            assert_eq!(b.intern(c), i as u32 + 2);
+        }
+        assert_eq!(b.intern(&comm(b"bb")), 1);
+        b.reset();
+        assert_eq!(b.intern(&comm(b"bb")), 0, "a reset forgets every name");
     }
 }

@@ -95,9 +95,19 @@ impl PacketBuf {
     pub fn packed_varints(&mut self, field: u32, values: impl ExactSizeIterator<Item = u64>) {
         let n = self.begin(field);
         self.room(values.len() * MAX_VARINT);
-        for v in values {
-            self.store_varint(v);
+        // A local cursor: the loop keeps it in a register.
+        let mut at = self.len;
+        let buf = &mut self.buf[..];
+        for mut v in values {
+            while v >= 0x80 {
+                buf[at] = v as u8 | 0x80;
+                v >>= 7;
+                at += 1;
+            }
+            buf[at] = v as u8;
+            at += 1;
         }
+        self.len = at;
         self.end(n);
     }
 
