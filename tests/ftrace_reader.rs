@@ -343,7 +343,8 @@ fn workers_wake_per_drain_period_below_the_fill_level() {
         t.set_tracing_on(true).unwrap();
         let layout = t.page_header_layout();
         let period = Duration::from_millis(100);
-        let reader = FtraceReader::start(t, layout.page_size, period, ReaderMode::Splice).unwrap();
+        let mut reader =
+            FtraceReader::start(t, layout.page_size, period, ReaderMode::Splice).unwrap();
         let cpus = reader.num_cpus() as u64;
 
         pin_to_cpu0();
@@ -376,6 +377,16 @@ fn workers_wake_per_drain_period_below_the_fill_level() {
         t.set_buffer_percent(0).unwrap();
         let woke = idle_wakeups(&reader);
         assert!(woke <= cpus * 15 + 30, "{woke} wakeups");
+        // A flush of a few pages reads them into a small buffer (asking
+        // for a whole staging pipe per read grew it past 2 MiB, which was
+        // then freed and zeroed again at every flush).
+        let mut pages = 0;
+        reader
+            .flush(&mut |_, p: &[u8]| pages += p.len() / layout.page_size)
+            .unwrap();
+        assert!(pages >= 3, "{pages} pages flushed");
+        let held = reader.read_buffer_bytes();
+        assert!(held > 0 && held <= 1 << 20, "{held} bytes held");
         reader.stop();
         drop(marker);
     });

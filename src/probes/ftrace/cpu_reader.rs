@@ -48,6 +48,9 @@ pub const MAX_READ_PAGES_PER_DRAIN: usize = 256;
 /// pipe-max-size).
 const STAGING_PIPE_BYTES: usize = 1 << 20;
 
+/// Most bytes asked of one read() of the staging pipe.
+const STAGED_READ_BYTES: usize = 256 << 10;
+
 /// Pages parsed per step of a drain: small enough (128 KiB) to stay in
 /// cache between the copy out of the kernel and the parser.
 const DRAIN_CHUNK_PAGES: usize = 32;
@@ -415,9 +418,11 @@ impl CpuReader {
             self.carry.clear();
         }
         let limit = max_pages.saturating_mul(page_size);
-        // The staging pipe holds whole pages, so one big read usually
-        // empties it, straight into the arena.
-        let chunk = STAGING_PIPE_BYTES.max(page_size);
+        // The staging pipe holds whole pages; reads go straight into the
+        // arena, a few per full pipe. Asking for the whole pipe size at
+        // once would make the arena grow past what it keeps (a flush
+        // would allocate and zero megabytes to read a few pages).
+        let chunk = STAGED_READ_BYTES.max(page_size);
         loop {
             let got = out.len() - start;
             if got >= limit {
@@ -594,6 +599,11 @@ impl FtraceReader {
 
     pub fn num_cpus(&self) -> usize {
         self.cpus.len()
+    }
+
+    /// Memory held by the buffer pages are read into.
+    pub fn read_buffer_bytes(&self) -> usize {
+        self.buf.capacity()
     }
 
     pub fn stats(&self) -> ReaderStats {

@@ -35,6 +35,11 @@ impl PageArena {
         self.used
     }
 
+    /// Bytes allocated.
+    pub fn capacity(&self) -> usize {
+        self.mem.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.used == 0
     }
