@@ -134,7 +134,7 @@ fn comm_at(rec: &[u8], off: usize) -> Result<&[u8; 16], ParseError> {
 /// A task comm as the kernel stores it (16 bytes, NUL-terminated unless
 /// full) as one integer with every byte from the first NUL on cleared, so
 /// names compare equal whatever stale bytes follow the NUL.
-pub fn comm_key(comm: &[u8; 16]) -> u128 {
+fn comm_key(comm: &[u8; 16]) -> u128 {
     const LO: u128 = u128::from_le_bytes([0x01; 16]);
     const HI: u128 = u128::from_le_bytes([0x80; 16]);
     let v = u128::from_le_bytes(*comm);
