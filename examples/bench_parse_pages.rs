@@ -121,11 +121,7 @@ fn run(file: &str, iters: usize) -> Result<(), String> {
         let ev = table.event_by_name(g, e).ok_or(format!("no {g}/{e}"))?;
         filter.enable(ev.ftrace_id);
     }
-    let format = |n| table.event_by_name("sched", n).map(|e| &e.format);
-    let compact = match (format("sched_switch"), format("sched_waking")) {
-        (Some(s), Some(w)) => compact_sched::validate(s, w),
-        _ => None,
-    };
+    let compact = compact_sched::for_table(&table);
     let ctx = BundleContext {
         table: &table,
         filter: &filter,

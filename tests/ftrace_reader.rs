@@ -221,9 +221,7 @@ fn typed_process_events_and_compact_sched() {
         for e in table.events() {
             filter.enable(e.ftrace_id);
         }
-        let sw = &table.event_by_name("sched", "sched_switch").unwrap().format;
-        let wk = &table.event_by_name("sched", "sched_waking").unwrap().format;
-        let compact = tracebox::probes::ftrace::compact_sched::validate(sw, wk);
+        let compact = tracebox::probes::ftrace::compact_sched::for_table(&table);
         assert!(
             compact.is_some(),
             "this kernel's sched formats suit compact sched"

@@ -87,13 +87,7 @@ impl KInstance {
             }
         }
         let table = tracefs.translation_table();
-        let compact = match (
-            table.event_by_name("sched", "sched_switch"),
-            table.event_by_name("sched", "sched_waking"),
-        ) {
-            (Some(s), Some(w)) => compact_sched::validate(&s.format, &w.format),
-            _ => None,
-        };
+        let compact = compact_sched::for_table(&table);
         Ok(KInstance {
             saved_tracing_on: tracefs.is_tracing_on().unwrap_or(false),
             layout: tracefs.page_header_layout(),

@@ -6,7 +6,7 @@
 use super::format::{EventFormat, FieldType};
 use super::packet_buf::PacketBuf;
 use super::page_parser::ParseError;
-use super::translate::{read_int, read_uint};
+use super::translate::{read_int, read_uint, TranslationTable};
 
 /// Start a new bundle once this many distinct comms are interned.
 pub const INTERNER_THRESHOLD: usize = 64;
@@ -92,6 +92,13 @@ pub fn validate(switch: &EventFormat, waking: &EventFormat) -> Option<CompactSch
         switch: sw,
         waking: wk,
     })
+}
+
+/// [`validate`] on the sched_switch and sched_waking formats of `table`
+/// (`None` also when the kernel lacks either event).
+pub fn for_table(table: &TranslationTable) -> Option<CompactSchedFormat> {
+    let format = |name| table.event_by_name("sched", name).map(|e| &e.format);
+    validate(format("sched_switch")?, format("sched_waking")?)
 }
 
 /// Events of one bundle, waiting to be written.

@@ -10,7 +10,7 @@
 //! 1. `Tracefs::discover()?.create_instance(..)` or the root; configure it
 //!    (`set_buffer_size_kb`, `set_clock`, `enable_event`, `set_tracing_on`);
 //! 2. `tracefs.translation_table()` and `tracefs.page_header_layout()`;
-//!    `compact_sched::validate(..)` on the sched_switch/sched_waking formats;
+//!    `compact_sched::for_table(..)` (validate on the sched_switch/sched_waking formats);
 //! 3. `cpu_reader::FtraceReader::start(..)`; every drain period call
 //!    `drain(|cpu, pages| bundle::write_pages(..))`, on flush `flush(..)`;
 //! 4. `stats::write_ftrace_stats` at start and end; `tracefs.reset(..)`.
