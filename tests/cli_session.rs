@@ -357,3 +357,41 @@ fn the_end_of_a_trace_reports_losses_without_a_terminal() {
     let s = summary(&out);
     assert!(s.num("chunks_discarded") >= dropped, "{s:?}");
 }
+
+/// While a session runs the client sleeps in poll(2) on the service socket
+/// and its signalfd: it does not wake up on a timer (before, it polled
+/// every 100 ms). A stop still ends it at once.
+#[test]
+fn a_waiting_client_sleeps_until_the_service_speaks() {
+    let env = Env::new("idle");
+    let _traced = env.start_traced();
+    let (mut client, _out) = env.spawn_session(
+        "buffers { size_kb: 1024 }\ntrigger_config { trigger_mode: STOP_TRACING \
+         trigger_timeout_ms: 120000 triggers { name: \"idle_stop\" stop_delay_ms: 0 } }\n",
+    );
+    env.wait_query("STARTED", true);
+    let wakeups = || -> u64 {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", client.id())).unwrap();
+        tasks
+            .map(|t| {
+                let status = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap();
+                let line = status
+                    .lines()
+                    .find(|l| l.starts_with("voluntary_ctxt_switches:"))
+                    .unwrap();
+                line.split_whitespace()
+                    .nth(1)
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum()
+    };
+    let before = wakeups();
+    std::thread::sleep(Duration::from_millis(1500));
+    let woke = wakeups() - before;
+    assert!(woke <= 2, "the idle client woke {woke} times in 1.5 s");
+    let t = env.trigger(&["idle_stop"]);
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+}

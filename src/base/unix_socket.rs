@@ -74,7 +74,7 @@ pub fn wait_ready(
     writable: bool,
     timeout: Option<Duration>,
 ) -> io::Result<bool> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::poll::{PollFd, PollFlags};
     let mut events = PollFlags::empty();
     if readable {
         events |= PollFlags::POLLIN;
@@ -82,6 +82,23 @@ pub fn wait_ready(
     if writable {
         events |= PollFlags::POLLOUT;
     }
+    poll_until(&mut [PollFd::new(fd, events)], timeout)
+}
+
+/// Waits until any of `fds` is readable (or hung up), or `timeout` passes
+/// (`None` waits forever). Returns false on timeout.
+pub fn wait_readable_any(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<bool> {
+    use nix::poll::{PollFd, PollFlags};
+    let mut polled: Vec<PollFd> = fds
+        .iter()
+        .map(|&fd| PollFd::new(fd, PollFlags::POLLIN))
+        .collect();
+    poll_until(&mut polled, timeout)
+}
+
+/// poll(2) until something is ready (true) or the timeout passes (false).
+fn poll_until(fds: &mut [nix::poll::PollFd<'_>], timeout: Option<Duration>) -> io::Result<bool> {
+    use nix::poll::{poll, PollTimeout};
     let timeout = match timeout {
         None => PollTimeout::NONE,
         // Round up so a sub-millisecond wait does not spin.
@@ -91,8 +108,7 @@ pub fn wait_ready(
         }
     };
     loop {
-        let mut fds = [PollFd::new(fd, events)];
-        match poll(&mut fds, timeout) {
+        match poll(fds, timeout) {
             Ok(0) => return Ok(false),
             Ok(_) => return Ok(true),
             Err(Errno::EINTR) => continue,

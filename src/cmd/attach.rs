@@ -157,7 +157,7 @@ pub fn clone(socket: &str, target: &CloneTarget, for_bugreport: bool, out: &Outp
         return 0;
     }
     match session::read_buffers(&mut port, file) {
-        Ok((bytes, _)) => {
+        Ok((bytes, _, _)) => {
             eprintln!("Wrote {bytes} bytes (cloned session)");
             0
         }

@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod autostart;
 pub mod flags;
+pub mod kernel_loss;
 pub mod light_config;
 pub mod options;
 pub mod output;

@@ -4,15 +4,17 @@
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use super::kernel_loss::KernelLoss;
 use super::options::{Output, TracePlan};
 use super::output;
 use super::packet_writer::PacketWriter;
 use super::rpc::{decode, Port};
 use super::signals::StopSignals;
 use super::status_line;
+use crate::base::unix_socket::wait_readable_any;
 use crate::ipc::client::{ClientError, ClientReply};
 use crate::pb::protos::{
     mod_EnableTracingResponse::OneOfstate, mod_ObservableEvents::Type as ObservableType,
@@ -22,7 +24,6 @@ use crate::pb::protos::{
 };
 use crate::protozero::{put_bytes, put_varint, VecStream};
 
-const POLL: Duration = Duration::from_millis(100);
 const READ_WATCHDOG: Duration = Duration::from_secs(30);
 const STATUS_PERIOD: Duration = Duration::from_secs(1);
 /// FlushFlags: reason = trace stop (2), initiator = perfetto_cmd (2).
@@ -156,9 +157,33 @@ pub fn wait_and_collect(
     let show_status = std::io::stderr().is_terminal();
     let mut next_status = started;
     let mut stopping = false;
-    port.client.set_timeout(Some(POLL));
 
     let response = loop {
+        // Sleep until the service says something, a stop signal comes or
+        // the next status line or the failsafe is due; then look at what
+        // arrived without waiting.
+        let due = [
+            show_status.then_some(next_status),
+            failsafe.map(|f| started + f),
+        ];
+        let queued = std::iter::once(enable_id)
+            .chain(observe_id.filter(|_| ready.0.is_some()))
+            .any(|id| port.client.has_queued(id));
+        let wait = match queued {
+            true => Some(Duration::ZERO),
+            false => due
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|t| t.saturating_duration_since(Instant::now())),
+        };
+        let fds = [port.client.socket().as_fd(), signals.fd()];
+        if let Err(e) = wait_readable_any(&fds, wait) {
+            eprintln!("Waiting for the traced service: {e}");
+            ready.send(1);
+            return 1;
+        }
+        port.client.set_timeout(Some(Duration::ZERO));
         match port.next(enable_id) {
             Ok(Some(ClientReply {
                 success: true,
@@ -201,7 +226,6 @@ pub fn wait_and_collect(
                 eprintln!("Final flush unsuccessful.");
             }
             let _ = port.start("DisableTracing", &DisableTracingRequest {}, None);
-            port.client.set_timeout(Some(POLL));
         }
         if failsafe.is_some_and(|f| started.elapsed() > f) {
             clear_status(show_status);
@@ -236,16 +260,25 @@ pub fn wait_and_collect(
             return 1;
         }
     }
-    print_summary(port);
     if plan.config.write_into_file == Some(true) {
+        // traced has written and closed its side by now.
+        let mut kernel = KernelLoss::default();
+        if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
+            if let Err(e) = kernel.scan_file(&f) {
+                eprintln!("Could not read the trace back for its ftrace stats: {e}");
+            }
+        }
+        print_summary(port, &kernel);
         eprintln!("Trace written into the output file");
         return 0;
     }
     let Some(file) = out_file else {
+        print_summary(port, &KernelLoss::default());
         return 0;
     };
     match read_buffers(port, file) {
-        Ok((bytes, _packets)) => {
+        Ok((bytes, _packets, kernel)) => {
+            print_summary(port, &kernel);
             let _ = port.start("FreeBuffers", &FreeBuffersRequest::default(), None);
             match &plan.output {
                 Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
@@ -260,19 +293,23 @@ pub fn wait_and_collect(
     }
 }
 
-/// Streams ReadBuffers into `file`. Returns (bytes, packets) written.
-pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64), String> {
+/// Streams ReadBuffers into `file`. Returns (bytes, packets) written and
+/// the kernel's ftrace losses seen on the way.
+pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss), String> {
     port.client.set_timeout(Some(READ_WATCHDOG));
     let id = port.start("ReadBuffers", &ReadBuffersRequest {}, None)?;
     let mut writer = PacketWriter::new(BufWriter::with_capacity(1 << 20, file));
+    let mut kernel = KernelLoss::default();
     loop {
         match port.next(id) {
             Ok(Some(r)) if r.success => {
                 let resp: ReadBuffersResponse = decode(&r.payload)?;
                 for slice in resp.slices {
                     let last = slice.last_slice_for_packet == Some(true);
+                    let data = slice.data.unwrap_or_default();
+                    kernel.feed_slice(&data, last);
                     writer
-                        .push_slice(slice.data.unwrap_or_default(), last)
+                        .push_slice(data, last)
                         .map_err(|e| format!("Failed to write packets: {e}"))?;
                 }
             }
@@ -288,24 +325,24 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64), String> {
     writer
         .finish()
         .map_err(|e| format!("Failed to write packets: {e}"))?;
-    Ok((bytes, packets))
+    Ok((bytes, packets, kernel))
 }
 
 /// The session's totals and losses (GetTraceStats, waiting at most 2 s).
 fn session_figures(port: &mut Port) -> Option<status_line::Figures> {
     port.client.set_timeout(Some(Duration::from_secs(2)));
     let r = port.call::<_, GetTraceStatsResponse>("GetTraceStats", &GetTraceStatsRequest {}, None);
-    port.client.set_timeout(Some(POLL));
     Some(status_line::figures(
         &r.ok()?.trace_stats.unwrap_or_default(),
     ))
 }
 
 /// One line on stderr with the session's losses (the session has ended
-/// but still exists, so its stats are final).
-fn print_summary(port: &mut Port) {
+/// but still exists, so its stats are final) and the kernel's.
+fn print_summary(port: &mut Port, kernel: &KernelLoss) {
     if let Some(f) = session_figures(port) {
-        eprintln!("{}", status_line::summary(f));
+        let lost = kernel.events_lost().unwrap_or(0);
+        eprintln!("{}", status_line::summary(f, lost));
     }
 }
 

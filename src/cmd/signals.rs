@@ -22,6 +22,12 @@ impl StopSignals {
         Ok(Self { fd, mask })
     }
 
+    /// Readable when a stop signal is pending: wait on it with the socket.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
     /// True once a stop signal arrived; unblocks the signals then, so the
     /// next one takes its default action.
     pub fn received(&mut self) -> bool {

@@ -60,14 +60,28 @@ pub fn render(elapsed_ms: u64, total_ms: u64, f: Figures) -> String {
 
 /// The end-of-trace line. Overwritten chunks are named apart: in a ring
 /// buffer they are the oldest data making room, not a failure.
-pub fn summary(f: Figures) -> String {
-    if f.chunks_lost == 0 && f.packets_lost == 0 {
-        return "Trace stats: nothing lost".to_owned();
+/// `kernel_events_lost`: ftrace events the kernel overwrote or dropped
+/// before traced_probes read them (from the trace's ftrace_stats).
+pub fn summary(f: Figures, kernel_events_lost: u64) -> String {
+    let service_lost = f.chunks_lost != 0 || f.packets_lost != 0;
+    let kernel = format!("{kernel_events_lost} ftrace events in the kernel");
+    if !service_lost {
+        return match kernel_events_lost {
+            0 => "Trace stats: nothing lost".to_owned(),
+            _ => format!(
+                "Trace stats: LOST {kernel} (per-cpu buffers overran before they were \
+                 read; a larger buffer_size_kb keeps them)"
+            ),
+        };
     }
     let dropped = f.chunks_lost - f.chunks_overwritten.min(f.chunks_lost);
+    let (kernel, details) = match kernel_events_lost {
+        0 => (String::new(), "trace_stats"),
+        _ => (format!(", {kernel}"), "trace_stats and ftrace_stats"),
+    };
     format!(
-        "Trace stats: LOST {dropped} chunks dropped, {} chunks overwritten, {} packets \
-         (details: trace_stats in the trace)",
+        "Trace stats: LOST {dropped} chunks dropped, {} chunks overwritten, {} packets\
+         {kernel} (details: {details} in the trace)",
         f.chunks_overwritten, f.packets_lost
     )
 }
@@ -106,16 +120,24 @@ mod tests {
             }
         );
         assert_eq!(
-            summary(f),
+            summary(f, 0),
             "Trace stats: LOST 0 chunks dropped, 2 chunks overwritten, 5 packets \
              (details: trace_stats in the trace)"
         );
         assert_eq!(
-            summary(Figures {
-                bytes_written: 100,
-                ..Default::default()
-            }),
-            "Trace stats: nothing lost"
+            summary(f, 7),
+            "Trace stats: LOST 0 chunks dropped, 2 chunks overwritten, 5 packets, \
+             7 ftrace events in the kernel (details: trace_stats and ftrace_stats in the trace)"
+        );
+        let clean = Figures {
+            bytes_written: 100,
+            ..Default::default()
+        };
+        assert_eq!(summary(clean, 0), "Trace stats: nothing lost");
+        assert_eq!(
+            summary(clean, 3),
+            "Trace stats: LOST 3 ftrace events in the kernel (per-cpu buffers overran \
+             before they were read; a larger buffer_size_kb keeps them)"
         );
         assert_eq!(
             render(1500, 10_000, f),

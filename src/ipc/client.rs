@@ -482,6 +482,12 @@ impl BlockingClient {
         Ok(request_id)
     }
 
+    /// True if something for `request_id` was read while waiting for
+    /// another request: it is there without the socket becoming readable.
+    pub fn has_queued(&self, request_id: u64) -> bool {
+        self.inbox.get(&request_id).is_some_and(|q| !q.is_empty())
+    }
+
     /// Next reply to `request_id`; `Ok(None)` once its stream has ended.
     pub fn next_reply(&mut self, request_id: u64) -> Result<Option<ClientReply>, ClientError> {
         if !self.core.pending.contains_key(&request_id)

@@ -1,0 +1,442 @@
+//! Events the kernel lost, for the end-of-trace line. traced only sees
+//! losses on its side of the shared memory; ftrace events overwritten in the
+//! kernel's per-cpu buffers before traced_probes read them are only in the
+//! trace, in the `ftrace_stats` packets every ftrace data source writes at
+//! its start and at its end. So the client looks at those packets: as they
+//! stream by (ReadBuffers) or in the written file (write_into_file).
+//!
+//! The trace is only as trusted as its producers: stats that do not parse
+//! are ignored and counted, they never stop the client.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use crate::ipc::wire_check::{check_message, MsgSchema, LEAF};
+use crate::pb::protos::{mod_FtraceStats::Phase, FtraceStats};
+use crate::tracing::service::raw_proto::{decode_message, read_varint};
+
+/// `Trace.packet`, `TracePacket.trusted_packet_sequence_id`,
+/// `TracePacket.ftrace_stats`.
+const TRACE_PACKET: u64 = 1;
+const TRUSTED_SEQUENCE_ID: u64 = 10;
+const FTRACE_STATS: u64 = 34;
+
+/// ftrace_stats packets are small (about 50 bytes per cpu); a packet split
+/// into slices is only gathered up to this size.
+const MAX_STATS_PACKET: usize = 256 << 10;
+
+/// `FtraceStats` (not in the config schema table): cpu_stats and
+/// kprobe_stats are its message fields.
+static FTRACE_STATS_SCHEMA: MsgSchema = MsgSchema {
+    messages: &[(2, &LEAF), (10, &LEAF)],
+};
+
+/// Per cpu: (overrun, dropped_events).
+type CpuLosses = HashMap<u64, (u64, u64)>;
+
+#[derive(Debug, Default)]
+struct Sequence {
+    start: Option<CpuLosses>,
+    end: Option<CpuLosses>,
+}
+
+/// Collects `ftrace_stats` per packet sequence (one per ftrace data source).
+#[derive(Debug, Default)]
+pub struct KernelLoss {
+    sequences: HashMap<u64, Sequence>,
+    /// ftrace_stats payloads that did not decode.
+    pub malformed: u64,
+    gathered: Vec<u8>,
+    gathered_too_big: bool,
+}
+
+impl KernelLoss {
+    /// One ReadBuffers slice; `last` ends its packet.
+    pub fn feed_slice(&mut self, data: &[u8], last: bool) {
+        if last && self.gathered.is_empty() && !self.gathered_too_big {
+            self.observe_packet(data);
+            return;
+        }
+        if self.gathered.len() + data.len() <= MAX_STATS_PACKET {
+            self.gathered.extend_from_slice(data);
+        } else {
+            self.gathered_too_big = true;
+        }
+        if last {
+            let packet = std::mem::take(&mut self.gathered);
+            if !self.gathered_too_big {
+                self.observe_packet(&packet);
+            }
+            self.gathered = packet;
+            self.gathered.clear();
+            self.gathered_too_big = false;
+        }
+    }
+
+    /// One whole TracePacket.
+    pub fn observe_packet(&mut self, packet: &[u8]) {
+        let mut src = packet;
+        let len = packet.len() as u64;
+        if let Ok(Some((seq, stats))) = stats_in_packet(&mut src, 0, len) {
+            self.record(seq, &stats);
+        }
+    }
+
+    /// Every packet of a trace file, reading little more than the packet
+    /// and field headers (a long trace is not read again in full).
+    pub fn scan_file(&mut self, file: &File) -> io::Result<()> {
+        let mut w = FileWindow::new(file)?;
+        let len = w.len;
+        self.scan(&mut w, len)
+    }
+
+    /// Every packet of a trace in memory.
+    pub fn scan_trace(&mut self, mut trace: &[u8]) {
+        let len = trace.len() as u64;
+        let _ = self.scan(&mut trace, len);
+    }
+
+    fn scan<B: TraceBytes>(&mut self, b: &mut B, len: u64) -> io::Result<()> {
+        let mut pos = 0;
+        while pos < len {
+            let Some(f) = field_at(b, pos, len)? else {
+                break; // A truncated tail: what came before still counts.
+            };
+            if f.number == TRACE_PACKET && f.wire_type == 2 {
+                if let Some((seq, stats)) = stats_in_packet(b, f.value_start, f.end)? {
+                    self.record(seq, &stats);
+                }
+            }
+            pos = f.end;
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, seq: u64, stats_untrusted: &[u8]) {
+        // Checked first: quick-protobuf trusts nested lengths.
+        let decoded = check_message(stats_untrusted, &FTRACE_STATS_SCHEMA)
+            .ok()
+            .and_then(|_| decode_message::<FtraceStats>(stats_untrusted).ok());
+        let Some(stats) = decoded else {
+            self.malformed += 1;
+            return;
+        };
+        let cpus: CpuLosses = stats
+            .cpu_stats
+            .iter()
+            .map(|c| {
+                let lost = (c.overrun.unwrap_or(0), c.dropped_events.unwrap_or(0));
+                (c.cpu.unwrap_or(0), lost)
+            })
+            .collect();
+        let s = self.sequences.entry(seq).or_default();
+        match stats.phase {
+            Some(Phase::START_OF_TRACE) => s.start = Some(cpus),
+            Some(Phase::END_OF_TRACE) => s.end = Some(cpus),
+            _ => {}
+        }
+    }
+
+    /// Overwritten plus dropped events between the start and the end of
+    /// every ftrace data source that has both; `None` if none has (no
+    /// ftrace in the trace, or its start was overwritten in a ring buffer).
+    pub fn events_lost(&self) -> Option<u64> {
+        let mut total = None;
+        for s in self.sequences.values() {
+            let (Some(start), Some(end)) = (&s.start, &s.end) else {
+                continue;
+            };
+            let lost: u64 = end
+                .iter()
+                .map(|(cpu, &(overrun, dropped))| {
+                    let (o0, d0) = start.get(cpu).copied().unwrap_or((0, 0));
+                    overrun.saturating_sub(o0) + dropped.saturating_sub(d0)
+                })
+                .sum();
+            total = Some(total.unwrap_or(0) + lost);
+        }
+        total
+    }
+}
+
+/// Random access to a trace: memory, or a file read through a window.
+trait TraceBytes {
+    /// Up to `n` bytes at `pos`, fewer only at the end.
+    fn at(&mut self, pos: u64, n: usize) -> io::Result<&[u8]>;
+}
+
+impl TraceBytes for &[u8] {
+    fn at(&mut self, pos: u64, n: usize) -> io::Result<&[u8]> {
+        let from = usize::try_from(pos).map_or(self.len(), |p| p.min(self.len()));
+        Ok(&self[from..self.len().min(from.saturating_add(n))])
+    }
+}
+
+/// A file read 4 KiB at a time around the position asked for, so walking
+/// field headers skips the payloads in between.
+struct FileWindow<'f> {
+    file: &'f File,
+    len: u64,
+    start: u64,
+    buf: Vec<u8>,
+}
+
+const WINDOW: usize = 4096;
+
+impl<'f> FileWindow<'f> {
+    fn new(file: &'f File) -> io::Result<Self> {
+        Ok(FileWindow {
+            file,
+            len: file.metadata()?.len(),
+            start: 0,
+            buf: Vec::new(),
+        })
+    }
+}
+
+impl TraceBytes for FileWindow<'_> {
+    fn at(&mut self, pos: u64, n: usize) -> io::Result<&[u8]> {
+        let covered = pos >= self.start && pos + n as u64 <= self.start + self.buf.len() as u64;
+        let at_end = pos >= self.start && self.start + (self.buf.len() as u64) >= self.len;
+        if !(covered || at_end) || n > WINDOW {
+            self.start = pos;
+            self.buf.resize(n.max(WINDOW), 0);
+            let mut got = 0;
+            while got < self.buf.len() {
+                match self.file.read_at(&mut self.buf[got..], pos + got as u64) {
+                    Ok(0) => break,
+                    Ok(k) => got += k,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            self.buf.truncate(got);
+        }
+        let from = (pos - self.start) as usize;
+        let from = from.min(self.buf.len());
+        Ok(&self.buf[from..self.buf.len().min(from + n)])
+    }
+}
+
+/// One field header: where its value starts and where the field ends.
+struct Field {
+    number: u64,
+    wire_type: u8,
+    value: u64,
+    value_start: u64,
+    end: u64,
+}
+
+/// The field at `pos`, or `None` if it is malformed or runs past `limit`.
+fn field_at<B: TraceBytes>(b: &mut B, pos: u64, limit: u64) -> io::Result<Option<Field>> {
+    let head = b.at(pos, 20)?;
+    let Some((tag, n)) = read_varint(head) else {
+        return Ok(None);
+    };
+    let wire_type = (tag & 7) as u8;
+    let (value, size, len) = match wire_type {
+        0 => match read_varint(&head[n..]) {
+            Some((v, m)) => (v, 0, m as u64),
+            None => return Ok(None),
+        },
+        1 => (0, 0, 8),
+        5 => (0, 0, 4),
+        2 => match read_varint(&head[n..]) {
+            Some((l, m)) => (0, m as u64, l),
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let value_start = pos + n as u64 + size;
+    let end = if wire_type == 0 {
+        value_start + len
+    } else {
+        match value_start.checked_add(len) {
+            Some(e) => e,
+            None => return Ok(None),
+        }
+    };
+    if end > limit {
+        return Ok(None);
+    }
+    Ok(Some(Field {
+        number: tag >> 3,
+        wire_type,
+        value,
+        value_start,
+        end,
+    }))
+}
+
+/// The sequence id and `ftrace_stats` bytes of the packet in
+/// `start..end`, if it carries stats.
+fn stats_in_packet<B: TraceBytes>(
+    b: &mut B,
+    start: u64,
+    end: u64,
+) -> io::Result<Option<(u64, Vec<u8>)>> {
+    let (mut seq, mut stats) = (0, None);
+    let mut pos = start;
+    while pos < end {
+        let Some(f) = field_at(b, pos, end)? else {
+            return Ok(None);
+        };
+        match (f.number, f.wire_type) {
+            (TRUSTED_SEQUENCE_ID, 0) => seq = f.value,
+            (FTRACE_STATS, 2) if f.end - f.value_start <= MAX_STATS_PACKET as u64 => {
+                let n = (f.end - f.value_start) as usize;
+                stats = Some(b.at(f.value_start, n)?.to_vec());
+            }
+            _ => {}
+        }
+        pos = f.end;
+    }
+    Ok(stats.map(|s| (seq, s)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probes::ftrace::stats::{write_ftrace_stats, Phase as P, StatsSnapshot};
+    use crate::probes::ftrace::tracefs::CpuStats;
+    use crate::protozero::{put_bytes, put_varint, VecStream};
+    use std::io::Write;
+
+    /// A stats packet as traced_probes writes it, with traced's trailer.
+    fn stats_packet(seq: u64, phase: P, lost: &[(u64, u64)]) -> Vec<u8> {
+        let cpus: Vec<CpuStats> = lost
+            .iter()
+            .map(|&(overrun, dropped_events)| CpuStats {
+                overrun,
+                dropped_events,
+                entries: 7,
+                ..Default::default()
+            })
+            .collect();
+        let mut s = VecStream::new();
+        put_varint(&mut s, 8, 12345); // timestamp
+        let snap = StatsSnapshot {
+            cpu_stats: &cpus,
+            ..Default::default()
+        };
+        write_ftrace_stats(&mut s, phase, &snap);
+        put_varint(&mut s, TRUSTED_SEQUENCE_ID as u32, seq);
+        s.into_bytes()
+    }
+
+    /// A bundle-sized packet without stats.
+    fn data_packet(seq: u64, size: usize) -> Vec<u8> {
+        let mut s = VecStream::new();
+        put_bytes(&mut s, 1, &vec![0xAB; size]);
+        put_varint(&mut s, TRUSTED_SEQUENCE_ID as u32, seq);
+        s.into_bytes()
+    }
+
+    fn trace_file(packets: &[Vec<u8>]) -> Vec<u8> {
+        let mut s = VecStream::new();
+        for p in packets {
+            put_bytes(&mut s, TRACE_PACKET as u32, p);
+        }
+        s.into_bytes()
+    }
+
+    fn two_sources() -> Vec<Vec<u8>> {
+        vec![
+            stats_packet(1, P::StartOfTrace, &[(5, 0), (0, 1)]),
+            stats_packet(2, P::StartOfTrace, &[(0, 0)]),
+            data_packet(1, 100_000),
+            data_packet(2, 3_000),
+            stats_packet(1, P::EndOfTrace, &[(105, 0), (20, 3)]),
+            data_packet(2, 50_000),
+            stats_packet(2, P::EndOfTrace, &[(4, 0)]),
+        ]
+    }
+
+    #[test]
+    fn losses_are_end_minus_start_per_cpu_summed_over_sources() {
+        let mut k = KernelLoss::default();
+        for p in two_sources() {
+            k.observe_packet(&p);
+        }
+        // Source 1: (105-5) + (20-0) + (3-1); source 2: 4.
+        assert_eq!(k.events_lost(), Some(100 + 20 + 2 + 4));
+        assert_eq!(k.malformed, 0);
+    }
+
+    #[test]
+    fn a_trace_without_both_ends_says_nothing() {
+        let mut k = KernelLoss::default();
+        assert_eq!(k.events_lost(), None);
+        k.observe_packet(&data_packet(1, 10));
+        k.observe_packet(&stats_packet(1, P::EndOfTrace, &[(9, 9)]));
+        assert_eq!(k.events_lost(), None, "the start was overwritten");
+        k.observe_packet(&stats_packet(1, P::StartOfTrace, &[(9, 9)]));
+        assert_eq!(k.events_lost(), Some(0));
+    }
+
+    #[test]
+    fn slices_of_one_packet_are_gathered() {
+        let mut k = KernelLoss::default();
+        for p in two_sources() {
+            let cut = p.len() / 3;
+            k.feed_slice(&p[..cut], false);
+            k.feed_slice(&p[cut..2 * cut], false);
+            k.feed_slice(&p[2 * cut..], true);
+        }
+        assert_eq!(k.events_lost(), Some(126));
+        // A packet too big to be stats is dropped whole, and the next one
+        // starts clean.
+        let mut k = KernelLoss::default();
+        k.feed_slice(&vec![0; MAX_STATS_PACKET], false);
+        k.feed_slice(&stats_packet(1, P::StartOfTrace, &[(1, 0)]), true);
+        k.feed_slice(&stats_packet(1, P::StartOfTrace, &[(1, 0)]), true);
+        k.feed_slice(&stats_packet(1, P::EndOfTrace, &[(3, 0)]), true);
+        assert_eq!(k.events_lost(), Some(2));
+    }
+
+    #[test]
+    fn a_written_file_gives_what_the_stream_gives() {
+        let bytes = trace_file(&two_sources());
+        let mut f = tempfile_with(&bytes);
+        let mut k = KernelLoss::default();
+        k.scan_file(&f).unwrap();
+        assert_eq!(k.events_lost(), Some(126));
+        // A file cut inside its last packet: the packets before still count.
+        f.write_all(&[0x0A, 0xFF, 0x7F, 1, 2, 3]).unwrap();
+        let mut k = KernelLoss::default();
+        k.scan_file(&f).unwrap();
+        assert_eq!(k.events_lost(), Some(126));
+    }
+
+    #[test]
+    fn garbage_is_counted_or_skipped_never_a_panic() {
+        let mut k = KernelLoss::default();
+        let mut bad = VecStream::new();
+        put_bytes(&mut bad, FTRACE_STATS as u32, &[0x08, 0xFF]); // truncated varint
+        k.observe_packet(bad.as_bytes());
+        assert_eq!(k.malformed, 1);
+        for p in two_sources() {
+            for cut in 0..p.len().min(300) {
+                k.observe_packet(&p[..cut]);
+                let mut flipped = p.clone();
+                flipped[cut] ^= 0x80;
+                k.observe_packet(&flipped);
+            }
+        }
+        let f = tempfile_with(&[0x0A, 0x80, 0x80, 0x80]);
+        KernelLoss::default().scan_file(&f).unwrap();
+    }
+
+    fn tempfile_with(bytes: &[u8]) -> File {
+        let fd = nix::sys::memfd::memfd_create(
+            c"kernel_loss_test",
+            nix::sys::memfd::MemFdCreateFlag::empty(),
+        )
+        .unwrap();
+        let mut f = File::from(fd);
+        f.write_all(bytes).unwrap();
+        f
+    }
+}
