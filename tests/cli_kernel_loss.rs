@@ -40,20 +40,13 @@ fn kernel_losses_reach_the_end_line_via_write_into_file() {
 fn a_trace_without_kernel_loss_says_nothing_lost() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let socks = Sockets::in_dir(dir);
-    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
-    let _probes = start_probes(
-        &socks.producer,
-        &dir.join("state"),
-        &[],
-        &dir.join("probes.log"),
-        true,
-    );
+    let daemons = start_our_daemons(dir);
+    let socks = &daemons.socks;
     let instance = "tbx_cli_kloss_none";
     let _ = std::fs::remove_dir(instance_dir(instance));
     let cfg = config(dir, instance, true, 4096);
     let out = dir.join("trace.pb");
-    let o = perfetto(&socks, &cfg, &out).output().unwrap();
+    let o = perfetto(socks, &cfg, &out).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("Trace stats: nothing lost"), "{err}");
@@ -73,18 +66,11 @@ fn run_case(instance: &str, write_into_file: bool) -> (u64, u64, u64) {
 }
 
 fn flood_while_stopped(dir: &Path, instance: &str, write_into_file: bool) -> (u64, u64, u64) {
-    let socks = Sockets::in_dir(dir);
-    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
-    let probes = start_probes(
-        &socks.producer,
-        &dir.join("state"),
-        &[],
-        &dir.join("probes.log"),
-        true,
-    );
+    let daemons = start_our_daemons(dir);
+    let (socks, probes) = (&daemons.socks, &daemons.probes);
     let cfg = config(dir, instance, write_into_file, 16);
     let out = dir.join("trace.pb");
-    let mut client = perfetto(&socks, &cfg, &out)
+    let mut client = perfetto(socks, &cfg, &out)
         .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
         .spawn()
         .unwrap();

@@ -33,15 +33,8 @@ fn ksyms_syscalls_and_print_filter_through_traced_probes() {
 }
 
 fn run(instance: &str, dir: &std::path::Path) {
-    let socks = Sockets::in_dir(dir);
-    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
-    let _probes = start_probes(
-        &socks.producer,
-        &dir.join("state"),
-        &[],
-        &dir.join("probes.log"),
-        true,
-    );
+    let daemons = start_our_daemons(dir);
+    let socks = &daemons.socks;
     let cfg = dir.join("config.txt");
     std::fs::write(
         &cfg,
@@ -168,10 +161,9 @@ fn atrace_note_is_logged_once() {
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let socks = Sockets::in_dir(dir);
-    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
+    let daemons = start_our_daemons(dir);
+    let socks = &daemons.socks;
     let log = dir.join("probes.log");
-    let _probes = start_probes(&socks.producer, &dir.join("state"), &[], &log, true);
     let source = format!(
         r#"data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
     atrace_categories: "sched" atrace_apps: "*" instance_name: "{instance}" }} }} }}"#

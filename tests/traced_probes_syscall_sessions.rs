@@ -134,15 +134,8 @@ fn each_session_gets_its_own_syscalls() {
 }
 
 fn run(dir: &Path) {
-    let socks = Sockets::in_dir(dir);
-    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
-    let _probes = start_probes(
-        &socks.producer,
-        &dir.join("state"),
-        &[],
-        &dir.join("probes.log"),
-        true,
-    );
+    let daemons = start_our_daemons(dir);
+    let socks = &daemons.socks;
     let getpid = syscall_number("getpid").unwrap();
     let getppid = syscall_number("getppid").unwrap();
     let me = nix::unistd::gettid().as_raw() as u32;

@@ -181,6 +181,31 @@ pub fn start_probes(
     p
 }
 
+/// Our traced and a ready traced_probes on private sockets in `dir` (logs
+/// traced.log and probes.log, state file `state`); killed when dropped.
+pub struct Daemons {
+    pub socks: Sockets,
+    pub traced: Proc,
+    pub probes: Proc,
+}
+
+pub fn start_our_daemons(dir: &Path) -> Daemons {
+    let socks = Sockets::in_dir(dir);
+    let traced = start_our_traced(&socks, &dir.join("traced.log"));
+    let probes = start_probes(
+        &socks.producer,
+        &dir.join("state"),
+        &[],
+        &dir.join("probes.log"),
+        true,
+    );
+    Daemons {
+        socks,
+        traced,
+        probes,
+    }
+}
+
 /// Writes a binary TraceConfig from text.
 pub fn write_config(path: &Path, text: &str) {
     let bytes = tracebox::cmd::pbtx::trace_config_txt_to_pb("test", text).unwrap();
