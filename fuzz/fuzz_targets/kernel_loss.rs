@@ -10,13 +10,14 @@ use tracebox::cmd::kernel_loss::KernelLoss;
 
 fuzz_target!(|data: &[u8]| {
     let mut whole = KernelLoss::default();
-    whole.observe_packet(data);
+    whole.observe_packet(&[data]);
 
     let mut sliced = KernelLoss::default();
-    let cut = data.first().map_or(0, |&b| b as usize).min(data.len());
-    sliced.feed_slice(&data[..cut], false);
-    sliced.feed_slice(&data[cut..], true);
+    let a = data.first().map_or(0, |&b| b as usize).min(data.len());
+    let b = (a + data.get(1).map_or(0, |&b| b as usize)).min(data.len());
+    sliced.observe_packet(&[&data[..a], &data[a..b], &data[b..]]);
     assert_eq!(whole.events_lost(), sliced.events_lost());
+    assert_eq!(whole.malformed, sliced.malformed);
 
     let mut in_memory = KernelLoss::default();
     in_memory.scan_trace(data);

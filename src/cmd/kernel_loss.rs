@@ -23,9 +23,9 @@ const TRACE_PACKET: u64 = 1;
 const TRUSTED_SEQUENCE_ID: u64 = 10;
 const FTRACE_STATS: u64 = 34;
 
-/// ftrace_stats packets are small (about 50 bytes per cpu); a packet split
-/// into slices is only gathered up to this size.
-const MAX_STATS_PACKET: usize = 256 << 10;
+/// ftrace_stats are small (about 50 bytes per cpu); bigger ones are not
+/// read.
+const MAX_STATS: usize = 256 << 10;
 
 /// `FtraceStats` (not in the config schema table): cpu_stats and
 /// kprobe_stats are its message fields.
@@ -48,38 +48,24 @@ pub struct KernelLoss {
     sequences: HashMap<u64, Sequence>,
     /// ftrace_stats payloads that did not decode.
     pub malformed: u64,
-    gathered: Vec<u8>,
-    gathered_too_big: bool,
 }
 
 impl KernelLoss {
-    /// One ReadBuffers slice; `last` ends its packet.
-    pub fn feed_slice(&mut self, data: &[u8], last: bool) {
-        if last && self.gathered.is_empty() && !self.gathered_too_big {
-            self.observe_packet(data);
-            return;
-        }
-        if self.gathered.len() + data.len() <= MAX_STATS_PACKET {
-            self.gathered.extend_from_slice(data);
-        } else {
-            self.gathered_too_big = true;
-        }
-        if last {
-            let packet = std::mem::take(&mut self.gathered);
-            if !self.gathered_too_big {
-                self.observe_packet(&packet);
+    /// One TracePacket, in the slices it arrived in (ReadBuffers may split
+    /// a packet; the slices are walked in place, not joined).
+    pub fn observe_packet<P: AsRef<[u8]>>(&mut self, parts: &[P]) {
+        let found = match parts {
+            [one] => {
+                let mut bytes = one.as_ref();
+                let len = bytes.len() as u64;
+                stats_in_packet(&mut bytes, 0, len)
             }
-            self.gathered = packet;
-            self.gathered.clear();
-            self.gathered_too_big = false;
-        }
-    }
-
-    /// One whole TracePacket.
-    pub fn observe_packet(&mut self, packet: &[u8]) {
-        let mut src = packet;
-        let len = packet.len() as u64;
-        if let Ok(Some((seq, stats))) = stats_in_packet(&mut src, 0, len) {
+            _ => {
+                let len = parts.iter().map(|p| p.as_ref().len() as u64).sum();
+                stats_in_packet(&mut Parts::new(parts), 0, len)
+            }
+        };
+        if let Ok(Some((seq, stats))) = found {
             self.record(seq, &stats);
         }
     }
@@ -171,6 +157,53 @@ impl TraceBytes for &[u8] {
     fn at(&mut self, pos: u64, n: usize) -> io::Result<&[u8]> {
         let from = usize::try_from(pos).map_or(self.len(), |p| p.min(self.len()));
         Ok(&self[from..self.len().min(from.saturating_add(n))])
+    }
+}
+
+/// A packet split in slices: headers that straddle two slices are copied
+/// into a scratch buffer, nothing else is.
+struct Parts<'a, P> {
+    parts: &'a [P],
+    scratch: Vec<u8>,
+}
+
+impl<'a, P: AsRef<[u8]>> Parts<'a, P> {
+    fn new(parts: &'a [P]) -> Self {
+        Parts {
+            parts,
+            scratch: Vec::new(),
+        }
+    }
+}
+
+impl<P: AsRef<[u8]>> TraceBytes for Parts<'_, P> {
+    fn at(&mut self, pos: u64, n: usize) -> io::Result<&[u8]> {
+        let mut start = 0u64;
+        for (i, part) in self.parts.iter().enumerate() {
+            let part = part.as_ref();
+            let end = start + part.len() as u64;
+            if pos >= end {
+                start = end;
+                continue;
+            }
+            let off = (pos - start) as usize;
+            if part.len() - off >= n {
+                return Ok(&part[off..off + n]);
+            }
+            self.scratch.clear();
+            self.scratch.extend_from_slice(&part[off..]);
+            for next in &self.parts[i + 1..] {
+                let want = n - self.scratch.len();
+                if want == 0 {
+                    break;
+                }
+                let next = next.as_ref();
+                self.scratch
+                    .extend_from_slice(&next[..want.min(next.len())]);
+            }
+            return Ok(&self.scratch);
+        }
+        Ok(&[])
     }
 }
 
@@ -285,7 +318,7 @@ fn stats_in_packet<B: TraceBytes>(
         };
         match (f.number, f.wire_type) {
             (TRUSTED_SEQUENCE_ID, 0) => seq = f.value,
-            (FTRACE_STATS, 2) if f.end - f.value_start <= MAX_STATS_PACKET as u64 => {
+            (FTRACE_STATS, 2) if f.end - f.value_start <= MAX_STATS as u64 => {
                 let n = (f.end - f.value_start) as usize;
                 stats = Some(b.at(f.value_start, n)?.to_vec());
             }
@@ -358,7 +391,7 @@ mod tests {
     fn losses_are_end_minus_start_per_cpu_summed_over_sources() {
         let mut k = KernelLoss::default();
         for p in two_sources() {
-            k.observe_packet(&p);
+            k.observe_packet(&[p]);
         }
         // Source 1: (105-5) + (20-0) + (3-1); source 2: 4.
         assert_eq!(k.events_lost(), Some(100 + 20 + 2 + 4));
@@ -369,31 +402,38 @@ mod tests {
     fn a_trace_without_both_ends_says_nothing() {
         let mut k = KernelLoss::default();
         assert_eq!(k.events_lost(), None);
-        k.observe_packet(&data_packet(1, 10));
-        k.observe_packet(&stats_packet(1, P::EndOfTrace, &[(9, 9)]));
+        k.observe_packet(&[data_packet(1, 10)]);
+        k.observe_packet(&[stats_packet(1, P::EndOfTrace, &[(9, 9)])]);
         assert_eq!(k.events_lost(), None, "the start was overwritten");
-        k.observe_packet(&stats_packet(1, P::StartOfTrace, &[(9, 9)]));
+        k.observe_packet(&[stats_packet(1, P::StartOfTrace, &[(9, 9)])]);
         assert_eq!(k.events_lost(), Some(0));
     }
 
     #[test]
-    fn slices_of_one_packet_are_gathered() {
+    fn a_packet_in_slices_gives_what_it_gives_whole() {
+        // Every way of cutting each packet in three, headers straddling
+        // the cuts included.
+        for p in two_sources() {
+            let mut whole = KernelLoss::default();
+            whole.observe_packet(&[&p]);
+            whole.observe_packet(&[stats_packet(7, P::StartOfTrace, &[(0, 0)])]);
+            let step = (p.len() / 40).max(1);
+            for a in (0..=p.len()).step_by(step) {
+                for b in (a..=p.len()).step_by(step) {
+                    let mut k = KernelLoss::default();
+                    k.observe_packet(&[&p[..a], &p[a..b], &p[b..]]);
+                    k.observe_packet(&[stats_packet(7, P::StartOfTrace, &[(0, 0)])]);
+                    assert_eq!(k.events_lost(), whole.events_lost(), "cut at {a}, {b}");
+                    assert_eq!(k.sequences.len(), whole.sequences.len());
+                }
+            }
+        }
         let mut k = KernelLoss::default();
         for p in two_sources() {
-            let cut = p.len() / 3;
-            k.feed_slice(&p[..cut], false);
-            k.feed_slice(&p[cut..2 * cut], false);
-            k.feed_slice(&p[2 * cut..], true);
+            let (a, b) = (p.len() / 3, 2 * p.len() / 3);
+            k.observe_packet(&[&p[..a], &[][..], &p[a..b], &p[b..]]);
         }
         assert_eq!(k.events_lost(), Some(126));
-        // A packet too big to be stats is dropped whole, and the next one
-        // starts clean.
-        let mut k = KernelLoss::default();
-        k.feed_slice(&vec![0; MAX_STATS_PACKET], false);
-        k.feed_slice(&stats_packet(1, P::StartOfTrace, &[(1, 0)]), true);
-        k.feed_slice(&stats_packet(1, P::StartOfTrace, &[(1, 0)]), true);
-        k.feed_slice(&stats_packet(1, P::EndOfTrace, &[(3, 0)]), true);
-        assert_eq!(k.events_lost(), Some(2));
     }
 
     #[test]
@@ -415,14 +455,14 @@ mod tests {
         let mut k = KernelLoss::default();
         let mut bad = VecStream::new();
         put_bytes(&mut bad, FTRACE_STATS as u32, &[0x08, 0xFF]); // truncated varint
-        k.observe_packet(bad.as_bytes());
+        k.observe_packet(&[bad.as_bytes()]);
         assert_eq!(k.malformed, 1);
         for p in two_sources() {
             for cut in 0..p.len().min(300) {
-                k.observe_packet(&p[..cut]);
+                k.observe_packet(&[&p[..cut]]);
                 let mut flipped = p.clone();
                 flipped[cut] ^= 0x80;
-                k.observe_packet(&flipped);
+                k.observe_packet(&[&flipped]);
             }
         }
         let f = tempfile_with(&[0x0A, 0x80, 0x80, 0x80]);

@@ -1,16 +1,14 @@
-//! Turns ReadBuffers slices into a trace file: each packet is written as
+//! Turns ReadBuffers packets into a trace file: each packet is written as
 //! field 1 of `perfetto.protos.Trace` (tag 0x0A, varint size, bytes).
 
 use std::io::{self, Write};
 
 use crate::protozero::encode_varint;
 
-/// Reassembles packets from slices and appends them to `out`.
+/// Appends packets, each given as the slices it arrived in, to `out`.
 #[derive(Debug)]
 pub struct PacketWriter<W: Write> {
     out: W,
-    pending: Vec<Vec<u8>>,
-    pending_len: usize,
     pub bytes_written: u64,
     pub packets_written: u64,
 }
@@ -19,31 +17,25 @@ impl<W: Write> PacketWriter<W> {
     pub fn new(out: W) -> Self {
         Self {
             out,
-            pending: Vec::new(),
-            pending_len: 0,
             bytes_written: 0,
             packets_written: 0,
         }
     }
 
-    /// Adds one slice; `last` closes the packet and writes it.
-    pub fn push_slice(&mut self, data: Vec<u8>, last: bool) -> io::Result<()> {
-        self.pending_len += data.len();
-        self.pending.push(data);
-        if last {
-            let mut header = [0u8; 11];
-            header[0] = 0x0A;
-            let mut varint = [0u8; 10];
-            let n = encode_varint(self.pending_len as u64, &mut varint);
-            header[1..1 + n].copy_from_slice(&varint[..n]);
-            self.out.write_all(&header[..1 + n])?;
-            for s in self.pending.drain(..) {
-                self.out.write_all(&s)?;
-            }
-            self.bytes_written += (1 + n + self.pending_len) as u64;
-            self.packets_written += 1;
-            self.pending_len = 0;
+    /// Writes one packet made of `parts`.
+    pub fn write_packet(&mut self, parts: &[Vec<u8>]) -> io::Result<()> {
+        let len: usize = parts.iter().map(Vec::len).sum();
+        let mut header = [0u8; 11];
+        header[0] = 0x0A;
+        let mut varint = [0u8; 10];
+        let n = encode_varint(len as u64, &mut varint);
+        header[1..1 + n].copy_from_slice(&varint[..n]);
+        self.out.write_all(&header[..1 + n])?;
+        for p in parts {
+            self.out.write_all(p)?;
         }
+        self.bytes_written += (1 + n + len) as u64;
+        self.packets_written += 1;
         Ok(())
     }
 
@@ -60,9 +52,8 @@ mod tests {
     #[test]
     fn packets_are_framed_as_trace_field_one() {
         let mut w = PacketWriter::new(Vec::new());
-        w.push_slice(b"ab".to_vec(), false).unwrap();
-        w.push_slice(b"c".to_vec(), true).unwrap();
-        w.push_slice(vec![7; 200], true).unwrap();
+        w.write_packet(&[b"ab".to_vec(), b"c".to_vec()]).unwrap();
+        w.write_packet(&[vec![7; 200]]).unwrap();
         assert_eq!(w.packets_written, 2);
         let out = w.finish().unwrap();
         assert_eq!(&out[..5], &[0x0A, 3, b'a', b'b', b'c']);

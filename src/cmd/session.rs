@@ -169,13 +169,11 @@ pub fn wait_and_collect(
         let queued = std::iter::once(enable_id)
             .chain(observe_id.filter(|_| ready.0.is_some()))
             .any(|id| port.client.has_queued(id));
-        let wait = match queued {
-            true => Some(Duration::ZERO),
-            false => due
-                .into_iter()
-                .flatten()
-                .min()
-                .map(|t| t.saturating_duration_since(Instant::now())),
+        let wait = if queued {
+            Some(Duration::ZERO)
+        } else {
+            let next_due = due.into_iter().flatten().min();
+            next_due.map(|t| t.saturating_duration_since(Instant::now()))
         };
         let fds = [port.client.socket().as_fd(), signals.fd()];
         if let Err(e) = wait_readable_any(&fds, wait) {
@@ -300,17 +298,22 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss
     let id = port.start("ReadBuffers", &ReadBuffersRequest {}, None)?;
     let mut writer = PacketWriter::new(BufWriter::with_capacity(1 << 20, file));
     let mut kernel = KernelLoss::default();
+    // The slices of the packet being reassembled (it may span replies).
+    let mut parts: Vec<Vec<u8>> = Vec::new();
     loop {
         match port.next(id) {
             Ok(Some(r)) if r.success => {
                 let resp: ReadBuffersResponse = decode(&r.payload)?;
                 for slice in resp.slices {
-                    let last = slice.last_slice_for_packet == Some(true);
-                    let data = slice.data.unwrap_or_default();
-                    kernel.feed_slice(&data, last);
+                    parts.push(slice.data.unwrap_or_default());
+                    if slice.last_slice_for_packet != Some(true) {
+                        continue;
+                    }
+                    kernel.observe_packet(&parts);
                     writer
-                        .push_slice(data, last)
+                        .write_packet(&parts)
                         .map_err(|e| format!("Failed to write packets: {e}"))?;
+                    parts.clear();
                 }
             }
             Ok(Some(_)) => return Err("ReadBuffers failed".into()),
