@@ -8,14 +8,11 @@
 //! The trace is only as trusted as its producers: stats that do not parse
 //! are ignored and counted, they never stop the client.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use crate::ipc::wire_check::{check_message, MsgSchema, LEAF};
-use crate::pb::protos::{mod_FtraceStats::Phase, FtraceStats};
-use crate::tracing::service::raw_proto::{decode_message, read_varint};
+use crate::tracing::service::raw_proto::{read_varint, FieldIter};
 
 /// `Trace.packet`, `TracePacket.trusted_packet_sequence_id`,
 /// `TracePacket.ftrace_stats`.
@@ -27,25 +24,36 @@ const FTRACE_STATS: u64 = 34;
 /// read.
 const MAX_STATS: usize = 256 << 10;
 
-/// `FtraceStats` (not in the config schema table): cpu_stats and
-/// kprobe_stats are its message fields.
-static FTRACE_STATS_SCHEMA: MsgSchema = MsgSchema {
-    messages: &[(2, &LEAF), (10, &LEAF)],
-};
+/// `FtraceStats.phase` (START_OF_TRACE = 1, END_OF_TRACE = 2) and
+/// `.cpu_stats`; `FtraceCpuStats.cpu`, `.overrun`, `.dropped_events`.
+const PHASE: u32 = 1;
+const START_OF_TRACE: u64 = 1;
+const END_OF_TRACE: u64 = 2;
+const CPU_STATS: u32 = 2;
+const CPU: u32 = 1;
+const OVERRUN: u32 = 3;
+const DROPPED_EVENTS: u32 = 8;
 
-/// Per cpu: (overrun, dropped_events).
-type CpuLosses = HashMap<u64, (u64, u64)>;
+/// One cpu's counters in one ftrace_stats.
+#[derive(Debug, Default, Clone, Copy)]
+struct CpuLoss {
+    cpu: u64,
+    overrun: u64,
+    dropped: u64,
+}
 
 #[derive(Debug, Default)]
 struct Sequence {
-    start: Option<CpuLosses>,
-    end: Option<CpuLosses>,
+    id: u64,
+    start: Option<Vec<CpuLoss>>,
+    end: Option<Vec<CpuLoss>>,
 }
 
 /// Collects `ftrace_stats` per packet sequence (one per ftrace data source).
 #[derive(Debug, Default)]
 pub struct KernelLoss {
-    sequences: HashMap<u64, Sequence>,
+    /// A handful at most: a linear search is enough.
+    sequences: Vec<Sequence>,
     /// ftrace_stats payloads that did not decode.
     pub malformed: u64,
 }
@@ -84,7 +92,7 @@ impl KernelLoss {
         let _ = self.scan(&mut trace, len);
     }
 
-    fn scan<B: TraceBytes>(&mut self, b: &mut B, len: u64) -> io::Result<()> {
+    fn scan(&mut self, b: &mut dyn TraceBytes, len: u64) -> io::Result<()> {
         let mut pos = 0;
         while pos < len {
             let Some(f) = field_at(b, pos, len)? else {
@@ -101,26 +109,24 @@ impl KernelLoss {
     }
 
     fn record(&mut self, seq: u64, stats_untrusted: &[u8]) {
-        // Checked first: quick-protobuf trusts nested lengths.
-        let decoded = check_message(stats_untrusted, &FTRACE_STATS_SCHEMA)
-            .ok()
-            .and_then(|_| decode_message::<FtraceStats>(stats_untrusted).ok());
-        let Some(stats) = decoded else {
+        let Some((phase, cpus)) = parse_stats(stats_untrusted) else {
             self.malformed += 1;
             return;
         };
-        let cpus: CpuLosses = stats
-            .cpu_stats
-            .iter()
-            .map(|c| {
-                let lost = (c.overrun.unwrap_or(0), c.dropped_events.unwrap_or(0));
-                (c.cpu.unwrap_or(0), lost)
-            })
-            .collect();
-        let s = self.sequences.entry(seq).or_default();
-        match stats.phase {
-            Some(Phase::START_OF_TRACE) => s.start = Some(cpus),
-            Some(Phase::END_OF_TRACE) => s.end = Some(cpus),
+        let at = match self.sequences.iter().position(|s| s.id == seq) {
+            Some(i) => i,
+            None => {
+                self.sequences.push(Sequence {
+                    id: seq,
+                    ..Default::default()
+                });
+                self.sequences.len() - 1
+            }
+        };
+        let s = &mut self.sequences[at];
+        match phase {
+            START_OF_TRACE => s.start = Some(cpus),
+            END_OF_TRACE => s.end = Some(cpus),
             _ => {}
         }
     }
@@ -130,21 +136,53 @@ impl KernelLoss {
     /// ftrace in the trace, or its start was overwritten in a ring buffer).
     pub fn events_lost(&self) -> Option<u64> {
         let mut total = None;
-        for s in self.sequences.values() {
+        for s in &self.sequences {
             let (Some(start), Some(end)) = (&s.start, &s.end) else {
                 continue;
             };
             let lost: u64 = end
                 .iter()
-                .map(|(cpu, &(overrun, dropped))| {
-                    let (o0, d0) = start.get(cpu).copied().unwrap_or((0, 0));
-                    overrun.saturating_sub(o0) + dropped.saturating_sub(d0)
+                .map(|e| {
+                    let b = start.iter().find(|b| b.cpu == e.cpu).copied();
+                    let b = b.unwrap_or_default();
+                    e.overrun.saturating_sub(b.overrun) + e.dropped.saturating_sub(b.dropped)
                 })
                 .sum();
             total = Some(total.unwrap_or(0) + lost);
         }
         total
     }
+}
+
+/// The phase and per-cpu counters of an `FtraceStats`; `None` if the bytes
+/// are not a well-formed message.
+fn parse_stats(bytes: &[u8]) -> Option<(u64, Vec<CpuLoss>)> {
+    let (mut phase, mut cpus) = (0, Vec::new());
+    let mut fields = FieldIter::new(bytes);
+    for f in &mut fields {
+        match (f.number, f.wire_type) {
+            (PHASE, 0) => phase = read_varint(f.value)?.0,
+            (CPU_STATS, 2) => {
+                let mut c = CpuLoss::default();
+                let mut inner = FieldIter::new(f.value);
+                for g in &mut inner {
+                    let slot = match (g.number, g.wire_type) {
+                        (CPU, 0) => &mut c.cpu,
+                        (OVERRUN, 0) => &mut c.overrun,
+                        (DROPPED_EVENTS, 0) => &mut c.dropped,
+                        _ => continue,
+                    };
+                    *slot = read_varint(g.value)?.0;
+                }
+                if inner.error {
+                    return None;
+                }
+                cpus.push(c);
+            }
+            _ => {}
+        }
+    }
+    (!fields.error).then_some((phase, cpus))
 }
 
 /// Random access to a trace: memory, or a file read through a window.
@@ -263,7 +301,7 @@ struct Field {
 }
 
 /// The field at `pos`, or `None` if it is malformed or runs past `limit`.
-fn field_at<B: TraceBytes>(b: &mut B, pos: u64, limit: u64) -> io::Result<Option<Field>> {
+fn field_at(b: &mut dyn TraceBytes, pos: u64, limit: u64) -> io::Result<Option<Field>> {
     let head = b.at(pos, 20)?;
     let Some((tag, n)) = read_varint(head) else {
         return Ok(None);
@@ -305,8 +343,8 @@ fn field_at<B: TraceBytes>(b: &mut B, pos: u64, limit: u64) -> io::Result<Option
 
 /// The sequence id and `ftrace_stats` bytes of the packet in
 /// `start..end`, if it carries stats.
-fn stats_in_packet<B: TraceBytes>(
-    b: &mut B,
+fn stats_in_packet(
+    b: &mut dyn TraceBytes,
     start: u64,
     end: u64,
 ) -> io::Result<Option<(u64, Vec<u8>)>> {
