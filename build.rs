@@ -125,11 +125,12 @@ fn main() {
     let pb_dir = out_dir.join("pb");
     let _ = std::fs::remove_dir_all(&pb_dir);
     std::fs::create_dir_all(&pb_dir).unwrap();
-    let configs = pb_rs::ConfigBuilder::new(&[merged.clone()], None, Some(&pb_dir), &[])
-        .unwrap()
-        .dont_use_cow(true)
-        .headers(false)
-        .single_module(true)
-        .build();
+    let configs =
+        pb_rs::ConfigBuilder::new(std::slice::from_ref(&merged), None, Some(&pb_dir), &[])
+            .unwrap()
+            .dont_use_cow(true)
+            .headers(false)
+            .single_module(true)
+            .build();
     pb_rs::types::FileDescriptor::run(&configs).unwrap();
 }

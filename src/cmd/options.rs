@@ -54,6 +54,8 @@ pub enum CloneTarget {
     Name(String),
 }
 
+// One per run: its size does not matter, boxing the plan would only add noise.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Action {
     Version,
