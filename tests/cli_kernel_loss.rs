@@ -20,17 +20,32 @@ use traced_probes_common::*;
 
 const MARKERS: u64 = 4000;
 
+/// Which service the client and traced_probes talk to.
+#[derive(Clone, Copy, PartialEq)]
+enum Service {
+    Ours,
+    /// Perfetto's own traced (tests/sdk-interop): it cuts packets into
+    /// ReadBuffers slices its own way.
+    Real,
+}
+
 #[test]
 fn kernel_losses_reach_the_end_line_via_read_buffers() {
-    let (lost, captured, overrun) = run_case("tbx_cli_kloss_rb", false);
-    assert!(overrun > 0, "the kernel overwrote nothing");
-    assert!(lost >= overrun, "line says {lost}, the kernel {overrun}");
-    assert_eq!(lost + captured, MARKERS);
+    check_case("tbx_cli_kloss_rb", false, Service::Ours);
 }
 
 #[test]
 fn kernel_losses_reach_the_end_line_via_write_into_file() {
-    let (lost, captured, overrun) = run_case("tbx_cli_kloss_wif", true);
+    check_case("tbx_cli_kloss_wif", true, Service::Ours);
+}
+
+#[test]
+fn kernel_losses_reach_the_end_line_through_a_real_traced() {
+    check_case("tbx_cli_kloss_real", false, Service::Real);
+}
+
+fn check_case(instance: &str, write_into_file: bool, service: Service) {
+    let (lost, captured, overrun) = run_case(instance, write_into_file, service);
     assert!(overrun > 0, "the kernel overwrote nothing");
     assert!(lost >= overrun, "line says {lost}, the kernel {overrun}");
     assert_eq!(lost + captured, MARKERS);
@@ -54,20 +69,39 @@ fn a_trace_without_kernel_loss_says_nothing_lost() {
 
 /// Returns (events the line says the kernel lost, markers in the trace,
 /// overrun read from tracefs while traced_probes was stopped).
-fn run_case(instance: &str, write_into_file: bool) -> (u64, u64, u64) {
+fn run_case(instance: &str, write_into_file: bool, service: Service) -> (u64, u64, u64) {
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let r = std::panic::catch_unwind(|| flood_while_stopped(dir, instance, write_into_file));
+    let r =
+        std::panic::catch_unwind(|| flood_while_stopped(dir, instance, write_into_file, service));
     if r.is_err() {
         dump(dir);
     }
     r.unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
 
-fn flood_while_stopped(dir: &Path, instance: &str, write_into_file: bool) -> (u64, u64, u64) {
-    let daemons = start_our_daemons(dir);
-    let (socks, probes) = (&daemons.socks, &daemons.probes);
+fn flood_while_stopped(
+    dir: &Path,
+    instance: &str,
+    write_into_file: bool,
+    service: Service,
+) -> (u64, u64, u64) {
+    let socks = &Sockets::in_dir(dir);
+    let _traced = match service {
+        Service::Ours => start_our_traced(socks, &dir.join("traced.log")),
+        Service::Real => {
+            let bin = interop_bin("real-traced").unwrap();
+            start_real_traced(&bin, socks, &dir.join("traced.log"))
+        }
+    };
+    let probes = &start_probes(
+        &socks.producer,
+        &dir.join("state"),
+        &[],
+        &dir.join("probes.log"),
+        true,
+    );
     let cfg = config(dir, instance, write_into_file, 16);
     let out = dir.join("trace.pb");
     let mut client = perfetto(socks, &cfg, &out)
