@@ -307,7 +307,8 @@ fn field_at(b: &mut dyn TraceBytes, pos: u64, limit: u64) -> io::Result<Option<F
         return Ok(None);
     };
     let wire_type = (tag & 7) as u8;
-    let (value, size, len) = match wire_type {
+    // (varint value, bytes between the tag and the value, value bytes)
+    let (value, prefix, len) = match wire_type {
         0 => match read_varint(&head[n..]) {
             Some((v, m)) => (v, 0, m as u64),
             None => return Ok(None),
@@ -320,14 +321,9 @@ fn field_at(b: &mut dyn TraceBytes, pos: u64, limit: u64) -> io::Result<Option<F
         },
         _ => return Ok(None),
     };
-    let value_start = pos + n as u64 + size;
-    let end = if wire_type == 0 {
-        value_start + len
-    } else {
-        match value_start.checked_add(len) {
-            Some(e) => e,
-            None => return Ok(None),
-        }
+    let value_start = pos + n as u64 + prefix;
+    let Some(end) = value_start.checked_add(len) else {
+        return Ok(None);
     };
     if end > limit {
         return Ok(None);
