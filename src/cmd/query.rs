@@ -30,7 +30,8 @@ pub fn fetch(socket: &str) -> Result<Vec<u8>, String> {
         // Each reply is a QueryServiceStateResponse whose field 1 holds a
         // piece of the TracingServiceState; concatenating the replies'
         // field-1 payloads yields the whole message.
-        let resp: crate::pb::protos::QueryServiceStateResponse = decode(&r.payload)?;
+        let resp: crate::pb::protos::QueryServiceStateResponse =
+            decode("QueryServiceState", &r.payload)?;
         if let Some(s) = resp.service_state {
             state.extend_from_slice(&super::rpc::encode(&s));
         }
@@ -116,7 +117,8 @@ pub fn run(socket: &str, raw: bool, long: bool) -> i32 {
             Err(_) => 1,
         };
     }
-    match decode::<TracingServiceState>(&bytes) {
+    // Our own re-encoding of the replies' checked pieces (see `fetch`).
+    match crate::tracing::service::raw_proto::decode_message::<TracingServiceState>(&bytes) {
         Ok(state) => {
             print!("{}", render(&state, long));
             0

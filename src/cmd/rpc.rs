@@ -15,10 +15,14 @@ pub fn encode<M: MessageWrite>(m: &M) -> Vec<u8> {
     out
 }
 
-/// Parses a reply payload; a malformed payload from the service is an error.
-pub fn decode<M: for<'a> MessageRead<'a>>(bytes: &[u8]) -> Result<M, String> {
+/// Parses a reply to `method`; a malformed payload from the service is an
+/// error. Its structure is checked first: quick-protobuf trusts nested
+/// lengths.
+pub fn decode<M: for<'a> MessageRead<'a>>(method: &str, bytes: &[u8]) -> Result<M, String> {
+    crate::ipc::wire_check::check_method_reply(method, bytes)
+        .map_err(|e| format!("malformed {method} reply from the service: {e}"))?;
     M::from_reader(&mut BytesReader::from_bytes(bytes), bytes)
-        .map_err(|e| format!("malformed reply from the service: {e}"))
+        .map_err(|e| format!("malformed {method} reply from the service: {e}"))
 }
 
 /// A connection bound to one service.
@@ -61,7 +65,7 @@ impl Port {
                 success: true,
                 payload,
                 ..
-            }) => decode(payload),
+            }) => decode(method, payload),
             _ => Err(format!("{method} failed")),
         }
     }

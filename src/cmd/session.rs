@@ -187,7 +187,7 @@ pub fn wait_and_collect(
                 success: true,
                 payload,
                 ..
-            })) => break decode::<EnableTracingResponse>(&payload),
+            })) => break decode::<EnableTracingResponse>("EnableTracing", &payload),
             Ok(Some(_)) => break Err("EnableTracing failed".to_owned()),
             Ok(None) => break Err("EnableTracing ended without a reply".to_owned()),
             Err(ClientError::TimedOut) => {}
@@ -200,7 +200,7 @@ pub fn wait_and_collect(
         }
         if let Some(id) = observe_id.filter(|_| ready.0.is_some()) {
             if let Ok(Some(r)) = port.next(id) {
-                let ev = decode::<ObserveEventsResponse>(&r.payload)
+                let ev = decode::<ObserveEventsResponse>("ObserveEvents", &r.payload)
                     .ok()
                     .and_then(|e| e.events);
                 if ev.is_some_and(|e| e.all_data_sources_started == Some(true)) {
@@ -303,7 +303,7 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss
     loop {
         match port.next(id) {
             Ok(Some(r)) if r.success => {
-                let resp: ReadBuffersResponse = decode(&r.payload)?;
+                let resp: ReadBuffersResponse = decode("ReadBuffers", &r.payload)?;
                 for slice in resp.slices {
                     parts.push(slice.data.unwrap_or_default());
                     if slice.last_slice_for_packet != Some(true) {

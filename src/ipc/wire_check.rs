@@ -128,6 +128,15 @@ pub fn check_method_args(method: &str, args: &[u8]) -> Result<(), WireError> {
     }
 }
 
+/// Checks a reply to IPC method `method` (`<method>Response`) the same
+/// way: clients decode replies from a service they do not control.
+pub fn check_method_reply(method: &str, reply: &[u8]) -> Result<(), WireError> {
+    match crate::schema::message(&format!("{method}Response")) {
+        Some(desc) => check_message_desc(reply, desc),
+        None => check_message(reply, &LEAF),
+    }
+}
+
 fn check_at_depth<S: Nesting>(bytes: &[u8], schema: S, depth: usize) -> Result<(), WireError> {
     if depth > MAX_DEPTH {
         return Err(WireError::TooDeep);
@@ -171,6 +180,40 @@ fn check_at_depth<S: Nesting>(bytes: &[u8], schema: S, depth: usize) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_reply_our_clients_decode_has_a_schema() {
+        // The CLI's and traced_probes' decoded replies: without a schema the
+        // check would only look at the top level.
+        for m in [
+            "EnableTracing",
+            "ObserveEvents",
+            "ReadBuffers",
+            "QueryServiceState",
+            "GetTraceStats",
+            "Flush",
+            "Detach",
+            "Attach",
+            "CloneSession",
+            "InitializeConnection",
+            "GetAsyncCommand",
+        ] {
+            assert!(
+                crate::schema::message(&format!("{m}Response")).is_some(),
+                "{m}Response"
+            );
+        }
+        // ReadBuffersResponse.slices (2) is a message; a slice whose data
+        // length runs past it is refused.
+        assert_eq!(
+            check_method_reply("ReadBuffers", &[0x12, 0x02, 0x0a, 0x05]),
+            Err(WireError::Overrun)
+        );
+        assert_eq!(
+            check_method_reply("ReadBuffers", &[0x12, 0x03, 0x0a, 0x01, 0x41]),
+            Ok(())
+        );
+    }
 
     #[test]
     fn accepts_well_formed_and_rejects_nested_overruns() {

@@ -51,9 +51,17 @@ pub fn encode<M: MessageWrite>(m: &M) -> Vec<u8> {
     out
 }
 
-/// Parses a message from untrusted bytes.
+/// Parses a message we wrote (or a test did).
 pub fn decode<M: for<'a> MessageRead<'a>>(bytes: &[u8]) -> Option<M> {
     M::from_reader(&mut BytesReader::from_bytes(bytes), bytes).ok()
+}
+
+/// Parses traced's reply to `method` after checking its structure
+/// (quick-protobuf trusts nested lengths; a hostile length must not
+/// panic us).
+fn decode_reply<M: for<'a> MessageRead<'a>>(method: &str, reply_untrusted: &[u8]) -> Option<M> {
+    crate::ipc::wire_check::check_method_reply(method, reply_untrusted).ok()?;
+    decode(reply_untrusted)
 }
 
 pub fn initialize_connection() -> Vec<u8> {
@@ -69,7 +77,7 @@ pub fn initialize_connection() -> Vec<u8> {
 
 /// `direct_smb_patching_supported` from the InitializeConnection reply.
 pub fn direct_patching_supported(reply: &[u8]) -> bool {
-    decode::<InitializeConnectionResponse>(reply)
+    decode_reply::<InitializeConnectionResponse>("InitializeConnection", reply)
         .and_then(|r| r.direct_smb_patching_supported)
         .unwrap_or(false)
 }
@@ -190,7 +198,8 @@ fn config_ok(config_untrusted: Option<DataSourceConfig>) -> DataSourceConfig {
 
 /// Decodes one GetAsyncCommandResponse payload.
 pub fn parse_command(payload_untrusted: &[u8]) -> Result<Command, CommandError> {
-    let msg: GetAsyncCommandResponse = decode(payload_untrusted).ok_or(CommandError::Malformed)?;
+    let msg: GetAsyncCommandResponse =
+        decode_reply("GetAsyncCommand", payload_untrusted).ok_or(CommandError::Malformed)?;
     let nonzero = |id: Option<u64>| id.filter(|&i| i != 0).ok_or(CommandError::MissingId);
     Ok(match msg.cmd {
         OneOfcmd::setup_tracing(s) => Command::SetupTracing {
@@ -275,6 +284,15 @@ mod tests {
             parse_command(&[0x1a, 0x7f, 0x01]),
             Err(CommandError::Malformed)
         );
+        // Found by the probes_commands fuzz target: setup_data_source whose
+        // nested config length runs past its parent. quick-protobuf alone
+        // panicked on it (subtract with overflow).
+        let nested_overrun = [
+            0x32, 0x14, 0x00, 0xf9, 0xed, 0xef, 0x01, 0xf5, 0x26, 0x78, 0x2e, 0x66, 0x00, 0x2a,
+            0x04, 0x08, 0x00, 0x00, 0x65, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,
+            0x10, 0x03,
+        ];
+        assert_eq!(parse_command(&nested_overrun), Err(CommandError::Malformed));
         let huge = DataSourceConfig {
             target_buffer: Some(70000),
             ..Default::default()
