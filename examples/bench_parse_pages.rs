@@ -17,11 +17,11 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-use tracebox::probes::ftrace::bundle::{
+use tracebox::protozero::VecStream;
+use tracebox::traced_probes::ftrace::parse::bundle::{
     write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
 };
-use tracebox::probes::ftrace::{compact_sched, Tracefs};
-use tracebox::protozero::VecStream;
+use tracebox::traced_probes::ftrace::{parse::compact_sched, Tracefs};
 
 const INSTANCE: &str = "tbx_bench_parse_pages";
 const EVENTS: [(&str, &str); 3] = [

@@ -8,12 +8,12 @@
 
 use std::process::{Command, Stdio};
 
-use tracebox::probes::fs_root::FsRoot;
-use tracebox::probes::ps::{
+use tracebox::protozero::VecStream;
+use tracebox::traced_probes::fs_root::FsRoot;
+use tracebox::traced_probes::ps::{
     write_process_stats_packet, write_process_tree_packet, ProcessStatsPoller,
     ProcessStatsSettings, ScanSource,
 };
-use tracebox::protozero::VecStream;
 
 /// (user, system) CPU time in µs.
 fn cpu_split_us(who: i32) -> (u64, u64) {

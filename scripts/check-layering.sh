@@ -5,9 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pure=(src/protozero src/tracing/core src/tracing/service src/schema src/cmd/pbtx
-      src/probes/ftrace/format.rs src/probes/ftrace/page_parser.rs src/probes/ftrace/translate.rs
-      src/probes/ftrace/bundle.rs src/probes/ftrace/compact_sched.rs src/probes/ftrace/table.rs
-      src/probes/ftrace/stats.rs src/probes/ftrace/atrace.rs)
+      src/traced_probes/ftrace/parse)
 pattern='(\b(mio|nix|libc)::|use (mio|nix|libc)\b|std::os::(fd|unix)|extern crate (mio|nix|libc))'
 bad=0
 for p in "${pure[@]}"; do

@@ -174,7 +174,7 @@ fn overrun_sum(instance: &Path) -> u64 {
     let cpus = std::fs::read_dir(instance.join("per_cpu")).unwrap();
     cpus.map(|e| {
         let stats = std::fs::read_to_string(e.unwrap().path().join("stats")).unwrap();
-        tracebox::probes::ftrace::tracefs::CpuStats::parse(&stats).overrun
+        tracebox::traced_probes::ftrace::tracefs::CpuStats::parse(&stats).overrun
     })
     .sum()
 }

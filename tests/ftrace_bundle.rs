@@ -6,20 +6,22 @@ use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
 use tracebox::pb::protos::mod_GenericFtraceEvent::mod_Field::OneOfvalue;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::{FtraceEventBundle, TracePacket};
-use tracebox::probes::ftrace::bundle::{
+use tracebox::traced_probes::ftrace::parse::bundle::{
     write_pages, BundleContext, ClockSnapshot, CpuState, EventFilter,
 };
-use tracebox::probes::ftrace::compact_sched;
-use tracebox::probes::ftrace::format::{parse_format, parse_header_page, PageHeaderLayout};
-use tracebox::probes::ftrace::page_parser::ParseError;
-use tracebox::probes::ftrace::translate::TranslationTable;
+use tracebox::traced_probes::ftrace::parse::compact_sched;
+use tracebox::traced_probes::ftrace::parse::format::{
+    parse_format, parse_header_page, PageHeaderLayout,
+};
+use tracebox::traced_probes::ftrace::parse::page_parser::ParseError;
+use tracebox::traced_probes::ftrace::parse::translate::TranslationTable;
 
-const CPU0: &[u8] = include_bytes!("../src/probes/ftrace/testdata/cpu0.pages");
-const MARKERS: &str = include_str!("../src/probes/ftrace/testdata/markers.txt");
-const PRINT: &str = include_str!("../src/probes/ftrace/testdata/print.format");
-const SWITCH: &str = include_str!("../src/probes/ftrace/testdata/sched_switch.format");
-const WAKING: &str = include_str!("../src/probes/ftrace/testdata/sched_waking.format");
-const HEADER_PAGE: &str = include_str!("../src/probes/ftrace/testdata/header_page");
+const CPU0: &[u8] = include_bytes!("../tests/data/ftrace-pages/cpu0.pages");
+const MARKERS: &str = include_str!("../tests/data/ftrace-pages/markers.txt");
+const PRINT: &str = include_str!("../tests/data/ftrace-pages/print.format");
+const SWITCH: &str = include_str!("../tests/data/ftrace-pages/sched_switch.format");
+const WAKING: &str = include_str!("../tests/data/ftrace-pages/sched_waking.format");
+const HEADER_PAGE: &str = include_str!("../tests/data/ftrace-pages/header_page");
 
 mod ftrace_common;
 use ftrace_common::Packets;

@@ -3,8 +3,8 @@
 //! layouts match the files.
 
 use std::path::{Path, PathBuf};
-use tracebox::probes::ftrace::format::{parse_format, parse_header_page, FieldType};
-use tracebox::probes::ftrace::Tracefs;
+use tracebox::traced_probes::ftrace::parse::format::{parse_format, parse_header_page, FieldType};
+use tracebox::traced_probes::ftrace::Tracefs;
 
 /// shared/ sits beside the checkout (as in CI); nothing is skipped if absent.
 const CORPUS: &str = concat!(
@@ -48,7 +48,7 @@ fn parse_all(dir: &Path) -> (usize, Vec<String>) {
     (ok, failed)
 }
 
-fn load(rel: &str) -> tracebox::probes::ftrace::format::EventFormat {
+fn load(rel: &str) -> tracebox::traced_probes::ftrace::parse::format::EventFormat {
     let text = std::fs::read_to_string(Path::new(CORPUS).join(rel)).unwrap();
     parse_format(&text).unwrap()
 }

@@ -8,11 +8,13 @@ use quick_protobuf::{BytesReader, MessageRead};
 use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::TracePacket;
-use tracebox::probes::ftrace::bundle::{write_pages, BundleContext, CpuState, EventFilter};
-use tracebox::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
-use tracebox::probes::ftrace::ksyms::KernelSymbols;
-use tracebox::probes::ftrace::translate::KernelAddrs;
-use tracebox::probes::ftrace::Tracefs;
+use tracebox::traced_probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
+use tracebox::traced_probes::ftrace::parse::bundle::{
+    write_pages, BundleContext, CpuState, EventFilter,
+};
+use tracebox::traced_probes::ftrace::parse::ksyms::KernelSymbols;
+use tracebox::traced_probes::ftrace::parse::translate::KernelAddrs;
+use tracebox::traced_probes::ftrace::Tracefs;
 
 mod ftrace_common;
 use ftrace_common::Packets;

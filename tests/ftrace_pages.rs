@@ -1,18 +1,20 @@
 //! Pages captured from this machine's kernel (6.18, x86_64) by
-//! `src/probes/ftrace/testdata/capture.py`: a tracefs instance with
+//! `tests/data/ftrace-pages/capture.py`: a tracefs instance with
 //! sched_switch enabled, 60 trace_marker writes pinned to cpu 0, then
 //! every page read from per_cpu/cpuN/trace_pipe_raw. The capture's stats
 //! said cpu0 entries=115, cpu1 entries=14, no overruns.
 
-use tracebox::probes::ftrace::format::{parse_format, parse_header_page, EventFormat};
-use tracebox::probes::ftrace::page_parser::{parse_page, PageSink, ParseError};
+use tracebox::traced_probes::ftrace::parse::format::{
+    parse_format, parse_header_page, EventFormat,
+};
+use tracebox::traced_probes::ftrace::parse::page_parser::{parse_page, PageSink, ParseError};
 
-const CPU0: &[u8] = include_bytes!("../src/probes/ftrace/testdata/cpu0.pages");
-const CPU1: &[u8] = include_bytes!("../src/probes/ftrace/testdata/cpu1.pages");
-const MARKERS: &str = include_str!("../src/probes/ftrace/testdata/markers.txt");
-const PRINT: &str = include_str!("../src/probes/ftrace/testdata/print.format");
-const SWITCH: &str = include_str!("../src/probes/ftrace/testdata/sched_switch.format");
-const HEADER_PAGE: &str = include_str!("../src/probes/ftrace/testdata/header_page");
+const CPU0: &[u8] = include_bytes!("../tests/data/ftrace-pages/cpu0.pages");
+const CPU1: &[u8] = include_bytes!("../tests/data/ftrace-pages/cpu1.pages");
+const MARKERS: &str = include_str!("../tests/data/ftrace-pages/markers.txt");
+const PRINT: &str = include_str!("../tests/data/ftrace-pages/print.format");
+const SWITCH: &str = include_str!("../tests/data/ftrace-pages/sched_switch.format");
+const HEADER_PAGE: &str = include_str!("../tests/data/ftrace-pages/header_page");
 
 struct Decode {
     print: EventFormat,

@@ -8,9 +8,11 @@ use quick_protobuf::{BytesReader, MessageRead};
 use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::{FtraceEvent, TracePacket};
-use tracebox::probes::ftrace::bundle::{write_pages, BundleContext, CpuState, EventFilter};
-use tracebox::probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
-use tracebox::probes::ftrace::Tracefs;
+use tracebox::traced_probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
+use tracebox::traced_probes::ftrace::parse::bundle::{
+    write_pages, BundleContext, CpuState, EventFilter,
+};
+use tracebox::traced_probes::ftrace::Tracefs;
 
 mod ftrace_common;
 use ftrace_common::Packets;
@@ -221,7 +223,7 @@ fn typed_process_events_and_compact_sched() {
         for e in table.events() {
             filter.enable(e.ftrace_id);
         }
-        let compact = tracebox::probes::ftrace::compact_sched::for_table(&table);
+        let compact = tracebox::traced_probes::ftrace::parse::compact_sched::for_table(&table);
         assert!(
             compact.is_some(),
             "this kernel's sched formats suit compact sched"

@@ -2,14 +2,14 @@
 //! fuzz targets on stable): real files with flipped, inserted and cut
 //! bytes must never panic.
 
-use tracebox::probes::fs_root::ReadErrors;
-use tracebox::probes::ps::parse::{
+use tracebox::traced_probes::fs_root::ReadErrors;
+use tracebox::traced_probes::ps::parse::{
     parse_smaps_rollup, parse_stat_times, parse_status, split_cmdline,
 };
-use tracebox::probes::sys_stats::counters::{build_lookup, meminfo_entries, vmstat_entries};
-use tracebox::probes::sys_stats::parse::*;
-use tracebox::probes::sys_stats::{StatFields, SysStatsPacket};
-use tracebox::probes::system_info::{parse_cpuinfo, parse_interrupts};
+use tracebox::traced_probes::sys_stats::counters::{build_lookup, meminfo_entries, vmstat_entries};
+use tracebox::traced_probes::sys_stats::parse::*;
+use tracebox::traced_probes::sys_stats::{StatFields, SysStatsPacket};
+use tracebox::traced_probes::system_info::{parse_cpuinfo, parse_interrupts};
 
 struct XorShift(u64);
 impl XorShift {

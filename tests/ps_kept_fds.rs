@@ -2,8 +2,8 @@
 //! Alone in its test binary: it counts this process's fds on a child's
 //! /proc files, which pollers of other tests would also open.
 
-use tracebox::probes::fs_root::FsRoot;
-use tracebox::probes::ps::{ProcessStatsPacket, ProcessStatsPoller, ProcessStatsSettings};
+use tracebox::traced_probes::fs_root::FsRoot;
+use tracebox::traced_probes::ps::{ProcessStatsPacket, ProcessStatsPoller, ProcessStatsSettings};
 
 fn settings() -> ProcessStatsSettings {
     ProcessStatsSettings {

@@ -2,11 +2,11 @@
 
 use quick_protobuf::{BytesReader, MessageRead};
 use tracebox::pb::protos::{mod_TracePacket::OneOfdata, TracePacket};
-use tracebox::probes::ps::{
+use tracebox::protozero::VecStream;
+use tracebox::traced_probes::ps::{
     write_process_stats_packet, write_process_tree_packet, ProcStatsSample, ProcessStatsPacket,
     ProcessTreePacket, TreeProcess, TreeThread,
 };
-use tracebox::protozero::VecStream;
 
 fn decode(bytes: &[u8]) -> TracePacket {
     TracePacket::from_reader(&mut BytesReader::from_bytes(bytes), bytes).unwrap()

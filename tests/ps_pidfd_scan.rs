@@ -3,8 +3,8 @@
 
 use std::process::{Child, Command, Stdio};
 
-use tracebox::probes::fs_root::FsRoot;
-use tracebox::probes::ps::{
+use tracebox::traced_probes::fs_root::FsRoot;
+use tracebox::traced_probes::ps::{
     ProcessStatsPoller, ProcessStatsSettings, ProcessTreePacket, ScanSource, TreeProcess,
 };
 

@@ -4,8 +4,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tracebox::probes::fs_root::FsRoot;
-use tracebox::probes::ps::{ProcessStatsPoller, ProcessStatsSettings, TreeThread};
+use tracebox::traced_probes::fs_root::FsRoot;
+use tracebox::traced_probes::ps::{ProcessStatsPoller, ProcessStatsSettings, TreeThread};
 
 fn write(root: &Path, rel: &str, content: &[u8]) {
     let p = root.join(rel);
@@ -82,7 +82,7 @@ fn fixture() -> tempfile::TempDir {
     dir
 }
 
-fn fake_clock() -> (Arc<AtomicU64>, tracebox::probes::ps::Clock) {
+fn fake_clock() -> (Arc<AtomicU64>, tracebox::traced_probes::ps::Clock) {
     let t = Arc::new(AtomicU64::new(1_000));
     let t2 = t.clone();
     (t, Box::new(move || t2.fetch_add(1, Ordering::SeqCst)))
@@ -266,12 +266,15 @@ fn stats_emit_only_changes_within_ttl() {
 
 #[test]
 fn poll_period_is_clamped() {
-    assert_eq!(tracebox::probes::ps::clamp_poll_ms(0), 0);
-    assert_eq!(tracebox::probes::ps::clamp_poll_ms(1), 100);
-    assert_eq!(tracebox::probes::ps::clamp_poll_ms(u32::MAX), u32::MAX);
-    assert_eq!(tracebox::probes::ps::cache_ttl_ticks(100, 0), 1);
-    assert_eq!(tracebox::probes::ps::cache_ttl_ticks(100, 1050), 10);
-    assert_eq!(tracebox::probes::ps::cache_ttl_ticks(0, 1050), 0);
+    assert_eq!(tracebox::traced_probes::ps::clamp_poll_ms(0), 0);
+    assert_eq!(tracebox::traced_probes::ps::clamp_poll_ms(1), 100);
+    assert_eq!(
+        tracebox::traced_probes::ps::clamp_poll_ms(u32::MAX),
+        u32::MAX
+    );
+    assert_eq!(tracebox::traced_probes::ps::cache_ttl_ticks(100, 0), 1);
+    assert_eq!(tracebox::traced_probes::ps::cache_ttl_ticks(100, 1050), 10);
+    assert_eq!(tracebox::traced_probes::ps::cache_ttl_ticks(0, 1050), 0);
 }
 
 #[test]

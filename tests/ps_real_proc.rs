@@ -3,9 +3,9 @@
 
 use std::sync::mpsc;
 
-use tracebox::probes::fs_root::FsRoot;
-use tracebox::probes::ps::parse::parse_status;
-use tracebox::probes::ps::{ProcessStatsPoller, ProcessStatsSettings};
+use tracebox::traced_probes::fs_root::FsRoot;
+use tracebox::traced_probes::ps::parse::parse_status;
+use tracebox::traced_probes::ps::{ProcessStatsPoller, ProcessStatsSettings};
 
 const THREAD_NAME: &str = "ps-probe-named";
 
@@ -125,9 +125,9 @@ fn stats_of_this_process_match_proc() {
         .unwrap();
     assert_eq!(sample.oom_score_adj, Some(adj));
     // CPU time only grows.
-    let now = tracebox::probes::ps::parse::parse_stat_times(
+    let now = tracebox::traced_probes::ps::parse::parse_stat_times(
         &std::fs::read("/proc/self/stat").unwrap(),
-        tracebox::probes::fs_root::ns_per_clock_tick(),
+        tracebox::traced_probes::fs_root::ns_per_clock_tick(),
     )
     .unwrap();
     assert!(sample.runtime_user_mode_ns.unwrap() <= now.utime_ns);

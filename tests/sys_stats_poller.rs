@@ -4,11 +4,11 @@ use std::path::Path;
 
 use quick_protobuf::{BytesReader, MessageRead};
 use tracebox::pb::protos::{mod_TracePacket::OneOfdata, MeminfoCounters, TracePacket};
-use tracebox::probes::fs_root::{ns_per_clock_tick, FsRoot};
-use tracebox::probes::sys_stats::{
+use tracebox::protozero::VecStream;
+use tracebox::traced_probes::fs_root::{ns_per_clock_tick, FsRoot};
+use tracebox::traced_probes::sys_stats::{
     write_sys_stats_packet, Source, SysStatsPoller, SysStatsSettings,
 };
-use tracebox::protozero::VecStream;
 
 fn settings(sources: &[Source]) -> SysStatsSettings {
     let mut s = SysStatsSettings::default();

@@ -7,10 +7,10 @@ use quick_protobuf::{BytesReader, MessageRead};
 use tracebox::pb::protos::{
     mod_CpuInfo::mod_Cpu::OneOfidentifier, mod_TracePacket::OneOfdata, TracePacket,
 };
-use tracebox::probes::fs_root::{FsRoot, ReadErrors};
-use tracebox::probes::power::{write_battery_packet, PowerSupplies};
-use tracebox::probes::system_info::{read_cpu_info, write_cpu_info_packet};
 use tracebox::protozero::VecStream;
+use tracebox::traced_probes::fs_root::{FsRoot, ReadErrors};
+use tracebox::traced_probes::power::{write_battery_packet, PowerSupplies};
+use tracebox::traced_probes::system_info::{read_cpu_info, write_cpu_info_packet};
 
 fn write(root: &Path, rel: &str, content: &str) {
     let p = root.join(rel);
@@ -89,12 +89,12 @@ fn cpu_info_of_this_machine() {
     assert_eq!(e.total(), 0, "{e:?}");
 
     // IRQ names from the real /proc/interrupts decode too.
-    let irqs = tracebox::probes::system_info::parse_interrupts(
+    let irqs = tracebox::traced_probes::system_info::parse_interrupts(
         &std::fs::read_to_string("/proc/interrupts").unwrap(),
     );
     assert!(!irqs.is_empty());
     let mut s = VecStream::new();
-    tracebox::probes::system_info::write_interrupt_info_packet(&mut s, 3, &irqs);
+    tracebox::traced_probes::system_info::write_interrupt_info_packet(&mut s, 3, &irqs);
     let OneOfdata::interrupt_info(ii) = decode(s.as_bytes()).data else {
         panic!("not interrupt_info")
     };

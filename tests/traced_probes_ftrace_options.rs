@@ -90,7 +90,8 @@ data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
 
     let bytes = std::fs::read(&out).unwrap();
     let trace = Trace::from_reader(&mut BytesReader::from_bytes(&bytes), &bytes).unwrap();
-    let getpid = tracebox::probes::ftrace::syscalls::syscall_number("getpid").unwrap() as i64;
+    let getpid =
+        tracebox::traced_probes::ftrace::parse::syscalls::syscall_number("getpid").unwrap() as i64;
     let (mut my_getpids, mut kept, mut dropped) = (0, 0, 0);
     let mut symbols: BTreeMap<u64, String> = BTreeMap::new();
     let mut functions = Vec::new();

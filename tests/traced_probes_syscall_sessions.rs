@@ -13,7 +13,7 @@ use quick_protobuf::{BytesReader, MessageRead};
 use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::Trace;
-use tracebox::probes::ftrace::syscalls::syscall_number;
+use tracebox::traced_probes::ftrace::parse::syscalls::syscall_number;
 use traced_probes_common::*;
 
 const INSTANCE: &str = "tbx_probes_syscall_sessions";

@@ -7,12 +7,17 @@ use tracebox::cmd::rpc::decode;
 use tracebox::pb::protos as p;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, reply)) = data.split_first() else { return };
+    let Some((&sel, reply)) = data.split_first() else {
+        return;
+    };
     match sel % 9 {
         0 => drop(decode::<p::EnableTracingResponse>("EnableTracing", reply)),
         1 => drop(decode::<p::ObserveEventsResponse>("ObserveEvents", reply)),
         2 => drop(decode::<p::ReadBuffersResponse>("ReadBuffers", reply)),
-        3 => drop(decode::<p::QueryServiceStateResponse>("QueryServiceState", reply)),
+        3 => drop(decode::<p::QueryServiceStateResponse>(
+            "QueryServiceState",
+            reply,
+        )),
         4 => drop(decode::<p::GetTraceStatsResponse>("GetTraceStats", reply)),
         5 => drop(decode::<p::FlushResponse>("Flush", reply)),
         6 => drop(decode::<p::CloneSessionResponse>("CloneSession", reply)),

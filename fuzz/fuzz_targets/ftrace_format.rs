@@ -3,10 +3,12 @@
 //! printk_formats, per-cpu stats (and the decimal parser under them).
 
 use libfuzzer_sys::fuzz_target;
-use tracebox::probes::ftrace::format::{parse_format, parse_header_event, parse_header_page};
-use tracebox::probes::ftrace::tracefs::CpuStats;
-use tracebox::probes::ftrace::translate::parse_printk_formats;
 use tracebox::protozero::decimal::parse_decimal;
+use tracebox::traced_probes::ftrace::parse::format::{
+    parse_format, parse_header_event, parse_header_page,
+};
+use tracebox::traced_probes::ftrace::parse::translate::parse_printk_formats;
+use tracebox::traced_probes::ftrace::tracefs::CpuStats;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

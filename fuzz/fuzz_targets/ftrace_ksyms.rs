@@ -2,8 +2,8 @@
 //! /proc/kallsyms text and print_filter atrace matching.
 
 use libfuzzer_sys::fuzz_target;
-use tracebox::probes::ftrace::ksyms::KernelSymbols;
-use tracebox::probes::ftrace::print_filter::PrintMatch;
+use tracebox::traced_probes::ftrace::parse::ksyms::KernelSymbols;
+use tracebox::traced_probes::ftrace::parse::print_filter::PrintMatch;
 
 fuzz_target!(|data: &[u8]| {
     let k = KernelSymbols::parse(&String::from_utf8_lossy(data));

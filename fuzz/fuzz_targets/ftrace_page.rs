@@ -3,15 +3,15 @@
 //! then the full bundle encoder (typed, generic and compact sched paths).
 
 use libfuzzer_sys::fuzz_target;
-use tracebox::probes::ftrace::bundle::{
+use tracebox::protozero::VecStream;
+use tracebox::traced_probes::ftrace::parse::bundle::{
     write_pages, BundleContext, CpuState, EventFilter, PacketWriter,
 };
-use tracebox::probes::ftrace::format::{parse_format, PageHeaderLayout};
-use tracebox::probes::ftrace::page_parser::{parse_page, PageSink, ParseError};
-use tracebox::probes::ftrace::{compact_sched, translate::TranslationTable};
-use tracebox::protozero::VecStream;
+use tracebox::traced_probes::ftrace::parse::format::{parse_format, PageHeaderLayout};
+use tracebox::traced_probes::ftrace::parse::page_parser::{parse_page, PageSink, ParseError};
+use tracebox::traced_probes::ftrace::parse::{compact_sched, translate::TranslationTable};
 
-const TD: &str = "../src/probes/ftrace/testdata/";
+const TD: &str = "../tests/data/ftrace-pages/";
 
 struct Count(u64);
 impl PageSink for Count {

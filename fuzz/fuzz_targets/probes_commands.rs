@@ -2,16 +2,18 @@
 //! service (first byte even) and the crash state file (odd). Never panic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tracebox::traced_probes::{crash_marker, wire};
+use tracebox::traced_probes::{ftrace::crash_state, wire};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
     if sel % 2 == 0 {
         if let Ok(wire::Command::SetupDataSource { config, .. }) = wire::parse_command(rest) {
             let _ = wire::target_buffer(&config);
         }
     } else {
-        let entries = crash_marker::parse(&String::from_utf8_lossy(rest));
-        assert_eq!(crash_marker::parse(&crash_marker::format(&entries)), entries);
+        let entries = crash_state::parse(&String::from_utf8_lossy(rest));
+        assert_eq!(crash_state::parse(&crash_state::format(&entries)), entries);
     }
 });

@@ -2,7 +2,9 @@
 //! /proc/<pid>/{status,stat,cmdline,smaps_rollup} parsers on arbitrary bytes.
 
 use libfuzzer_sys::fuzz_target;
-use tracebox::probes::ps::parse::{parse_smaps_rollup, parse_stat_times, parse_status, split_cmdline};
+use tracebox::traced_probes::ps::parse::{
+    parse_smaps_rollup, parse_stat_times, parse_status, split_cmdline,
+};
 
 fuzz_target!(|data: &[u8]| {
     let _ = parse_status(data);

@@ -2,9 +2,9 @@
 //! sys_stats and cpuinfo text parsers on arbitrary (lossily decoded) input.
 
 use libfuzzer_sys::fuzz_target;
-use tracebox::probes::fs_root::ReadErrors;
-use tracebox::probes::sys_stats::counters::{build_lookup, meminfo_entries, vmstat_entries};
-use tracebox::probes::sys_stats::{parse::*, StatFields, SysStatsPacket};
+use tracebox::traced_probes::fs_root::ReadErrors;
+use tracebox::traced_probes::sys_stats::counters::{build_lookup, meminfo_entries, vmstat_entries};
+use tracebox::traced_probes::sys_stats::{parse::*, StatFields, SysStatsPacket};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -18,5 +18,5 @@ fuzz_target!(|data: &[u8]| {
     parse_diskstats(&text, &mut p, &mut e);
     parse_psi(&text, 1, 2, &mut p, &mut e);
     parse_slabinfo(&text, &mut p, &mut e);
-    let _ = tracebox::probes::system_info::parse_cpuinfo(&text);
+    let _ = tracebox::traced_probes::system_info::parse_cpuinfo(&text);
 });

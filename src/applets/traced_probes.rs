@@ -3,7 +3,7 @@
 use super::{parse_args, Via};
 use crate::base::daemonize::{self, Side};
 use crate::ipc::default_sockets::producer_socket_name;
-use crate::traced_probes::{self, crash_marker, ProducerOptions};
+use crate::traced_probes::{self, ftrace::crash_state, ProducerOptions};
 use argh::FromArgs;
 
 /// Kernel ftrace plus /proc and /sys pollers, producing into traced.
@@ -37,7 +37,7 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         crate::log_error!("signals: {e}");
         return 1;
     }
-    let state_file = crash_marker::default_path();
+    let state_file = crash_state::default_path();
     if args.cleanup_after_crash || args.reset_ftrace {
         if let Err(e) = traced_probes::hard_reset(&state_file) {
             crate::log_error!("ftrace reset failed: {e}");

@@ -366,9 +366,11 @@ fn stats_in_packet(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probes::ftrace::stats::{write_ftrace_stats, Phase as P, StatsSnapshot};
-    use crate::probes::ftrace::tracefs::CpuStats;
     use crate::protozero::{put_bytes, put_varint, VecStream};
+    use crate::traced_probes::ftrace::parse::stats::{
+        write_ftrace_stats, Phase as P, StatsSnapshot,
+    };
+    use crate::traced_probes::ftrace::tracefs::CpuStats;
     use std::io::Write;
 
     /// A stats packet as traced_probes writes it, with traced's trailer.

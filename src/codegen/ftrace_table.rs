@@ -1,5 +1,5 @@
 //! Build-time generator of the compile-time ftrace event table
-//! (`$OUT_DIR/ftrace_table.rs`, included by `src/probes/ftrace/table.rs`).
+//! (`$OUT_DIR/ftrace_table.rs`, included by `src/traced_probes/ftrace/parse/table.rs`).
 //!
 //! Inputs: the merged schema text (every .proto) and
 //! `proto/trace/ftrace/event_map.txt`. For each map line `group event

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::ftrace_mux::FtraceMux;
+use super::ftrace::mux::FtraceMux;
 use crate::pb::protos::DataSourceConfig;
 
 /// Data source names we register, in registration order.

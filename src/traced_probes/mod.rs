@@ -1,33 +1,36 @@
 //! The traced_probes daemon: a producer connected to traced's producer
 //! socket, serving `linux.ftrace`, `linux.process_stats`,
-//! `linux.sys_stats`, `linux.system_info` and `linux.sysfs_power` from
-//! the pollers and parsers in [`crate::probes`].
+//! `linux.sys_stats`, `linux.system_info` and `linux.sysfs_power`.
 //!
-//! * [`producer`]: the event-loop handler (connection, commands, timers).
-//! * [`wire`] / [`link`]: ProducerPort messages and the shared connection
-//!   the SMB arbiter commits through.
-//! * [`ftrace_mux`]: ftrace shared by concurrent sessions (reading with
-//!   `probes::ftrace::cpu_reader`); [`crash_marker`] remembers what to undo
-//!   if we die while tracing.
-//! * [`sources`]: one small file per data source.
+//! One folder per data source, each with its parsers, its reader or poller
+//! and its `data_source.rs`: [`ftrace`] (pure page/format layer in
+//! `ftrace::parse`), [`ps`], [`sys_stats`], [`system_info`], [`power`].
+//! The pollers read procfs and sysfs through [`fs_root::FsRoot`], so tests
+//! point them at fixture directories.
+//!
+//! This level holds what every source shares: [`producer`] (the event-loop
+//! handler), [`wire`] / [`link`] (ProducerPort messages and the connection
+//! the SMB arbiter commits through), [`factory`] (SetupDataSource -> an
+//! instance), [`data_source`] (the trait), [`backoff`], [`clock`] and
+//! [`stop_signals`].
 
-pub mod atrace_runner;
 pub mod backoff;
 pub mod clock;
-pub mod crash_marker;
 pub mod data_source;
-pub mod drain_pace;
-pub mod ftrace_instance;
-pub mod ftrace_mux;
-pub mod ftrace_syscalls;
+pub mod factory;
+pub mod fs_root;
+pub mod ftrace;
 pub mod link;
+pub mod power;
 pub mod producer;
-pub mod sources;
+pub mod ps;
 pub mod stop_signals;
+pub mod sys_stats;
+pub mod system_info;
 pub mod wire;
 
 use crate::base::event_loop::EventLoop;
-use crate::probes::ftrace::Tracefs;
+use ftrace::Tracefs;
 
 pub use producer::{Producer, ProducerOptions, NOTIFY_ENV};
 
@@ -35,7 +38,7 @@ pub use producer::{Producer, ProducerOptions, NOTIFY_ENV};
 /// file, then hard-reset every tracefs root.
 pub fn hard_reset(state_file: &std::path::Path) -> std::io::Result<()> {
     if let Ok(root) = Tracefs::discover() {
-        crash_marker::cleanup(state_file, &root);
+        ftrace::crash_state::cleanup(state_file, &root);
     }
     Tracefs::hard_reset_all()
 }
@@ -45,7 +48,7 @@ pub fn run(opts: ProducerOptions) -> i32 {
     // A previous run that died while tracing left its state file behind.
     if opts.state_file.exists() {
         if let Ok(root) = Tracefs::discover() {
-            let cleaned = crash_marker::cleanup(&opts.state_file, &root);
+            let cleaned = ftrace::crash_state::cleanup(&opts.state_file, &root);
             crate::log_warn!("cleaned ftrace state left by a previous run: {cleaned:?}");
         }
     }

@@ -3,8 +3,8 @@
 
 #![allow(dead_code)]
 
-use tracebox::probes::ftrace::bundle::PacketWriter;
 use tracebox::protozero::VecStream;
+use tracebox::traced_probes::ftrace::parse::bundle::PacketWriter;
 
 #[derive(Default)]
 pub struct Packets {

@@ -9,8 +9,8 @@ use crate::base::event_loop::{LoopCtl, TaskRunner};
 use crate::base::shm::{AttachOptions, Shm};
 use crate::pb::protos::DataSourceConfig;
 use crate::traced_probes::data_source::{self, Env};
+use crate::traced_probes::factory;
 use crate::traced_probes::link::Method;
-use crate::traced_probes::sources;
 use crate::traced_probes::wire::{self, Command};
 use crate::tracing::core::arbiter::{Arbiter, BufferExhaustedPolicy, CommitBatch};
 use crate::tracing::core::smb_abi::SmbAbi;
@@ -91,7 +91,7 @@ impl Producer {
             let mut env = Env {
                 ftrace: &mut self.ftrace,
             };
-            sources::create(id, config, writer, &mut env)
+            factory::create(id, config, writer, &mut env)
         })();
         match r {
             Ok(ds) => {

@@ -28,7 +28,7 @@ use crate::base::sock_addr::SockAddr;
 use crate::ipc::client::{Client, ClientEvent, ClientReply};
 use crate::traced_probes::backoff::Backoff;
 use crate::traced_probes::data_source::{self, DataSource, Env};
-use crate::traced_probes::ftrace_mux::FtraceMux;
+use crate::traced_probes::ftrace::mux::FtraceMux;
 use crate::traced_probes::link::{Link, Method};
 use crate::traced_probes::stop_signals::StopSignals;
 use crate::traced_probes::wire;

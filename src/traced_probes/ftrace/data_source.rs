@@ -1,0 +1,44 @@
+//! `linux.ftrace`: a handle on this instance's state inside the shared
+//! [`FtraceMux`](crate::traced_probes::ftrace::mux::FtraceMux), which owns
+//! its writer and does the reading for every session at once.
+
+use std::time::Duration;
+
+use crate::pb::protos::DataSourceConfig;
+use crate::traced_probes::data_source::{session_of, DataSource, Env};
+use crate::tracing::core::trace_writer::TraceWriter;
+
+pub struct FtraceSource {
+    id: u64,
+}
+
+impl FtraceSource {
+    pub fn setup(
+        id: u64,
+        config: &DataSourceConfig,
+        writer: TraceWriter,
+        env: &mut Env<'_>,
+    ) -> Result<Self, String> {
+        let cfg = config.ftrace_config.clone().unwrap_or_default();
+        env.ftrace.setup(id, &cfg, session_of(config), writer)?;
+        Ok(FtraceSource { id })
+    }
+}
+
+impl DataSource for FtraceSource {
+    fn start(&mut self, env: &mut Env<'_>) -> Option<Duration> {
+        if let Err(e) = env.ftrace.start(self.id) {
+            crate::log_error!("linux.ftrace {}: {e}", self.id);
+        }
+        // The producer drives reading with its own drain timer.
+        None
+    }
+
+    fn flush(&mut self, env: &mut Env<'_>) {
+        env.ftrace.flush(&[self.id]);
+    }
+
+    fn stop(&mut self, env: &mut Env<'_>) {
+        env.ftrace.stop(self.id);
+    }
+}

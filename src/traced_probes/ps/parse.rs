@@ -1,0 +1,274 @@
+//! Pure parsers for `/proc/<pid>/{status,stat,cmdline,smaps_rollup}`.
+//!
+//! Inputs are whatever the kernel (or a fixture) returned; nothing here
+//! panics on odd bytes. Fields that do not parse are left `None`.
+
+use crate::traced_probes::fs_root::{leading_i64, leading_u64};
+
+/// Iterates `key: value` lines, yielding the key and the value with leading
+/// blanks removed. Lines without a colon are skipped.
+pub fn key_values(buf: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    buf.split(|&b| b == b'\n').filter_map(|line| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        let mut v = &line[colon + 1..];
+        while let [b' ' | b'\t', rest @ ..] = v {
+            v = rest;
+        }
+        Some((&line[..colon], v))
+    })
+}
+
+/// Memory counters of `/proc/<pid>/status`, in kB.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatusMem {
+    pub vm_size_kb: Option<u64>,
+    pub vm_locked_kb: Option<u64>,
+    pub vm_hwm_kb: Option<u64>,
+    pub vm_rss_kb: Option<u64>,
+    pub rss_anon_kb: Option<u64>,
+    pub rss_file_kb: Option<u64>,
+    pub rss_shmem_kb: Option<u64>,
+    pub vm_swap_kb: Option<u64>,
+}
+
+impl StatusMem {
+    /// Kernel threads have no `Vm*` lines; like upstream we take `VmSize`
+    /// as the marker that memory counters exist.
+    pub fn has_counters(&self) -> bool {
+        self.vm_size_kb.is_some()
+    }
+}
+
+/// The fields of `/proc/<pid>/status` the pollers use.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// `Name:` (comm), lossily decoded.
+    pub name: Option<String>,
+    pub tgid: Option<i32>,
+    pub pid: Option<i32>,
+    pub ppid: Option<i32>,
+    /// Real uid (first `Uid:` column).
+    pub uid: Option<i32>,
+    /// `NSpid:` ids after the first (root namespace) one; empty when the
+    /// task lives in the root pid namespace only.
+    pub ns_ids: Vec<i32>,
+    /// `Kthread:` (Linux 6.4+); `None` on older kernels.
+    pub kthread: Option<bool>,
+    /// `Threads:` count.
+    pub threads: Option<u32>,
+    pub mem: StatusMem,
+}
+
+fn to_i32(v: &[u8]) -> Option<i32> {
+    leading_i64(v).and_then(|v| i32::try_from(v).ok())
+}
+
+/// Parses `/proc/<pid>/status`. Stops at `SigQ:`: every field used here
+/// comes before it on all kernels, and the ~25 lines after it (signal
+/// masks, capabilities, cpu lists) are the bulk of the parsing cost.
+pub fn parse_status(buf: &[u8]) -> Status {
+    let mut st = Status::default();
+    for (k, v) in key_values(buf) {
+        match k {
+            b"SigQ" => break,
+            b"Name" => st.name = Some(String::from_utf8_lossy(v).into_owned()),
+            b"Tgid" => st.tgid = to_i32(v),
+            b"Pid" => st.pid = to_i32(v),
+            b"PPid" => st.ppid = to_i32(v),
+            b"Uid" => st.uid = to_i32(v),
+            b"NSpid" => {
+                st.ns_ids = v
+                    .split(|&b| b == b'\t' || b == b' ')
+                    .filter(|t| !t.is_empty())
+                    .skip(1)
+                    .filter_map(to_i32)
+                    .collect();
+            }
+            b"Kthread" => {
+                st.kthread = match leading_u64(v) {
+                    Some(0) => Some(false),
+                    Some(1) => Some(true),
+                    _ => None,
+                }
+            }
+            b"Threads" => st.threads = leading_u64(v).and_then(|v| u32::try_from(v).ok()),
+            b"VmSize" => st.mem.vm_size_kb = leading_u64(v),
+            b"VmLck" => st.mem.vm_locked_kb = leading_u64(v),
+            b"VmHWM" => st.mem.vm_hwm_kb = leading_u64(v),
+            b"VmRSS" => st.mem.vm_rss_kb = leading_u64(v),
+            b"RssAnon" => st.mem.rss_anon_kb = leading_u64(v),
+            b"RssFile" => st.mem.rss_file_kb = leading_u64(v),
+            b"RssShmem" => st.mem.rss_shmem_kb = leading_u64(v),
+            b"VmSwap" => st.mem.vm_swap_kb = leading_u64(v),
+            _ => {}
+        }
+    }
+    st
+}
+
+/// `/proc/<pid>/smaps_rollup` totals, in kB.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SmapsRollup {
+    pub rss_kb: Option<u64>,
+    pub pss_kb: Option<u64>,
+    pub pss_anon_kb: Option<u64>,
+    pub pss_file_kb: Option<u64>,
+    pub pss_shmem_kb: Option<u64>,
+    pub swap_pss_kb: Option<u64>,
+}
+
+pub fn parse_smaps_rollup(buf: &[u8]) -> SmapsRollup {
+    let mut r = SmapsRollup::default();
+    for (k, v) in key_values(buf) {
+        let slot = match k {
+            b"Rss" => &mut r.rss_kb,
+            b"Pss" => &mut r.pss_kb,
+            b"Pss_Anon" => &mut r.pss_anon_kb,
+            b"Pss_File" => &mut r.pss_file_kb,
+            b"Pss_Shmem" => &mut r.pss_shmem_kb,
+            b"SwapPss" => &mut r.swap_pss_kb,
+            _ => continue,
+        };
+        *slot = leading_u64(v);
+    }
+    r
+}
+
+/// CPU times and start time from `/proc/<pid>/stat`, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatTimes {
+    pub utime_ns: u64,
+    pub stime_ns: u64,
+    pub start_from_boot_ns: u64,
+}
+
+/// Parses utime (field 14), stime (15) and starttime (22) of
+/// `/proc/<pid>/stat`. The comm field (2) may contain spaces and
+/// parentheses, so fields are counted from the last `)`.
+pub fn parse_stat_times(buf: &[u8], ns_per_tick: u64) -> Option<StatTimes> {
+    let close = buf.iter().rposition(|&b| b == b')')?;
+    // Field 3 (state) is the first token after ")".
+    let mut fields = buf[close + 1..]
+        .split(|&b| b == b' ' || b == b'\n')
+        .filter(|t| !t.is_empty());
+    let mut nth = |skip: usize| fields.nth(skip).and_then(leading_u64);
+    let utime = nth(14 - 3)?;
+    let stime = nth(0)?;
+    let start = nth(22 - 16)?;
+    Some(StatTimes {
+        utime_ns: utime.saturating_mul(ns_per_tick),
+        stime_ns: stime.saturating_mul(ns_per_tick),
+        start_from_boot_ns: start.saturating_mul(ns_per_tick),
+    })
+}
+
+/// Splits `/proc/<pid>/cmdline` on NUL. A missing final NUL (seen on some
+/// kernels) is tolerated. Empty input gives no arguments.
+pub fn split_cmdline(buf: &[u8]) -> Vec<String> {
+    let body = buf.strip_suffix(b"\0").unwrap_or(buf);
+    if buf.is_empty() {
+        return Vec::new();
+    }
+    body.split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &[u8] = b"Name:\tmy proc\nUmask:\t0022\nState:\tS (sleeping)\n\
+Tgid:\t1234\nNgid:\t0\nPid:\t1234\nPPid:\t1\nTracerPid:\t0\n\
+Uid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\nNSpid:\t1234\t7\n\
+Kthread:\t0\nVmPeak:\t   10000 kB\nVmSize:\t    9000 kB\nVmLck:\t       4 kB\n\
+VmHWM:\t    3000 kB\nVmRSS:\t    2900 kB\nRssAnon:\t    1000 kB\n\
+RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3\n";
+
+    #[test]
+    fn status_fields() {
+        let st = parse_status(STATUS);
+        assert_eq!(st.name.as_deref(), Some("my proc"));
+        assert_eq!(
+            (st.tgid, st.pid, st.ppid, st.uid),
+            (Some(1234), Some(1234), Some(1), Some(1000))
+        );
+        assert_eq!(st.ns_ids, vec![7]);
+        assert_eq!(st.kthread, Some(false));
+        assert_eq!(st.threads, Some(3));
+        assert_eq!(
+            st.mem,
+            StatusMem {
+                vm_size_kb: Some(9000),
+                vm_locked_kb: Some(4),
+                vm_hwm_kb: Some(3000),
+                vm_rss_kb: Some(2900),
+                rss_anon_kb: Some(1000),
+                rss_file_kb: Some(1800),
+                rss_shmem_kb: Some(100),
+                vm_swap_kb: Some(12),
+            }
+        );
+    }
+
+    #[test]
+    fn fields_after_sigq_are_ignored() {
+        let st = parse_status(b"Pid:\t1\nSigQ:\t0/100\nThreads:\t9\n");
+        assert_eq!((st.pid, st.threads), (Some(1), None));
+    }
+
+    #[test]
+    fn kernel_thread_status_has_no_mem() {
+        let st = parse_status(b"Name:\tkworker/0:1\nPid:\t20\nTgid:\t20\nPPid:\t2\nKthread:\t1\n");
+        assert!(!st.mem.has_counters());
+        assert_eq!(st.kthread, Some(true));
+        assert!(st.ns_ids.is_empty());
+    }
+
+    #[test]
+    fn garbage_status_does_not_panic() {
+        for input in [
+            &b""[..],
+            b":",
+            b"Pid:",
+            b"Pid:\t-",
+            b"NSpid:\t\t\t",
+            b"\xff\xfe:\xff",
+            b"Kthread: 7",
+        ] {
+            let st = parse_status(input);
+            assert_eq!(st.pid, None);
+            assert_eq!(st.kthread, None);
+        }
+    }
+
+    #[test]
+    fn stat_times_with_hostile_comm() {
+        let stat = b"42 (a) b) (c) S 1 42 42 0 -1 4194560 100 0 0 0 250 130 0 0 20 0 1 0 777 1000 200 18446744073709551615\n";
+        let t = parse_stat_times(stat, 10_000_000).unwrap();
+        assert_eq!(t.utime_ns, 2_500_000_000);
+        assert_eq!(t.stime_ns, 1_300_000_000);
+        assert_eq!(t.start_from_boot_ns, 7_770_000_000);
+        assert_eq!(parse_stat_times(b"42 (x) S 1 2", 1), None);
+        assert_eq!(parse_stat_times(b"", 1), None);
+    }
+
+    #[test]
+    fn cmdline_splitting() {
+        assert_eq!(
+            split_cmdline(b"/bin/sh\0-c\0echo hi\0"),
+            vec!["/bin/sh", "-c", "echo hi"]
+        );
+        assert_eq!(split_cmdline(b"/bin/sh\0-c"), vec!["/bin/sh", "-c"]);
+        assert_eq!(split_cmdline(b"a\0\0b\0"), vec!["a", "", "b"]);
+        assert!(split_cmdline(b"").is_empty());
+    }
+
+    #[test]
+    fn smaps_rollup() {
+        let r = parse_smaps_rollup(b"55d0-7ffd ---p 00000000 00:00 0 [rollup]\nRss:  100 kB\nPss:  80 kB\nPss_Anon: 50 kB\nPss_File: 20 kB\nPss_Shmem: 10 kB\nSwapPss: 3 kB\n");
+        assert_eq!(r.rss_kb, Some(100));
+        assert_eq!(r.pss_kb, Some(80));
+        assert_eq!(r.swap_pss_kb, Some(3));
+    }
+}
