@@ -6,11 +6,8 @@ use std::path::{Path, PathBuf};
 use tracebox::traced_probes::ftrace::parse::format::{parse_format, parse_header_page, FieldType};
 use tracebox::traced_probes::ftrace::Tracefs;
 
-/// shared/ sits beside the checkout (as in CI); nothing is skipped if absent.
-const CORPUS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/testdata/ftrace-formats"
-);
+/// Format files captured from many kernels, kept in the repository.
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ftrace-formats");
 
 fn format_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
