@@ -126,7 +126,7 @@ fn query_lists_producers_data_sources_and_sessions() {
     let raw = env.perfetto(&["--query-raw"]);
     assert!(raw.status.success());
     let state: tracebox::pb::protos::TracingServiceState =
-        tracebox::tracing::service::raw_proto::decode_message(&raw.stdout)
+        tracebox::protozero::decode::decode_message(&raw.stdout)
             .expect("--query-raw is a TracingServiceState");
     assert!(state.data_sources.iter().any(|d| {
         d.ds_descriptor.as_ref().and_then(|x| x.name.as_deref()) == Some("tbx.sdk_test")

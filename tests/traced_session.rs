@@ -9,8 +9,8 @@ mod traced_support;
 use std::os::fd::OwnedFd;
 
 use tracebox::pb::protos::*;
+use tracebox::protozero::decode::{decode_message, FieldIter};
 use tracebox::protozero::{put_bytes, put_varint, VecStream};
-use tracebox::tracing::service::raw_proto::{decode_message, FieldIter};
 use traced_support::*;
 
 fn sockets(tag: &str) -> (String, String) {

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use crate::tracing::service::raw_proto::{read_varint, FieldIter};
+use crate::protozero::decode::{read_varint, FieldIter};
 
 /// `Trace.packet`, `TracePacket.trusted_packet_sequence_id`,
 /// `TracePacket.ftrace_stats`.

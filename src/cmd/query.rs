@@ -118,7 +118,7 @@ pub fn run(socket: &str, raw: bool, long: bool) -> i32 {
         };
     }
     // Our own re-encoding of the replies' checked pieces (see `fetch`).
-    match crate::tracing::service::raw_proto::decode_message::<TracingServiceState>(&bytes) {
+    match crate::protozero::decode::decode_message::<TracingServiceState>(&bytes) {
         Ok(state) => {
             print!("{}", render(&state, long));
             0

@@ -13,6 +13,7 @@
 //! opaque [`LenSlot`] handed out by the stream, never by a pointer.
 
 pub mod decimal;
+pub mod decode;
 mod encode;
 mod vec_stream;
 

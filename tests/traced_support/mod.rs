@@ -15,13 +15,13 @@ use tracebox::pb::protos::mod_CommitDataRequest::mod_ChunkToPatch::Patch as PbPa
 use tracebox::pb::protos::mod_CommitDataRequest::{ChunkToPatch as PbChunkToPatch, ChunksToMove};
 use tracebox::pb::protos::mod_GetAsyncCommandResponse::OneOfcmd;
 use tracebox::pb::protos::*;
+use tracebox::protozero::decode::decode_message;
 use tracebox::protozero::{put_bytes, put_str, put_varint, Stream, VecStream};
 use tracebox::tracing::core::arbiter::{
     Arbiter, ArbiterConfig, BufferExhaustedPolicy, CommitBatch, ProducerTransport,
 };
 use tracebox::tracing::core::smb_abi::SmbAbi;
 use tracebox::tracing::core::trace_writer::TraceWriter;
-use tracebox::tracing::service::raw_proto::decode_message;
 
 pub struct Daemon(pub Child);
 
@@ -243,7 +243,7 @@ pub fn packets_from_file(mut b: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     while !b.is_empty() {
         assert_eq!(b[0], 0x0a, "Trace.packet tag");
-        let (len, n) = tracebox::tracing::service::raw_proto::read_varint(&b[1..]).unwrap();
+        let (len, n) = tracebox::protozero::decode::read_varint(&b[1..]).unwrap();
         let start = 1 + n;
         out.push(b[start..start + len as usize].to_vec());
         b = &b[start + len as usize..];
@@ -254,7 +254,7 @@ pub fn packets_from_file(mut b: &[u8]) -> Vec<Vec<u8>> {
 /// Producer packets (sequence id >= 2) with the trusted trailer removed,
 /// after checking the trailer's uid.
 pub fn producer_payloads(packets: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    use tracebox::tracing::service::raw_proto::{read_varint, FieldIter};
+    use tracebox::protozero::decode::{read_varint, FieldIter};
     let mut got = Vec::new();
     for p in packets {
         let fields: Vec<_> = FieldIter::new(p).collect();

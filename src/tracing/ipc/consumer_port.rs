@@ -9,8 +9,8 @@ use quick_protobuf::{MessageWrite, Writer};
 use crate::ipc::host::{Call, ClientId, Reply, ReplySink, Services};
 use crate::pb::protos::mod_CloneSessionRequest::OneOfselector;
 use crate::pb::protos::*;
+use crate::protozero::decode::{decode_message, FieldIter};
 use crate::protozero::{put_bytes, put_str, put_varint, VecStream};
-use crate::tracing::service::raw_proto::{decode_message, FieldIter};
 use crate::tracing::service::CloneSelector;
 
 use super::traced_state::{ConsumerConn, PendingRead, TracedState};

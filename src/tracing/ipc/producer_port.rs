@@ -5,8 +5,8 @@ use crate::base::shm::{AttachOptions, Shm};
 use crate::ipc::host::{Call, ClientId, Reply, ReplySink, Services};
 use crate::pb::protos::mod_InitializeConnectionRequest::ProducerSMBScrapingMode;
 use crate::pb::protos::*;
+use crate::protozero::decode::decode_message;
 use crate::protozero::{put_str, put_varint, VecStream};
-use crate::tracing::service::raw_proto::decode_message;
 use crate::tracing::service::types::{ProducerInfo, ProvidedSmb};
 
 use super::traced_state::{ProducerConn, TracedState};

@@ -4,8 +4,8 @@
 
 use crate::tracing::core::smb_abi::{choose_shm_sizes, SmbAbi};
 
+use super::ds_config_bytes::{rewrite_data_source_config, OwnedDsFields};
 use super::name_matcher::regex_full_match;
-use super::raw_proto::{rewrite_data_source_config, OwnedDsFields};
 use super::service::TracingService;
 use super::session::{event, DsInstance, InstanceState, SessionState};
 use super::types::*;

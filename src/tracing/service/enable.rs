@@ -9,12 +9,13 @@ use crate::pb::protos::mod_TraceConfig::LockdownModeOperation;
 use crate::pb::protos::TraceConfig;
 
 use super::config_validation::{trigger_mode, validate_trace_config};
-use super::raw_proto::{decode_message, raw_data_source_configs};
+use super::ds_config_bytes::raw_data_source_configs;
 use super::service::{TracingService, MAX_SESSIONS, MAX_SESSIONS_PER_UID};
 use super::session::{event, Session, SessionState};
 use super::timers::{ms, Timer};
 use super::trace_buffer::{OverwritePolicy, TraceBuffer};
 use super::types::*;
+use crate::protozero::decode::decode_message;
 
 const DEFAULT_SNAPSHOT_INTERVAL_MS: u32 = 10_000;
 const DEFAULT_FILE_WRITE_PERIOD_MS: u32 = 5000;

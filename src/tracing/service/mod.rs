@@ -13,7 +13,7 @@
 //!
 //! Where things live: `enable` (EnableTracing/StartTracing/ChangeTraceConfig),
 //! `data_sources` (matching, SetupDataSource with the raw config rewritten
-//! by `raw_proto`, lazy SMBs), `commit` (CommitData, ACLs), `flush`,
+//! by `ds_config_bytes`, lazy SMBs), `commit` (CommitData, ACLs), `flush`,
 //! `stop` (DisableTracing, stop acks, FreeBuffers), `triggers`, `scrape`,
 //! `read_pass` (ReadBuffers / write_into_file), `read_frames` (encoding
 //! ReadBuffers responses without per-packet allocations), `service_packets`,
@@ -36,11 +36,11 @@ mod commit;
 pub mod config_validation;
 mod consumer_ops;
 mod data_sources;
+pub mod ds_config_bytes;
 mod enable;
 mod flush;
 pub mod name_matcher;
 pub mod producer;
-pub mod raw_proto;
 pub mod read_frames;
 pub mod read_pass;
 mod scrape;

@@ -152,7 +152,7 @@ pub struct CollectFrames {
 impl FrameSink for CollectFrames {
     fn frame(&mut self, buf: &mut [u8], has_more: bool) -> bool {
         let payload = &buf[FRAME_HEAD_ROOM..];
-        let r = super::raw_proto::decode_message(payload).expect("we encoded it");
+        let r = crate::protozero::decode::decode_message(payload).expect("we encoded it");
         self.frames.push(r);
         self.last_has_more = has_more;
         true
@@ -285,8 +285,7 @@ mod tests {
         let got = write(&packets, 0);
         let mut joined = vec![Vec::new()];
         for (bytes, _) in &got.frames {
-            let r: ReadBuffersResponse =
-                crate::tracing::service::raw_proto::decode_message(bytes).unwrap();
+            let r: ReadBuffersResponse = crate::protozero::decode::decode_message(bytes).unwrap();
             for s in r.slices {
                 joined.last_mut().unwrap().extend(s.data.unwrap());
                 if s.last_slice_for_packet == Some(true) {

@@ -123,7 +123,7 @@ pub fn trace_stats(uid: u32, ts: u64, trace_stats_raw: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::pb::protos::TracePacket;
-    use crate::tracing::service::raw_proto::decode_message;
+    use crate::protozero::decode::decode_message;
 
     #[test]
     fn packets_decode_with_trusted_fields() {

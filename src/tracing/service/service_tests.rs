@@ -1,11 +1,11 @@
 //! Service core tests: session lifecycle and read-back.
 
-use super::raw_proto::{decode_message, FieldIter};
 use super::session::SessionState;
 use super::test_env::*;
 use super::*;
 use crate::pb::protos::mod_TracePacket::OneOfdata;
 use crate::pb::protos::{DataSourceConfig, TraceStats};
+use crate::protozero::decode::{decode_message, FieldIter};
 use crate::protozero::{put_bytes, put_str, put_varint, VecStream};
 
 fn setup_ds_instance(outs: &[Output], producer: ProducerId) -> (u64, Vec<u8>) {

@@ -1,13 +1,13 @@
 //! Service core tests: producer ACLs, hostile producers, consumer access
 //! control, clone, observe events, queries.
 
-use super::raw_proto::decode_message;
 use super::test_env::*;
 use super::*;
 use crate::pb::protos::mod_CommitDataRequest::mod_ChunkToPatch::Patch;
 use crate::pb::protos::mod_CommitDataRequest::{ChunkToPatch, ChunksToMove};
 use crate::pb::protos::mod_TracePacket::OneOfdata;
 use crate::pb::protos::{CommitDataRequest, DataSourceConfig, ObservableEvents, TraceStats};
+use crate::protozero::decode::decode_message;
 
 fn global_buffer(outs: &[Output], p: ProducerId) -> u32 {
     cmds_for(outs, p)

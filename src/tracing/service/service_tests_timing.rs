@@ -1,7 +1,6 @@
 //! Service core tests driven by fake time: duration, flushes, stop
 //! timeouts, write_into_file, triggers.
 
-use super::raw_proto::decode_message;
 use super::session::SessionState;
 use super::test_env::*;
 use super::*;
@@ -9,6 +8,7 @@ use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::{Trigger, TriggerMode
 use crate::pb::protos::mod_TraceConfig::TriggerConfig;
 use crate::pb::protos::mod_TracePacket::OneOfdata;
 use crate::pb::protos::{DataSourceConfig, DataSourceDescriptor, TraceConfig};
+use crate::protozero::decode::decode_message;
 
 fn global_buffer(outs: &[Output], p: ProducerId) -> u32 {
     cmds_for(outs, p)

@@ -16,8 +16,8 @@ use crate::protozero::{put_varint, VecStream};
 use crate::tracing::core::shared_mem::SharedMem;
 use crate::tracing::core::smb_abi::{ChunkHeader, PageLayout};
 
-use super::raw_proto::decode_message;
 use super::*;
+use crate::protozero::decode::decode_message;
 
 #[derive(Default)]
 pub struct EnvLog {

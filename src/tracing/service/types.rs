@@ -216,7 +216,7 @@ mod tests {
             flags: 0x12,
         };
         let r: GetAsyncCommandResponse =
-            crate::tracing::service::raw_proto::decode_message(&cmd.encode()).unwrap();
+            crate::protozero::decode::decode_message(&cmd.encode()).unwrap();
         match r.cmd {
             OneOfcmd::flush(f) => {
                 assert_eq!(f.data_source_ids, vec![1, 2]);
@@ -230,7 +230,7 @@ mod tests {
             service_created_smb: true,
         };
         let r: GetAsyncCommandResponse =
-            crate::tracing::service::raw_proto::decode_message(&cmd.encode()).unwrap();
+            crate::protozero::decode::decode_message(&cmd.encode()).unwrap();
         assert!(
             matches!(r.cmd, OneOfcmd::setup_tracing(t) if t.shared_buffer_page_size_kb == Some(4))
         );
