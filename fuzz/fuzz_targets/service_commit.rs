@@ -9,7 +9,8 @@ use libfuzzer_sys::fuzz_target;
 use tracebox::pb::protos::{CommitDataRequest, DataSourceDescriptor};
 use tracebox::tracing::core::shared_mem::SharedMem;
 use tracebox::tracing::service::name_matcher::NameMatcher;
-use tracebox::tracing::service::raw_proto::*;
+use tracebox::protozero::decode::decode_message;
+use tracebox::tracing::service::ds_config_bytes::*;
 use tracebox::tracing::service::*;
 
 struct Env;
