@@ -9,9 +9,13 @@ pub mod applets;
 pub mod base;
 pub mod cmd;
 pub mod ipc;
+pub mod mem;
 pub mod pb;
 pub mod protozero;
 pub mod schema;
 pub mod traced;
 pub mod traced_probes;
 pub mod tracing;
+
+/// What every applet, the service and the producers report as their version.
+pub const VERSION: &str = concat!("tracebox ", env!("CARGO_PKG_VERSION"));

@@ -8,12 +8,12 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::gen::{gen_message, packet_budget, Rng};
+use tracebox::mem::shared_mem::SharedMem;
 use tracebox::protozero::VecStream;
 use tracebox::tracing::core::arbiter::{
     Arbiter, ArbiterConfig, BufferExhaustedPolicy, BufferId, CommitBatch, ProducerTransport,
     WriterId,
 };
-use tracebox::tracing::core::shared_mem::SharedMem;
 use tracebox::tracing::core::smb_abi::{PageLayout, SmbAbi};
 use tracebox::tracing::service::trace_buffer::{
     ClientIdentity, OverwritePolicy, Patch, TraceBuffer,

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use common::fake_service::TestTransport;
 use common::gen::{gen_message, packet_budget, Rng};
+use tracebox::mem::shared_mem::SharedMem;
 use tracebox::protozero::{begin_nested, end_nested, put_bytes, Stream, VecStream};
 use tracebox::tracing::core::arbiter::{Arbiter, ArbiterConfig, BufferExhaustedPolicy};
 use tracebox::tracing::core::chunk_reader::{Fragment, FragmentIter};
-use tracebox::tracing::core::shared_mem::SharedMem;
 use tracebox::tracing::core::smb_abi::{ChunkState, PageLayout, SmbAbi};
 
 fn make_abi(smb_size: usize, page_size: usize) -> SmbAbi {

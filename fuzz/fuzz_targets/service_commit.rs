@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use tracebox::pb::protos::{CommitDataRequest, DataSourceDescriptor};
-use tracebox::tracing::core::shared_mem::SharedMem;
+use tracebox::mem::shared_mem::SharedMem;
 use tracebox::tracing::service::name_matcher::NameMatcher;
 use tracebox::protozero::decode::decode_message;
 use tracebox::tracing::service::ds_config_bytes::*;

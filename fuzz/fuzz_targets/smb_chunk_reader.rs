@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use tracebox::tracing::core::chunk_reader::FragmentIter;
-use tracebox::tracing::core::shared_mem::SharedMem;
+use tracebox::mem::shared_mem::SharedMem;
 use tracebox::tracing::core::smb_abi::SmbAbi;
 
 fuzz_target!(|data: &[u8]| {

@@ -14,6 +14,11 @@
 //! `unsafe` of the SMB code; the OS mapping itself is made in
 //! `crate::base::shm`, which hands it over with [`SharedMem::from_raw_mapping`].
 
+/// SMB size limits (bytes): the largest buffer anyone may map, and the
+/// smallest page (the size must be a multiple of it).
+pub const MAX_SHM_SIZE: usize = 32 * 1024 * 1024;
+pub const MIN_PAGE_SIZE: usize = 4096;
+
 use std::alloc::Layout;
 use std::any::Any;
 use std::ptr::NonNull;
@@ -147,7 +152,7 @@ impl SharedMem {
         // * the peer may modify the source concurrently; we only ever copy
         //   bytes (any value is valid) and never form a reference to them.
         unsafe {
-            crate::base::skew_copy::copy_nonoverlapping(
+            crate::mem::skew_copy::copy_nonoverlapping(
                 self.ptr.as_ptr().add(offset),
                 dst.as_mut_ptr(),
                 dst.len(),
@@ -169,7 +174,7 @@ impl SharedMem {
         //   after `reserve`, and belongs to a Vec, so no overlap;
         // * `set_len` only after all `n` bytes were initialised by the copy.
         unsafe {
-            crate::base::skew_copy::copy_nonoverlapping(
+            crate::mem::skew_copy::copy_nonoverlapping(
                 self.ptr.as_ptr().add(offset),
                 out.as_mut_ptr().add(old),
                 n,
@@ -191,7 +196,7 @@ impl SharedMem {
         // ranges do not overlap. Writes through a shared handle are fine: the
         // region is never exposed as `&[u8]`.
         unsafe {
-            crate::base::skew_copy::copy_nonoverlapping(
+            crate::mem::skew_copy::copy_nonoverlapping(
                 src.as_ptr(),
                 self.ptr.as_ptr().add(offset),
                 src.len(),
