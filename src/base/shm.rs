@@ -153,7 +153,7 @@ impl Shm {
         Ok(Shm { fd, mem, sealed })
     }
 
-    /// The memory, to build an [`SmbAbi`](crate::tracing::core::smb_abi::SmbAbi).
+    /// The memory, to build an `SmbAbi` (in `tracing::core`).
     pub fn mem(&self) -> &Arc<SharedMem> {
         &self.mem
     }
