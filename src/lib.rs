@@ -5,6 +5,8 @@
 //! never touch the OS; only `base` and the reader files named in README's
 //! layer map do.
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 pub mod applets;
 pub mod base;
 pub mod cmd;
