@@ -88,7 +88,7 @@ fn consume(abi: SmbAbi, rx: Receiver<CommitBatch>) -> u64 {
     copied
 }
 
-/// Packet counts of scripts/bench-sdk-writer.sh.
+/// Packet counts of scripts/bench/sdk-writer.sh.
 fn packets_for(size: usize, scale: u64) -> u64 {
     if size <= 100 {
         500_000 * scale

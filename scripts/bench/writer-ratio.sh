@@ -7,7 +7,7 @@
 # default), a consumer freeing chunks:
 #   ours: examples/bench_trace_writer_sdk.rs (in-process SMB, a consumer
 #         thread copies and frees each committed chunk);
-#   sdk:  scripts/bench-sdk-writer.sh with APIS=c (sdk-producer through
+#   sdk:  scripts/bench/sdk-writer.sh with APIS=c (sdk-producer through
 #         real-traced, which copies and frees the chunks).
 # Each size is run REPEAT times alternating ours/sdk; the best (lowest CPU,
 # highest rate) of each is kept. Lines on stdout:
@@ -20,7 +20,7 @@
 # more packets/s (wall clock: noisy on a shared box).
 # Env: BENCH_SCALE (1), REPEAT (3), SIZES ("16 100 4096").
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 : "${BENCH_SCALE:=1}"
 : "${REPEAT:=3}"
@@ -39,7 +39,7 @@ for size in $SIZES; do
     for _ in $(seq "$REPEAT"); do
         o=$(timeout 120 "$OURS" "$BENCH_SCALE" 256 4 "$size") || { status=1; continue; }
         echo "$o"
-        s=$(APIS=c SIZES=$size BENCH_SCALE=$BENCH_SCALE timeout 200 scripts/bench-sdk-writer.sh 2>/dev/null |
+        s=$(APIS=c SIZES=$size BENCH_SCALE=$BENCH_SCALE timeout 200 scripts/bench/sdk-writer.sh 2>/dev/null |
             grep '^bench=sdk_writer') || { status=1; continue; }
         echo "$s"
         oc=$(get writer_cpu_ns_per_packet "$o")

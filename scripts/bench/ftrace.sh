@@ -44,7 +44,7 @@
 # Env: LOAD_S (3), SCENARIOS (default below), RECORDERS ("tracecmd ours"),
 # KEEP (set: keep the work dir with traces and logs).
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 : "${LOAD_S:=3}"
 : "${SCENARIOS:=pingpong:1:0 marker:1:100000 marker:1:500000 marker:1:0 marker:2:100000 marker:2:500000 marker:2:0}"

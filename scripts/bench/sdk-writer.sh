@@ -16,7 +16,7 @@
 #      APIS (default "c rust": the C SDK's inline API, then the Rust crate's
 #      bindings, which add per-message allocations on top).
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=../tests/sdk-interop/sh/lib.sh
 . "$REPO/tests/sdk-interop/sh/lib.sh"
 

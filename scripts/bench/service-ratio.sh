@@ -22,7 +22,7 @@
 #      tests/sdk-interop/target/release, e.g. from a worktree whose target
 #      links to another checkout's build).
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=../tests/sdk-interop/sh/lib.sh
 . "$REPO/tests/sdk-interop/sh/lib.sh"
 

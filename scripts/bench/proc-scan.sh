@@ -6,13 +6,13 @@
 # without thread names, through the status path and the pidfd path
 # (full_scan = what the poller picks by default), one stats poll (all values
 # re-emitted), `ps -eLf` as a peer, and (if a C compiler exists) the bare
-# syscall floor of each path's syscall set (scripts/bench-proc-floor.c).
+# syscall floor of each path's syscall set (scripts/bench/proc-floor.c).
 # Prints µs per scan and µs per process. Goal: a full scan of ~1,000
 # processes under 20 ms of CPU.
 #
-# Usage: scripts/bench-proc-scan.sh [ITERATIONS] [COUNTS...]
+# Usage: scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 iters=${1:-20}
 shift || true
 counts=("${@:-0 100 500 1000}")
@@ -27,7 +27,7 @@ fi
 bench=target/release/examples/bench_proc_scan
 # Optional syscall floors (per syscall set, no parsing) in C.
 floor=""
-if command -v cc >/dev/null && cc -O2 -o target/bench-proc-floor scripts/bench-proc-floor.c 2>/dev/null; then
+if command -v cc >/dev/null && cc -O2 -o target/bench-proc-floor scripts/bench/proc-floor.c 2>/dev/null; then
     floor=target/bench-proc-floor
 fi
 

@@ -7,10 +7,10 @@
 #   wall_s=.. producer_write_s=.. consumer_read_s=.. delivered=.. trace_bytes=..
 # Service figures come from /proc/PID/{stat,status} just before it is
 # stopped, so any TRACED_CMD can be measured the same way, e.g.
-#   TRACED_CMD="$PWD/target/release/tracebox traced" scripts/bench-service.sh
+#   TRACED_CMD="$PWD/target/release/tracebox traced" scripts/bench/service.sh
 # Env: BUFFER_KB (default 131072, holds every packet), PACKETS, THREADS_LIST.
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=../tests/sdk-interop/sh/lib.sh
 . "$REPO/tests/sdk-interop/sh/lib.sh"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Profiles one service run of scripts/bench-service-ratio.sh with perf.
+# Profiles one service run of scripts/bench/service-ratio.sh with perf.
 #
-#   scripts/bench-service-profile.sh [ingest|readback|all]   (default readback)
+#   scripts/bench/service-profile.sh [ingest|readback|all]   (default readback)
 #
 # Runs TRACED_CMD (default: target/bench-release/tracebox traced, built with
 # symbols) with the same producer/consumer setup as the ratio benchmark and
@@ -10,7 +10,7 @@
 # its head. Env: PACKETS (1000000), THREADS (1), BUFFER_KB (131072),
 # PRODUCER_API (c), PERF_ARGS (-g).
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=../tests/sdk-interop/sh/lib.sh
 . "$REPO/tests/sdk-interop/sh/lib.sh"
 

@@ -13,7 +13,7 @@
 #   bench=size_group level=crate|module name=.. bytes=.. share=..   (top TOP)
 # Env: UPSTREAM_BYTES, TOP (15).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 : "${UPSTREAM_BYTES:=3580000}"
 : "${TOP:=15}"
 cargo build --quiet --release --bin tracebox

@@ -1,4 +1,4 @@
-/* Floor for scripts/bench-proc-scan.sh: the CPU cost of the bare syscalls
+/* Floor for scripts/bench/proc-scan.sh: the CPU cost of the bare syscalls
  * of a process-tree scan, per syscall set, without any parsing. Each file is
  * read with one read() (a short read is the end of a /proc file). Sets:
  *   status+cmdline             the status path (names, ppid, uid, NSpid,

@@ -4,8 +4,8 @@
 # Prints one JSON object per packet size (stdout), for comparison with the
 # Perfetto C SDK run (tests/sdk-interop).
 #
-# Usage: scripts/bench-trace-writer.sh [seconds_per_size] [smb_kib] [page_kib]
+# Usage: scripts/bench/trace-writer.sh [seconds_per_size] [smb_kib] [page_kib]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 cargo build --quiet --profile bench-release --example bench_trace_writer
 exec target/bench-release/examples/bench_trace_writer "$@"
