@@ -9,6 +9,7 @@ mod flags;
 mod ftrace_options;
 mod poller_parsers_mutation;
 mod process_tree_coverage;
+mod ps_first_poll;
 mod ps_kept_fds;
 mod ps_packets;
 mod ps_pidfd_scan;
