@@ -11,6 +11,8 @@
 //! Schemas are small hand-written tables; only message-typed fields need
 //! listing (everything else is checked for framing only).
 
+use crate::protozero::decode::{DecodeError, FieldIter};
+
 /// Which fields of a message are themselves messages.
 #[derive(Debug)]
 pub struct MsgSchema {
@@ -68,19 +70,6 @@ impl std::fmt::Display for WireError {
 }
 
 impl std::error::Error for WireError {}
-
-fn read_varint(bytes: &[u8], pos: &mut usize) -> Result<u64, WireError> {
-    let mut value = 0u64;
-    for i in 0..10 {
-        let b = *bytes.get(*pos).ok_or(WireError::BadVarint)?;
-        *pos += 1;
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok(value);
-        }
-    }
-    Err(WireError::BadVarint)
-}
 
 /// What the walker needs from a schema: which fields hold messages.
 trait Nesting: Copy {
@@ -141,40 +130,21 @@ fn check_at_depth<S: Nesting>(bytes: &[u8], schema: S, depth: usize) -> Result<(
     if depth > MAX_DEPTH {
         return Err(WireError::TooDeep);
     }
-    let mut pos = 0;
-    while pos < bytes.len() {
-        let tag = read_varint(bytes, &mut pos)?;
-        let field = tag >> 3;
-        if field == 0 {
-            return Err(WireError::BadFieldNumber);
-        }
-        let skip = match (tag & 7) as u8 {
-            0 => {
-                read_varint(bytes, &mut pos)?;
-                0
+    let mut fields = FieldIter::new(bytes);
+    for f in &mut fields {
+        if f.wire_type == 2 {
+            if let Some(sub_schema) = schema.sub(u64::from(f.number)) {
+                check_at_depth(f.value, sub_schema, depth + 1)?;
             }
-            1 => 8,
-            5 => 4,
-            2 => {
-                let len_untrusted = read_varint(bytes, &mut pos)?;
-                let remaining = (bytes.len() - pos) as u64;
-                if len_untrusted > remaining {
-                    return Err(WireError::Overrun);
-                }
-                let len = len_untrusted as usize;
-                if let Some(sub_schema) = schema.sub(field) {
-                    check_at_depth(&bytes[pos..pos + len], sub_schema, depth + 1)?;
-                }
-                len
-            }
-            t => return Err(WireError::BadWireType(t)),
-        };
-        if skip > bytes.len() - pos {
-            return Err(WireError::Overrun);
         }
-        pos += skip;
     }
-    Ok(())
+    match fields.error_kind() {
+        None => Ok(()),
+        Some(DecodeError::BadVarint) => Err(WireError::BadVarint),
+        Some(DecodeError::Overrun) => Err(WireError::Overrun),
+        Some(DecodeError::BadWireType(t)) => Err(WireError::BadWireType(t)),
+        Some(DecodeError::BadFieldNumber) => Err(WireError::BadFieldNumber),
+    }
 }
 
 #[cfg(test)]

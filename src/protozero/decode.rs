@@ -34,11 +34,39 @@ pub fn read_varint(b: &[u8]) -> Option<(u64, usize)> {
     None
 }
 
-/// Iterates the top-level fields of a message. Stops (with `error` set) at
-/// the first malformed field; groups are treated as malformed.
+/// Why a message did not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    /// A varint is truncated or longer than 10 bytes.
+    BadVarint,
+    /// A field runs past the end of its message.
+    Overrun,
+    /// Wire type 3, 4, 6 or 7 (groups and unassigned types).
+    BadWireType(u8),
+    /// Field number 0 or above 2^32.
+    BadFieldNumber,
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::BadVarint => f.write_str("malformed varint"),
+            DecodeError::Overrun => f.write_str("field runs past the end of its message"),
+            DecodeError::BadWireType(t) => write!(f, "unsupported wire type {t}"),
+            DecodeError::BadFieldNumber => f.write_str("field number 0"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Iterates the top-level fields of a message. Stops (with `error` set and
+/// the reason in [`FieldIter::error_kind`]) at the first malformed field;
+/// groups are treated as malformed.
 pub struct FieldIter<'a> {
     rest: &'a [u8],
     pub error: bool,
+    kind: Option<DecodeError>,
 }
 
 impl<'a> FieldIter<'a> {
@@ -46,32 +74,42 @@ impl<'a> FieldIter<'a> {
         FieldIter {
             rest: bytes,
             error: false,
+            kind: None,
         }
     }
 
-    fn parse_one(&self) -> Option<(RawField<'a>, usize)> {
+    /// Why the walk stopped early, if it did.
+    pub fn error_kind(&self) -> Option<DecodeError> {
+        self.kind
+    }
+
+    fn parse_one(&self) -> Result<(RawField<'a>, usize), DecodeError> {
+        use DecodeError::*;
         let b = self.rest;
-        let (tag, n) = read_varint(b)?;
-        let number = u32::try_from(tag >> 3).ok().filter(|&n| n != 0)?;
+        let (tag, n) = read_varint(b).ok_or(BadVarint)?;
+        let number = u32::try_from(tag >> 3)
+            .ok()
+            .filter(|&n| n != 0)
+            .ok_or(BadFieldNumber)?;
         let wire_type = (tag & 7) as u8;
         let (start, end) = match wire_type {
             0 => {
-                let (_, m) = read_varint(&b[n..])?;
+                let (_, m) = read_varint(&b[n..]).ok_or(BadVarint)?;
                 (n, n + m)
             }
             1 => (n, n + 8),
             5 => (n, n + 4),
             2 => {
-                let (len, m) = read_varint(&b[n..])?;
-                let len = usize::try_from(len).ok()?;
-                (n + m, (n + m).checked_add(len)?)
+                let (len_untrusted, m) = read_varint(&b[n..]).ok_or(BadVarint)?;
+                let len = usize::try_from(len_untrusted).map_err(|_| Overrun)?;
+                (n + m, (n + m).checked_add(len).ok_or(Overrun)?)
             }
-            _ => return None,
+            t => return Err(BadWireType(t)),
         };
         if end > b.len() {
-            return None;
+            return Err(Overrun);
         }
-        Some((
+        Ok((
             RawField {
                 number,
                 wire_type,
@@ -91,12 +129,13 @@ impl<'a> Iterator for FieldIter<'a> {
             return None;
         }
         match self.parse_one() {
-            Some((f, used)) => {
+            Ok((f, used)) => {
                 self.rest = &self.rest[used..];
                 Some(f)
             }
-            None => {
+            Err(e) => {
                 self.error = true;
+                self.kind = Some(e);
                 None
             }
         }
