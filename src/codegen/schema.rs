@@ -117,7 +117,37 @@ pub fn services_rs(text: &str) -> String {
             screaming_snake(&name),
             methods
         ));
+        out.push_str(&call_enum_rs(&name, &methods));
     }
+    out
+}
+
+/// `enum <Service>Call`: one variant per method holding its decoded
+/// request (`<Method>Request`), and `decode`, which checks the untrusted
+/// bytes against the schema before quick-protobuf reads them. A port
+/// matches on the variant; no method repeats decode-or-fail.
+fn call_enum_rs(service: &str, methods: &[String]) -> String {
+    let ty = format!("{service}Call");
+    let mut out = format!("/// A decoded `{service}` call.\n#[derive(Debug)]\npub enum {ty} {{\n");
+    for m in methods {
+        out.push_str(&format!("    {m}(crate::pb::protos::{m}Request),\n"));
+    }
+    out.push_str(&format!(
+        "}}\n\nimpl {ty} {{\n    /// Decodes the arguments of `method`.\n    \
+         pub fn decode(method: &str, args_untrusted: &[u8]) -> Result<Self, CallError> {{\n        \
+         crate::schema::wire_check::check_method_args(method, args_untrusted)\n            \
+         .map_err(CallError::Malformed)?;\n        \
+         let bytes = args_untrusted;\n        \
+         Ok(match method {{\n"
+    ));
+    for m in methods {
+        out.push_str(&format!(
+            "            {m:?} => {ty}::{m}(decode(bytes)?),\n"
+        ));
+    }
+    out.push_str(
+        "            _ => return Err(CallError::UnknownMethod),\n        })\n    }\n}\n\n",
+    );
     out
 }
 

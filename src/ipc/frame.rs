@@ -115,10 +115,10 @@ pub fn put_reply_header(
 }
 
 /// Parses one payload (no length prefix). The bytes are first checked
-/// with [`wire_check`](super::wire_check) (quick-protobuf trusts nested
+/// with [`wire_check`](crate::schema::wire_check) (quick-protobuf trusts nested
 /// lengths).
 pub fn decode_payload(payload: &[u8]) -> quick_protobuf::Result<IPCFrame> {
-    super::wire_check::check_message(payload, &super::wire_check::IPC_FRAME)
+    crate::schema::wire_check::check_message(payload, &crate::schema::wire_check::IPC_FRAME)
         .map_err(|e| quick_protobuf::Error::Message(e.to_string()))?;
     let mut r = BytesReader::from_bytes(payload);
     IPCFrame::from_reader(&mut r, payload)

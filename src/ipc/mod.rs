@@ -14,4 +14,4 @@ pub mod default_sockets;
 pub mod frame;
 pub mod host;
 pub mod service;
-pub mod wire_check;
+pub use crate::schema::wire_check;

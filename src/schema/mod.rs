@@ -5,6 +5,7 @@
 mod json;
 pub mod services;
 mod table;
+pub mod wire_check;
 
 /// The build-time generator, compiled here too so its tests run.
 #[cfg(test)]

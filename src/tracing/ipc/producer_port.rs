@@ -5,8 +5,8 @@ use crate::base::shm::{AttachOptions, Shm};
 use crate::ipc::host::{Call, ClientId, Reply, ReplySink, Services};
 use crate::pb::protos::mod_InitializeConnectionRequest::ProducerSMBScrapingMode;
 use crate::pb::protos::*;
-use crate::protozero::decode::decode_message;
 use crate::protozero::{put_str, put_varint, VecStream};
+use crate::schema::services::ProducerPortCall;
 use crate::tracing::service::types::{ProducerInfo, ProvidedSmb};
 
 use super::traced_state::{ProducerConn, TracedState};
@@ -17,71 +17,58 @@ pub struct ProducerPort<'a>(pub &'a mut TracedState);
 
 impl Services for ProducerPort<'_> {
     fn invoke(&mut self, call: Call<'_>, out: &mut dyn ReplySink) {
-        // quick-protobuf trusts nested lengths; check the framing of the
-        // untrusted arguments against the schema before anything decodes them.
-        if let Err(e) = crate::ipc::wire_check::check_method_args(call.method_name, &call.args) {
-            crate::log_debug!("{}: malformed arguments: {e}", call.method_name);
-            out.reply(&call.reply_to, Reply::fail());
-            return;
-        }
+        let request = match ProducerPortCall::decode(call.method_name, &call.args) {
+            Ok(r) => r,
+            Err(e) => {
+                crate::log_debug!("{}: {e}", call.method_name);
+                out.reply(&call.reply_to, Reply::fail());
+                return;
+            }
+        };
         let st = &mut *self.0;
         let now = TracedState::now();
         let client = call.client;
         let to = call.reply_to;
         let conn = st.producers.entry(client).or_default();
-        if call.method_name != "InitializeConnection" && conn.id.is_none() {
-            out.reply(&to, Reply::fail());
-            return;
-        }
-        let id = conn.id.unwrap_or(0);
-        let args = &call.args[..];
-        let ok = Reply::ok(Vec::new());
-        let reply = match call.method_name {
-            "InitializeConnection" => {
-                initialize(st, call.client, call.peer.uid, call.peer.pid, args, call.fd)
+        let id = match (&request, conn.id) {
+            (ProducerPortCall::InitializeConnection(_), _) => 0,
+            (_, Some(id)) => id,
+            (_, None) => {
+                out.reply(&to, Reply::fail());
+                return;
             }
-            "RegisterDataSource" => match decode_message::<RegisterDataSourceRequest>(args) {
-                Ok(r) => {
-                    let res = st.core.register_data_source(
-                        now,
-                        id,
-                        r.data_source_descriptor.unwrap_or_default(),
-                    );
-                    let mut s = VecStream::new();
-                    if let Err(e) = res {
-                        put_str(&mut s, 1, &e);
-                    }
-                    Reply::ok(s.into_bytes())
+        };
+        let ok = Reply::ok(Vec::new());
+        let core = &mut st.core;
+        let reply = match request {
+            ProducerPortCall::InitializeConnection(r) => {
+                initialize(st, client, call.peer.uid, call.peer.pid, r, call.fd)
+            }
+            ProducerPortCall::RegisterDataSource(r) => {
+                let res = core.register_data_source(
+                    now,
+                    id,
+                    r.data_source_descriptor.unwrap_or_default(),
+                );
+                let mut s = VecStream::new();
+                if let Err(e) = res {
+                    put_str(&mut s, 1, &e);
                 }
-                Err(_) => Reply::fail(),
-            },
-            "UnregisterDataSource" => match decode_message::<UnregisterDataSourceRequest>(args) {
-                Ok(r) => {
-                    st.core.unregister_data_source(
-                        now,
-                        id,
-                        r.data_source_name.as_deref().unwrap_or(""),
-                    );
-                    ok
-                }
-                Err(_) => Reply::fail(),
-            },
-            "UpdateDataSource" => match decode_message::<UpdateDataSourceRequest>(args) {
-                Ok(r) => {
-                    st.core
-                        .update_data_source(id, r.data_source_descriptor.unwrap_or_default());
-                    ok
-                }
-                Err(_) => Reply::fail(),
-            },
-            "CommitData" => match decode_message::<CommitDataRequest>(args) {
-                Ok(r) => {
-                    st.core.commit_data(now, id, &r);
-                    ok
-                }
-                Err(_) => Reply::fail(),
-            },
-            "GetAsyncCommand" => {
+                Reply::ok(s.into_bytes())
+            }
+            ProducerPortCall::UnregisterDataSource(r) => {
+                core.unregister_data_source(now, id, r.data_source_name.as_deref().unwrap_or(""));
+                ok
+            }
+            ProducerPortCall::UpdateDataSource(r) => {
+                core.update_data_source(id, r.data_source_descriptor.unwrap_or_default());
+                ok
+            }
+            ProducerPortCall::CommitData(r) => {
+                core.commit_data(now, id, &r);
+                ok
+            }
+            ProducerPortCall::GetAsyncCommand(_) => {
                 let conn = st.producers.get_mut(&client).expect("inserted above");
                 conn.async_reply = Some(to);
                 let queued = std::mem::take(&mut conn.queued);
@@ -91,54 +78,28 @@ impl Services for ProducerPort<'_> {
                 }
                 return; // the stream stays open
             }
-            "RegisterTraceWriter" => match decode_message::<RegisterTraceWriterRequest>(args) {
-                Ok(r) => {
-                    st.core.register_trace_writer(
-                        id,
-                        r.trace_writer_id.unwrap_or(0),
-                        r.target_buffer.unwrap_or(0),
-                    );
-                    ok
-                }
-                Err(_) => Reply::fail(),
-            },
-            "UnregisterTraceWriter" => match decode_message::<UnregisterTraceWriterRequest>(args) {
-                Ok(r) => {
-                    st.core
-                        .unregister_trace_writer(id, r.trace_writer_id.unwrap_or(0));
-                    ok
-                }
-                Err(_) => Reply::fail(),
-            },
-            "NotifyDataSourceStarted" => {
-                match decode_message::<NotifyDataSourceStartedRequest>(args) {
-                    Ok(r) => {
-                        st.core
-                            .notify_data_source_started(now, id, r.data_source_id.unwrap_or(0));
-                        ok
-                    }
-                    Err(_) => Reply::fail(),
-                }
+            ProducerPortCall::RegisterTraceWriter(r) => {
+                let writer = r.trace_writer_id.unwrap_or(0);
+                core.register_trace_writer(id, writer, r.target_buffer.unwrap_or(0));
+                ok
             }
-            "NotifyDataSourceStopped" => {
-                match decode_message::<NotifyDataSourceStoppedRequest>(args) {
-                    Ok(r) => {
-                        st.core
-                            .notify_data_source_stopped(now, id, r.data_source_id.unwrap_or(0));
-                        ok
-                    }
-                    Err(_) => Reply::fail(),
-                }
+            ProducerPortCall::UnregisterTraceWriter(r) => {
+                core.unregister_trace_writer(id, r.trace_writer_id.unwrap_or(0));
+                ok
             }
-            "ActivateTriggers" => match decode_message::<ActivateTriggersRequest>(args) {
-                Ok(r) => {
-                    st.core.activate_triggers(now, id, &r.trigger_names);
-                    ok
-                }
-                Err(_) => Reply::fail(),
-            },
-            "Sync" => ok,
-            _ => Reply::fail(),
+            ProducerPortCall::NotifyDataSourceStarted(r) => {
+                core.notify_data_source_started(now, id, r.data_source_id.unwrap_or(0));
+                ok
+            }
+            ProducerPortCall::NotifyDataSourceStopped(r) => {
+                core.notify_data_source_stopped(now, id, r.data_source_id.unwrap_or(0));
+                ok
+            }
+            ProducerPortCall::ActivateTriggers(r) => {
+                core.activate_triggers(now, id, &r.trigger_names);
+                ok
+            }
+            ProducerPortCall::Sync(_) => ok,
         };
         out.reply(&to, reply);
     }
@@ -153,15 +114,12 @@ fn initialize(
     client: ClientId,
     uid: u32,
     pid: i32,
-    args: &[u8],
+    req: InitializeConnectionRequest,
     fd: Option<std::os::fd::OwnedFd>,
 ) -> Reply {
     if st.producers.get(&client).is_some_and(|c| c.id.is_some()) {
         return Reply::fail(); // InitializeConnection only once
     }
-    let Ok(req) = decode_message::<InitializeConnectionRequest>(args) else {
-        return Reply::fail();
-    };
     let mut conn = ProducerConn::default();
     let mut provided = None;
     if let (Some(fd), true) = (fd, req.producer_provided_shmem.unwrap_or(false)) {
