@@ -38,7 +38,9 @@ pub fn open(output: &Output) -> Result<File, String> {
 /// written), as upstream does.
 pub fn remove_if_empty(output: &Output) {
     if let Output::File { path, .. } = output {
-        if std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+        // Only a regular file: `-o /dev/null` (or a FIFO) is empty too, and
+        // root would unlink the device.
+        if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -47,6 +49,23 @@ pub fn remove_if_empty(output: &Output) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_empty_regular_file_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let file = dir.path().join("empty");
+        std::fs::write(&file, b"").unwrap();
+        for p in [&fifo, &file] {
+            remove_if_empty(&Output::File {
+                path: p.to_string_lossy().into_owned(),
+                no_clobber: false,
+            });
+        }
+        assert!(fifo.exists(), "a FIFO is not a trace file");
+        assert!(!file.exists());
+    }
 
     #[test]
     fn no_clobber_refuses_existing_files() {
