@@ -61,6 +61,8 @@ mod service_tests;
 #[cfg(test)]
 mod service_tests_acl;
 #[cfg(test)]
+mod service_tests_filter;
+#[cfg(test)]
 mod service_tests_timing;
 #[cfg(test)]
 mod test_env;

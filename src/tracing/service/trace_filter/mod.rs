@@ -151,4 +151,4 @@ fn put_padded_varint(v: u64, dst: &mut [u8]) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

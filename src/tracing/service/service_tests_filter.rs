@@ -1,0 +1,108 @@
+//! TraceConfig.trace_filter through the service: what a consumer reads.
+
+use super::test_env::*;
+use super::trace_filter::tests::{bytecode, Allow};
+use super::*;
+use crate::pb::protos::mod_TraceConfig::mod_TraceFilter::{StringFilterChain, StringFilterRule};
+use crate::pb::protos::mod_TraceConfig::TraceFilter as TraceFilterConfig;
+use crate::pb::protos::mod_TracePacket::OneOfdata;
+use crate::pb::protos::DataSourceConfig;
+use crate::pb::protos::TraceConfig;
+use crate::protozero::decode::{decode_message, FieldIter};
+
+fn with_filter(code: Vec<u8>) -> TraceConfig {
+    TraceConfig {
+        trace_filter: Some(TraceFilterConfig {
+            bytecode_v2: Some(code),
+            ..Default::default()
+        }),
+        ..basic_config("ds", 64)
+    }
+}
+
+fn field_numbers(packet: &[u8]) -> Vec<u32> {
+    FieldIter::new(packet).map(|f| f.number).collect()
+}
+
+#[test]
+fn packets_keep_only_allowed_fields() {
+    use Allow::*;
+    // Trace.packet -> TracePacket{trusted_uid(3), timestamp(8)}.
+    let code = bytecode(&[&[Nested(1, 1)], &[Simple(3), Simple(8)]]);
+    let mut h = H::new();
+    let p = h.producer("prod", 1000, &["ds"]);
+    let c = h.svc.connect_consumer(1000);
+    h.enable(c, &with_filter(code)).unwrap();
+    let outs = h.outputs();
+    let global = cmds_for(&outs, p)
+        .iter()
+        .find_map(|cmd| match cmd {
+            ProducerCommand::SetupDataSource { config, .. } => {
+                decode_message::<DataSourceConfig>(config)
+                    .ok()?
+                    .target_buffer
+            }
+            _ => None,
+        })
+        .unwrap();
+    h.commit_packets(p, 1, global, &[test_packet(11, 30), test_packet(12, 0)]);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    let packets = h.read(c);
+    // Producer packets: timestamp and trusted_uid stay; the padding (900),
+    // trusted_pid (79) and sequence id (10) are gone.
+    let producer: Vec<_> = packets
+        .iter()
+        .filter(|p| matches!(decode_packet(p).timestamp, Some(11 | 12)))
+        .collect();
+    assert_eq!(producer.len(), 2);
+    for p in &producer {
+        assert_eq!(field_numbers(p), [8, 3], "{p:?}");
+    }
+    // Service packets kept only allowed fields (none of theirs, mostly
+    // trusted_uid), except trace_stats which is not filtered.
+    let last = decode_packet(packets.last().unwrap());
+    let OneOfdata::trace_stats(st) = last.data else {
+        panic!("last packet is not trace_stats: {last:?}");
+    };
+    let fs = st.filter_stats.expect("filter_stats");
+    assert!(fs.input_packets.unwrap() >= 2 + 5, "{fs:?}");
+    assert_eq!(fs.errors, Some(0));
+    assert!(fs.output_bytes.unwrap() < fs.input_bytes.unwrap());
+    assert_eq!(fs.bytes_discarded_per_buffer.len(), 1);
+    for p in &packets[..packets.len() - 1] {
+        assert!(
+            field_numbers(p).iter().all(|f| [3, 8].contains(f)),
+            "{:?}",
+            field_numbers(p)
+        );
+    }
+}
+
+#[test]
+fn bad_filters_are_refused_at_enable() {
+    use Allow::*;
+    let mut h = H::new();
+    h.producer("prod", 1000, &["ds"]);
+    let c = h.svc.connect_consumer(1000);
+    let mut code = bytecode(&[&[Nested(1, 1)], &[Simple(8)]]);
+    *code.last_mut().unwrap() ^= 0x01;
+    let e = h.enable(c, &with_filter(code)).unwrap_err();
+    assert!(
+        e.contains("Trace filter bytecode invalid") && e.contains("checksum"),
+        "{e}"
+    );
+    let e = h.enable(c, &with_filter(Vec::new())).unwrap_err();
+    assert!(e.contains("Trace filter bytecode invalid"), "{e}");
+
+    let mut cfg = with_filter(bytecode(&[&[Nested(1, 1)], &[Simple(8)]]));
+    cfg.trace_filter.as_mut().unwrap().string_filter_chain = Some(StringFilterChain {
+        rules: vec![StringFilterRule {
+            regex_pattern: Some("x".into()),
+            ..Default::default()
+        }],
+    });
+    let e = h.enable(c, &cfg).unwrap_err();
+    assert!(e.contains("string_filter_chain"), "{e}");
+    // Nothing was left behind.
+    assert!(h.svc.session_ids().is_empty());
+}
