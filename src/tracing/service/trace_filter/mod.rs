@@ -12,7 +12,7 @@
 pub mod bytecode;
 
 use crate::pb::protos::mod_TraceConfig::TraceFilter as TraceFilterConfig;
-use crate::protozero::decode::FieldIter;
+use crate::protozero::decode::{read_varint, FieldIter, RawField};
 use crate::protozero::{encode_varint, varint_len};
 
 pub use bytecode::{FieldRule, FilterTables};
@@ -112,15 +112,11 @@ impl TraceFilter {
         for f in it.by_ref() {
             let rule = self.tables.query(msg, f.number);
             match (rule, f.wire_type) {
-                (FieldRule::Dropped, _) => {}
-                (FieldRule::Simple, _) | (FieldRule::String, 2) => out.extend_from_slice(f.whole),
                 (FieldRule::Nested(m), 2) if !f.value.is_empty() => {
-                    let mut v = [0u8; 10];
-                    let n = encode_varint(((f.number as u64) << 3) | 2, &mut v);
-                    out.extend_from_slice(&v[..n]);
+                    put_varint_bytes(((f.number as u64) << 3) | 2, out);
                     // The filtered message is no longer than the original:
-                    // its length takes the original's size, padded (as
-                    // upstream does).
+                    // its length keeps the size the original's minimal
+                    // length took, padded (as upstream does).
                     let size_len = varint_len(f.value.len() as u64);
                     let at = out.len();
                     out.resize(at + size_len, 0);
@@ -128,8 +124,10 @@ impl TraceFilter {
                     let written = (out.len() - at - size_len) as u64;
                     put_padded_varint(written, &mut out[at..at + size_len]);
                 }
-                (FieldRule::Nested(_), 2) => out.extend_from_slice(f.whole),
-                // Non-simple rules keep only length-delimited values.
+                (FieldRule::Simple, _) | (FieldRule::String | FieldRule::Nested(_), 2) => {
+                    copy_field(&f, out)
+                }
+                // Dropped; non-simple rules keep only length-delimited values.
                 _ => {}
             }
         }
@@ -137,6 +135,26 @@ impl TraceFilter {
             return Err(MalformedPacket);
         }
         Ok(())
+    }
+}
+
+fn put_varint_bytes(v: u64, out: &mut Vec<u8>) {
+    let mut b = [0u8; 10];
+    let n = encode_varint(v, &mut b);
+    out.extend_from_slice(&b[..n]);
+}
+
+/// Copies a kept field re-encoded minimally (tag, varint, length), as
+/// upstream does, so both emit the same bytes.
+fn copy_field(f: &RawField<'_>, out: &mut Vec<u8>) {
+    put_varint_bytes(((f.number as u64) << 3) | f.wire_type as u64, out);
+    match f.wire_type {
+        0 => put_varint_bytes(read_varint(f.value).map_or(0, |(v, _)| v), out),
+        2 => {
+            put_varint_bytes(f.value.len() as u64, out);
+            out.extend_from_slice(f.value);
+        }
+        _ => out.extend_from_slice(f.value),
     }
 }
 
