@@ -282,10 +282,14 @@ impl Host {
     }
 
     fn over_limit(&self, uid: u32) -> Option<&'static str> {
+        self.over_limit_with(uid, self.clients.by_token.len())
+    }
+
+    fn over_limit_with(&self, uid: u32, live: usize) -> Option<&'static str> {
         let of_uid = self.clients_per_uid.get(&uid).copied().unwrap_or(0);
         if of_uid >= self.max_clients_per_uid {
             Some("per-uid")
-        } else if self.clients.by_token.len() >= self.max_clients {
+        } else if live >= self.max_clients {
             Some("total")
         } else {
             None
@@ -717,6 +721,18 @@ mod tests {
     use super::*;
     use crate::base::event_loop::{EventLoop, TaskRunner, TimerId};
     use std::time::Duration;
+
+    #[test]
+    fn client_limits_per_uid_and_in_all() {
+        let mut h = Host::new();
+        h.set_client_limits(5, 2);
+        h.clients_per_uid.insert(1000, 2);
+        h.clients_per_uid.insert(1001, 1);
+        assert_eq!(h.over_limit_with(1000, 3), Some("per-uid"));
+        assert_eq!(h.over_limit_with(1001, 3), None);
+        assert_eq!(h.over_limit_with(1002, 4), None);
+        assert_eq!(h.over_limit_with(1002, 5), Some("total"));
+    }
 
     /// Parks every call; replies come later from a timer.
     #[derive(Default)]

@@ -106,3 +106,47 @@ fn bad_filters_are_refused_at_enable() {
     // Nothing was left behind.
     assert!(h.svc.session_ids().is_empty());
 }
+
+#[test]
+fn write_into_file_is_filtered_too() {
+    use Allow::*;
+    let code = bytecode(&[&[Nested(1, 1)], &[Simple(8)]]);
+    let mut h = H::new();
+    let p = h.producer("prod", 1000, &["ds"]);
+    let c = h.svc.connect_consumer(1000);
+    let mut cfg = with_filter(code);
+    cfg.write_into_file = Some(true);
+    h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let outs = h.outputs();
+    let global = cmds_for(&outs, p)
+        .iter()
+        .find_map(|cmd| match cmd {
+            ProducerCommand::SetupDataSource { config, .. } => {
+                decode_message::<DataSourceConfig>(config)
+                    .ok()?
+                    .target_buffer
+            }
+            _ => None,
+        })
+        .unwrap();
+    h.commit_packets(p, 1, global, &[test_packet(7, 40)]);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    let mut file = Vec::new();
+    for o in h.outputs() {
+        if let Output::WriteToFile { data, .. } = o {
+            file.extend_from_slice(&data);
+        }
+    }
+    // Trace.packet fields: every packet but trace_stats holds at most a
+    // timestamp; the producer's is exactly `timestamp: 7`.
+    let packets: Vec<&[u8]> = FieldIter::new(&file).map(|f| f.value).collect();
+    assert!(packets.contains(&&[0x40u8, 7][..]), "{packets:02x?}");
+    let (stats, rest) = packets.split_last().unwrap();
+    assert!(matches!(
+        decode_packet(stats).data,
+        OneOfdata::trace_stats(_)
+    ));
+    for p in rest {
+        assert!(field_numbers(p).iter().all(|&f| f == 8), "{p:02x?}");
+    }
+}
