@@ -3,6 +3,7 @@
 //! they close), and a bounded soak of bad configs, producers vanishing
 //! mid-trace and storms; after each, a normal recording is complete.
 
+mod traced_probes_common;
 mod traced_support;
 
 use std::io::Read;
@@ -14,7 +15,7 @@ use tracebox::base::sock_addr::SockAddr;
 use tracebox::base::unix_socket::UnixStream;
 use tracebox::pb::protos::*;
 use tracebox::protozero::decode::decode_message;
-use tracebox::protozero::{put_bytes, VecStream};
+use tracebox::protozero::{put_bytes, put_str, put_varint, VecStream};
 use traced_support::*;
 
 /// traced with its stderr in a file (for the refusal log line).
@@ -209,7 +210,7 @@ fn soak_bad_configs_vanishing_producers_and_storms() {
     let mut rounds = 0;
     while Instant::now() < until {
         rounds += 1;
-        match next() % 4 {
+        match next() % 5 {
             0 => {
                 // Bad configs: undecodable bytes, a malformed trace filter,
                 // a filter with a wrong checksum.
@@ -254,6 +255,7 @@ fn soak_bad_configs_vanishing_producers_and_storms() {
                 }
                 // The consumer goes too, without FreeBuffers.
             }
+            4 => kill_sdk_producer_mid_trace(&t, 100 + next() % 400),
             2 => {
                 drop(storm(&t, 200 + (next() % 1200) as usize));
                 // Until traced reaps them, the storm's slots are taken.
@@ -279,4 +281,41 @@ fn soak_bad_configs_vanishing_producers_and_storms() {
         after <= start + RSS_SLACK_KB,
         "RSS {after} kB after the soak, {start} kB before"
     );
+}
+
+/// A real Perfetto SDK producer (tests/sdk-interop) writing into a session
+/// is SIGKILLed after `ms`; the session is then stopped and read.
+fn kill_sdk_producer_mid_trace(t: &Traced, ms: u64) {
+    let bin = traced_probes_common::interop_bin("sdk-producer").unwrap();
+    let mut producer = Command::new(bin)
+        .args(["--packets", "1000000", "--timeout-s", "30"])
+        .env("PERFETTO_PRODUCER_SOCK_NAME", &t.psock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut cfg = VecStream::new();
+    let mut buf = VecStream::new();
+    put_varint(&mut buf, 1, 1024);
+    put_bytes(&mut cfg, 1, buf.as_bytes());
+    let mut dsc = VecStream::new();
+    put_str(&mut dsc, 1, "tbx.sdk_test");
+    let mut ds = VecStream::new();
+    put_bytes(&mut ds, 1, dsc.as_bytes());
+    put_bytes(&mut cfg, 2, ds.as_bytes());
+    let (mut cons, cport) = connect(&t.csock, "ConsumerPort");
+    let _enable = cons
+        .start_invoke(
+            &cport,
+            "EnableTracing",
+            &enable_request(cfg.as_bytes()),
+            None,
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(ms));
+    let _ = producer.kill();
+    let _ = producer.wait();
+    call(&mut cons, &cport, "DisableTracing", &[]);
+    cons.invoke(&cport, "ReadBuffers", &[], None).unwrap();
+    call(&mut cons, &cport, "FreeBuffers", &[]);
 }
