@@ -146,7 +146,7 @@ fn settle_rss(t: &Traced, limit_kb: u64) -> u64 {
 }
 
 /// RSS may grow this much over its start after a storm (allocator slack).
-const RSS_SLACK_KB: u64 = 6 * 1024;
+const RSS_SLACK_KB: u64 = 3 * 1024;
 
 #[test]
 fn connection_storm_is_bounded_and_memory_returns() {
@@ -176,7 +176,8 @@ fn connection_storm_is_bounded_and_memory_returns() {
             }
         })
         .count();
-    assert!(closed >= 3000 - 768, "only {closed} of 3000 refused");
+    // Root's limits: 320 producers and 128 consumers.
+    assert!(closed >= 3000 - 448, "only {closed} of 3000 refused");
     drop(held);
 
     let after = settle_rss(&t, start + RSS_SLACK_KB);

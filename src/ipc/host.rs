@@ -84,11 +84,12 @@ pub struct HostStats {
     pub clients_refused: u64,
 }
 
-/// Default bound on connected clients in all (kept under the usual 1024
-/// open-file limit, with room for buffers, memfds and files).
-pub const DEFAULT_MAX_CLIENTS: usize = 768;
+/// Default bound on connected clients in all (with traced's consumer
+/// limits, kept under the usual 1024 open files with room for files and
+/// memfds).
+pub const DEFAULT_MAX_CLIENTS: usize = 640;
 /// Default bound on connected clients of one uid.
-pub const DEFAULT_MAX_CLIENTS_PER_UID: usize = 384;
+pub const DEFAULT_MAX_CLIENTS_PER_UID: usize = 320;
 
 #[derive(Debug)]
 struct ServiceDesc {
