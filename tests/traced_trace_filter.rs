@@ -149,3 +149,34 @@ fn ours_filters_like_real_perfetto() {
     assert_eq!(ours, theirs, "filtered packets differ from real Perfetto's");
     assert!(!their_error.is_empty());
 }
+
+/// A text config carrying upstream's bytecode as an octal-escaped string
+/// (test/configs/ftrace_with_filter.cfg upstream: sched_switch only) parses
+/// to the same bytes, and those load as a filter.
+#[test]
+fn upstream_text_config_bytecode_loads() {
+    use tracebox::cmd::pbtx::{text_to_proto, ParseOptions, TRACE_CONFIG};
+    use tracebox::tracing::service::trace_filter::TraceFilter;
+    let text = r#"
+buffers { size_kb: 1024 }
+trace_filter {
+  bytecode: "\013\001\000\013\002\101\121\151\321\002\000\011\023\003\031\000\012\002\043\004\000\012\007\000\273\341\337\347\016"
+}
+"#;
+    let raw = text_to_proto(
+        TRACE_CONFIG,
+        "cfg",
+        text,
+        ParseOptions {
+            allow_unknown: false,
+        },
+    )
+    .unwrap();
+    let cfg: TraceConfig = decode_message(&raw).unwrap();
+    let tf = cfg.trace_filter.unwrap();
+    assert_eq!(
+        tf.bytecode.as_deref().unwrap(),
+        b"\x0b\x01\x00\x0b\x02\x41\x51\x69\xd1\x02\x00\x09\x13\x03\x19\x00\x0a\x02\x23\x04\x00\x0a\x07\x00\xbb\xe1\xdf\xe7\x0e"
+    );
+    TraceFilter::from_config(&tf).unwrap();
+}
