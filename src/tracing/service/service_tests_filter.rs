@@ -20,6 +20,21 @@ fn with_filter(code: Vec<u8>) -> TraceConfig {
     }
 }
 
+/// The global buffer id the producer was told to write into.
+fn target_buffer(outs: &[Output], p: ProducerId) -> u32 {
+    cmds_for(outs, p)
+        .iter()
+        .find_map(|cmd| match cmd {
+            ProducerCommand::SetupDataSource { config, .. } => {
+                decode_message::<DataSourceConfig>(config)
+                    .ok()?
+                    .target_buffer
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
 fn field_numbers(packet: &[u8]) -> Vec<u32> {
     FieldIter::new(packet).map(|f| f.number).collect()
 }
@@ -34,17 +49,7 @@ fn packets_keep_only_allowed_fields() {
     let c = h.svc.connect_consumer(1000);
     h.enable(c, &with_filter(code)).unwrap();
     let outs = h.outputs();
-    let global = cmds_for(&outs, p)
-        .iter()
-        .find_map(|cmd| match cmd {
-            ProducerCommand::SetupDataSource { config, .. } => {
-                decode_message::<DataSourceConfig>(config)
-                    .ok()?
-                    .target_buffer
-            }
-            _ => None,
-        })
-        .unwrap();
+    let global = target_buffer(&outs, p);
     h.commit_packets(p, 1, global, &[test_packet(11, 30), test_packet(12, 0)]);
     h.svc.disable_tracing(h.now, c).unwrap();
     let packets = h.read(c);
@@ -118,17 +123,7 @@ fn write_into_file_is_filtered_too() {
     cfg.write_into_file = Some(true);
     h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
     let outs = h.outputs();
-    let global = cmds_for(&outs, p)
-        .iter()
-        .find_map(|cmd| match cmd {
-            ProducerCommand::SetupDataSource { config, .. } => {
-                decode_message::<DataSourceConfig>(config)
-                    .ok()?
-                    .target_buffer
-            }
-            _ => None,
-        })
-        .unwrap();
+    let global = target_buffer(&outs, p);
     h.commit_packets(p, 1, global, &[test_packet(7, 40)]);
     h.svc.disable_tracing(h.now, c).unwrap();
     let mut file = Vec::new();
@@ -146,6 +141,42 @@ fn write_into_file_is_filtered_too() {
         decode_packet(stats).data,
         OneOfdata::trace_stats(_)
     ));
+    for p in rest {
+        assert!(field_numbers(p).iter().all(|&f| f == 8), "{p:02x?}");
+    }
+}
+
+#[test]
+fn clones_keep_the_filter() {
+    use crate::pb::protos::CommitDataRequest;
+    use Allow::*;
+    let code = bytecode(&[&[Nested(1, 1)], &[Simple(8)]]);
+    let mut h = H::new();
+    let p = h.producer("p", 0, &["ds"]);
+    let c = h.svc.connect_consumer(10);
+    let sid = h.enable(c, &with_filter(code)).unwrap();
+    let outs = h.outputs();
+    let global = target_buffer(&outs, p);
+    h.commit_packets(p, 1, global, &[test_packet(5, 20)]);
+    let cc = h.svc.connect_consumer(10);
+    h.svc
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 5)
+        .unwrap();
+    let flush_id = cmds_for(&h.outputs(), p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::Flush { request_id, .. } => Some(request_id),
+            _ => None,
+        })
+        .unwrap();
+    let ack = CommitDataRequest {
+        flush_request_id: Some(flush_id),
+        ..Default::default()
+    };
+    h.svc.commit_data(h.now, p, &ack);
+    let packets = h.read(cc);
+    assert!(packets.iter().any(|p| p == &[0x40, 5]), "{packets:02x?}");
+    let (_, rest) = packets.split_last().unwrap();
     for p in rest {
         assert!(field_numbers(p).iter().all(|&f| f == 8), "{p:02x?}");
     }
