@@ -180,3 +180,34 @@ trace_filter {
     );
     TraceFilter::from_config(&tf).unwrap();
 }
+
+/// Our `perfetto` client against our traced: a config whose filter does
+/// not load fails with the service's reason on stderr.
+#[test]
+fn perfetto_client_prints_why_a_filter_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sockets::in_dir(dir.path());
+    let _traced = start_our_traced(&s, &dir.path().join("traced.log"));
+    let cfg = dir.path().join("cfg.pbtx");
+    std::fs::write(
+        &cfg,
+        "buffers { size_kb: 1024 }\nduration_ms: 500\n\
+         data_sources { config { name: \"test.ds\" } }\n\
+         trace_filter { bytecode_v2: \"\\013\\001\\000\\000\" }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["perfetto", "--txt", "-c"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(dir.path().join("t.pftrace"))
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &s.consumer)
+        .env("PERFETTO_PRODUCER_SOCK_NAME", &s.producer)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Trace filter bytecode invalid: bytecode: checksum mismatch"),
+        "{err}"
+    );
+}
