@@ -17,9 +17,10 @@ use crate::protozero::{encode_varint, varint_len};
 
 pub use bytecode::{FieldRule, FilterTables};
 
-/// Nesting deeper than this makes the packet an error (real traces nest a
-/// handful of levels).
-const MAX_DEPTH: usize = 64;
+/// Nesting deeper than this makes the packet an error, as protobuf's usual
+/// recursion limit does (real traces nest a handful of levels; upstream's
+/// filter has no limit, its stack being a vector).
+const MAX_DEPTH: usize = 100;
 /// `Trace.packet`.
 const TRACE_PACKET_FIELD: u32 = 1;
 
