@@ -1,4 +1,4 @@
-//! Load generator for the ftrace bench (scripts/bench-ftrace.sh).
+//! Load generator for the ftrace bench (scripts/bench/ftrace.sh).
 //!
 //! `bench_load pingpong SECONDS`
 //!   Two SCHED_FIFO threads bounce a byte over two pipes: every round trip

@@ -1,6 +1,6 @@
 //! Parse-and-encode cost per event of traced_probes' page translator, on
 //! pages captured from this kernel (a developer benchmark: compare two
-//! commits on the same capture; scripts/bench-ftrace.sh has the peer).
+//! commits on the same capture; scripts/bench/ftrace.sh has the peer).
 //!
 //! `bench_parse_pages capture pingpong|marker FILE`
 //!   Records sched_switch, sched_waking and ftrace/print into a fresh

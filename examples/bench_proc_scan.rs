@@ -1,5 +1,5 @@
 //! CPU cost of the linux.process_stats /proc scans, for
-//! scripts/bench-proc-scan.sh.
+//! scripts/bench/proc-scan.sh.
 //!
 //! Usage: bench_proc_scan [ITERATIONS] [-- PEER COMMAND...]
 //! Prints one line per measurement: `name processes threads cpu_us_per_iter

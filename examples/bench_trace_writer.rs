@@ -12,12 +12,12 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tracebox::mem::shared_mem::SharedMem;
 use tracebox::protozero::Stream;
 use tracebox::tracing::core::arbiter::{
     Arbiter, ArbiterConfig, BufferExhaustedPolicy, BufferId, CommitBatch, ProducerTransport,
     WriterId,
 };
-use tracebox::tracing::core::shared_mem::SharedMem;
 use tracebox::tracing::core::smb_abi::SmbAbi;
 
 struct ChannelTransport(Mutex<Sender<CommitBatch>>);

@@ -20,12 +20,12 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use tracebox::mem::shared_mem::SharedMem;
 use tracebox::protozero;
 use tracebox::tracing::core::arbiter::{
     Arbiter, ArbiterConfig, BufferExhaustedPolicy, BufferId, CommitBatch, ProducerTransport,
     WriterId,
 };
-use tracebox::tracing::core::shared_mem::SharedMem;
 use tracebox::tracing::core::smb_abi::SmbAbi;
 
 // TracePacket.for_testing and TestEvent fields (test_event.proto).
@@ -88,7 +88,7 @@ fn consume(abi: SmbAbi, rx: Receiver<CommitBatch>) -> u64 {
     copied
 }
 
-/// Packet counts of scripts/bench-sdk-writer.sh.
+/// Packet counts of scripts/bench/sdk-writer.sh.
 fn packets_for(size: usize, scale: u64) -> u64 {
     if size <= 100 {
         500_000 * scale

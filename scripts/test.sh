@@ -13,8 +13,10 @@ echo "== build the real Perfetto peers (tests/sdk-interop: SDK producer/consumer
 scripts/sdk-interop.sh build
 export TRACEBOX_SDK_INTEROP_BIN="$PWD/tests/sdk-interop/target/release"
 
-echo "== layering"
+echo "== layering, format, lints (toolchain pinned in rust-toolchain.toml)"
 scripts/check-layering.sh
+cargo fmt --check
+cargo clippy --locked --all-targets -- -D warnings
 
 echo "== build"
 cargo build --locked --all-targets

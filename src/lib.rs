@@ -5,13 +5,19 @@
 //! never touch the OS; only `base` and the reader files named in README's
 //! layer map do.
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 pub mod applets;
 pub mod base;
 pub mod cmd;
 pub mod ipc;
+pub mod mem;
 pub mod pb;
 pub mod protozero;
 pub mod schema;
 pub mod traced;
 pub mod traced_probes;
 pub mod tracing;
+
+/// What every applet, the service and the producers report as their version.
+pub const VERSION: &str = concat!("tracebox ", env!("CARGO_PKG_VERSION"));

@@ -4,6 +4,7 @@
 //! One test function: the system sockets and the root tracefs (which
 //! `traced_probes --reset-ftrace` resets) are shared resources.
 
+#[path = "support/cli.rs"]
 mod cli_support;
 
 use std::process::{Command, Stdio};

@@ -4,6 +4,7 @@
 //! losses, and leaves the ftrace instance it used removed. Needs no
 //! sdk-interop peers.
 
+#[path = "support/probes.rs"]
 mod traced_probes_common;
 
 use std::process::Command;

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use tracebox::mem::shared_mem::SharedMem;
 use tracebox::pb::protos::{CommitDataRequest, DataSourceDescriptor};
 use tracebox::protozero::decode::decode_message;
-use tracebox::tracing::core::shared_mem::SharedMem;
 use tracebox::tracing::service::ds_config_bytes::*;
 use tracebox::tracing::service::name_matcher::NameMatcher;
 use tracebox::tracing::service::*;

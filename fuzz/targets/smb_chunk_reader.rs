@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use tracebox::mem::shared_mem::SharedMem;
 use tracebox::tracing::core::chunk_reader::FragmentIter;
-use tracebox::tracing::core::shared_mem::SharedMem;
 use tracebox::tracing::core::smb_abi::SmbAbi;
 
 /// One fuzz input (cargo-fuzz and the stable replay runner call this).

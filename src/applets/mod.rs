@@ -45,7 +45,7 @@ pub const APPLETS: &[(&str, &str, AppletMain)] = &[
     ),
 ];
 
-pub const VERSION: &str = concat!("tracebox ", env!("CARGO_PKG_VERSION"));
+use crate::VERSION;
 
 fn find_applet(name: &str) -> Option<AppletMain> {
     APPLETS

@@ -91,7 +91,7 @@ pub fn main(args: &[String], via: Via) -> i32 {
     let consumer = consumer_socket_name();
     match action {
         Action::Version => {
-            println!("{}", super::VERSION);
+            println!("{}", crate::VERSION);
             0
         }
         Action::Query { raw, long } => query::run(&consumer, raw, long),

@@ -23,7 +23,7 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         Err(code) => return code,
     };
     if args.version {
-        println!("{}", super::VERSION);
+        println!("{}", crate::VERSION);
         return 0;
     }
     let mut opts = crate::traced::TracedOptions::default();

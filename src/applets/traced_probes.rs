@@ -29,7 +29,7 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         Err(code) => return code,
     };
     if args.version {
-        println!("{}", super::VERSION);
+        println!("{}", crate::VERSION);
         return 0;
     }
     crate::base::log::set_tag("traced_probes");

@@ -6,7 +6,6 @@ pub mod event_loop;
 pub mod log;
 pub mod pidfd;
 pub mod shm;
-pub mod skew_copy;
 pub mod sock_addr;
 pub mod sys;
 pub mod test_loop;

@@ -23,8 +23,8 @@ use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 
-use crate::tracing::core::shared_mem::SharedMem;
-use crate::tracing::core::smb_abi::{MAX_SHM_SIZE, MIN_PAGE_SIZE};
+use crate::mem::shared_mem::SharedMem;
+use crate::mem::shared_mem::{MAX_SHM_SIZE, MIN_PAGE_SIZE};
 
 /// Why an SMB fd was refused.
 #[derive(Debug)]
@@ -153,7 +153,7 @@ impl Shm {
         Ok(Shm { fd, mem, sealed })
     }
 
-    /// The memory, to build an [`SmbAbi`](crate::tracing::core::smb_abi::SmbAbi).
+    /// The memory, to build an `SmbAbi` (in `tracing::core`).
     pub fn mem(&self) -> &Arc<SharedMem> {
         &self.mem
     }

@@ -212,9 +212,8 @@ impl UnixListener {
                     // SAFETY:
                     // - accept4 just returned `raw` as a new descriptor that
                     //   nothing else owns; OwnedFd takes sole ownership.
-                    let stream = UnixStream {
-                        fd: unsafe { OwnedFd::from_raw_fd(raw) },
-                    };
+                    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+                    let stream = UnixStream { fd };
                     let cred = stream.peer_cred()?;
                     return Ok(Some((stream, cred)));
                 }

@@ -367,10 +367,10 @@ fn stats_in_packet(
 mod tests {
     use super::*;
     use crate::protozero::{put_bytes, put_varint, VecStream};
+    use crate::traced_probes::ftrace::parse::stats::CpuStats;
     use crate::traced_probes::ftrace::parse::stats::{
         write_ftrace_stats, Phase as P, StatsSnapshot,
     };
-    use crate::traced_probes::ftrace::tracefs::CpuStats;
     use std::io::Write;
 
     /// A stats packet as traced_probes writes it, with traced's trailer.

@@ -65,7 +65,15 @@ use crate::{log_debug, log_info, log_warn};
 use super::conn::{Conn, ReadStatus, Received, SendError, DEFAULT_MAX_QUEUED_BYTES};
 use super::frame::put_reply_header;
 pub use super::frame::REPLY_HEADER_MAX;
-pub use super::service::{Call, ClientId, Reply, ReplySink, ReplyTo, ServiceId, Services};
+pub use super::service::{
+    Call, ClientId, ExposeService, Reply, ReplySink, ReplyTo, ServiceId, Services,
+};
+
+impl ExposeService for Host {
+    fn expose_service(&mut self, name: &str, methods: &[&str]) -> ServiceId {
+        Host::expose_service(self, name, methods)
+    }
+}
 
 /// Counters for diagnostics and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

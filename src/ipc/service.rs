@@ -28,8 +28,6 @@ use std::os::fd::OwnedFd;
 
 use crate::base::unix_socket::PeerCred;
 
-use super::host::Host;
-
 /// A connected client; never reused within one host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClientId(pub u64);
@@ -179,6 +177,13 @@ impl std::fmt::Debug for ServiceList {
     }
 }
 
+/// Where services are exposed: the host numbers them (and a test may
+/// stand in for it).
+pub trait ExposeService {
+    /// Exposes a service with its methods; returns its id.
+    fn expose_service(&mut self, name: &str, methods: &[&str]) -> ServiceId;
+}
+
 impl ServiceList {
     /// An empty list.
     pub fn new() -> Self {
@@ -186,7 +191,7 @@ impl ServiceList {
     }
 
     /// Exposes `service` on `host` and keeps it for dispatch.
-    pub fn add(&mut self, host: &mut Host, service: Box<dyn Service>) -> ServiceId {
+    pub fn add(&mut self, host: &mut dyn ExposeService, service: Box<dyn Service>) -> ServiceId {
         let id = host.expose_service(service.name(), service.methods());
         self.services.push((id, service));
         id
@@ -254,9 +259,18 @@ mod tests {
         }
     }
 
+    /// Numbers services from 1, as the host does.
+    struct Numbering(u32);
+    impl ExposeService for Numbering {
+        fn expose_service(&mut self, _: &str, _: &[&str]) -> ServiceId {
+            self.0 += 1;
+            ServiceId(self.0)
+        }
+    }
+
     #[test]
     fn dispatches_by_service_id() {
-        let mut host = Host::new();
+        let mut host = Numbering(0);
         let mut list = ServiceList::new();
         let a = list.add(&mut host, Box::new(Named("APort", 0)));
         let b = list.add(&mut host, Box::new(Named("BPort", 0)));

@@ -70,7 +70,7 @@ pub fn initialize_connection() -> Vec<u8> {
         shared_memory_size_hint_bytes: Some(SMB_SIZE_HINT),
         producer_name: Some(PRODUCER_NAME.to_string()),
         smb_scraping_mode: Some(ProducerSMBScrapingMode::SMB_SCRAPING_DISABLED),
-        sdk_version: Some(crate::applets::VERSION.to_string()),
+        sdk_version: Some(crate::VERSION.to_string()),
         ..Default::default()
     })
 }

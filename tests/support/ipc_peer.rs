@@ -2,8 +2,8 @@
 //! (in a thread or a child process) and child-process plumbing.
 //!
 //! Child processes re-run the test binary itself with
-//! `--exact child_role_entry` and `TRACEBOX_TEST_ROLE=<role>`; each test
-//! binary that spawns children defines that entry test (see [`child_role_entry_body`]).
+//! `--exact support::ipc_peer::child_role_entry` and
+//! `TRACEBOX_TEST_ROLE=<role>` (the entry test is defined here).
 
 #![allow(dead_code)]
 
@@ -198,7 +198,7 @@ impl ChildPeer {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "child_role_entry",
+                "support::ipc_peer::child_role_entry",
                 "--nocapture",
                 "--test-threads=1",
                 "-q",
@@ -244,9 +244,11 @@ pub fn spawn_host_child(addrs: &str) -> ChildPeer {
     c
 }
 
-/// Body of the `child_role_entry` test: does nothing unless this process
-/// was spawned as a child.
-pub fn child_role_entry_body() {
+/// Entry point of child processes: does nothing unless this process was
+/// spawned as a child (every test binary that includes the support module
+/// has it, so any of them can spawn peers).
+#[test]
+fn child_role_entry() {
     let Ok(role) = std::env::var("TRACEBOX_TEST_ROLE") else {
         return;
     };

@@ -539,7 +539,7 @@ pub enum ReaderMode {
 
 /// Environment variable that picks the reader mode of traced_probes:
 /// `read` forces the non-blocking read() fallback on every cpu (to compare
-/// it with splice, e.g. in scripts/bench-ftrace.sh); anything else, or
+/// it with splice, e.g. in scripts/bench/ftrace.sh); anything else, or
 /// unset, means splice. Daemons started by the CLI inherit it.
 pub const READER_MODE_ENV: &str = "TRACEBOX_FTRACE_READER";
 

@@ -7,7 +7,7 @@
 //! The data starts on a 64-byte boundary: the kernel copies page-aligned
 //! pages into it, and a destination 16 bytes into a page (where a large
 //! allocation starts) makes that copy several times slower on some CPUs
-//! (see `base::skew_copy`).
+//! (see `crate::mem::skew_copy`).
 
 /// Pages of one cpu for one drain.
 #[derive(Debug, Default)]

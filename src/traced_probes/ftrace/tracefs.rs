@@ -423,6 +423,23 @@ mod tests {
         assert!(t.read_format("../..", "x").is_err());
     }
 
+    /// The live kernel's events: atrace's `sched` and `idle` resolve to
+    /// real events.
+    #[test]
+    fn live_kernel_atrace_categories() {
+        use crate::traced_probes::ftrace::parse::atrace::category_events;
+        let t = Tracefs::discover().unwrap();
+        let k = t.all_events().unwrap();
+        let sched = category_events("sched", &k).unwrap();
+        assert!(sched.contains(&("sched".into(), "sched_switch".into())));
+        assert!(sched.contains(&("task".into(), "task_newtask".into())));
+        let idle = category_events("idle", &k).unwrap();
+        assert_eq!(
+            idle.into_iter().collect::<Vec<_>>(),
+            [("power".to_string(), "cpu_idle".to_string())]
+        );
+    }
+
     #[test]
     fn fake_root_files() {
         let dir = tempfile::tempdir().unwrap();

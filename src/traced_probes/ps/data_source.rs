@@ -49,7 +49,14 @@ impl DataSource for ProcessStatsSource {
             let (tree, stats) = self.poller.scan_all();
             self.write(tree, stats);
         }
-        self.period()
+        // Like upstream, the first periodic poll happens now, not one
+        // period later: a short trace still gets its samples.
+        let period = self.period();
+        if period.is_some() {
+            let (stats, tree) = self.poller.poll_stats();
+            self.write(tree, stats);
+        }
+        period
     }
 
     fn tick(&mut self, _env: &mut Env<'_>) -> Option<Duration> {

@@ -486,7 +486,7 @@ fn next_stall_sleep_us(us: u64, cap: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracing::core::shared_mem::SharedMem;
+    use crate::mem::shared_mem::SharedMem;
 
     #[test]
     fn stall_sleeps_grow_to_the_configured_cap() {

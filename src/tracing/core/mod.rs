@@ -3,7 +3,7 @@
 //! * [`smb_abi`]: the shared-memory buffer layout, its state machine and
 //!   [`smb_abi::SmbAbi`] (defined in `smb_pages.rs`), including the
 //!   service-side readers for untrusted SMBs; SMB size rules.
-//! * [`shared_mem`]: the only wrapper that touches SMB memory.
+//! * `crate::mem::shared_mem`: the only wrapper that touches SMB memory.
 //! * [`chunk_reader`]: splits chunk payloads into fragments (untrusted input).
 //! * [`arbiter`]: producer-side chunk allocation and commit batching.
 //! * [`commit_batch`]: what a commit tells the service, and the transport trait.
@@ -17,7 +17,7 @@
 //! use tracebox::protozero::{begin_nested, end_nested, put_str, put_varint};
 //! use tracebox::tracing::core::arbiter::*;
 //! use tracebox::tracing::core::chunk_reader::{Fragment, FragmentIter};
-//! use tracebox::tracing::core::shared_mem::SharedMem;
+//! use tracebox::mem::shared_mem::SharedMem;
 //! use tracebox::tracing::core::smb_abi::SmbAbi;
 //!
 //! // The service side of CommitData: copy each committed chunk, free it.
@@ -62,7 +62,6 @@ pub mod arbiter;
 pub mod chunk_reader;
 pub mod commit_batch;
 pub mod patch_list;
-pub mod shared_mem;
 pub mod smb_abi;
 mod smb_pages;
 pub mod trace_writer;

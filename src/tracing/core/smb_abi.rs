@@ -106,10 +106,9 @@ pub const PATCH_SIZE: usize = 4;
 /// SMB size limits and defaults (bytes).
 pub const DEFAULT_SHM_SIZE: usize = 256 * 1024;
 pub const DEFAULT_SHM_PAGE_SIZE: usize = 4096;
-pub const MAX_SHM_SIZE: usize = 32 * 1024 * 1024;
 pub const MAX_SERVICE_PAGE_SIZE: usize = 32 * 1024;
 pub const MAX_ABI_PAGE_SIZE: usize = 64 * 1024;
-pub const MIN_PAGE_SIZE: usize = 4096;
+pub use crate::mem::shared_mem::{MAX_SHM_SIZE, MIN_PAGE_SIZE};
 
 /// CAS retries before giving up on a contended page header.
 pub(super) const RETRY_ATTEMPTS: u32 = 64;

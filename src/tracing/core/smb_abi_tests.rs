@@ -1,7 +1,7 @@
 //! Unit tests for `smb_abi` (kept apart to keep the ABI file short).
 
 use super::*;
-use crate::tracing::core::shared_mem::SharedMem;
+use crate::mem::shared_mem::SharedMem;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 

@@ -6,9 +6,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::shared_mem::SharedMem;
 use super::smb_abi::*;
 use super::smb_abi::{CHUNK_ID_OFFSET, PACKETS_OFFSET, RETRY_ATTEMPTS, WRITER_ID_OFFSET};
+use crate::mem::shared_mem::SharedMem;
 
 /// An acquired chunk: an ownership token for one chunk's memory, valid for
 /// the [`SmbAbi`] that made it. Not `Clone`: exactly one party owns a chunk

@@ -9,8 +9,8 @@ use nix::time::{clock_gettime, ClockId};
 
 use crate::base::shm::Shm;
 use crate::log_warn;
+use crate::mem::shared_mem::SharedMem;
 use crate::protozero::{begin_nested, end_nested, put_str, put_varint, VecStream};
-use crate::tracing::core::shared_mem::SharedMem;
 use crate::tracing::service::types::*;
 
 /// SMBs the service created, by producer; the adapter sends their fds.
@@ -70,7 +70,7 @@ impl ServiceEnv for RealEnv {
         put_str(&mut s, 4, &u.machine().to_string_lossy());
         end_nested(&mut s, n);
         // tracing_service_version (4)
-        put_str(&mut s, 4, crate::applets::VERSION);
+        put_str(&mut s, 4, crate::VERSION);
         if let Ok(ps) = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
             // page_size (6)
             put_varint(&mut s, 6, ps.unwrap_or(4096) as u64);

@@ -35,7 +35,7 @@ impl PacketSink for FilterSink<'_> {
     fn packet(&mut self, body: &TracePacket<'_>, trailer: &[u8]) -> bool {
         self.input.clear();
         body.slices()
-            .for_each(|s| crate::base::skew_copy::extend_bytes(&mut self.input, s));
+            .for_each(|s| crate::mem::skew_copy::extend_bytes(&mut self.input, s));
         self.input.extend_from_slice(trailer);
         self.output.clear();
         let st = &mut self.stats;

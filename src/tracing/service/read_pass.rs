@@ -75,7 +75,7 @@ impl PacketSink for ToFile {
         self.data.push(0x0a);
         self.data.extend_from_slice(&v[..n]);
         body.slices()
-            .for_each(|s| crate::base::skew_copy::extend_bytes(&mut self.data, s));
+            .for_each(|s| crate::mem::skew_copy::extend_bytes(&mut self.data, s));
         self.data.extend_from_slice(trailer);
         true
     }

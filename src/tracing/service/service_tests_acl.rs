@@ -352,9 +352,7 @@ fn observe_events_reports_instance_states() {
 #[test]
 fn producer_provided_smb_gets_empty_setup_tracing() {
     let mut h = H::new();
-    let mem = std::sync::Arc::new(
-        crate::tracing::core::shared_mem::SharedMem::new_heap(64 * 1024).unwrap(),
-    );
+    let mem = std::sync::Arc::new(crate::mem::shared_mem::SharedMem::new_heap(64 * 1024).unwrap());
     let info = ProducerInfo {
         name: "sdk".into(),
         ..Default::default()
@@ -395,8 +393,7 @@ fn producer_provided_smb_gets_empty_setup_tracing() {
     assert!(packets
         .iter()
         .any(|p| matches!(decode_packet(p).data, OneOfdata::trace_uuid(_))));
-    let bad =
-        std::sync::Arc::new(crate::tracing::core::shared_mem::SharedMem::new_heap(6000).unwrap());
+    let bad = std::sync::Arc::new(crate::mem::shared_mem::SharedMem::new_heap(6000).unwrap());
     let info = ProducerInfo {
         name: "sdk2".into(),
         ..Default::default()

@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use quick_protobuf::{MessageWrite, Writer};
 
+use crate::mem::shared_mem::SharedMem;
 use crate::pb::protos::mod_CommitDataRequest::ChunksToMove;
 use crate::pb::protos::mod_TracePacket::{
     OneOfoptional_trusted_packet_sequence_id as Seq, OneOfoptional_trusted_uid as Uid,
 };
 use crate::pb::protos::{CommitDataRequest, DataSourceDescriptor, TraceConfig, TracePacket};
 use crate::protozero::{put_varint, VecStream};
-use crate::tracing::core::shared_mem::SharedMem;
 use crate::tracing::core::smb_abi::{ChunkHeader, PageLayout};
 
 use super::*;

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
+use crate::mem::shared_mem::SharedMem;
 use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, Stream, VecStream};
-use crate::tracing::core::shared_mem::SharedMem;
 
 /// Producer ids live in the 16-bit space the trace buffer records use.
 pub type ProducerId = u16;

@@ -23,6 +23,6 @@ impl ChunkPayload for &[u8] {
     }
 
     fn copy_to(&self, dst: &mut [u8]) {
-        crate::base::skew_copy::copy_bytes(dst, self);
+        crate::mem::skew_copy::copy_bytes(dst, self);
     }
 }

@@ -1,0 +1,10 @@
+//! Integration tests: cli. One binary; each module was its own file.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod flags;
+mod kernel_loss;
+mod multicall;
+mod session;
+mod signals;

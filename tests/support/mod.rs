@@ -1,0 +1,11 @@
+//! What the integration tests share: daemons on private sockets, CLI
+//! runners, fake services, generated inputs, ftrace fixtures. Each
+//! test binary (`tests/GROUP/main.rs`) declares this module once.
+#![allow(dead_code)]
+
+pub mod cli;
+pub mod common;
+pub mod ftrace;
+pub mod ipc_peer;
+pub mod probes;
+pub mod traced;
