@@ -211,3 +211,85 @@ fn perfetto_client_prints_why_a_filter_is_refused() {
         "{err}"
     );
 }
+
+/// Real kernel events through our daemons with upstream's sched_switch-only
+/// bytecode (its test/configs/ftrace_with_filter.cfg): the trace holds
+/// sched_switch events and no other event, and no field the bytecode does
+/// not allow, whether read back or written into the file.
+#[test]
+fn ftrace_through_upstream_sched_switch_filter() {
+    for (instance, write_into_file) in [("tbx_filter_rb", false), ("tbx_filter_wif", true)] {
+        let _ = std::fs::remove_dir(traced_probes_common::instance_dir(instance));
+        let dir = tempfile::tempdir().unwrap();
+        let daemons = traced_probes_common::start_our_daemons(dir.path());
+        let cfg = dir.path().join("cfg.pbtx");
+        std::fs::write(
+            &cfg,
+            format!(
+                r#"duration_ms: 1500
+write_into_file: {write_into_file}
+buffers {{ size_kb: 8192 }}
+data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
+    ftrace_events: "sched/sched_switch"
+    ftrace_events: "sched/sched_waking"
+    compact_sched {{ enabled: false }}
+    instance_name: "{instance}"
+    drain_period_ms: 100 }} }} }}
+trace_filter {{
+  bytecode: "\013\001\000\013\002\101\121\151\321\002\000\011\023\003\031\000\012\002\043\004\000\012\007\000\273\341\337\347\016"
+}}
+"#
+            ),
+        )
+        .unwrap();
+        let out = dir.path().join("t.pftrace");
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .args(["perfetto", "--txt", "-c"])
+            .arg(&cfg)
+            .arg("-o")
+            .arg(&out)
+            .env("PERFETTO_CONSUMER_SOCK_NAME", &daemons.socks.consumer)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if !o.status.success() {
+            traced_probes_common::dump(dir.path());
+            panic!("{err}");
+        }
+        let trace = std::fs::read(&out).unwrap();
+        let packets: Vec<&[u8]> = FieldIter::new(&trace).map(|f| f.value).collect();
+        let (stats, rest) = packets.split_last().unwrap();
+        assert!(
+            FieldIter::new(stats).any(|f| f.number == 35),
+            "trace_stats last"
+        );
+        let mut switches = 0;
+        for p in rest {
+            for f in FieldIter::new(p) {
+                assert!(
+                    [1, 8, 10, 13, 42].contains(&f.number),
+                    "packet field {}",
+                    f.number
+                );
+                if f.number != 1 {
+                    continue;
+                }
+                for b in FieldIter::new(f.value) {
+                    assert!([1, 2, 3].contains(&b.number), "bundle field {}", b.number);
+                    if b.number != 2 {
+                        continue;
+                    }
+                    for e in FieldIter::new(b.value) {
+                        assert!([1, 2, 4].contains(&e.number), "event field {}", e.number);
+                        if e.number == 4 {
+                            switches += 1;
+                            assert!(FieldIter::new(e.value).all(|s| (1..8).contains(&s.number)));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(switches > 0, "no sched_switch kept ({instance})");
+        drop(daemons);
+    }
+}
