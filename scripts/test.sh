@@ -36,10 +36,13 @@ TRACED_CMD="$ours traced" CONSUMER_KIND=perfetto CONSUMER_CMD="$ours perfetto" s
 echo "== schema cross-check against Perfetto's published descriptors"
 "$TRACEBOX_PYTHON" tests/py/check_schema.py
 
-echo "== fuzz targets compile"
+echo "== fuzz targets: compile for cargo-fuzz, then run each on the stable toolchain"
 if [ -f fuzz/Cargo.toml ]; then
     cargo check --locked --manifest-path fuzz/Cargo.toml --bins
 fi
+# Every corpus file plus deterministic mutations, up to 10 s per target.
+TRACEBOX_FUZZ_RUNS=50000 TRACEBOX_FUZZ_SECS=10 \
+    cargo test --locked --test fuzz_replay -- --test-threads=2
 
 echo "== init.d script: install, start, record, stop (scripts/init/tracebox.init)"
 scripts/test-initd.sh "$ours"

@@ -1,20 +1,8 @@
 #![no_main]
-//! /proc/kallsyms text and print_filter atrace matching.
+//! cargo-fuzz entry; the target itself is `targets/ftrace_ksyms.rs`, shared with the
+//! stable replay runner (tests/fuzz_replay.rs).
 
-use libfuzzer_sys::fuzz_target;
-use tracebox::traced_probes::ftrace::parse::ksyms::KernelSymbols;
-use tracebox::traced_probes::ftrace::parse::print_filter::PrintMatch;
+#[path = "../targets/ftrace_ksyms.rs"]
+mod target;
 
-fuzz_target!(|data: &[u8]| {
-    let k = KernelSymbols::parse(&String::from_utf8_lossy(data));
-    let _ = k.lookup(u64::from_le_bytes(
-        data.get(..8)
-            .and_then(|b| b.try_into().ok())
-            .unwrap_or([0; 8]),
-    ));
-    let m = PrintMatch::Atrace {
-        kind: b"B".to_vec(),
-        prefix: b"x".to_vec(),
-    };
-    let _ = m.matches(data);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));

@@ -1,20 +1,8 @@
-//! IPC frame decoder: arbitrary bytes in arbitrary chunks never panic, and
-//! every decoded frame survives a re-encode/decode round trip.
 #![no_main]
-use libfuzzer_sys::fuzz_target;
-use tracebox::ipc::frame::{decode_payload, encode_frame, FrameDecoder, HEADER_SIZE};
+//! cargo-fuzz entry; the target itself is `targets/ipc_frame.rs`, shared with the
+//! stable replay runner (tests/fuzz_replay.rs).
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&chunk, stream)) = data.split_first() else {
-        return;
-    };
-    let mut decoder = FrameDecoder::new();
-    for piece in stream.chunks(chunk.max(1) as usize) {
-        decoder.push(piece);
-        while let Ok(Some(frame)) = decoder.next_frame() {
-            if let Ok(bytes) = encode_frame(&frame) {
-                assert_eq!(decode_payload(&bytes[HEADER_SIZE..]).unwrap(), frame);
-            }
-        }
-    }
-});
+#[path = "../targets/ipc_frame.rs"]
+mod target;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));

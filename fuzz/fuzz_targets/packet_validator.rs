@@ -1,14 +1,8 @@
 #![no_main]
-//! A producer packet split in three slices at fuzzer-chosen points: the
-//! verdict must not depend on where the slices are cut.
+//! cargo-fuzz entry; the target itself is `targets/packet_validator.rs`, shared with the
+//! stable replay runner (tests/fuzz_replay.rs).
 
-use libfuzzer_sys::fuzz_target;
-use tracebox::tracing::service::packet_validator::validate_packet;
+#[path = "../targets/packet_validator.rs"]
+mod target;
 
-fuzz_target!(|data: &[u8]| {
-    let [a, b, pkt @ ..] = data else { return };
-    let i = (*a as usize).min(pkt.len());
-    let j = (i + *b as usize).min(pkt.len());
-    let whole = validate_packet([pkt]);
-    assert_eq!(validate_packet([&pkt[..i], &pkt[i..j], &pkt[j..]]), whole);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));

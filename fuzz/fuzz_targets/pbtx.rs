@@ -1,14 +1,8 @@
 #![no_main]
-//! Text-format configs: strict and lossy, as TraceConfig. Must never panic.
+//! cargo-fuzz entry; the target itself is `targets/pbtx.rs`, shared with the
+//! stable replay runner (tests/fuzz_replay.rs).
 
-use libfuzzer_sys::fuzz_target;
-use tracebox::cmd::pbtx::{text_to_proto, ParseOptions, TRACE_CONFIG};
+#[path = "../targets/pbtx.rs"]
+mod target;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    for allow_unknown in [false, true] {
-        let _ = text_to_proto(TRACE_CONFIG, "fuzz", text, ParseOptions { allow_unknown });
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));

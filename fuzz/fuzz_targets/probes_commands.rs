@@ -1,19 +1,8 @@
-//! traced_probes' untrusted inputs: GetAsyncCommand payloads from the
-//! service (first byte even) and the crash state file (odd). Never panic.
 #![no_main]
-use libfuzzer_sys::fuzz_target;
-use tracebox::traced_probes::{ftrace::crash_state, wire};
+//! cargo-fuzz entry; the target itself is `targets/probes_commands.rs`, shared with the
+//! stable replay runner (tests/fuzz_replay.rs).
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else {
-        return;
-    };
-    if sel % 2 == 0 {
-        if let Ok(wire::Command::SetupDataSource { config, .. }) = wire::parse_command(rest) {
-            let _ = wire::target_buffer(&config);
-        }
-    } else {
-        let entries = crash_state::parse(&String::from_utf8_lossy(rest));
-        assert_eq!(crash_state::parse(&crash_state::format(&entries)), entries);
-    }
-});
+#[path = "../targets/probes_commands.rs"]
+mod target;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));

@@ -1,14 +1,8 @@
 #![no_main]
-//! /proc/<pid>/{status,stat,cmdline,smaps_rollup} parsers on arbitrary bytes.
+//! cargo-fuzz entry; the target itself is `targets/proc_pid_files.rs`, shared with the
+//! stable replay runner (tests/fuzz_replay.rs).
 
-use libfuzzer_sys::fuzz_target;
-use tracebox::traced_probes::ps::parse::{
-    parse_smaps_rollup, parse_stat_times, parse_status, split_cmdline,
-};
+#[path = "../targets/proc_pid_files.rs"]
+mod target;
 
-fuzz_target!(|data: &[u8]| {
-    let _ = parse_status(data);
-    let _ = parse_stat_times(data, 10_000_000);
-    let _ = split_cmdline(data);
-    let _ = parse_smaps_rollup(data);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));

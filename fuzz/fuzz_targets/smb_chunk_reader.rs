@@ -1,37 +1,8 @@
 #![no_main]
-//! Hostile SMB bytes through the service-side chunk reader: acquire every
-//! page/chunk index (valid or not), copy, split into fragments, free.
+//! cargo-fuzz entry; the target itself is `targets/smb_chunk_reader.rs`, shared with the
+//! stable replay runner (tests/fuzz_replay.rs).
 
-use std::sync::Arc;
+#[path = "../targets/smb_chunk_reader.rs"]
+mod target;
 
-use libfuzzer_sys::fuzz_target;
-use tracebox::tracing::core::chunk_reader::FragmentIter;
-use tracebox::mem::shared_mem::SharedMem;
-use tracebox::tracing::core::smb_abi::SmbAbi;
-
-fuzz_target!(|data: &[u8]| {
-    let page_size = if data.last().is_some_and(|b| b & 0x80 != 0) {
-        8192
-    } else {
-        4096
-    };
-    let mem = Arc::new(SharedMem::new_heap(4 * page_size).unwrap());
-    mem.write(0, &data[..data.len().min(mem.len())]);
-    let abi = SmbAbi::new(mem, page_size).unwrap();
-    let extra = data
-        .iter()
-        .rev()
-        .take(4)
-        .map(|&b| (b as usize >> 4, b as usize & 15));
-    for (page, chunk) in (0..6)
-        .flat_map(|p| (0..16).map(move |c| (p, c)))
-        .chain(extra)
-    {
-        if let Ok(c) = abi.try_acquire_chunk_for_reading(page, chunk) {
-            let mut payload = Vec::new();
-            let h = abi.read_chunk(&c, &mut payload);
-            FragmentIter::new(&payload, h.packet_count).for_each(drop);
-            let _ = abi.release_chunk_as_free(c);
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| target::run(data));

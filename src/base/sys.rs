@@ -7,6 +7,19 @@ pub fn is_searchable(path: &Path) -> bool {
     nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok()
 }
 
+/// Makes large allocations (trace buffers) always come straight from
+/// mmap, so freeing a session hands its memory back to the OS. glibc
+/// otherwise raises its mmap threshold after the first such free and
+/// serves later buffers from the heap, which stays resident; musl maps
+/// large allocations anyway.
+pub fn return_large_frees_to_os() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; no memory is touched.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -123,7 +123,13 @@ pub struct Conn {
     rx_fds: VecDeque<PendingFd>,
     /// Bytes received so far (stream offset of the next read).
     received: u64,
-    read_buf: Box<[u8]>,
+}
+
+thread_local! {
+    /// One receive buffer per thread, shared by all its connections: a
+    /// per-connection one would cost 128 KiB for every idle peer.
+    static READ_BUF: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0u8; IPC_BUFFER_SIZE].into_boxed_slice());
 }
 
 impl Conn {
@@ -137,7 +143,6 @@ impl Conn {
             max_queued,
             rx_fds: VecDeque::new(),
             received: 0,
-            read_buf: vec![0u8; IPC_BUFFER_SIZE].into_boxed_slice(),
         }
     }
 
@@ -237,7 +242,15 @@ impl Conn {
     /// One `recvmsg` (up to one frame's worth), decoding any complete
     /// frames into `out`.
     pub fn read_some(&mut self, out: &mut Vec<Received>) -> Result<ReadStatus, RecvError> {
-        let (n, fd) = match self.sock.recv(&mut self.read_buf) {
+        READ_BUF.with(|b| self.read_some_into(&mut b.borrow_mut(), out))
+    }
+
+    fn read_some_into(
+        &mut self,
+        read_buf: &mut [u8],
+        out: &mut Vec<Received>,
+    ) -> Result<ReadStatus, RecvError> {
+        let (n, fd) = match self.sock.recv(read_buf) {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ReadStatus::WouldBlock),
             // A peer that closes with bytes of ours unread resets the
@@ -260,7 +273,7 @@ impl Conn {
         if n == 0 {
             return Ok(ReadStatus::Eof);
         }
-        self.decoder.push(&self.read_buf[..n]);
+        self.decoder.push(&read_buf[..n]);
         while let Some(frame) = self.decoder.next_frame().map_err(RecvError::TooLarge)? {
             let (start, end) = self.decoder.last_span();
             // The frame owns an fd if it holds the last byte of its chunk.

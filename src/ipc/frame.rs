@@ -18,6 +18,8 @@ use crate::pb::protos::IPCFrame;
 
 /// Largest frame including its 4-byte header.
 pub const IPC_BUFFER_SIZE: usize = 128 * 1024;
+/// Receive buffer capacity a connection keeps between frames.
+const IDLE_BUFFER_KEPT: usize = 4096;
 /// Size of the length prefix.
 pub const HEADER_SIZE: usize = 4;
 /// Largest serialized `IPCFrame`.
@@ -219,6 +221,10 @@ impl FrameDecoder {
         if self.start > 0 {
             self.buf.drain(..self.start);
             self.start = 0;
+        }
+        // An idle connection keeps no large buffer from its last big frame.
+        if self.buf.is_empty() && self.buf.capacity() > IDLE_BUFFER_KEPT {
+            self.buf = Vec::new();
         }
     }
 }

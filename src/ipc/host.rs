@@ -88,7 +88,16 @@ pub struct HostStats {
     pub frames_discarded: u64,
     /// Frames answered with RequestError.
     pub unknown_requests: u64,
+    /// Connections closed at once because a client limit was reached.
+    pub clients_refused: u64,
 }
+
+/// Default bound on connected clients in all (with traced's consumer
+/// limits, kept under the usual 1024 open files with room for files and
+/// memfds).
+pub const DEFAULT_MAX_CLIENTS: usize = 640;
+/// Default bound on connected clients of one uid.
+pub const DEFAULT_MAX_CLIENTS_PER_UID: usize = 320;
 
 #[derive(Debug)]
 struct ServiceDesc {
@@ -123,6 +132,9 @@ pub struct Host {
     clients: Clients,
     next_client: u64,
     max_queued: usize,
+    max_clients: usize,
+    max_clients_per_uid: usize,
+    clients_per_uid: HashMap<u32, usize>,
 }
 
 impl Default for Host {
@@ -140,7 +152,17 @@ impl Host {
             clients: Clients::default(),
             next_client: 0,
             max_queued: DEFAULT_MAX_QUEUED_BYTES,
+            max_clients: DEFAULT_MAX_CLIENTS,
+            max_clients_per_uid: DEFAULT_MAX_CLIENTS_PER_UID,
+            clients_per_uid: HashMap::new(),
         }
+    }
+
+    /// Bounds on connected clients, in all and per uid; a connection over
+    /// either is closed right after accept (and logged).
+    pub fn set_client_limits(&mut self, total: usize, per_uid: usize) {
+        self.max_clients = total;
+        self.max_clients_per_uid = per_uid;
     }
 
     /// Bound on bytes queued per client before it is dropped.
@@ -258,9 +280,43 @@ impl Host {
                     return;
                 }
             };
+            if let Some(why) = self.over_limit(cred.uid) {
+                self.refuse(cred, why);
+                continue;
+            }
             if let Err(e) = self.add_client(ctl, stream, cred) {
                 log_warn!("registering client failed: {e}");
             }
+        }
+    }
+
+    fn over_limit(&self, uid: u32) -> Option<&'static str> {
+        self.over_limit_with(uid, self.clients.by_token.len())
+    }
+
+    fn over_limit_with(&self, uid: u32, live: usize) -> Option<&'static str> {
+        let of_uid = self.clients_per_uid.get(&uid).copied().unwrap_or(0);
+        if of_uid >= self.max_clients_per_uid {
+            Some("per-uid")
+        } else if live >= self.max_clients {
+            Some("total")
+        } else {
+            None
+        }
+    }
+
+    /// Logs a refused connection: the first, then every 100th of a storm.
+    fn refuse(&mut self, cred: PeerCred, why: &str) {
+        let n = &mut self.clients.stats.clients_refused;
+        *n += 1;
+        if *n % 100 == 1 {
+            let (total, per_uid) = (self.max_clients, self.max_clients_per_uid);
+            log_warn!(
+                "refusing a connection from pid {} uid {}: {why} client limit reached \
+                 ({total} in all, {per_uid} per uid); {n} refused so far",
+                cred.pid,
+                cred.uid
+            );
         }
     }
 
@@ -282,6 +338,7 @@ impl Host {
             cred.uid
         );
         self.clients.stats.clients_accepted += 1;
+        *self.clients_per_uid.entry(cred.uid).or_default() += 1;
         self.clients.by_id.insert(id, token);
         self.clients.by_token.insert(
             token,
@@ -460,6 +517,20 @@ impl Host {
                     continue;
                 };
                 self.clients.by_id.remove(&c.id);
+                if let Some(n) = self.clients_per_uid.get_mut(&c.cred.uid) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.clients_per_uid.remove(&c.cred.uid);
+                    }
+                }
+                // Give back the tables a connection storm grew.
+                let live = self.clients.by_token.len();
+                if self.clients.by_token.capacity() > 64
+                    && live * 4 < self.clients.by_token.capacity()
+                {
+                    self.clients.by_token.shrink_to(live * 2);
+                    self.clients.by_id.shrink_to(live * 2);
+                }
                 self.clients.stats.frames_discarded += c.conn.frames_discarded();
                 let _ = ctl.deregister(c.conn.socket());
                 let id = c.id;
@@ -659,6 +730,18 @@ mod tests {
     use super::*;
     use crate::base::event_loop::{EventLoop, TaskRunner, TimerId};
     use std::time::Duration;
+
+    #[test]
+    fn client_limits_per_uid_and_in_all() {
+        let mut h = Host::new();
+        h.set_client_limits(5, 2);
+        h.clients_per_uid.insert(1000, 2);
+        h.clients_per_uid.insert(1001, 1);
+        assert_eq!(h.over_limit_with(1000, 3), Some("per-uid"));
+        assert_eq!(h.over_limit_with(1001, 3), None);
+        assert_eq!(h.over_limit_with(1002, 4), None);
+        assert_eq!(h.over_limit_with(1002, 5), Some("total"));
+    }
 
     /// Parks every call; replies come later from a timer.
     #[derive(Default)]

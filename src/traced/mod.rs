@@ -27,6 +27,10 @@ pub struct TracedOptions {
 /// Send-queue bound per consumer connection (ReadBuffers is streamed at
 /// the consumer's pace, so little more than one read step is ever queued).
 const MAX_CONSUMER_QUEUED_BYTES: usize = 16 << 20;
+/// Consumers connected at once, in all and per uid (producers: the host's
+/// defaults).
+const MAX_CONSUMERS: usize = 256;
+const MAX_CONSUMERS_PER_UID: usize = 128;
 
 struct TracedApp {
     producer_host: Host,
@@ -115,12 +119,14 @@ fn listen_all(
 /// `ready` is called once listening (e.g. to report to a --background
 /// parent).
 pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
+    crate::base::sys::return_large_frees_to_os();
     let mut el = EventLoop::<()>::new()?;
     let mut producer_host = Host::new();
     producer_host.expose_service("ProducerPort", PRODUCER_PORT_METHODS);
     let mut consumer_host = Host::new();
     consumer_host.expose_service("ConsumerPort", CONSUMER_PORT_METHODS);
     consumer_host.set_max_queued_bytes(MAX_CONSUMER_QUEUED_BYTES);
+    consumer_host.set_client_limits(MAX_CONSUMERS, MAX_CONSUMERS_PER_UID);
     let perms = opts.socket_permissions.as_ref();
     {
         let mut ctl = el.ctl();

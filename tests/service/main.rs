@@ -5,6 +5,8 @@ mod support;
 
 mod daemon;
 mod hostile_args;
+mod limits;
 mod session;
 mod smb_to_trace_buffer;
 mod smb_trace_writer;
+mod trace_filter;

@@ -368,6 +368,7 @@ impl TracingService {
         let sid = self.alloc_session_id();
         let read = super::session::ReadState {
             stats_due: true,
+            filter: self.sessions[&src_sid].read.filter.clone(),
             ..Default::default()
         };
         self.sessions.insert(

@@ -11,9 +11,10 @@ use crate::pb::protos::TraceConfig;
 use super::config_validation::{trigger_mode, validate_trace_config};
 use super::ds_config_bytes::raw_data_source_configs;
 use super::service::{TracingService, MAX_SESSIONS, MAX_SESSIONS_PER_UID};
-use super::session::{event, Session, SessionState};
+use super::session::{event, ReadState, Session, SessionState};
 use super::timers::{ms, Timer};
 use super::trace_buffer::{OverwritePolicy, TraceBuffer};
+use super::trace_filter::TraceFilter;
 use super::types::*;
 use crate::protozero::decode::decode_message;
 
@@ -52,6 +53,8 @@ impl TracingService {
             _ => {}
         }
         validate_trace_config(&cfg)?;
+        let filter = cfg.trace_filter.as_ref().map(TraceFilter::from_config);
+        let filter = filter.transpose()?.map(std::sync::Arc::new);
         if let Some(name) = cfg.unique_session_name.as_deref().filter(|n| !n.is_empty()) {
             let clash = self.sessions.values().any(|s| {
                 s.state != SessionState::ClonedReadOnly
@@ -132,7 +135,10 @@ impl TracingService {
             uuid,
             initial_clock_snapshot: Vec::new(),
             triggers: Vec::new(),
-            read: Default::default(),
+            read: ReadState {
+                filter,
+                ..Default::default()
+            },
             seq_ids: Default::default(),
             stats: Default::default(),
             write_into_file,

@@ -20,7 +20,7 @@
 //! `stats`, `consumer_ops` (stats, queries, observe, detach/attach, clone).
 //!
 //! Not implemented (accepted and ignored unless noted): session_semaphores
-//! / exclusive_prio, trace_filter, compression, target_buffer_name (the
+//! / exclusive_prio, trace_filter string rules (refused), compression, target_buffer_name (the
 //! index is used), trigger max_per_24_h and skip_probability, the
 //! clone_snapshot_trigger packet, file-to-file copy when cloning
 //! write_into_file sessions, wall-clock alignment of periodic flushes and
@@ -30,6 +30,7 @@
 pub mod packet_validator;
 pub mod sequence_ids;
 pub mod trace_buffer;
+pub mod trace_filter;
 pub mod trusted_trailer;
 
 mod commit;
@@ -38,6 +39,7 @@ mod consumer_ops;
 mod data_sources;
 pub mod ds_config_bytes;
 mod enable;
+mod filter_sink;
 mod flush;
 pub mod name_matcher;
 pub mod producer;
@@ -58,6 +60,8 @@ pub mod types;
 mod service_tests;
 #[cfg(test)]
 mod service_tests_acl;
+#[cfg(test)]
+mod service_tests_filter;
 #[cfg(test)]
 mod service_tests_timing;
 #[cfg(test)]

@@ -8,6 +8,7 @@ use crate::pb::protos::ReadBuffersResponse;
 use crate::protozero::encode_varint;
 
 use super::config_validation::trigger_mode;
+use super::filter_sink::FilterSink;
 use super::packet_validator::validate_packet;
 use super::read_frames::{CollectFrames, FrameSink, FrameWriter};
 use super::service::TracingService;
@@ -30,6 +31,9 @@ pub(super) trait PacketSink {
     /// One packet: `body`, then `trailer` (empty for service packets).
     /// Returns false to end the pass early (more data stays readable).
     fn packet(&mut self, body: &TracePacket<'_>, trailer: &[u8]) -> bool;
+    /// The session buffer (index) the next packets come from; None for
+    /// service packets.
+    fn set_buffer(&mut self, _index: Option<usize>) {}
 }
 
 /// Feeds a [`FrameWriter`]; stops the pass when the sink asked to pause.
@@ -156,6 +160,14 @@ impl TracingService {
         if s.state != SessionState::ClonedReadOnly && (untriggered || clone_only) {
             return false;
         }
+        // Every packet but the trace stats goes through the trace filter.
+        let filter = s.read.filter.clone();
+        let raw_sink = sink;
+        let mut filtered = None;
+        let sink: &mut dyn PacketSink = match filter.as_deref() {
+            Some(f) => filtered.insert(FilterSink::new(&mut *raw_sink, f)),
+            None => &mut *raw_sink,
+        };
         // Service packets are few and small: built as messages.
         let mut service: Vec<Vec<u8>> = Vec::new();
         let builtin = s.config.builtin_data_sources.clone().unwrap_or_default();
@@ -203,10 +215,11 @@ impl TracingService {
         // Consecutive packets mostly come from one sequence: reuse its
         // trailer instead of looking the sequence id up and encoding again.
         let mut last: Option<(PacketInfo, TrustedTrailer)> = None;
-        'buffers: for &bid in &s.buffers {
+        'buffers: for (index, &bid) in s.buffers.iter().enumerate() {
             let Some(buf) = self.buffers.get_mut(&bid) else {
                 continue;
             };
+            sink.set_buffer(Some(index));
             buf.begin_read();
             while let Some((pkt, info)) = buf.read_next_trace_packet() {
                 if validate_packet(pkt.slices()).is_err() {
@@ -236,15 +249,28 @@ impl TracingService {
                 }
             }
         }
+        sink.set_buffer(None);
         if !has_more {
             s.add_event(event::READ_TRACING_BUFFERS_COMPLETED, now);
             for (f, ts) in s.read.pending_events.drain(..) {
                 emit_bytes(sink, &sp::service_event(uid, f, ts));
             }
-            if s.read.stats_due {
-                s.read.stats_due = false;
-                let stats = self.trace_stats_for(sid);
-                emit_bytes(sink, &sp::trace_stats(uid, now, &stats));
+        }
+        let counted = filtered.map(|f| f.stats);
+        if let Some(c) = &counted {
+            s.read.filter_stats.add(c);
+        }
+        if !has_more && s.read.stats_due {
+            s.read.stats_due = false;
+            let stats = self.trace_stats_for(sid);
+            let packet = sp::trace_stats(uid, now, &stats);
+            emit_bytes(raw_sink, &packet);
+            if let (Some(s), Some(_)) = (self.sessions.get_mut(&sid), counted) {
+                // Counted as passed through, as upstream does.
+                let st = &mut s.read.filter_stats;
+                st.input_packets += 1;
+                st.input_bytes += packet.len() as u64;
+                st.output_bytes += packet.len() as u64;
             }
         }
         has_more

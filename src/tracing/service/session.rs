@@ -79,6 +79,9 @@ pub struct ReadState {
     pub pending_clock_snapshots: Vec<Vec<(u32, u64)>>,
     /// `(TracingServiceEvent field, ts)` not yet emitted.
     pub pending_events: Vec<(u32, u64)>,
+    /// TraceConfig.trace_filter, applied to every packet read out.
+    pub filter: Option<std::sync::Arc<super::trace_filter::TraceFilter>>,
+    pub filter_stats: super::trace_filter::FilterStats,
 }
 
 #[derive(Debug, Default, Clone, Copy)]

@@ -1,6 +1,6 @@
 //! TraceStats for a session (GetTraceStats and the `trace_stats` packet).
 
-use crate::protozero::{put_varint, VecStream};
+use crate::protozero::{begin_nested, end_nested, put_varint, VecStream};
 
 use super::service::TracingService;
 use super::types::SessionId;
@@ -16,6 +16,7 @@ mod field {
     pub const CHUNKS_DISCARDED: u32 = 8;
     pub const PATCHES_DISCARDED: u32 = 9;
     pub const INVALID_PACKETS: u32 = 10;
+    pub const FILTER_STATS: u32 = 11;
     pub const FLUSHES_REQUESTED: u32 = 12;
     pub const FLUSHES_SUCCEEDED: u32 = 13;
     pub const FLUSHES_FAILED: u32 = 14;
@@ -69,6 +70,18 @@ impl TracingService {
                 field::FINAL_FLUSH_OUTCOME,
                 sess.stats.final_flush_outcome as u64,
             );
+        }
+        if sess.read.filter.is_some() {
+            let f = &sess.read.filter_stats;
+            let n = begin_nested(&mut s, field::FILTER_STATS);
+            put_varint(&mut s, 1, f.input_packets);
+            put_varint(&mut s, 2, f.input_bytes);
+            put_varint(&mut s, 3, f.output_bytes);
+            put_varint(&mut s, 4, f.errors);
+            for &b in &f.bytes_discarded_per_buffer {
+                put_varint(&mut s, 20, b);
+            }
+            end_nested(&mut s, n);
         }
         s.into_bytes()
     }
