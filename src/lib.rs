@@ -15,3 +15,4 @@ pub mod schema;
 pub mod traced;
 pub mod traced_probes;
 pub mod tracing;
+pub mod websocket_bridge;
