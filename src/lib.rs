@@ -14,5 +14,6 @@ pub mod protozero;
 pub mod schema;
 pub mod traced;
 pub mod traced_probes;
+pub mod traced_relay;
 pub mod tracing;
 pub mod websocket_bridge;
