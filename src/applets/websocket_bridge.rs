@@ -5,12 +5,12 @@ use std::time::Duration;
 use super::{parse_args, Via};
 use crate::ipc::default_sockets::consumer_socket_name;
 use crate::websocket_bridge::bridge::{self, Endpoint, Options, DEFAULT_ORIGINS};
-use crate::websocket_bridge::upstream::Target;
+use crate::websocket_bridge::upstream::{tcp_addr, Target};
 use argh::FromArgs;
 
 /// Bridges the Perfetto UI's websocket (ws://127.0.0.1:8037/traced) to
 /// traced's consumer socket, and /adb to the local adb server
-/// (ADB_SERVER_SOCKET=tcp:HOST:PORT, else 127.0.0.1:5037). Allowed
+/// (ADB_SERVER_SOCKET=tcp:IP:PORT or tcp:localhost:PORT, else 127.0.0.1:5037). Allowed
 /// origins: https://ui.perfetto.dev, http://localhost:10000,
 /// http://127.0.0.1:10000 and those added by flag.
 #[derive(FromArgs, Debug)]
@@ -44,10 +44,10 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         }
     };
     let adb = match std::env::var("ADB_SERVER_SOCKET") {
-        Ok(v) => match v.strip_prefix("tcp:") {
-            Some(hostport) => hostport.to_string(),
-            None => {
-                eprintln!("websocket_bridge: ADB_SERVER_SOCKET must be tcp:HOST:PORT, got {v:?}");
+        Ok(v) => match v.strip_prefix("tcp:").map(|h| (h, tcp_addr(h))) {
+            Some((hostport, Ok(_))) => hostport.to_string(),
+            _ => {
+                eprintln!("websocket_bridge: ADB_SERVER_SOCKET must be tcp:IP:PORT, got {v:?}");
                 return 1;
             }
         },

@@ -2,7 +2,7 @@
 //! possibly abstract) or an adb server (TCP). Both non-blocking.
 
 use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
@@ -31,6 +31,21 @@ impl std::fmt::Display for Target {
 /// unless `ADB_SERVER_SOCKET` says otherwise).
 const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// `IP:PORT`, `[IPV6]:PORT` or `localhost:PORT` (as 127.0.0.1). No name
+/// lookup: a resolver would cost the static binary more than it is worth.
+pub fn tcp_addr(hostport: &str) -> io::Result<SocketAddr> {
+    let literal = match hostport.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => hostport.to_string(),
+    };
+    literal.parse().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{hostport:?} is not IP:PORT or localhost:PORT"),
+        )
+    })
+}
+
 /// A connected upstream socket.
 #[derive(Debug)]
 pub enum Upstream {
@@ -48,18 +63,11 @@ impl Upstream {
                 Ok(Upstream::Unix(UnixStream::connect(&addr)?))
             }
             Target::Tcp(hostport) => {
-                let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
-                for addr in hostport.to_socket_addrs()? {
-                    match TcpStream::connect_timeout(&addr, TCP_CONNECT_TIMEOUT) {
-                        Ok(s) => {
-                            s.set_nonblocking(true)?;
-                            s.set_nodelay(true)?;
-                            return Ok(Upstream::Tcp(s));
-                        }
-                        Err(e) => last = e,
-                    }
-                }
-                Err(last)
+                let addr = tcp_addr(hostport)?;
+                let s = TcpStream::connect_timeout(&addr, TCP_CONNECT_TIMEOUT)?;
+                s.set_nonblocking(true)?;
+                s.set_nodelay(true)?;
+                Ok(Upstream::Tcp(s))
             }
         }
     }
@@ -147,5 +155,25 @@ impl OutBuf {
             self.pos = 0;
         }
         Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp_targets_are_literal_addresses() {
+        assert_eq!(
+            tcp_addr("localhost:5037").unwrap().to_string(),
+            "127.0.0.1:5037"
+        );
+        assert_eq!(
+            tcp_addr("10.0.0.2:5037").unwrap().to_string(),
+            "10.0.0.2:5037"
+        );
+        assert_eq!(tcp_addr("[::1]:5037").unwrap().to_string(), "[::1]:5037");
+        assert!(tcp_addr("adb.example:5037").is_err());
+        assert!(tcp_addr("127.0.0.1").is_err());
     }
 }
