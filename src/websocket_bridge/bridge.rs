@@ -12,7 +12,6 @@
 //! * frames over [`MAX_FRAME_PAYLOAD`] are refused (close 1009);
 //! * at most `max_conns` clients at once; more get `503`.
 
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -79,8 +78,7 @@ pub fn run(opts: Options) -> io::Result<()> {
         opts,
         listener,
         listener_token,
-        conns: HashMap::new(),
-        upstream_tokens: HashMap::new(),
+        conns: Vec::new(),
         buf: Vec::new(),
     };
     el.run(&mut bridge)
@@ -115,10 +113,9 @@ struct Bridge {
     opts: Options,
     listener: TcpListener,
     listener_token: Token,
-    /// By the client socket's token.
-    conns: HashMap<Token, Conn>,
-    /// Upstream token to its client's token.
-    upstream_tokens: HashMap<Token, Token>,
+    /// At most `max_conns`, so a linear search is fine (and smaller than
+    /// a map in the static binary).
+    conns: Vec<Conn>,
     /// Read buffer shared by all connections.
     buf: Vec<u8>,
 }
@@ -133,14 +130,14 @@ impl Handler for Bridge {
         if token == self.listener_token {
             return self.accept(ctl);
         }
-        let key = self.upstream_tokens.get(&token).copied().unwrap_or(token);
-        let Some(mut conn) = self.conns.remove(&key) else {
+        let owner =
+            |c: &Conn| c.token == token || c.upstream.as_ref().is_some_and(|u| u.1 == token);
+        let Some(i) = self.conns.iter().position(owner) else {
             return;
         };
+        let mut conn = self.conns.swap_remove(i);
         match self.pump(ctl, &mut conn) {
-            None => {
-                self.conns.insert(key, conn);
-            }
+            None => self.conns.push(conn),
             Some(why) => self.finish(ctl, conn, &why),
         }
     }
@@ -148,7 +145,7 @@ impl Handler for Bridge {
     fn on_timer(&mut self, ctl: &mut LoopCtl<'_, ()>, _id: TimerId) {
         let now = Instant::now();
         let mut expired = Vec::new();
-        for (token, c) in self.conns.iter_mut() {
+        for c in self.conns.iter_mut() {
             if c.to_client.is_empty() {
                 c.client_progress = now;
             }
@@ -160,10 +157,11 @@ impl Handler for Bridge {
                 }
                 _ => continue,
             };
-            expired.push((*token, why));
+            expired.push((c.token, why));
         }
         for (token, why) in expired {
-            if let Some(conn) = self.conns.remove(&token) {
+            if let Some(i) = self.conns.iter().position(|c| c.token == token) {
+                let conn = self.conns.swap_remove(i);
                 log_warn!("{}: {why}; dropped", conn.peer);
                 self.finish(ctl, conn, why);
             }
@@ -220,9 +218,7 @@ impl Bridge {
             };
             // Bytes may already be there; edge-triggered, so look now.
             match self.pump(ctl, &mut conn) {
-                None => {
-                    self.conns.insert(token, conn);
-                }
+                None => self.conns.push(conn),
                 Some(why) => self.finish(ctl, conn, &why),
             }
         }
@@ -348,7 +344,6 @@ impl Bridge {
                         }
                     };
                     log_info!("{}: websocket {} -> {}", c.peer, ep.path, ep.target);
-                    self.upstream_tokens.insert(token, c.token);
                     c.upstream = Some((up, token));
                     c.phase = Phase::Open;
                     c.to_client.tail().extend_from_slice(&response);
@@ -408,11 +403,10 @@ impl Bridge {
     }
 
     fn drop_upstream(&mut self, ctl: &mut LoopCtl<'_, ()>, c: &mut Conn) {
-        if let Some((mut up, token)) = c.upstream.take() {
+        if let Some((mut up, _)) = c.upstream.take() {
             // Messages that came before a close still go through if the
             // socket takes them now; the rest is dropped with the link.
             let _ = c.to_upstream.flush(|b| up.write(b));
-            self.upstream_tokens.remove(&token);
             let _ = ctl.deregister(&up);
             up.shutdown();
         }
