@@ -17,7 +17,9 @@ pub mod protozero;
 pub mod schema;
 pub mod traced;
 pub mod traced_probes;
+pub mod traced_relay;
 pub mod tracing;
+pub mod websocket_bridge;
 
 /// What every applet, the service and the producers report as their version.
 pub const VERSION: &str = concat!("tracebox ", env!("CARGO_PKG_VERSION"));

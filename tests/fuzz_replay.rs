@@ -187,8 +187,10 @@ replay_tests!(
     probes_commands,
     proc_pid_files,
     proc_text_files,
+    relay_wire,
     service_commit,
     smb_chunk_reader,
     trace_buffer,
     trace_filter,
+    websocket_wire,
 );

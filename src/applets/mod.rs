@@ -10,6 +10,7 @@ mod perfetto;
 mod traced;
 mod traced_probes;
 mod trigger_perfetto;
+mod websocket_bridge;
 
 pub use args::parse_args;
 
@@ -42,6 +43,11 @@ pub const APPLETS: &[(&str, &str, AppletMain)] = &[
         "trigger_perfetto",
         "activate named triggers",
         trigger_perfetto::main,
+    ),
+    (
+        "websocket_bridge",
+        "lets the Perfetto UI record over ws://127.0.0.1:8037",
+        websocket_bridge::main,
     ),
 ];
 

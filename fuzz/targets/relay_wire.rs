@@ -1,0 +1,34 @@
+//! What traced's relay endpoint reads from a remote machine: the first
+//! byte picks InitRelay args, SyncClock args, or a whole IPC frame whose
+//! SetPeerIdentity is checked. Errors are fine; panics are not.
+
+use tracebox::ipc::frame::decode_payload;
+use tracebox::pb::protos::mod_IPCFrame::OneOfmsg;
+use tracebox::traced_relay::wire::{
+    decode_init_relay, decode_sync_clock, PeerIdentity, MAX_SYNC_CLOCKS, MAX_SYSTEM_INFO,
+};
+
+pub fn run(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    match sel % 3 {
+        0 => {
+            if let Ok(info) = decode_init_relay(rest) {
+                assert!(info.len() <= MAX_SYSTEM_INFO);
+            }
+        }
+        1 => {
+            if let Ok(s) = decode_sync_clock(rest) {
+                assert!(s.clocks.len() <= MAX_SYNC_CLOCKS);
+            }
+        }
+        _ => {
+            if let Ok(f) = decode_payload(rest) {
+                if let OneOfmsg::set_peer_identity(m) = f.msg {
+                    let _ = PeerIdentity::from_untrusted(&m);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! What a relay tells the host about its machine: the id hint (the boot
+//! id, so a reboot is a new machine, as upstream), the name
+//! (`PERFETTO_MACHINE_NAME`, else the kernel's sysname, as upstream), its
+//! SystemInfo and a snapshot of its clocks.
+
+use crate::tracing::ipc::env::{clock_ns, RealEnv};
+use nix::time::ClockId;
+
+/// `/proc/sys/kernel/random/boot_id` without its newline; `None` if
+/// unreadable or empty.
+pub fn machine_id_hint() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let hint = text.trim();
+    (!hint.is_empty()).then(|| hint.to_string())
+}
+
+/// The machine's name for the trace.
+pub fn machine_name() -> String {
+    match std::env::var("PERFETTO_MACHINE_NAME") {
+        Ok(n) if !n.is_empty() => n,
+        _ => nix::sys::utsname::uname()
+            .map(|u| u.sysname().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
+}
+
+/// The serialized SystemInfo traced would write for this machine.
+pub fn system_info() -> Vec<u8> {
+    use crate::tracing::service::types::ServiceEnv;
+    RealEnv::new(Default::default())
+        .system_info()
+        .unwrap_or_default()
+}
+
+/// `(builtin clock id, ns)` for the clocks a SyncClock carries, read back
+/// to back.
+pub fn clock_snapshot() -> Vec<(u32, u64)> {
+    vec![
+        (6, clock_ns(ClockId::CLOCK_BOOTTIME)),
+        (1, clock_ns(ClockId::CLOCK_REALTIME)),
+        (2, clock_ns(ClockId::CLOCK_REALTIME_COARSE)),
+        (3, clock_ns(ClockId::CLOCK_MONOTONIC)),
+        (4, clock_ns(ClockId::CLOCK_MONOTONIC_COARSE)),
+        (5, clock_ns(ClockId::CLOCK_MONOTONIC_RAW)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_machine_describes_itself() {
+        let hint = machine_id_hint().expect("boot_id on Linux");
+        assert_eq!(hint.len(), 36, "{hint}");
+        assert_eq!(hint, machine_id_hint().unwrap(), "stable within a boot");
+        assert!(!machine_name().is_empty());
+        let snap = clock_snapshot();
+        assert!(snap.iter().all(|&(_, ns)| ns > 0));
+        // SystemInfo.utsname (1) comes first.
+        assert_eq!(system_info().first(), Some(&0x0a));
+        let args = super::super::wire::sync_clock_args(super::super::wire::SyncPhase::Ping, &snap);
+        let back = super::super::wire::decode_sync_clock(&args).unwrap();
+        assert_eq!(back.clocks, snap);
+    }
+}

@@ -1,0 +1,7 @@
+//! Integration tests: bridge. One binary; each module was its own file.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod traced_relay_wire_real;
+mod websocket_bridge;
