@@ -207,8 +207,19 @@ impl Services for ConsumerPort<'_> {
                         OneOfselector::None => CloneSelector::Id(0),
                     };
                     let token = st.park(to);
-                    match st.core.clone_session(now, cid, selector, token) {
-                        Ok(()) => return,
+                    // Sent just in case (the client cannot know whether the
+                    // session writes into a file); used only if it does.
+                    let file = call.fd.map(File::from);
+                    match st
+                        .core
+                        .clone_session(now, cid, selector, token, file.is_some())
+                    {
+                        Ok(()) => {
+                            if let Some(f) = file {
+                                st.clone_files.insert(token, f);
+                            }
+                            return;
+                        }
                         Err(e) => {
                             st.pending.remove(&token);
                             let mut s = VecStream::new();
@@ -256,7 +267,9 @@ fn enable_tracing(
     if cfg.write_into_file.unwrap_or(false) && file.is_none() {
         if let Some(path) = cfg.output_path.as_deref().filter(|p| !p.is_empty()) {
             use std::os::unix::fs::OpenOptionsExt;
+            // Readable too: cloning the session copies the file.
             match std::fs::OpenOptions::new()
+                .read(true)
                 .write(true)
                 .create_new(true)
                 .mode(0o644)

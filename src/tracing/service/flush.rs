@@ -21,6 +21,8 @@ pub enum FlushOrigin {
     Clone {
         consumer: ConsumerId,
         token: RequestToken,
+        /// The request came with an output file (write_into_file clones).
+        with_file: bool,
     },
 }
 
@@ -149,9 +151,11 @@ impl TracingService {
                 self.stop_session(now, f.session);
             }
             FlushOrigin::Periodic => {}
-            FlushOrigin::Clone { consumer, token } => {
-                self.finish_clone(now, f.session, consumer, token)
-            }
+            FlushOrigin::Clone {
+                consumer,
+                token,
+                with_file,
+            } => self.finish_clone(now, f.session, consumer, token, with_file),
         }
     }
 
@@ -184,7 +188,9 @@ impl TracingService {
                     token,
                     success: false,
                 }),
-                FlushOrigin::Clone { consumer, token } => self.emit(Output::CloneResult {
+                FlushOrigin::Clone {
+                    consumer, token, ..
+                } => self.emit(Output::CloneResult {
                     consumer,
                     token,
                     result: Err("The session was destroyed while cloning".into()),
