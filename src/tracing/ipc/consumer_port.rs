@@ -11,7 +11,8 @@ use crate::pb::protos::mod_CloneSessionRequest::OneOfselector;
 use crate::pb::protos::*;
 use crate::protozero::decode::{decode_message, FieldIter};
 use crate::protozero::{put_bytes, put_str, put_varint, VecStream};
-use crate::tracing::service::CloneSelector;
+use crate::tracing::service::session::ReceivedTrigger;
+use crate::tracing::service::{CloneOptions, CloneSelector};
 
 use super::traced_state::{ConsumerConn, PendingRead, TracedState};
 
@@ -210,10 +211,17 @@ impl Services for ConsumerPort<'_> {
                     // Sent just in case (the client cannot know whether the
                     // session writes into a file); used only if it does.
                     let file = call.fd.map(File::from);
-                    match st
-                        .core
-                        .clone_session(now, cid, selector, token, file.is_some())
-                    {
+                    let opts = CloneOptions {
+                        with_file: file.is_some(),
+                        trigger: r.clone_trigger_name.map(|name| ReceivedTrigger {
+                            name,
+                            producer_name: r.clone_trigger_producer_name.unwrap_or_default(),
+                            producer_uid: r.clone_trigger_trusted_producer_uid.unwrap_or(0) as u32,
+                            boot_time_ns: r.clone_trigger_boot_time_ns.unwrap_or(0),
+                            stop_delay_ms: r.clone_trigger_delay_ms.unwrap_or(0) as u32,
+                        }),
+                    };
+                    match st.core.clone_session(now, cid, selector, token, opts) {
                         Ok(()) => {
                             if let Some(f) = file {
                                 st.clone_files.insert(token, f);

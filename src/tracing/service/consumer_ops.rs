@@ -11,7 +11,7 @@ use crate::pb::protos::{ObservableEvents, TracingServiceCapabilities, TracingSer
 
 use super::flush::FlushOrigin;
 use super::service::TracingService;
-use super::session::{DsInstance, Session, SessionState};
+use super::session::{DsInstance, ReceivedTrigger, Session, SessionState};
 use super::trace_buffer::TraceBuffer;
 use super::types::*;
 
@@ -19,6 +19,18 @@ use super::types::*;
 pub const OBSERVE_DATA_SOURCES_INSTANCES: u32 = 1;
 pub const OBSERVE_ALL_DATA_SOURCES_STARTED: u32 = 2;
 pub const OBSERVE_CLONE_TRIGGER_HIT: u32 = 4;
+
+/// What a CloneSession request brings besides its target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CloneOptions {
+    /// The request came with an output file, required to clone a
+    /// write_into_file session (the clone is the source's file so far plus
+    /// what its buffers hold, written into that file).
+    pub with_file: bool,
+    /// The CLONE_SNAPSHOT trigger the clone is for (a
+    /// `clone_snapshot_trigger` packet in the clone).
+    pub trigger: Option<ReceivedTrigger>,
+}
 
 /// Which session CloneSession targets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,16 +279,13 @@ impl TracingService {
 
     /// CloneSession: flushes the source, then snapshots its buffers into a
     /// new read-only session owned by `consumer` ([`Output::CloneResult`]).
-    /// `with_file`: the request came with an output file, required to
-    /// clone a write_into_file session (the clone is the source's file so
-    /// far plus what its buffers hold, written into that file).
     pub fn clone_session(
         &mut self,
         now: u64,
         consumer: ConsumerId,
         selector: CloneSelector,
         token: RequestToken,
-        with_file: bool,
+        opts: CloneOptions,
     ) -> Result<(), String> {
         let c = self.consumers.get(&consumer).ok_or("unknown consumer")?;
         if c.session.is_some() {
@@ -297,7 +306,7 @@ impl TracingService {
         if uid != 0 && src.consumer_uid != uid {
             return Err("Not allowed to clone a session from another UID".into());
         }
-        if src.write_into_file && !with_file {
+        if src.write_into_file && !opts.with_file {
             return Err(
                 "Failed to clone 'write_into_file' session: a file descriptor is \
                         required to copy existing file"
@@ -315,7 +324,7 @@ impl TracingService {
             FlushOrigin::Clone {
                 consumer,
                 token,
-                with_file,
+                opts,
             },
         );
         Ok(())
@@ -346,9 +355,10 @@ impl TracingService {
         src_sid: SessionId,
         consumer: ConsumerId,
         token: RequestToken,
-        with_file: bool,
+        opts: CloneOptions,
     ) {
-        let result = self.make_clone(src_sid, consumer);
+        let with_file = opts.with_file;
+        let result = self.make_clone(src_sid, consumer, opts.trigger);
         if let Ok(c) = &result {
             if c.was_write_into_file {
                 // In this order the adapter copies the source's file as it
@@ -389,6 +399,7 @@ impl TracingService {
         &mut self,
         src_sid: SessionId,
         consumer: ConsumerId,
+        clone_trigger: Option<ReceivedTrigger>,
     ) -> Result<CloneResult, String> {
         let uid = self
             .consumers
@@ -467,6 +478,7 @@ impl TracingService {
                 uuid,
                 initial_clock_snapshot: snapshot,
                 triggers,
+                clone_trigger,
                 read,
                 seq_ids,
                 stats: Default::default(),

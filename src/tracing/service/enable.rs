@@ -132,6 +132,7 @@ impl TracingService {
             uuid,
             initial_clock_snapshot: Vec::new(),
             triggers: Vec::new(),
+            clone_trigger: None,
             read: Default::default(),
             seq_ids: Default::default(),
             stats: Default::default(),

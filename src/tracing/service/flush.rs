@@ -4,12 +4,13 @@
 
 use std::collections::BTreeSet;
 
+use super::consumer_ops::CloneOptions;
 use super::service::TracingService;
 use super::session::{event, InstanceState};
 use super::timers::{ms, Timer};
 use super::types::*;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlushOrigin {
     Consumer {
         consumer: ConsumerId,
@@ -21,8 +22,7 @@ pub enum FlushOrigin {
     Clone {
         consumer: ConsumerId,
         token: RequestToken,
-        /// The request came with an output file (write_into_file clones).
-        with_file: bool,
+        opts: CloneOptions,
     },
 }
 
@@ -154,8 +154,8 @@ impl TracingService {
             FlushOrigin::Clone {
                 consumer,
                 token,
-                with_file,
-            } => self.finish_clone(now, f.session, consumer, token, with_file),
+                opts,
+            } => self.finish_clone(now, f.session, consumer, token, opts),
         }
     }
 

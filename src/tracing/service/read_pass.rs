@@ -178,6 +178,9 @@ impl TracingService {
         if first && !builtin.disable_trace_config.unwrap_or(false) {
             service.push(sp::trace_config(uid, now, &s.config_raw));
         }
+        if let Some(t) = s.clone_trigger.as_ref().filter(|_| first) {
+            service.push(sp::clone_snapshot_trigger(uid, t));
+        }
         for t in &s.triggers[s.read.triggers_emitted..] {
             service.push(sp::trigger(uid, t));
         }

@@ -256,7 +256,7 @@ fn consumers_see_only_their_uid_unless_root() {
     );
     let err = h
         .svc
-        .clone_session(h.now, other, CloneSelector::Id(sid), 1, false)
+        .clone_session(h.now, other, CloneSelector::Id(sid), 1, Default::default())
         .unwrap_err();
     assert!(err.contains("another UID"));
     assert!(h.svc.disable_tracing(h.now, other).is_err());
@@ -267,7 +267,7 @@ fn consumers_see_only_their_uid_unless_root() {
             root,
             CloneSelector::UniqueName("mine".into()),
             2,
-            false
+            Default::default()
         )
         .is_ok());
     assert!(h.svc.query_capabilities().has_clone_session.unwrap());
@@ -285,7 +285,7 @@ fn clone_session_snapshots_buffers() {
     h.commit_packets(p, 1, buf, &[test_packet(1, 0), test_packet(2, 0)]);
     let cc = h.svc.connect_consumer(10);
     h.svc
-        .clone_session(h.now, cc, CloneSelector::Id(sid), 5, false)
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 5, Default::default())
         .unwrap();
     let flush_id = cmds_for(&h.outputs(), p)
         .into_iter()

@@ -384,7 +384,7 @@ fn clone_snapshot_trigger_notifies_and_only_clones_are_readable() {
     );
     let cc = h.svc.connect_consumer(0);
     h.svc
-        .clone_session(h.now, cc, CloneSelector::Id(sid), 1, false)
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 1, Default::default())
         .unwrap();
     let id = flush_request(&h.outputs(), p).unwrap();
     ack(&mut h, p, id);

@@ -110,6 +110,8 @@ pub struct Session {
     pub uuid: (i64, i64),
     pub initial_clock_snapshot: Vec<(u32, u64)>,
     pub triggers: Vec<ReceivedTrigger>,
+    /// The CLONE_SNAPSHOT trigger this clone was made for.
+    pub clone_trigger: Option<ReceivedTrigger>,
     pub read: ReadState,
     pub seq_ids: SequenceIdAllocator,
     pub stats: SessionStats,
