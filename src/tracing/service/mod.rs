@@ -20,7 +20,7 @@
 //! `stats`, `consumer_ops` (stats, queries, observe, detach/attach, clone).
 //!
 //! Not implemented (accepted and ignored unless noted): session_semaphores
-//! / exclusive_prio, trace_filter, compression, target_buffer_name (the
+//! / exclusive_prio, trace_filter, zstd compression, target_buffer_name (the
 //! index is used), trigger max_per_24_h and skip_probability, wall-clock alignment of periodic flushes and
 //! file writes, extension descriptors / trace_provenance packets,
 //! multi-machine fields, bugreport plumbing.
@@ -31,6 +31,7 @@ pub mod trace_buffer;
 pub mod trusted_trailer;
 
 mod commit;
+mod compress;
 pub mod config_validation;
 mod consumer_ops;
 mod data_sources;

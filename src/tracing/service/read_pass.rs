@@ -7,6 +7,7 @@ use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
 use crate::pb::protos::ReadBuffersResponse;
 use crate::protozero::encode_varint;
 
+use super::compress;
 use super::config_validation::trigger_mode;
 use super::packet_validator::validate_packet;
 use super::read_frames::{CollectFrames, FrameSink, FrameWriter};
@@ -135,8 +136,32 @@ impl TracingService {
         }
     }
 
-    /// One read pass into `sink`; returns whether more data is left.
+    /// One read pass into `sink`; returns whether more data is left. With
+    /// deflate the pass's packets reach `sink` as one compressed packet.
     pub(super) fn read_pass(
+        &mut self,
+        now: u64,
+        sid: SessionId,
+        max_bytes: usize,
+        sink: &mut dyn PacketSink,
+    ) -> bool {
+        if !self
+            .sessions
+            .get(&sid)
+            .is_some_and(|s| compress::wants_deflate(&s.config))
+        {
+            return self.read_pass_plain(now, sid, max_bytes, sink);
+        }
+        let mut z = compress::DeflateSink::default();
+        let budget = max_bytes.max(compress::MIN_PASS_BYTES);
+        let more = self.read_pass_plain(now, sid, budget, &mut z);
+        if let Some(p) = z.finish() {
+            emit_bytes(sink, &p);
+        }
+        more
+    }
+
+    fn read_pass_plain(
         &mut self,
         now: u64,
         sid: SessionId,
