@@ -205,6 +205,11 @@ impl TracedState {
                         consumers.reply(&to, Reply::ok(encode_clone_result(&result)));
                     }
                 }
+                Output::SyncFile { session } => {
+                    if let Some(Err(e)) = self.files.get(&session).map(File::sync_data) {
+                        log_warn!("traced: syncing the trace file failed: {e}");
+                    }
+                }
                 Output::CopyFileForClone { token, from, to } => {
                     let copied = match (self.files.get(&from), self.clone_files.remove(&token)) {
                         (Some(src), Some(mut dst)) => {

@@ -19,6 +19,8 @@ pub enum FlushOrigin {
     /// Flush before stopping (duration expiry, stop trigger).
     StopSession,
     Periodic,
+    /// Flush before a periodic write into the file (`write_flush_mode`).
+    FileWrite,
     Clone {
         consumer: ConsumerId,
         token: RequestToken,
@@ -151,6 +153,7 @@ impl TracingService {
                 self.stop_session(now, f.session);
             }
             FlushOrigin::Periodic => {}
+            FlushOrigin::FileWrite => self.write_file_period(now, f.session),
             FlushOrigin::Clone {
                 consumer,
                 token,

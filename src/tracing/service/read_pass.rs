@@ -4,11 +4,13 @@
 //! buffer's bytes) or as `Trace`-framed bytes for write_into_file.
 
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
+use crate::pb::protos::mod_TraceConfig::FFlushMode;
 use crate::pb::protos::ReadBuffersResponse;
 use crate::protozero::encode_varint;
 
 use super::compress;
 use super::config_validation::trigger_mode;
+use super::flush::FlushOrigin;
 use super::packet_validator::validate_packet;
 use super::read_frames::{CollectFrames, FrameSink, FrameWriter};
 use super::service::TracingService;
@@ -336,18 +338,40 @@ impl TracingService {
         if s.state != SessionState::Started || s.file_closed {
             return;
         }
+        if !s.read.file_backlog && super::enable::flush_before_write(&s.config) {
+            let timeout = s.flush_timeout_ms();
+            let flags = flush_flags::REASON_PERIODIC | flush_flags::INITIATOR_TRACED;
+            self.start_flush(now, sid, timeout, flags, FlushOrigin::FileWrite);
+            return;
+        }
+        self.write_file_period(now, sid);
+    }
+
+    /// One step of a periodic write into the file; arms the next one.
+    pub(super) fn write_file_period(&mut self, now: u64, sid: SessionId) {
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
+        if s.state != SessionState::Started || s.file_closed {
+            return;
+        }
         let period = super::enable::file_write_period_ms(&s.config);
+        let sync = s.config.fflush_post_write == Some(FFlushMode::FFLUSH_ENABLED);
         let more = self.write_into_file_step(now, sid);
-        if self
+        if let Some(s) = self
             .sessions
-            .get(&sid)
-            .is_some_and(|s| s.state == SessionState::Started && !s.file_closed)
+            .get_mut(&sid)
+            .filter(|s| s.state == SessionState::Started && !s.file_closed)
         {
+            s.read.file_backlog = more;
             // A backlog goes on right after pending IPC (and after this
             // step's bytes were written and the buffer handed back): a
             // deadline of `now` would run again in this very timer pass.
             let next = if more { now + 1 } else { now + ms(period) };
             self.timers.add(next, Timer::FileWrite(sid));
+            if sync && !more {
+                self.emit(Output::SyncFile { session: sid });
+            }
         }
     }
 

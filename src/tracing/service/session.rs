@@ -79,6 +79,9 @@ pub struct ReadState {
     pub pending_clock_snapshots: Vec<Vec<(u32, u64)>>,
     /// `(TracingServiceEvent field, ts)` not yet emitted.
     pub pending_events: Vec<(u32, u64)>,
+    /// A periodic write into the file is draining a backlog in steps
+    /// (its flush, if any, was done).
+    pub file_backlog: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
