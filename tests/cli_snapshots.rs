@@ -80,9 +80,13 @@ fn inspect(files: &[PathBuf]) -> Vec<Snap> {
 
 /// Runs a CLONE_SNAPSHOT session, fires three triggers 400 ms apart and
 /// returns the three snapshots (the session still running meanwhile).
-fn three_snapshots(tag: &str, buffer_extra: &str) -> Vec<Snap> {
+fn three_snapshots(tag: &str, buffer_extra: &str, real_traced: bool) -> Vec<Snap> {
     let env = Env::new(tag);
-    let _traced = env.start_traced();
+    let _traced = if real_traced {
+        env.start_real_traced()
+    } else {
+        env.start_traced()
+    };
     let _probes = start_probes(&env);
     let cfg = env.write(
         "c.pbtx",
@@ -135,7 +139,16 @@ fn wait_for(p: &Path) {
 
 #[test]
 fn clone_snapshot_triggers_write_one_complete_file_each() {
-    let snaps = three_snapshots("snap", "");
+    check_three(three_snapshots("snap", "", false));
+}
+
+/// Our client against Perfetto's real traced.
+#[test]
+fn clone_snapshot_triggers_with_the_real_traced() {
+    check_three(three_snapshots("snapreal", "", true));
+}
+
+fn check_three(snaps: Vec<Snap>) {
     for (i, s) in snaps.iter().enumerate() {
         assert_eq!(s.trigger, "snap", "snapshot {i} names its trigger");
         assert!(s.packets > 0, "snapshot {i} has data");
@@ -152,7 +165,7 @@ fn clone_snapshot_triggers_write_one_complete_file_each() {
 
 #[test]
 fn transfer_on_clone_gives_each_snapshot_only_the_new_data() {
-    let snaps = three_snapshots("snapxfer", "transfer_on_clone: true");
+    let snaps = three_snapshots("snapxfer", "transfer_on_clone: true", false);
     for w in snaps.windows(2) {
         assert!(w[1].packets > 0);
         assert!(
