@@ -469,7 +469,7 @@ mod tests {
         k.observe_packet(&[packet.as_slice()]);
         assert_eq!(k.events_lost(), Some(126));
         let mut k = KernelLoss::default();
-        k.scan_file(&tempfile_with(&trace_file(&[packet.clone()])))
+        k.scan_file(&tempfile_with(&trace_file(std::slice::from_ref(&packet))))
             .unwrap();
         assert_eq!((k.events_lost(), k.malformed), (Some(126), 0));
         // Compressed inside compressed is not the trace format: counted.

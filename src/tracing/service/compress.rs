@@ -94,8 +94,10 @@ mod tests {
         assert!(!wants_deflate(&c));
         c.compression_type = Some(CompressionType::COMPRESSION_TYPE_DEFLATE);
         assert!(wants_deflate(&c));
-        let mut c = TraceConfig::default();
-        c.compression = Some(Default::default());
+        let mut c = TraceConfig {
+            compression: Some(Default::default()),
+            ..Default::default()
+        };
         assert!(!wants_deflate(&c), "zstd or nothing: not built");
         c.compression.as_mut().unwrap().deflate = Some(Default::default());
         assert!(wants_deflate(&c));
