@@ -125,6 +125,7 @@ fn three_snapshots(tag: &str, buffer_extra: &str, real_traced: bool) -> Vec<Snap
     assert_eq!(wait_exit(&mut client, LIMIT), 0);
     let log = std::fs::read_to_string(env.path("client.log")).unwrap();
     assert_eq!(log.matches("(cloned session)").count(), 3, "{log}");
+    assert!(log.contains("3 snapshots: "), "{log}");
     assert!(!env.path("t.pftrace.3").exists());
     inspect(&files)
 }

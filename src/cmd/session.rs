@@ -259,6 +259,9 @@ pub fn wait_and_collect(
     };
     clear_status(show_status);
     ready.send(1); // No-op if "started" was already reported.
+    if let Some(s) = &snaps {
+        s.report();
+    }
 
     match response {
         Ok(EnableTracingResponse { error: Some(e), .. }) if !e.is_empty() => {

@@ -62,7 +62,20 @@ impl Snapshots {
         }
     }
 
-    pub fn taken(&self) -> u32 {
-        self.count
+    /// One line naming the snapshot files and any that failed.
+    pub fn report(&self) {
+        let failed = match self.failed {
+            0 => String::new(),
+            n => format!(", {n} failed"),
+        };
+        match self.count {
+            0 => eprintln!("No snapshot was taken (no CLONE_SNAPSHOT trigger hit)"),
+            1 => eprintln!("1 snapshot: {}.0{failed}", self.path),
+            n => eprintln!(
+                "{n} snapshots: {p}.0 to {p}.{}{failed}",
+                n - 1,
+                p = self.path
+            ),
+        }
     }
 }
