@@ -166,6 +166,11 @@ pub fn clone_for(
     if resp.success != Some(true) {
         // Upstream logs and exits 0 when the service refuses a clone.
         eprintln!("Service error: {}", resp.error.unwrap_or_default());
+        // The client wrote nothing; what traced may have copied into the
+        // file for a write_into_file clone that then failed goes too.
+        if matches!(out, Output::File { .. }) {
+            let _ = file.set_len(0);
+        }
         output::remove_if_empty(out);
         return 0;
     }
