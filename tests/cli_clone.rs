@@ -163,3 +163,47 @@ fn clone_of_write_into_file_to_stdout_is_refused() {
         "upstream's words"
     );
 }
+
+/// A session whose file traced opened itself (`output_path`) clones the
+/// same way: traced reads back its own file.
+#[test]
+fn clone_of_a_session_writing_its_output_path() {
+    let env = Env::new("wif-path");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(PACKETS);
+    let out = env.path("t.pftrace");
+    let cfg = env.write(
+        "c.pbtx",
+        &format!(
+            "buffers {{ size_kb: 4096 }}\n{SDK_DS}write_into_file: true\n\
+             file_write_period_ms: 100\nduration_ms: 120000\n\
+             output_path: \"{}\"\nunique_session_name: \"wifpath\"\n",
+            out.display()
+        ),
+    );
+    let mut client = env
+        .perfetto_cmd(&["--txt", "-c", &cfg])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.wait_query("wifpath", true);
+    env.wait_producer_written();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !out.exists() || summary(&out).num("for_testing") < PACKETS as i64 {
+        assert!(
+            Instant::now() < deadline,
+            "the session never wrote its file"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let snap = env.path("snap.pftrace");
+    let c = env.perfetto(&["--clone-by-name", "wifpath", "-o", snap.to_str().unwrap()]);
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    assert_complete(&snap, Service::Ours);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(client.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+}
