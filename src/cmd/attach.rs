@@ -9,9 +9,9 @@ use super::rpc::Port;
 use super::session::{self, ReadyNotifier};
 use super::signals::StopSignals;
 use crate::pb::protos::{
-    mod_CloneSessionRequest::OneOfselector, AttachRequest, AttachResponse, CloneSessionRequest,
-    CloneSessionResponse, DetachRequest, DetachResponse, DisableTracingRequest, FlushRequest,
-    FlushResponse,
+    mod_CloneSessionRequest::OneOfselector, mod_ObservableEvents::CloneTriggerHit, AttachRequest,
+    AttachResponse, CloneSessionRequest, CloneSessionResponse, DetachRequest, DetachResponse,
+    DisableTracingRequest, FlushRequest, FlushResponse,
 };
 use crate::protozero::{put_varint, VecStream};
 
@@ -107,11 +107,24 @@ pub fn attach_and_wait(socket: &str, key: &str, stop: bool, signals: &mut StopSi
         None,
         signals,
         &mut ReadyNotifier(None),
+        None,
     )
 }
 
 /// `--clone ID` / `--clone-by-name NAME`: snapshot a running session.
 pub fn clone(socket: &str, target: &CloneTarget, for_bugreport: bool, out: &Output) -> i32 {
+    clone_for(socket, target, for_bugreport, None, out)
+}
+
+/// A clone, made for `trigger` when a CLONE_SNAPSHOT trigger hit (the
+/// service records it in the clone).
+pub fn clone_for(
+    socket: &str,
+    target: &CloneTarget,
+    for_bugreport: bool,
+    trigger: Option<&CloneTriggerHit>,
+    out: &Output,
+) -> i32 {
     let file = match output::open(out) {
         Ok(f) => f,
         Err(e) => {
@@ -135,7 +148,11 @@ pub fn clone(socket: &str, target: &CloneTarget, for_bugreport: bool, out: &Outp
         },
         skip_trace_filter: Some(for_bugreport),
         for_bugreport: Some(for_bugreport),
-        ..Default::default()
+        clone_trigger_name: trigger.and_then(|t| t.trigger_name.clone()),
+        clone_trigger_producer_name: trigger.and_then(|t| t.producer_name.clone()),
+        clone_trigger_trusted_producer_uid: trigger.and_then(|t| t.producer_uid.map(|u| u as i32)),
+        clone_trigger_boot_time_ns: trigger.and_then(|t| t.boot_time_ns),
+        clone_trigger_delay_ms: trigger.and_then(|t| t.trigger_delay_ms),
     };
     let fd = file.try_clone().ok().map(OwnedFd::from);
     let resp: CloneSessionResponse = match port.call("CloneSession", &req, fd) {
@@ -149,6 +166,11 @@ pub fn clone(socket: &str, target: &CloneTarget, for_bugreport: bool, out: &Outp
     if resp.success != Some(true) {
         // Upstream logs and exits 0 when the service refuses a clone.
         eprintln!("Service error: {}", resp.error.unwrap_or_default());
+        // The client wrote nothing; what traced may have copied into the
+        // file for a write_into_file clone that then failed goes too.
+        if matches!(out, Output::File { .. }) {
+            let _ = file.set_len(0);
+        }
         output::remove_if_empty(out);
         return 0;
     }

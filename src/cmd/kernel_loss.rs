@@ -19,6 +19,12 @@ use crate::protozero::decode::{read_varint, FieldIter};
 const TRACE_PACKET: u64 = 1;
 const TRUSTED_SEQUENCE_ID: u64 = 10;
 const FTRACE_STATS: u64 = 34;
+const COMPRESSED_PACKETS: u64 = 50;
+
+/// Bounds on one `compressed_packets` (the service makes them from a read
+/// pass of about 1 MiB) and on what it inflates to.
+const MAX_COMPRESSED: usize = 16 << 20;
+const MAX_INFLATED: usize = 64 << 20;
 
 /// ftrace_stats are small (about 50 bytes per cpu); bigger ones are not
 /// read.
@@ -73,8 +79,26 @@ impl KernelLoss {
                 stats_in_packet(&mut Parts::new(parts), 0, len)
             }
         };
-        if let Ok(Some((seq, stats))) = found {
-            self.record(seq, &stats);
+        if let Ok(Some(found)) = found {
+            self.take(found, true);
+        }
+    }
+
+    fn take(&mut self, found: Found, outer: bool) {
+        match found {
+            Found::Stats(seq, stats) => self.record(seq, &stats),
+            // Packets compressed by the service (compression_type:
+            // DEFLATE); never nested in the trace format.
+            Found::Compressed(z) if outer => {
+                match miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&z, MAX_INFLATED) {
+                    Ok(raw) => {
+                        let len = raw.len() as u64;
+                        let _ = self.scan_inner(&mut raw.as_slice(), len, false);
+                    }
+                    Err(_) => self.malformed += 1,
+                }
+            }
+            Found::Compressed(_) => self.malformed += 1,
         }
     }
 
@@ -93,14 +117,18 @@ impl KernelLoss {
     }
 
     fn scan(&mut self, b: &mut dyn TraceBytes, len: u64) -> io::Result<()> {
+        self.scan_inner(b, len, true)
+    }
+
+    fn scan_inner(&mut self, b: &mut dyn TraceBytes, len: u64, outer: bool) -> io::Result<()> {
         let mut pos = 0;
         while pos < len {
             let Some(f) = field_at(b, pos, len)? else {
                 break; // A truncated tail: what came before still counts.
             };
             if f.number == TRACE_PACKET && f.wire_type == 2 {
-                if let Some((seq, stats)) = stats_in_packet(b, f.value_start, f.end)? {
-                    self.record(seq, &stats);
+                if let Some(found) = stats_in_packet(b, f.value_start, f.end)? {
+                    self.take(found, outer);
                 }
             }
             pos = f.end;
@@ -337,13 +365,17 @@ fn field_at(b: &mut dyn TraceBytes, pos: u64, limit: u64) -> io::Result<Option<F
     }))
 }
 
+/// What a packet holds for us.
+enum Found {
+    /// Sequence id and `ftrace_stats` bytes.
+    Stats(u64, Vec<u8>),
+    /// `compressed_packets` bytes.
+    Compressed(Vec<u8>),
+}
+
 /// The sequence id and `ftrace_stats` bytes of the packet in
-/// `start..end`, if it carries stats.
-fn stats_in_packet(
-    b: &mut dyn TraceBytes,
-    start: u64,
-    end: u64,
-) -> io::Result<Option<(u64, Vec<u8>)>> {
+/// `start..end`, if it carries stats, or its compressed packets.
+fn stats_in_packet(b: &mut dyn TraceBytes, start: u64, end: u64) -> io::Result<Option<Found>> {
     let (mut seq, mut stats) = (0, None);
     let mut pos = start;
     while pos < end {
@@ -356,11 +388,15 @@ fn stats_in_packet(
                 let n = (f.end - f.value_start) as usize;
                 stats = Some(b.at(f.value_start, n)?.to_vec());
             }
+            (COMPRESSED_PACKETS, 2) if f.end - f.value_start <= MAX_COMPRESSED as u64 => {
+                let n = (f.end - f.value_start) as usize;
+                return Ok(Some(Found::Compressed(b.at(f.value_start, n)?.to_vec())));
+            }
             _ => {}
         }
         pos = f.end;
     }
-    Ok(stats.map(|s| (seq, s)))
+    Ok(stats.map(|s| Found::Stats(seq, s)))
 }
 
 #[cfg(test)]
@@ -421,6 +457,34 @@ mod tests {
             data_packet(2, 50_000),
             stats_packet(2, P::EndOfTrace, &[(4, 0)]),
         ]
+    }
+
+    #[test]
+    fn compressed_packets_are_inflated_once() {
+        let z = miniz_oxide::deflate::compress_to_vec_zlib(&trace_file(&two_sources()), 6);
+        let mut s = VecStream::new();
+        put_bytes(&mut s, COMPRESSED_PACKETS as u32, &z);
+        let packet = s.into_bytes();
+        let mut k = KernelLoss::default();
+        k.observe_packet(&[packet.as_slice()]);
+        assert_eq!(k.events_lost(), Some(126));
+        let mut k = KernelLoss::default();
+        k.scan_file(&tempfile_with(&trace_file(std::slice::from_ref(&packet))))
+            .unwrap();
+        assert_eq!((k.events_lost(), k.malformed), (Some(126), 0));
+        // Compressed inside compressed is not the trace format: counted.
+        let z2 = miniz_oxide::deflate::compress_to_vec_zlib(&trace_file(&[packet]), 6);
+        let mut s = VecStream::new();
+        put_bytes(&mut s, COMPRESSED_PACKETS as u32, &z2);
+        let mut k = KernelLoss::default();
+        k.observe_packet(&[s.into_bytes()]);
+        assert_eq!((k.events_lost(), k.malformed), (None, 1));
+        // Garbage that does not inflate is counted.
+        let mut s = VecStream::new();
+        put_bytes(&mut s, COMPRESSED_PACKETS as u32, &[1, 2, 3]);
+        let mut k = KernelLoss::default();
+        k.observe_packet(&[s.into_bytes()]);
+        assert_eq!(k.malformed, 1);
     }
 
     #[test]

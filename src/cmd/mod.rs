@@ -13,6 +13,7 @@ pub mod query;
 pub mod rpc;
 pub mod session;
 pub mod signals;
+pub mod snapshots;
 pub mod status_line;
 pub mod triggers;
 pub mod units;

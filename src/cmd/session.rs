@@ -13,6 +13,7 @@ use super::output;
 use super::packet_writer::PacketWriter;
 use super::rpc::{decode, Port};
 use super::signals::StopSignals;
+use super::snapshots::Snapshots;
 use super::status_line;
 use crate::base::unix_socket::wait_readable_any;
 use crate::ipc::client::{ClientError, ClientReply};
@@ -99,14 +100,22 @@ pub fn run(
             return 1;
         }
     };
-    // Subscribe before enabling, so the "all started" event cannot slip by.
-    let observe_id = if ready.0.is_some() {
+    // Subscribe before enabling, so no event can slip by.
+    let snaps = Snapshots::for_plan(plan, socket);
+    let mut events = Vec::new();
+    if ready.0.is_some() {
+        events.push(ObservableType::TYPE_ALL_DATA_SOURCES_STARTED);
+    }
+    if snaps.is_some() {
+        events.push(ObservableType::TYPE_CLONE_TRIGGER_HIT);
+    }
+    let observe_id = if events.is_empty() {
+        None
+    } else {
         let req = ObserveEventsRequest {
-            events_to_observe: vec![ObservableType::TYPE_ALL_DATA_SOURCES_STARTED],
+            events_to_observe: events,
         };
         port.start("ObserveEvents", &req, None).ok()
-    } else {
-        None
     };
     let fd_for_service = match (&out_file, write_into_file) {
         (Some(f), true) => f.try_clone().ok().map(OwnedFd::from),
@@ -137,11 +146,13 @@ pub fn run(
         };
     }
     wait_and_collect(
-        &mut port, enable_id, observe_id, plan, out_file, signals, &mut ready,
+        &mut port, enable_id, observe_id, plan, out_file, signals, &mut ready, snaps,
     )
 }
 
-/// Waits for the session to end, then writes the file. Shared with attach.
+/// Waits for the session to end (taking CLONE_SNAPSHOT snapshots on the
+/// way), then writes the file. Shared with attach.
+#[allow(clippy::too_many_arguments)]
 pub fn wait_and_collect(
     port: &mut Port,
     enable_id: u64,
@@ -150,7 +161,10 @@ pub fn wait_and_collect(
     out_file: Option<File>,
     signals: &mut StopSignals,
     ready: &mut ReadyNotifier,
+    mut snaps: Option<Snapshots>,
 ) -> i32 {
+    let has_snaps = snaps.is_some();
+    let observing = |ready: &ReadyNotifier| ready.0.is_some() || has_snaps;
     let started = Instant::now();
     let failsafe = failsafe_ms(plan).map(Duration::from_millis);
     let total_ms = plan.config.duration_ms.unwrap_or(0) as u64;
@@ -167,7 +181,7 @@ pub fn wait_and_collect(
             failsafe.map(|f| started + f),
         ];
         let queued = std::iter::once(enable_id)
-            .chain(observe_id.filter(|_| ready.0.is_some()))
+            .chain(observe_id.filter(|_| observing(ready)))
             .any(|id| port.client.has_queued(id));
         let wait = if queued {
             Some(Duration::ZERO)
@@ -198,13 +212,18 @@ pub fn wait_and_collect(
                 return 1;
             }
         }
-        if let Some(id) = observe_id.filter(|_| ready.0.is_some()) {
+        if let Some(id) = observe_id.filter(|_| observing(ready)) {
             if let Ok(Some(r)) = port.next(id) {
                 let ev = decode::<ObserveEventsResponse>("ObserveEvents", &r.payload)
                     .ok()
-                    .and_then(|e| e.events);
-                if ev.is_some_and(|e| e.all_data_sources_started == Some(true)) {
+                    .and_then(|e| e.events)
+                    .unwrap_or_default();
+                if ev.all_data_sources_started == Some(true) {
                     ready.send(0);
+                }
+                if let (Some(hit), Some(s)) = (&ev.clone_trigger_hit, snaps.as_mut()) {
+                    clear_status(show_status);
+                    s.take(hit);
                 }
             }
         }
@@ -240,6 +259,9 @@ pub fn wait_and_collect(
     };
     clear_status(show_status);
     ready.send(1); // No-op if "started" was already reported.
+    if let Some(s) = &snaps {
+        s.report();
+    }
 
     match response {
         Ok(EnableTracingResponse { error: Some(e), .. }) if !e.is_empty() => {

@@ -3,8 +3,11 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod clone;
+mod compression;
 mod flags;
 mod kernel_loss;
 mod multicall;
 mod session;
 mod signals;
+mod snapshots;

@@ -57,6 +57,27 @@ impl Env {
         child
     }
 
+    /// Perfetto's real `traced` (tests/sdk-interop), ready when this returns.
+    pub fn start_real_traced(&self) -> Killed {
+        let mut c = Command::new(sdk_bin("real-traced"));
+        c.args([
+            "--producer-socket",
+            &self.producer,
+            "--consumer-socket",
+            &self.consumer,
+        ])
+        .env_remove("TRACED_NOTIFY_FD")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(self.path("real-traced.log")).unwrap());
+        let child = Killed(c.spawn().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !tracebox::cmd::autostart::service_answers(&self.consumer) {
+            assert!(Instant::now() < deadline, "real traced did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    }
+
     /// The real SDK producer: registers `tbx.sdk_test`, writes `packets`
     /// packets when started, then waits for the stop.
     pub fn start_sdk_producer(&self, packets: u32) -> Killed {

@@ -11,7 +11,8 @@ use crate::pb::protos::mod_CloneSessionRequest::OneOfselector;
 use crate::pb::protos::*;
 use crate::protozero::decode::{decode_message, FieldIter};
 use crate::protozero::{put_bytes, put_str, put_varint, VecStream};
-use crate::tracing::service::CloneSelector;
+use crate::tracing::service::session::ReceivedTrigger;
+use crate::tracing::service::{CloneOptions, CloneSelector};
 
 use super::traced_state::{ConsumerConn, PendingRead, TracedState};
 
@@ -207,8 +208,26 @@ impl Services for ConsumerPort<'_> {
                         OneOfselector::None => CloneSelector::Id(0),
                     };
                     let token = st.park(to);
-                    match st.core.clone_session(now, cid, selector, token) {
-                        Ok(()) => return,
+                    // Sent just in case (the client cannot know whether the
+                    // session writes into a file); used only if it does.
+                    let file = call.fd.map(File::from);
+                    let opts = CloneOptions {
+                        with_file: file.is_some(),
+                        trigger: r.clone_trigger_name.map(|name| ReceivedTrigger {
+                            name,
+                            producer_name: r.clone_trigger_producer_name.unwrap_or_default(),
+                            producer_uid: r.clone_trigger_trusted_producer_uid.unwrap_or(0) as u32,
+                            boot_time_ns: r.clone_trigger_boot_time_ns.unwrap_or(0),
+                            stop_delay_ms: r.clone_trigger_delay_ms.unwrap_or(0) as u32,
+                        }),
+                    };
+                    match st.core.clone_session(now, cid, selector, token, opts) {
+                        Ok(()) => {
+                            if let Some(f) = file {
+                                st.clone_files.insert(token, f);
+                            }
+                            return;
+                        }
                         Err(e) => {
                             st.pending.remove(&token);
                             let mut s = VecStream::new();
@@ -256,7 +275,9 @@ fn enable_tracing(
     if cfg.write_into_file.unwrap_or(false) && file.is_none() {
         if let Some(path) = cfg.output_path.as_deref().filter(|p| !p.is_empty()) {
             use std::os::unix::fs::OpenOptionsExt;
+            // Readable too: cloning the session copies the file.
             match std::fs::OpenOptions::new()
+                .read(true)
                 .write(true)
                 .create_new(true)
                 .mode(0o644)

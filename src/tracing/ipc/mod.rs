@@ -11,6 +11,7 @@
 //! [`TracingService`]: crate::tracing::service::TracingService
 //! [`TracingService::next_deadline`]: crate::tracing::service::TracingService::next_deadline
 
+mod clone_file;
 pub mod consumer_port;
 pub mod env;
 pub mod producer_port;

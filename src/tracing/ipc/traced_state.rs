@@ -46,6 +46,10 @@ pub struct TracedState {
     pub pending: BTreeMap<RequestToken, ReplyTo>,
     next_token: RequestToken,
     pub files: BTreeMap<SessionId, File>,
+    /// Output files sent with CloneSession requests, by token, and why
+    /// copying into one failed.
+    pub clone_files: BTreeMap<RequestToken, File>,
+    clone_errors: BTreeMap<RequestToken, String>,
     /// ReadBuffers streams in progress, fed as the consumer drains them.
     pub pending_reads: Vec<PendingRead>,
 }
@@ -104,6 +108,8 @@ impl TracedState {
             pending: BTreeMap::new(),
             next_token: 1,
             files: BTreeMap::new(),
+            clone_files: BTreeMap::new(),
+            clone_errors: BTreeMap::new(),
             pending_reads: Vec::new(),
         }
     }
@@ -188,9 +194,43 @@ impl TracedState {
                         );
                     }
                 }
-                Output::CloneResult { token, result, .. } => {
+                Output::CloneResult {
+                    token, mut result, ..
+                } => {
+                    self.clone_files.remove(&token);
+                    if let Some(e) = self.clone_errors.remove(&token) {
+                        result = Err(e);
+                    }
                     if let Some(to) = self.pending.remove(&token) {
                         consumers.reply(&to, Reply::ok(encode_clone_result(&result)));
+                    }
+                }
+                Output::SyncFile { session } => {
+                    if let Some(Err(e)) = self.files.get(&session).map(File::sync_data) {
+                        log_warn!("traced: syncing the trace file failed: {e}");
+                    }
+                }
+                Output::CopyFileForClone { token, from, to } => {
+                    let copied = match (self.files.get(&from), self.clone_files.remove(&token)) {
+                        (Some(src), Some(mut dst)) => {
+                            super::clone_file::copy_contents(src, &mut dst)
+                                .map(|()| dst)
+                                .map_err(|e| e.to_string())
+                        }
+                        (None, _) => Err("the session's file is already closed".into()),
+                        (_, None) => Err("no file descriptor".into()),
+                    };
+                    match copied {
+                        Ok(dst) => {
+                            self.files.insert(to, dst);
+                        }
+                        Err(e) => {
+                            let e = format!(
+                                "Failed to clone 'write_into_file' session: failed to copy \
+                                 existing file: {e}"
+                            );
+                            self.clone_errors.insert(token, e);
+                        }
                     }
                 }
                 Output::WriteToFile { session, data } => {

@@ -11,13 +11,26 @@ use crate::pb::protos::{ObservableEvents, TracingServiceCapabilities, TracingSer
 
 use super::flush::FlushOrigin;
 use super::service::TracingService;
-use super::session::{DsInstance, Session, SessionState};
+use super::session::{DsInstance, ReceivedTrigger, Session, SessionState};
+use super::trace_buffer::TraceBuffer;
 use super::types::*;
 
 /// ObservableEvents.Type bits.
 pub const OBSERVE_DATA_SOURCES_INSTANCES: u32 = 1;
 pub const OBSERVE_ALL_DATA_SOURCES_STARTED: u32 = 2;
 pub const OBSERVE_CLONE_TRIGGER_HIT: u32 = 4;
+
+/// What a CloneSession request brings besides its target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CloneOptions {
+    /// The request came with an output file, required to clone a
+    /// write_into_file session (the clone is the source's file so far plus
+    /// what its buffers hold, written into that file).
+    pub with_file: bool,
+    /// The CLONE_SNAPSHOT trigger the clone is for (a
+    /// `clone_snapshot_trigger` packet in the clone).
+    pub trigger: Option<ReceivedTrigger>,
+}
 
 /// Which session CloneSession targets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,6 +285,7 @@ impl TracingService {
         consumer: ConsumerId,
         selector: CloneSelector,
         token: RequestToken,
+        opts: CloneOptions,
     ) -> Result<(), String> {
         let c = self.consumers.get(&consumer).ok_or("unknown consumer")?;
         if c.session.is_some() {
@@ -292,26 +306,76 @@ impl TracingService {
         if uid != 0 && src.consumer_uid != uid {
             return Err("Not allowed to clone a session from another UID".into());
         }
+        if src.write_into_file && !opts.with_file {
+            return Err(
+                "Failed to clone 'write_into_file' session: a file descriptor is \
+                        required to copy existing file"
+                    .into(),
+            );
+        }
         let (sid, timeout) = (src.id, src.flush_timeout_ms());
+        self.clear_buffers_before_clone(sid)?;
         let flags = flush_flags::REASON_TRACE_CLONE | flush_flags::INITIATOR_TRACED;
         self.start_flush(
             now,
             sid,
             timeout,
             flags,
-            FlushOrigin::Clone { consumer, token },
+            FlushOrigin::Clone {
+                consumer,
+                token,
+                opts,
+            },
         );
+        Ok(())
+    }
+
+    /// `clear_before_clone` buffers drop what they hold before the clone's
+    /// flush, so the snapshot has only what that flush brings.
+    fn clear_buffers_before_clone(&mut self, sid: SessionId) -> Result<(), String> {
+        let s = &self.sessions[&sid];
+        for (cfg, bid) in s.config.buffers.iter().zip(&s.buffers) {
+            if cfg.clear_before_clone != Some(true) {
+                continue;
+            }
+            let Some(buf) = self.buffers.get_mut(bid) else {
+                continue;
+            };
+            if buf.has_data() {
+                *buf = TraceBuffer::new(buf.size(), buf.overwrite_policy())
+                    .map_err(|e| format!("Buffer allocation failed: {e}"))?;
+            }
+        }
         Ok(())
     }
 
     pub(super) fn finish_clone(
         &mut self,
-        _now: u64,
+        now: u64,
         src_sid: SessionId,
         consumer: ConsumerId,
         token: RequestToken,
+        opts: CloneOptions,
     ) {
-        let result = self.make_clone(src_sid, consumer);
+        let with_file = opts.with_file;
+        let result = self.make_clone(src_sid, consumer, opts.trigger);
+        if let Ok(c) = &result {
+            if c.was_write_into_file {
+                // In this order the adapter copies the source's file as it
+                // is now, then appends what the source has not yet written.
+                self.emit(Output::CopyFileForClone {
+                    token,
+                    from: src_sid,
+                    to: c.session,
+                });
+                self.write_into_file_pass(now, c.session);
+                if let Some(s) = self.sessions.get_mut(&c.session) {
+                    s.file_closed = true;
+                }
+                self.emit(Output::CloseFile { session: c.session });
+            }
+        }
+        debug_assert!(with_file || !result.as_ref().is_ok_and(|c| c.was_write_into_file));
         self.emit(Output::CloneResult {
             consumer,
             token,
@@ -319,10 +383,23 @@ impl TracingService {
         });
     }
 
+    /// The snapshot of one source buffer: a read-only copy, or the buffer
+    /// itself with `transfer_on_clone` (the source gets an empty one).
+    fn snapshot_buffer(&mut self, bid: BufferId, transfer: bool) -> Result<TraceBuffer, String> {
+        let buf = self.buffers.get_mut(&bid).ok_or("buffer missing")?;
+        if !transfer {
+            return Ok(buf.clone_read_only());
+        }
+        let fresh = TraceBuffer::new(buf.size(), buf.overwrite_policy())
+            .map_err(|e| format!("Buffer allocation failed: {e}"))?;
+        Ok(std::mem::replace(buf, fresh).into_read_only())
+    }
+
     fn make_clone(
         &mut self,
         src_sid: SessionId,
         consumer: ConsumerId,
+        clone_trigger: Option<ReceivedTrigger>,
     ) -> Result<CloneResult, String> {
         let uid = self
             .consumers
@@ -336,15 +413,15 @@ impl TracingService {
             .sessions
             .get(&src_sid)
             .ok_or("The source session is gone")?;
-        let mut copies = Vec::new();
-        for b in &src.buffers {
-            copies.push(
-                self.buffers
-                    .get(b)
-                    .map(|x| x.clone_read_only())
-                    .ok_or("buffer missing")?,
-            );
-        }
+        let plan: Vec<(BufferId, bool)> = src
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let transfer = src.config.buffers.get(i).and_then(|c| c.transfer_on_clone);
+                (*b, transfer == Some(true))
+            })
+            .collect();
         let (cfg, raw, ds_raw, snapshot, triggers, wif) = (
             src.config.clone(),
             src.config_raw.clone(),
@@ -353,6 +430,25 @@ impl TracingService {
             src.triggers.clone(),
             src.write_into_file,
         );
+        // A write_into_file clone continues the source's file: same
+        // sequence ids, and the packets written once per trace (config,
+        // uuid, system info) are already there.
+        let (read, seq_ids, file_bytes) = if wif {
+            let mut read = src.read.clone();
+            read.stats_due = true;
+            (read, src.seq_ids.clone(), src.file_bytes_written)
+        } else {
+            let read = super::session::ReadState {
+                stats_due: true,
+                filter: src.read.filter.clone(),
+                ..Default::default()
+            };
+            (read, Default::default(), 0)
+        };
+        let mut copies = Vec::new();
+        for (b, transfer) in plan {
+            copies.push(self.snapshot_buffer(b, transfer)?);
+        }
         let mut ids = Vec::new();
         for buf in copies {
             let Some(id) = self.alloc_buffer_id() else {
@@ -366,11 +462,6 @@ impl TracingService {
         }
         let uuid = (self.env.random_u64() as i64, self.env.random_u64() as i64);
         let sid = self.alloc_session_id();
-        let read = super::session::ReadState {
-            stats_due: true,
-            filter: self.sessions[&src_sid].read.filter.clone(),
-            ..Default::default()
-        };
         self.sessions.insert(
             sid,
             Session {
@@ -388,13 +479,13 @@ impl TracingService {
                 uuid,
                 initial_clock_snapshot: snapshot,
                 triggers,
+                clone_trigger,
                 read,
-                seq_ids: Default::default(),
+                seq_ids,
                 stats: Default::default(),
-                // Reading a clone always goes through ReadBuffers.
-                write_into_file: false,
-                file_bytes_written: 0,
-                file_closed: true,
+                write_into_file: wif,
+                file_bytes_written: file_bytes,
+                file_closed: !wif,
                 stop_generation: 0,
                 all_started_notified: true,
                 disabled_notified: true,

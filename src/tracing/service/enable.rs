@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use crate::pb::protos::mod_TraceConfig::mod_BufferConfig::FillPolicy;
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
-use crate::pb::protos::mod_TraceConfig::LockdownModeOperation;
+use crate::pb::protos::mod_TraceConfig::{LockdownModeOperation, WriteFlushMode};
 use crate::pb::protos::TraceConfig;
 
 use super::config_validation::{trigger_mode, validate_trace_config};
@@ -135,6 +135,7 @@ impl TracingService {
             uuid,
             initial_clock_snapshot: Vec::new(),
             triggers: Vec::new(),
+            clone_trigger: None,
             read: ReadState {
                 filter,
                 ..Default::default()
@@ -257,14 +258,8 @@ impl TracingService {
                 Timer::StopSession(sid, s.stop_generation),
             ));
         }
-        let write_flush_auto = s.write_into_file;
-        if let Some(p) = cfg.flush_period_ms.filter(|&p| p > 0) {
+        if let Some(p) = periodic_flush_ms(cfg, s.write_into_file) {
             arm.push((now + ms(p), Timer::PeriodicFlush(sid)));
-        } else if write_flush_auto {
-            arm.push((
-                now + ms(DEFAULT_FILE_WRITE_PERIOD_MS),
-                Timer::PeriodicFlush(sid),
-            ));
         }
         if s.write_into_file {
             arm.push((now + ms(file_write_period_ms(cfg)), Timer::FileWrite(sid)));
@@ -293,6 +288,35 @@ impl TracingService {
             self.start_instance(now, sid, id);
         }
         self.check_all_started(now, sid);
+    }
+}
+
+/// The period of flushes the service asks for by itself. For
+/// write_into_file, `write_flush_mode` decides as upstream: AUTO flushes
+/// every 5 s when files are written at least that often and before every
+/// write otherwise, ENABLED before every write, DISABLED only as
+/// `flush_period_ms` says.
+pub(super) fn periodic_flush_ms(cfg: &TraceConfig, write_into_file: bool) -> Option<u32> {
+    let asked = cfg.flush_period_ms.filter(|&p| p > 0);
+    if !write_into_file {
+        return asked;
+    }
+    match cfg.write_flush_mode {
+        Some(WriteFlushMode::WRITE_FLUSH_DISABLED) => asked,
+        Some(WriteFlushMode::WRITE_FLUSH_ENABLED) => None,
+        _ if file_write_period_ms(cfg) <= DEFAULT_FILE_WRITE_PERIOD_MS => {
+            Some(DEFAULT_FILE_WRITE_PERIOD_MS)
+        }
+        _ => None,
+    }
+}
+
+/// Whether each periodic write into the file starts with a flush.
+pub(super) fn flush_before_write(cfg: &TraceConfig) -> bool {
+    match cfg.write_flush_mode {
+        Some(WriteFlushMode::WRITE_FLUSH_DISABLED) => false,
+        Some(WriteFlushMode::WRITE_FLUSH_ENABLED) => true,
+        _ => file_write_period_ms(cfg) > DEFAULT_FILE_WRITE_PERIOD_MS,
     }
 }
 

@@ -4,12 +4,13 @@
 
 use std::collections::BTreeSet;
 
+use super::consumer_ops::CloneOptions;
 use super::service::TracingService;
 use super::session::{event, InstanceState};
 use super::timers::{ms, Timer};
 use super::types::*;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlushOrigin {
     Consumer {
         consumer: ConsumerId,
@@ -18,9 +19,12 @@ pub enum FlushOrigin {
     /// Flush before stopping (duration expiry, stop trigger).
     StopSession,
     Periodic,
+    /// Flush before a periodic write into the file (`write_flush_mode`).
+    FileWrite,
     Clone {
         consumer: ConsumerId,
         token: RequestToken,
+        opts: CloneOptions,
     },
 }
 
@@ -149,9 +153,12 @@ impl TracingService {
                 self.stop_session(now, f.session);
             }
             FlushOrigin::Periodic => {}
-            FlushOrigin::Clone { consumer, token } => {
-                self.finish_clone(now, f.session, consumer, token)
-            }
+            FlushOrigin::FileWrite => self.write_file_period(now, f.session),
+            FlushOrigin::Clone {
+                consumer,
+                token,
+                opts,
+            } => self.finish_clone(now, f.session, consumer, token, opts),
         }
     }
 
@@ -184,7 +191,9 @@ impl TracingService {
                     token,
                     success: false,
                 }),
-                FlushOrigin::Clone { consumer, token } => self.emit(Output::CloneResult {
+                FlushOrigin::Clone {
+                    consumer, token, ..
+                } => self.emit(Output::CloneResult {
                     consumer,
                     token,
                     result: Err("The session was destroyed while cloning".into()),

@@ -20,10 +20,8 @@
 //! `stats`, `consumer_ops` (stats, queries, observe, detach/attach, clone).
 //!
 //! Not implemented (accepted and ignored unless noted): session_semaphores
-//! / exclusive_prio, trace_filter string rules (refused), compression, target_buffer_name (the
-//! index is used), trigger max_per_24_h and skip_probability, the
-//! clone_snapshot_trigger packet, file-to-file copy when cloning
-//! write_into_file sessions, wall-clock alignment of periodic flushes and
+//! / exclusive_prio, trace_filter string rules (refused), zstd compression, target_buffer_name (the
+//! index is used), trigger max_per_24_h and skip_probability, wall-clock alignment of periodic flushes and
 //! file writes, extension descriptors / trace_provenance packets,
 //! multi-machine fields, bugreport plumbing.
 
@@ -34,6 +32,7 @@ pub mod trace_filter;
 pub mod trusted_trailer;
 
 mod commit;
+mod compress;
 pub mod config_validation;
 mod consumer_ops;
 mod data_sources;
@@ -67,7 +66,7 @@ mod service_tests_timing;
 #[cfg(test)]
 mod test_env;
 
-pub use consumer_ops::CloneSelector;
+pub use consumer_ops::{CloneOptions, CloneSelector};
 pub use read_frames::{FrameSink, FrameWriter, FRAME_HEAD_ROOM};
 pub use service::TracingService;
 pub use types::*;

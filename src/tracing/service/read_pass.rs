@@ -4,11 +4,14 @@
 //! buffer's bytes) or as `Trace`-framed bytes for write_into_file.
 
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
+use crate::pb::protos::mod_TraceConfig::FFlushMode;
 use crate::pb::protos::ReadBuffersResponse;
 use crate::protozero::encode_varint;
 
+use super::compress;
 use super::config_validation::trigger_mode;
 use super::filter_sink::FilterSink;
+use super::flush::FlushOrigin;
 use super::packet_validator::validate_packet;
 use super::read_frames::{CollectFrames, FrameSink, FrameWriter};
 use super::service::TracingService;
@@ -139,8 +142,32 @@ impl TracingService {
         }
     }
 
-    /// One read pass into `sink`; returns whether more data is left.
+    /// One read pass into `sink`; returns whether more data is left. With
+    /// deflate the pass's packets reach `sink` as one compressed packet.
     pub(super) fn read_pass(
+        &mut self,
+        now: u64,
+        sid: SessionId,
+        max_bytes: usize,
+        sink: &mut dyn PacketSink,
+    ) -> bool {
+        if !self
+            .sessions
+            .get(&sid)
+            .is_some_and(|s| compress::wants_deflate(&s.config))
+        {
+            return self.read_pass_plain(now, sid, max_bytes, sink);
+        }
+        let mut z = compress::DeflateSink::default();
+        let budget = max_bytes.max(compress::MIN_PASS_BYTES);
+        let more = self.read_pass_plain(now, sid, budget, &mut z);
+        if let Some(p) = z.finish() {
+            emit_bytes(sink, &p);
+        }
+        more
+    }
+
+    fn read_pass_plain(
         &mut self,
         now: u64,
         sid: SessionId,
@@ -189,6 +216,9 @@ impl TracingService {
         }
         if first && !builtin.disable_trace_config.unwrap_or(false) {
             service.push(sp::trace_config(uid, now, &s.config_raw));
+        }
+        if let Some(t) = s.clone_trigger.as_ref().filter(|_| first) {
+            service.push(sp::clone_snapshot_trigger(uid, t));
         }
         for t in &s.triggers[s.read.triggers_emitted..] {
             service.push(sp::trigger(uid, t));
@@ -334,18 +364,40 @@ impl TracingService {
         if s.state != SessionState::Started || s.file_closed {
             return;
         }
+        if !s.read.file_backlog && super::enable::flush_before_write(&s.config) {
+            let timeout = s.flush_timeout_ms();
+            let flags = flush_flags::REASON_PERIODIC | flush_flags::INITIATOR_TRACED;
+            self.start_flush(now, sid, timeout, flags, FlushOrigin::FileWrite);
+            return;
+        }
+        self.write_file_period(now, sid);
+    }
+
+    /// One step of a periodic write into the file; arms the next one.
+    pub(super) fn write_file_period(&mut self, now: u64, sid: SessionId) {
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
+        if s.state != SessionState::Started || s.file_closed {
+            return;
+        }
         let period = super::enable::file_write_period_ms(&s.config);
+        let sync = s.config.fflush_post_write == Some(FFlushMode::FFLUSH_ENABLED);
         let more = self.write_into_file_step(now, sid);
-        if self
+        if let Some(s) = self
             .sessions
-            .get(&sid)
-            .is_some_and(|s| s.state == SessionState::Started && !s.file_closed)
+            .get_mut(&sid)
+            .filter(|s| s.state == SessionState::Started && !s.file_closed)
         {
+            s.read.file_backlog = more;
             // A backlog goes on right after pending IPC (and after this
             // step's bytes were written and the buffer handed back): a
             // deadline of `now` would run again in this very timer pass.
             let next = if more { now + 1 } else { now + ms(period) };
             self.timers.add(next, Timer::FileWrite(sid));
+            if sync && !more {
+                self.emit(Output::SyncFile { session: sid });
+            }
         }
     }
 

@@ -18,6 +18,7 @@ mod field {
     pub const SYNCHRONIZATION_MARKER: u32 = 36;
     pub const SYSTEM_INFO: u32 = 45;
     pub const TRIGGER: u32 = 46;
+    pub const CLONE_SNAPSHOT_TRIGGER: u32 = 113;
     pub const TIMESTAMP_CLOCK_ID: u32 = 58;
     pub const SERVICE_EVENT: u32 = 69;
     pub const TRACE_UUID: u32 = 89;
@@ -78,8 +79,17 @@ pub fn trace_config(uid: u32, ts: u64, config_raw: &[u8]) -> Vec<u8> {
 }
 
 pub fn trigger(uid: u32, t: &ReceivedTrigger) -> Vec<u8> {
+    trigger_as(uid, t, field::TRIGGER)
+}
+
+/// The trigger a CLONE_SNAPSHOT clone was made for.
+pub fn clone_snapshot_trigger(uid: u32, t: &ReceivedTrigger) -> Vec<u8> {
+    trigger_as(uid, t, field::CLONE_SNAPSHOT_TRIGGER)
+}
+
+fn trigger_as(uid: u32, t: &ReceivedTrigger, field: u32) -> Vec<u8> {
     packet(uid, Some(t.boot_time_ns), |s| {
-        let n = begin_nested(s, field::TRIGGER);
+        let n = begin_nested(s, field);
         put_str(s, 1, &t.name);
         put_str(s, 2, &t.producer_name);
         put_varint(s, 3, t.producer_uid as u64);

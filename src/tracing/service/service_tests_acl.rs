@@ -256,13 +256,19 @@ fn consumers_see_only_their_uid_unless_root() {
     );
     let err = h
         .svc
-        .clone_session(h.now, other, CloneSelector::Id(sid), 1)
+        .clone_session(h.now, other, CloneSelector::Id(sid), 1, Default::default())
         .unwrap_err();
     assert!(err.contains("another UID"));
     assert!(h.svc.disable_tracing(h.now, other).is_err());
     assert!(h
         .svc
-        .clone_session(h.now, root, CloneSelector::UniqueName("mine".into()), 2)
+        .clone_session(
+            h.now,
+            root,
+            CloneSelector::UniqueName("mine".into()),
+            2,
+            Default::default()
+        )
         .is_ok());
     assert!(h.svc.query_capabilities().has_clone_session.unwrap());
 }
@@ -279,7 +285,7 @@ fn clone_session_snapshots_buffers() {
     h.commit_packets(p, 1, buf, &[test_packet(1, 0), test_packet(2, 0)]);
     let cc = h.svc.connect_consumer(10);
     h.svc
-        .clone_session(h.now, cc, CloneSelector::Id(sid), 5)
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 5, Default::default())
         .unwrap();
     let flush_id = cmds_for(&h.outputs(), p)
         .into_iter()
@@ -408,4 +414,128 @@ fn producer_provided_smb_gets_empty_setup_tracing() {
             })
         )
         .is_err());
+}
+
+/// Clones `sid` for a new consumer while the producer commits marker 3
+/// during the clone's flush; returns the clone's consumer and the outputs
+/// up to and including the clone's result.
+fn clone_with_flush(
+    h: &mut H,
+    p: ProducerId,
+    sid: SessionId,
+    buf: u32,
+    file: bool,
+) -> (ConsumerId, Vec<Output>) {
+    let cc = h.svc.connect_consumer(10);
+    let opts = crate::tracing::service::CloneOptions {
+        with_file: file,
+        trigger: None,
+    };
+    h.svc
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 7, opts)
+        .unwrap();
+    let flush_id = cmds_for(&h.outputs(), p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::Flush { request_id, .. } => Some(request_id),
+            _ => None,
+        })
+        .unwrap();
+    h.commit_packets(p, 1, buf, &[test_packet(3, 0)]);
+    h.svc.commit_data(
+        h.now,
+        p,
+        &CommitDataRequest {
+            flush_request_id: Some(flush_id),
+            ..Default::default()
+        },
+    );
+    (cc, h.outputs())
+}
+
+fn snapshot_config(
+    edit: impl Fn(&mut crate::pb::protos::mod_TraceConfig::BufferConfig),
+) -> crate::pb::protos::TraceConfig {
+    let mut cfg = basic_config("ds", 64);
+    edit(&mut cfg.buffers[0]);
+    cfg
+}
+
+#[test]
+fn clear_before_clone_keeps_only_what_the_clone_flush_brings() {
+    let mut h = H::new();
+    let p = h.producer("p", 0, &["ds"]);
+    let c = h.svc.connect_consumer(10);
+    let sid = h
+        .enable(c, &snapshot_config(|b| b.clear_before_clone = Some(true)))
+        .unwrap();
+    let buf = global_buffer(&h.outputs(), p);
+    h.commit_packets(p, 1, buf, &[test_packet(1, 0), test_packet(2, 0)]);
+    let (cc, _) = clone_with_flush(&mut h, p, sid, buf, false);
+    assert_eq!(producer_markers(&h.read(cc)), vec![3]);
+}
+
+#[test]
+fn transfer_on_clone_moves_the_buffer_into_the_clone() {
+    let mut h = H::new();
+    let p = h.producer("p", 0, &["ds"]);
+    let c = h.svc.connect_consumer(10);
+    let sid = h
+        .enable(c, &snapshot_config(|b| b.transfer_on_clone = Some(true)))
+        .unwrap();
+    let buf = global_buffer(&h.outputs(), p);
+    h.commit_packets(p, 1, buf, &[test_packet(1, 0), test_packet(2, 0)]);
+    let (cc, _) = clone_with_flush(&mut h, p, sid, buf, false);
+    h.commit_packets(p, 1, buf, &[test_packet(4, 0)]);
+    assert_eq!(producer_markers(&h.read(cc)), vec![1, 2, 3]);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    assert_eq!(producer_markers(&h.read(c)), vec![4]);
+}
+
+#[test]
+fn write_into_file_clone_copies_the_file_then_appends_the_buffers() {
+    let mut h = H::new();
+    let p = h.producer("p", 0, &["ds"]);
+    let c = h.svc.connect_consumer(10);
+    let mut cfg = basic_config("ds", 64);
+    cfg.write_into_file = Some(true);
+    cfg.file_write_period_ms = Some(3_600_000);
+    let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let buf = global_buffer(&h.outputs(), p);
+    h.commit_packets(p, 1, buf, &[test_packet(1, 0)]);
+    // Without a file the clone is refused.
+    let cx = h.svc.connect_consumer(10);
+    let e = h
+        .svc
+        .clone_session(h.now, cx, CloneSelector::Id(sid), 1, Default::default())
+        .unwrap_err();
+    assert!(e.contains("a file descriptor is required"), "{e}");
+    let (_, outs) = clone_with_flush(&mut h, p, sid, buf, true);
+    let copy = outs
+        .iter()
+        .position(|o| matches!(o, Output::CopyFileForClone { token: 7, from, .. } if *from == sid))
+        .expect("copy asked for");
+    let Output::CopyFileForClone { to, .. } = outs[copy] else {
+        unreachable!()
+    };
+    let mut data = Vec::new();
+    let mut closed = false;
+    for o in &outs[copy..] {
+        match o {
+            Output::WriteToFile { session, data: d } if *session == to => data.extend_from_slice(d),
+            Output::CloseFile { session } if *session == to => closed = true,
+            Output::CloneResult {
+                token: 7, result, ..
+            } => {
+                assert!(result.as_ref().unwrap().was_write_into_file);
+                assert!(closed, "the file is complete before the reply");
+            }
+            _ => {}
+        }
+    }
+    // The trace's packets are `Trace.packet` fields.
+    let trace: Vec<Vec<u8>> = crate::protozero::decode::FieldIter::new(&data)
+        .map(|f| f.value.to_vec())
+        .collect();
+    assert_eq!(producer_markers(&trace), vec![1, 3]);
 }

@@ -160,7 +160,7 @@ fn clones_keep_the_filter() {
     h.commit_packets(p, 1, global, &[test_packet(5, 20)]);
     let cc = h.svc.connect_consumer(10);
     h.svc
-        .clone_session(h.now, cc, CloneSelector::Id(sid), 5)
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 5, Default::default())
         .unwrap();
     let flush_id = cmds_for(&h.outputs(), p)
         .into_iter()

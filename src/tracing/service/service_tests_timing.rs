@@ -384,7 +384,7 @@ fn clone_snapshot_trigger_notifies_and_only_clones_are_readable() {
     );
     let cc = h.svc.connect_consumer(0);
     h.svc
-        .clone_session(h.now, cc, CloneSelector::Id(sid), 1)
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 1, Default::default())
         .unwrap();
     let id = flush_request(&h.outputs(), p).unwrap();
     ack(&mut h, p, id);
@@ -457,4 +457,77 @@ fn a_file_write_backlog_goes_one_step_per_timer() {
     assert_eq!(file_writes(&h.outputs()), 1);
     // Drained: back to the period.
     assert_eq!(h.svc.next_deadline(), Some(h.now + ms(100)));
+}
+
+fn wif_config(
+    period_ms: u32,
+    mode: crate::pb::protos::mod_TraceConfig::WriteFlushMode,
+) -> TraceConfig {
+    let mut cfg = basic_config("ds", 64);
+    cfg.write_into_file = Some(true);
+    cfg.file_write_period_ms = Some(period_ms);
+    cfg.write_flush_mode = Some(mode);
+    cfg
+}
+
+#[test]
+fn write_flush_enabled_flushes_before_each_write_and_syncs_after() {
+    use crate::pb::protos::mod_TraceConfig::{FFlushMode, WriteFlushMode};
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = wif_config(200, WriteFlushMode::WRITE_FLUSH_ENABLED);
+    cfg.fflush_post_write = Some(FFlushMode::FFLUSH_ENABLED);
+    h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let global = global_buffer(&h.outputs(), p);
+    h.commit_packets(p, 1, global, &[test_packet(1, 0)]);
+    h.advance(ms(200));
+    let outs = h.outputs();
+    let id = flush_request(&outs, p).expect("a flush before the write");
+    assert!(
+        file_outputs(&outs).0.is_empty(),
+        "the write waits for the flush"
+    );
+    h.commit_packets(p, 1, global, &[test_packet(2, 0)]);
+    h.svc.commit_data(
+        h.now,
+        p,
+        &crate::pb::protos::CommitDataRequest {
+            flush_request_id: Some(id),
+            ..Default::default()
+        },
+    );
+    let outs = h.outputs();
+    let (data, _) = file_outputs(&outs);
+    assert_eq!(producer_markers(&trace_packets(&data)), vec![1, 2]);
+    assert!(outs.iter().any(|o| matches!(o, Output::SyncFile { .. })));
+}
+
+#[test]
+fn write_flush_disabled_writes_without_flushing() {
+    use crate::pb::protos::mod_TraceConfig::WriteFlushMode;
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let cfg = wif_config(6000, WriteFlushMode::WRITE_FLUSH_DISABLED);
+    h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let global = global_buffer(&h.outputs(), p);
+    h.commit_packets(p, 1, global, &[test_packet(1, 0)]);
+    h.advance(ms(6000));
+    let outs = h.outputs();
+    assert!(flush_request(&outs, p).is_none());
+    assert_eq!(
+        producer_markers(&trace_packets(&file_outputs(&outs).0)),
+        vec![1]
+    );
+    assert!(!outs.iter().any(|o| matches!(o, Output::SyncFile { .. })));
+    // AUTO with a period above 5 s flushes before each write instead.
+    let c2 = h.svc.connect_consumer(0);
+    let cfg = wif_config(6000, WriteFlushMode::WRITE_FLUSH_AUTO);
+    h.svc
+        .enable_tracing(h.now, c2, &encode(&cfg), true)
+        .unwrap();
+    h.outputs();
+    h.advance(ms(6000));
+    assert!(flush_request(&h.outputs(), p).is_some());
 }

@@ -82,6 +82,9 @@ pub struct ReadState {
     /// TraceConfig.trace_filter, applied to every packet read out.
     pub filter: Option<std::sync::Arc<super::trace_filter::TraceFilter>>,
     pub filter_stats: super::trace_filter::FilterStats,
+    /// A periodic write into the file is draining a backlog in steps
+    /// (its flush, if any, was done).
+    pub file_backlog: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -113,6 +116,8 @@ pub struct Session {
     pub uuid: (i64, i64),
     pub initial_clock_snapshot: Vec<(u32, u64)>,
     pub triggers: Vec<ReceivedTrigger>,
+    /// The CLONE_SNAPSHOT trigger this clone was made for.
+    pub clone_trigger: Option<ReceivedTrigger>,
     pub read: ReadState,
     pub seq_ids: SequenceIdAllocator,
     pub stats: SessionStats,

@@ -187,6 +187,16 @@ pub enum Output {
     WriteToFile { session: SessionId, data: Vec<u8> },
     /// The session is done with its output file.
     CloseFile { session: SessionId },
+    /// `fflush_post_write`: sync the file to storage after a periodic write.
+    SyncFile { session: SessionId },
+    /// Cloning a write_into_file session: copy what `from`'s file holds
+    /// into the file sent with clone request `token`, which becomes
+    /// `to`'s output file (the clone's buffers are appended after it).
+    CopyFileForClone {
+        token: RequestToken,
+        from: SessionId,
+        to: SessionId,
+    },
     /// An encoded `ObservableEvents` message for a subscribed consumer.
     ObservableEvents {
         consumer: ConsumerId,

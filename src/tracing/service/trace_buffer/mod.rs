@@ -198,6 +198,13 @@ impl TraceBuffer {
         }
     }
 
+    /// This buffer, from now on ignoring writes and patches (a buffer
+    /// handed to a clone by `transfer_on_clone`).
+    pub fn into_read_only(mut self) -> TraceBuffer {
+        self.read_only = true;
+        self
+    }
+
     /// Configured size in bytes.
     pub fn size(&self) -> usize {
         self.data.len()

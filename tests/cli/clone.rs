@@ -1,0 +1,209 @@
+//! `perfetto --clone` of write_into_file sessions, against our traced and
+//! Perfetto's real one: the clone holds what the session wrote into its
+//! file so far plus what its buffers still hold, each packet once.
+
+use crate::support::cli as cli_support;
+
+use cli_support::{sdk_bin, summary, wait_exit, Env, Killed};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SDK_DS: &str = "data_sources { config { name: \"tbx.sdk_test\" } }\n";
+const LIMIT: Duration = Duration::from_secs(60);
+const PACKETS: u32 = 40;
+
+#[derive(Clone, Copy, Debug)]
+enum Service {
+    Ours,
+    Real,
+}
+
+fn start(env: &Env, svc: Service) -> Killed {
+    match svc {
+        Service::Ours => env.start_traced(),
+        Service::Real => env.start_real_traced(),
+    }
+}
+
+/// Every packet of the SDK producer, exactly once (tests/sdk-interop's
+/// checker), and the whole file parses with the official descriptors.
+/// Ours writes the once-per-trace packets (config, uuid, system info)
+/// once; upstream's clone repeats them after the copied file.
+fn assert_complete(trace: &Path, svc: Service) {
+    let out = Command::new(sdk_bin("trace-check"))
+        .args(["--trace", trace.to_str().unwrap(), "--threads", "1"])
+        .args(["--packets", &PACKETS.to_string(), "--size", "64"])
+        .args(["--mode", "all"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = summary(trace);
+    assert_eq!(s.num("for_testing"), PACKETS as i64, "{s:?}");
+    if let Service::Ours = svc {
+        assert!(s.contains("\"trace_config\": 1"), "one config: {s:?}");
+    }
+}
+
+/// A write_into_file session writing every `period_ms`; the producer's
+/// packets are in the file (`in_file`) or still in the buffer when the
+/// clone is taken. The session keeps running and ends complete.
+fn clone_wif(tag: &str, svc: Service, period_ms: u32, in_file: bool) {
+    let env = Env::new(tag);
+    let _traced = start(&env, svc);
+    let _producer = env.start_sdk_producer(PACKETS);
+    let cfg = env.write(
+        "c.pbtx",
+        &format!(
+            "buffers {{ size_kb: 4096 }}\n{SDK_DS}write_into_file: true\n\
+             file_write_period_ms: {period_ms}\nduration_ms: 120000\n\
+             unique_session_name: \"wif\"\n"
+        ),
+    );
+    let out = env.path("t.pftrace");
+    let mut client = env
+        .perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.wait_query("wif", true);
+    env.wait_producer_written();
+    if in_file {
+        // The periodic write has moved the packets out of the buffer.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while summary(&out).num("for_testing") < PACKETS as i64 {
+            assert!(
+                Instant::now() < deadline,
+                "the session never wrote its file"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let before = std::fs::metadata(&out).unwrap().len();
+    let snap = env.path("snap.pftrace");
+    let c = env.perfetto(&["--clone-by-name", "wif", "-o", snap.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert!(c.status.success(), "{err}");
+    assert_complete(&snap, svc);
+    if !in_file {
+        assert_eq!(
+            before, 0,
+            "nothing written yet: the clone came from the buffer"
+        );
+    }
+    // The original keeps running and still finishes its own file.
+    assert!(client.try_wait().unwrap().is_none());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(client.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+    assert_complete(&out, svc);
+}
+
+#[test]
+fn clone_of_write_into_file_holds_the_written_file_ours() {
+    clone_wif("wif-file", Service::Ours, 100, true);
+}
+
+#[test]
+fn clone_of_write_into_file_holds_the_buffers_ours() {
+    clone_wif("wif-buf", Service::Ours, 3_600_000, false);
+}
+
+#[test]
+fn clone_of_write_into_file_holds_the_written_file_real_traced() {
+    clone_wif("wif-file-real", Service::Real, 100, true);
+}
+
+#[test]
+fn clone_of_write_into_file_holds_the_buffers_real_traced() {
+    clone_wif("wif-buf-real", Service::Real, 3_600_000, false);
+}
+
+/// Without a file descriptor a write_into_file session cannot be cloned:
+/// our traced refuses with upstream's words instead of an empty success.
+#[test]
+fn clone_of_write_into_file_to_stdout_is_refused() {
+    let env = Env::new("wif-nofd");
+    let _traced = env.start_traced();
+    let cfg = env.write(
+        "c.pbtx",
+        &format!(
+            "buffers {{ size_kb: 1024 }}\n{SDK_DS}write_into_file: true\n\
+             duration_ms: 120000\nunique_session_name: \"wif\"\n"
+        ),
+    );
+    let out = env.path("t.pftrace");
+    let mut client = env
+        .perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.wait_query("wif", true);
+    let _ = &mut client;
+    let mut port = tracebox::cmd::rpc::Port::connect(&env.consumer, "ConsumerPort").unwrap();
+    let req = tracebox::pb::protos::CloneSessionRequest {
+        selector: tracebox::pb::protos::mod_CloneSessionRequest::OneOfselector::unique_session_name(
+            "wif".into(),
+        ),
+        ..Default::default()
+    };
+    let r: tracebox::pb::protos::CloneSessionResponse =
+        port.call("CloneSession", &req, None).unwrap();
+    assert_eq!(r.success, Some(false));
+    assert!(
+        r.error.unwrap().contains("a file descriptor is required"),
+        "upstream's words"
+    );
+}
+
+/// A session whose file traced opened itself (`output_path`) clones the
+/// same way: traced reads back its own file.
+#[test]
+fn clone_of_a_session_writing_its_output_path() {
+    let env = Env::new("wif-path");
+    let _traced = env.start_traced();
+    let _producer = env.start_sdk_producer(PACKETS);
+    let out = env.path("t.pftrace");
+    let cfg = env.write(
+        "c.pbtx",
+        &format!(
+            "buffers {{ size_kb: 4096 }}\n{SDK_DS}write_into_file: true\n\
+             file_write_period_ms: 100\nduration_ms: 120000\n\
+             output_path: \"{}\"\nunique_session_name: \"wifpath\"\n",
+            out.display()
+        ),
+    );
+    let mut client = env
+        .perfetto_cmd(&["--txt", "-c", &cfg])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.wait_query("wifpath", true);
+    env.wait_producer_written();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !out.exists() || summary(&out).num("for_testing") < PACKETS as i64 {
+        assert!(
+            Instant::now() < deadline,
+            "the session never wrote its file"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let snap = env.path("snap.pftrace");
+    let c = env.perfetto(&["--clone-by-name", "wifpath", "-o", snap.to_str().unwrap()]);
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    assert_complete(&snap, Service::Ours);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(client.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+}

@@ -1,0 +1,179 @@
+//! CLONE_SNAPSHOT triggers: the client clones the running session into
+//! OUT.0, OUT.1, ... on each hit; every snapshot is a complete trace, and
+//! `transfer_on_clone` hands each snapshot only what came since the last.
+
+use crate::support::cli as cli_support;
+
+use cli_support::{python, wait_exit, Env, Killed};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Our traced_probes on the test's private producer socket, ready once
+/// the service lists its data sources.
+fn start_probes(env: &Env) -> Killed {
+    let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .arg("traced_probes")
+        .env("PERFETTO_PRODUCER_SOCK_NAME", &env.producer)
+        .env("TRACED_PROBES_STATE_FILE", env.path("probes.state"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(env.path("probes.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let k = Killed(child);
+    env.wait_query("linux.sys_stats", true);
+    k
+}
+
+/// Per file: [has trace_config, has clock_snapshot, clone trigger name,
+/// number of sys_stats packets, first and last sys_stats timestamp].
+const CHECK: &str = r#"
+import sys
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+for path in sys.argv[1:]:
+    t = pb.Trace()
+    t.ParseFromString(open(path, "rb").read())
+    kinds = [p.WhichOneof("data") for p in t.packet]
+    ts = sorted(p.timestamp for p in t.packet if p.HasField("sys_stats"))
+    trig = [p.clone_snapshot_trigger.trigger_name for p in t.packet
+            if p.HasField("clone_snapshot_trigger")]
+    print(int("trace_config" in kinds), int("clock_snapshot" in kinds),
+          ",".join(trig) or "-", len(ts), ts[0] if ts else 0, ts[-1] if ts else 0)
+"#;
+
+struct Snap {
+    trigger: String,
+    packets: u64,
+    first: u64,
+    last: u64,
+}
+
+fn inspect(files: &[PathBuf]) -> Vec<Snap> {
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(CHECK)
+        .args(files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "a snapshot does not parse: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(&f[..2], ["1", "1"], "config and clocks in every file: {l}");
+            Snap {
+                trigger: f[2].to_owned(),
+                packets: f[3].parse().unwrap(),
+                first: f[4].parse().unwrap(),
+                last: f[5].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Runs a CLONE_SNAPSHOT session, fires three triggers 400 ms apart and
+/// returns the three snapshots (the session still running meanwhile).
+fn three_snapshots(tag: &str, buffer_extra: &str, real_traced: bool) -> Vec<Snap> {
+    let env = Env::new(tag);
+    let _traced = if real_traced {
+        env.start_real_traced()
+    } else {
+        env.start_traced()
+    };
+    let _probes = start_probes(&env);
+    let cfg = env.write(
+        "c.pbtx",
+        &format!(
+            "buffers {{ size_kb: 4096 fill_policy: RING_BUFFER {buffer_extra} }}\n\
+             data_sources {{ config {{ name: \"linux.sys_stats\"\n\
+               sys_stats_config {{ meminfo_period_ms: 50 }} }} }}\n\
+             trigger_config {{ trigger_mode: CLONE_SNAPSHOT trigger_timeout_ms: 120000\n\
+               triggers {{ name: \"snap\" stop_delay_ms: 0 }} }}\n\
+             unique_session_name: \"{tag}\"\n"
+        ),
+    );
+    let out = env.path("t.pftrace");
+    let mut client = env
+        .perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+        .stderr(std::fs::File::create(env.path("client.log")).unwrap())
+        .spawn()
+        .unwrap();
+    env.wait_query("STARTED", true);
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| env.path(&format!("t.pftrace.{i}")))
+        .collect();
+    for f in &files {
+        std::thread::sleep(Duration::from_millis(400));
+        assert!(env.trigger(&["snap"]).status.success());
+        wait_for(f);
+    }
+    // Snapshots do not end the session.
+    assert!(client.try_wait().unwrap().is_none());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(client.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // The client finishes a snapshot before it stops.
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+    let log = std::fs::read_to_string(env.path("client.log")).unwrap();
+    assert_eq!(log.matches("(cloned session)").count(), 3, "{log}");
+    assert!(log.contains("3 snapshots: "), "{log}");
+    assert!(!env.path("t.pftrace.3").exists());
+    inspect(&files)
+}
+
+fn wait_for(p: &Path) {
+    let deadline = Instant::now() + LIMIT;
+    while !p.exists() {
+        assert!(Instant::now() < deadline, "no snapshot {}", p.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn clone_snapshot_triggers_write_one_complete_file_each() {
+    check_three(three_snapshots("snap", "", false));
+}
+
+/// Our client against Perfetto's real traced.
+#[test]
+fn clone_snapshot_triggers_with_the_real_traced() {
+    check_three(three_snapshots("snapreal", "", true));
+}
+
+fn check_three(snaps: Vec<Snap>) {
+    for (i, s) in snaps.iter().enumerate() {
+        assert_eq!(s.trigger, "snap", "snapshot {i} names its trigger");
+        assert!(s.packets > 0, "snapshot {i} has data");
+    }
+    for w in snaps.windows(2) {
+        assert!(
+            w[1].last > w[0].last,
+            "each snapshot later than the previous"
+        );
+        // A ring buffer copied, not drained: the next one holds it again.
+        assert_eq!(w[1].first, w[0].first);
+    }
+}
+
+#[test]
+fn transfer_on_clone_gives_each_snapshot_only_the_new_data() {
+    let snaps = three_snapshots("snapxfer", "transfer_on_clone: true", false);
+    for w in snaps.windows(2) {
+        assert!(w[1].packets > 0);
+        assert!(
+            w[1].first > w[0].last,
+            "no overlap between snapshots: {} <= {}",
+            w[1].first,
+            w[0].last
+        );
+    }
+}
