@@ -6,8 +6,7 @@
 //! them: [`KInstance::open`] only creates the directory (if needed) and
 //! reads formats; [`KInstance::take_over`] changes kernel state.
 
-use std::collections::HashMap;
-
+use super::event_union::EventUnion;
 use crate::pb::protos::FtraceConfig;
 use crate::traced_probes::ftrace::cpu_reader::FtraceReader;
 use crate::traced_probes::ftrace::parse::compact_sched::{self, CompactSchedFormat};
@@ -27,8 +26,8 @@ pub struct KInstance {
     /// The trace clock in effect (`boot` unless the kernel lacks it).
     pub clock: String,
     pub reader: Option<FtraceReader>,
-    /// How many data sources need each event.
-    pub event_refs: HashMap<(String, String), usize>,
+    /// The events on: the union over its data sources.
+    pub events: EventUnion,
     /// The raw_syscalls filter we last wrote (`None`: never touched).
     pub syscall_filter: Option<String>,
     saved_tracing_on: bool,
@@ -97,7 +96,7 @@ impl KInstance {
             compact,
             clock: "boot".into(),
             reader: None,
-            event_refs: HashMap::new(),
+            events: EventUnion::default(),
             syscall_filter: None,
             users: 0,
             started: 0,
