@@ -33,6 +33,12 @@ const CPU_STATS: u32 = 2;
 const CPU: u32 = 1;
 const OVERRUN: u32 = 3;
 const DROPPED_EVENTS: u32 = 8;
+/// `FtraceStats.exclusive_feature_error`: why the data source did not
+/// set up (its instance is owned by another live traced_probes...).
+const SETUP_ERROR: u32 = 13;
+/// Setup errors kept for the end line (one per ftrace data source).
+const MAX_SETUP_ERRORS: usize = 8;
+const MAX_SETUP_ERROR_LEN: usize = 512;
 
 /// One cpu's counters in one ftrace_stats.
 #[derive(Debug, Default, Clone, Copy)]
@@ -56,6 +62,8 @@ pub struct KernelLoss {
     sequences: Vec<Sequence>,
     /// ftrace_stats payloads that did not decode.
     pub malformed: u64,
+    /// Distinct setup errors of ftrace data sources, in trace order.
+    pub setup_errors: Vec<String>,
 }
 
 impl KernelLoss {
@@ -109,10 +117,15 @@ impl KernelLoss {
     }
 
     fn record(&mut self, seq: u64, stats_untrusted: &[u8]) {
-        let Some((phase, cpus)) = parse_stats(stats_untrusted) else {
+        let Some((phase, cpus, error)) = parse_stats(stats_untrusted) else {
             self.malformed += 1;
             return;
         };
+        if let Some(e) = error {
+            if self.setup_errors.len() < MAX_SETUP_ERRORS && !self.setup_errors.contains(&e) {
+                self.setup_errors.push(e);
+            }
+        }
         let at = match self.sequences.iter().position(|s| s.id == seq) {
             Some(i) => i,
             None => {
@@ -154,10 +167,10 @@ impl KernelLoss {
     }
 }
 
-/// The phase and per-cpu counters of an `FtraceStats`; `None` if the bytes
-/// are not a well-formed message.
-fn parse_stats(bytes: &[u8]) -> Option<(u64, Vec<CpuLoss>)> {
-    let (mut phase, mut cpus) = (0, Vec::new());
+/// The phase, per-cpu counters and setup error of an `FtraceStats`; `None`
+/// if the bytes are not a well-formed message.
+fn parse_stats(bytes: &[u8]) -> Option<(u64, Vec<CpuLoss>, Option<String>)> {
+    let (mut phase, mut cpus, mut error) = (0, Vec::new(), None);
     let mut fields = FieldIter::new(bytes);
     for f in &mut fields {
         match (f.number, f.wire_type) {
@@ -179,10 +192,14 @@ fn parse_stats(bytes: &[u8]) -> Option<(u64, Vec<CpuLoss>)> {
                 }
                 cpus.push(c);
             }
+            (SETUP_ERROR, 2) => {
+                let text = &f.value[..f.value.len().min(MAX_SETUP_ERROR_LEN)];
+                error = Some(String::from_utf8_lossy(text).into_owned());
+            }
             _ => {}
         }
     }
-    (!fields.error).then_some((phase, cpus))
+    (!fields.error).then_some((phase, cpus, error))
 }
 
 /// Random access to a trace: memory, or a file read through a window.

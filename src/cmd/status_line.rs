@@ -86,6 +86,17 @@ pub fn summary(f: Figures, kernel_events_lost: u64) -> String {
     )
 }
 
+/// The end line plus the data sources that did not start, by name:
+/// `...; FAILED linux.ftrace: <why>`.
+pub fn with_setup_errors(line: String, ftrace_errors: &[String]) -> String {
+    let mut line = line;
+    for e in ftrace_errors {
+        line.push_str("; FAILED linux.ftrace: ");
+        line.extend(e.chars().filter(|c| !c.is_control()));
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +145,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(summary(clean, 0), "Trace stats: nothing lost");
+        assert_eq!(
+            with_setup_errors(summary(clean, 0), &["owned\n".into()]),
+            "Trace stats: nothing lost; FAILED linux.ftrace: owned"
+        );
         assert_eq!(
             summary(clean, 3),
             "Trace stats: LOST 3 ftrace events in the kernel (per-cpu buffers overran \

@@ -1,19 +1,25 @@
 //! The tracefs instances in use (the root is `""`) and how many data
 //! sources use each: the first user opens and takes over an instance, the
-//! last one restores it. Every change of the set is recorded in the crash
-//! state file before kernel state changes, so a crash is undone later.
+//! last one restores it. Every instance in use is claimed (see
+//! [`ownership`]): an instance a live process owns is refused, never reset.
+//! Every change of the set is recorded in the crash state file before
+//! kernel state changes, so a crash is undone later.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::crash_state::{self, Touched};
 use super::instance::KInstance;
+use super::ownership::{self, Claim};
 use crate::pb::protos::FtraceConfig;
 use crate::traced_probes::ftrace::Tracefs;
 
 pub struct Instances {
     root: Option<Tracefs>,
     map: BTreeMap<String, KInstance>,
+    /// Held for as long as the instance is in `map` (and a bit longer:
+    /// until it is restored).
+    claims: BTreeMap<String, Claim>,
     state_file: PathBuf,
 }
 
@@ -22,6 +28,7 @@ impl Instances {
         Instances {
             root: None,
             map: BTreeMap::new(),
+            claims: BTreeMap::new(),
             state_file,
         }
     }
@@ -54,7 +61,9 @@ impl Instances {
     pub fn acquire(&mut self, key: &str, cfg: &FtraceConfig) -> Result<&mut KInstance, String> {
         if !self.map.contains_key(key) {
             let root = self.root()?;
+            let claim = ownership::claim(key)?;
             let inst = KInstance::open(&root, key, cfg)?;
+            self.claims.insert(key.to_string(), claim);
             self.map.insert(key.to_string(), inst);
             // Recorded before changing anything, so a crash from here on
             // is undone.
@@ -81,6 +90,7 @@ impl Instances {
             inst.release(root, key);
         }
         self.store_marker();
+        self.claims.remove(key);
     }
 
     fn store_marker(&self) {

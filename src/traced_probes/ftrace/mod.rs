@@ -30,6 +30,7 @@ pub mod event_union;
 pub mod instance;
 pub mod instances;
 pub mod mux;
+pub mod ownership;
 pub mod page_arena;
 pub mod parse;
 pub mod reading;

@@ -22,10 +22,12 @@ use super::reading::{self, Reading};
 use super::source::{cpu_stats, print_filter, Source};
 use super::syscall_filter;
 use crate::pb::protos::FtraceConfig;
+use crate::protozero::{put_varint, VecStream};
+use crate::traced_probes::clock::boot_time_ns;
 use crate::traced_probes::ftrace::parse::atrace::AtraceRequest;
 use crate::traced_probes::ftrace::parse::bundle::EventFilter;
 use crate::traced_probes::ftrace::parse::ksyms::KernelSymbols;
-use crate::traced_probes::ftrace::parse::stats::Phase;
+use crate::traced_probes::ftrace::parse::stats::{self, Phase, StatsSnapshot};
 use crate::traced_probes::ftrace::parse::translate::KernelAddrs;
 use crate::tracing::core::trace_writer::TraceWriter;
 
@@ -42,6 +44,9 @@ pub struct FtraceMux {
     /// kallsyms, shared by the sources that symbolize while any holds it.
     ksyms: Weak<KernelSymbols>,
     reading: Reading,
+    /// Sources whose setup failed: they write only an ftrace_stats that
+    /// says why, so the consumer learns it from the trace.
+    failed: BTreeMap<u64, (TraceWriter, String)>,
     /// Android's atrace (when its binary exists).
     atrace: AtraceRunner,
 }
@@ -62,18 +67,31 @@ impl FtraceMux {
             sources: BTreeMap::new(),
             ksyms: Weak::new(),
             reading: Reading::default(),
+            failed: BTreeMap::new(),
             atrace: AtraceRunner::new(atrace_runner::configured_path()),
         }
     }
 
     /// SetupDataSource: takes over the instance if needed and enables the
-    /// events; data flows only after [`start`](Self::start).
-    pub fn setup(
+    /// events; data flows only after [`start`](Self::start). A source that
+    /// cannot set up is kept as failed: its flush writes an ftrace_stats
+    /// naming the error.
+    pub fn setup(&mut self, id: u64, cfg: &FtraceConfig, session: u64, writer: TraceWriter) {
+        let mut writer = Some(writer);
+        if let Err(e) = self.try_setup(id, cfg, session, &mut writer) {
+            crate::log_error!("cannot set up linux.ftrace (instance {id}): {e}");
+            if let Some(w) = writer {
+                self.failed.insert(id, (w, e));
+            }
+        }
+    }
+
+    fn try_setup(
         &mut self,
         id: u64,
         cfg: &FtraceConfig,
         session: u64,
-        writer: TraceWriter,
+        writer: &mut Option<TraceWriter>,
     ) -> Result<(), String> {
         let key = cfg.instance_name.clone().unwrap_or_default();
         let atrace_req = AtraceRequest {
@@ -124,7 +142,7 @@ impl FtraceMux {
         };
         let mut src = Source {
             key,
-            writer,
+            writer: writer.take().expect("taken once"),
             filter,
             compact,
             events: enabled.events,
@@ -155,7 +173,10 @@ impl FtraceMux {
     /// and the per-cpu readers open.
     pub fn start(&mut self, id: u64) -> Result<(), String> {
         let Some(src) = self.sources.get_mut(&id) else {
-            return Err("setup failed".into());
+            return match self.failed.get(&id) {
+                Some((_, e)) => Err(format!("setup failed: {e}")),
+                None => Err("not set up".into()),
+            };
         };
         if src.started {
             return Ok(());
@@ -224,6 +245,11 @@ impl FtraceMux {
     /// Flush of `ids`: drains the kernel buffers completely, writes the
     /// start/end ftrace_stats, returns the writers' chunks.
     pub fn flush(&mut self, ids: &[u64]) {
+        for id in ids {
+            if let Some((writer, error)) = self.failed.get_mut(id) {
+                write_setup_error(writer, error);
+            }
+        }
         if !ids.iter().any(|id| self.sources.contains_key(id)) {
             return;
         }
@@ -251,6 +277,9 @@ impl FtraceMux {
     /// StopDataSource: flushes the writer and undoes what only this source
     /// needed; the last user of an instance restores it.
     pub fn stop(&mut self, id: u64) {
+        if let Some((mut writer, _)) = self.failed.remove(&id) {
+            writer.flush();
+        }
         let Some(mut src) = self.sources.remove(&id) else {
             return;
         };
@@ -276,4 +305,18 @@ impl FtraceMux {
         );
         self.instances.release(&key);
     }
+}
+
+/// The end-of-trace ftrace_stats of a source that never set up: the error
+/// and nothing else. Written at every flush; the client reads the last.
+fn write_setup_error(writer: &mut TraceWriter, error: &str) {
+    let snapshot = StatsSnapshot {
+        setup_error: Some(error),
+        ..Default::default()
+    };
+    let mut s = VecStream::new();
+    put_varint(&mut s, 8, boot_time_ns());
+    stats::write_ftrace_stats(&mut s, Phase::EndOfTrace, &snapshot);
+    writer.write_packet(s.as_bytes());
+    writer.flush();
 }
