@@ -107,6 +107,7 @@ pub fn cleanup(path: &Path, root: &Tracefs) -> Vec<Touched> {
         return Vec::new();
     };
     let mut cleaned = parse(&text);
+    let mut kept = Vec::new();
     cleaned.retain(|e| {
         let key = match e {
             Touched::Root => "",
@@ -117,6 +118,7 @@ pub fn cleanup(path: &Path, root: &Tracefs) -> Vec<Touched> {
             Ok(c) => c,
             Err(why) => {
                 crate::log_warn!("crash cleanup: leaving it alone: {why}");
+                kept.push(e.clone());
                 return false;
             }
         };
@@ -138,7 +140,10 @@ pub fn cleanup(path: &Path, root: &Tracefs) -> Vec<Touched> {
         }
         true
     });
-    let _ = std::fs::remove_file(path);
+    // What a live process owns stays recorded, for a later cleanup.
+    if let Err(e) = store(path, &kept) {
+        crate::log_warn!("cannot rewrite {}: {e}", path.display());
+    }
     cleaned
 }
 
