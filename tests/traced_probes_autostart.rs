@@ -79,7 +79,7 @@ duration_ms: {ms}
     assert!(b.status.success(), "{b_err}");
     assert!(
         b_err.contains(
-            "; FAILED linux.ftrace: the top-level ftrace instance is in use by another \
+            "; linux.ftrace setup error: the top-level ftrace instance is in use by another \
              traced_probes (pid "
         ),
         "{b_err}"

@@ -4,6 +4,9 @@
 //! cleans up after itself; a SIGKILLed traced_probes is cleaned up by its
 //! successor on the same socket, never by an unrelated one. Crash state
 //! files are the default ones (keyed by the producer socket).
+//!
+//! Bounds: what one config can make traced_probes allocate (instances,
+//! data sources per session, buffer size), and SIGTERM in every state.
 
 mod traced_probes_common;
 
@@ -269,4 +272,152 @@ fn a_sigkilled_probes_is_cleaned_by_its_successor_only() {
     wait_until(Duration::from_secs(10), "the successor's cleanup", || {
         !instance_dir(&inst).exists()
     });
+}
+
+/// A client running `config` (text) on `socks`.
+fn client_with(dir: &Path, socks: &Sockets, config: &str, name: &str) -> (Child, PathBuf) {
+    let cfg = dir.join(format!("{name}.pbtx"));
+    std::fs::write(&cfg, config).unwrap();
+    let out = dir.join(format!("{name}.pftrace"));
+    let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["perfetto", "--txt", "-c"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+        .stderr(std::fs::File::create(dir.join(format!("{name}.err"))).unwrap())
+        .spawn()
+        .unwrap();
+    (child, out)
+}
+
+fn instances_named(prefix: &str) -> usize {
+    std::fs::read_dir(Path::new(TRACEFS).join("instances"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .count()
+}
+
+/// 1,000 linux.ftrace data sources in one config, each in its own
+/// instance: traced_probes creates at most its bound of instances, the
+/// others fail setup, and the client's end line says why.
+#[test]
+fn a_thousand_ftrace_sources_create_a_bounded_number_of_instances() {
+    let prefix = format!("tbx_bound_{}_", std::process::id());
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let s = Sockets::in_dir(d);
+    let _t = start_our_traced(&s, &d.join("traced.log"));
+    let _p = probes(&s, &[], &d.join("probes.log"), true);
+    let mut config = String::from("buffers { size_kb: 4096 }\nduration_ms: 1500\n");
+    for i in 0..1000 {
+        config.push_str(&format!(
+            "data_sources {{ config {{ name: \"linux.ftrace\" ftrace_config {{ \
+             ftrace_events: \"ftrace/print\" instance_name: \"{prefix}{i}\" \
+             buffer_size_kb: 64 }} }} }}\n"
+        ));
+    }
+    let (mut c, _) = client_with(d, &s, &config, "c");
+    let mut most = 0;
+    while c.try_wait().unwrap().is_none() {
+        most = most.max(instances_named(&prefix));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let err = std::fs::read_to_string(d.join("c.err")).unwrap();
+    assert!(c.wait().unwrap().success(), "{err}");
+    assert!((1..=8).contains(&most), "{most} instances at once");
+    assert!(
+        err.contains("; linux.ftrace setup error: too many "),
+        "{err}"
+    );
+    wait_until(Duration::from_secs(10), "instances removed", || {
+        instances_named(&prefix) == 0
+    });
+}
+
+/// A buffer size beyond the machine's bound is clamped (not allocated),
+/// and the client's end line says so.
+#[test]
+fn a_huge_buffer_size_is_clamped_with_a_setup_error() {
+    let inst = format!("tbx_bound_buf_{}", std::process::id());
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let s = Sockets::in_dir(d);
+    let _t = start_our_traced(&s, &d.join("traced.log"));
+    let _p = probes(&s, &[], &d.join("probes.log"), true);
+    let config = format!(
+        r#"buffers {{ size_kb: 4096 }}
+data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
+    ftrace_events: "ftrace/print" instance_name: "{inst}" buffer_size_kb: 4000000000 }} }} }}
+duration_ms: 120000
+"#
+    );
+    let (c, _) = client_with(d, &s, &config, "c");
+    wait_recording(&inst);
+    let kb: u64 = read_trim(instance_dir(&inst).join("buffer_size_kb"))
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // 64 MiB, as the kernel rounds it (to whole pages plus a header).
+    assert!(kb <= 64 * 1024 + 64, "{kb} KiB per cpu");
+    let mut c = c;
+    sigint(&c);
+    wait_until(Duration::from_secs(60), "the client's exit", || {
+        c.try_wait().unwrap().is_some()
+    });
+    let err = std::fs::read_to_string(d.join("c.err")).unwrap();
+    assert!(
+        err.contains("; linux.ftrace setup error: buffer_size_kb 4000000000 clamped to "),
+        "{err}"
+    );
+}
+
+/// SIGTERM stops traced_probes within a second whatever it is doing, and
+/// ftrace is left clean: while it cannot reach traced, while idle, while
+/// recording.
+#[test]
+fn sigterm_stops_probes_within_a_second_in_every_state() {
+    let inst = format!("tbx_bound_term_{}", std::process::id());
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let s = Sockets::in_dir(d);
+    let term = |p: &mut Proc, what: &str| {
+        let t0 = std::time::Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        while p.child.try_wait().unwrap().is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(1),
+                "{what}: still running 1 s after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // No traced: reconnecting.
+    let mut p = probes(&s, &[], &d.join("probes.log"), false);
+    std::thread::sleep(Duration::from_millis(300));
+    term(&mut p, "reconnecting");
+    // Connected, idle.
+    let _t = start_our_traced(&s, &d.join("traced.log"));
+    let mut p = probes(&s, &[], &d.join("probes.log"), true);
+    term(&mut p, "idle");
+    // Recording a marker flood.
+    let mut p = probes(&s, &[], &d.join("probes.log"), true);
+    let (mut c, _) = client(d, &s, &inst, "c");
+    wait_recording(&inst);
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = flood(&inst, "tbx3", stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    term(&mut p, "recording");
+    stop.store(true, Ordering::Relaxed);
+    let _ = w.join();
+    assert!(!instance_dir(&inst).exists(), "ftrace left dirty");
+    let _ = c.kill();
+    let _ = c.wait();
 }

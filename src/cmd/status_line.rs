@@ -86,12 +86,12 @@ pub fn summary(f: Figures, kernel_events_lost: u64) -> String {
     )
 }
 
-/// The end line plus the data sources that did not start, by name:
-/// `...; FAILED linux.ftrace: <why>`.
+/// The end line plus what ftrace data sources could not set up as asked
+/// (or at all), by name: `...; linux.ftrace setup error: <why>`.
 pub fn with_setup_errors(line: String, ftrace_errors: &[String]) -> String {
     let mut line = line;
     for e in ftrace_errors {
-        line.push_str("; FAILED linux.ftrace: ");
+        line.push_str("; linux.ftrace setup error: ");
         line.extend(e.chars().filter(|c| !c.is_control()));
     }
     line
@@ -147,7 +147,7 @@ mod tests {
         assert_eq!(summary(clean, 0), "Trace stats: nothing lost");
         assert_eq!(
             with_setup_errors(summary(clean, 0), &["owned\n".into()]),
-            "Trace stats: nothing lost; FAILED linux.ftrace: owned"
+            "Trace stats: nothing lost; linux.ftrace setup error: owned"
         );
         assert_eq!(
             summary(clean, 3),

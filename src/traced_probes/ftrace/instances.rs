@@ -14,6 +14,10 @@ use super::ownership::{self, Claim};
 use crate::pb::protos::FtraceConfig;
 use crate::traced_probes::ftrace::Tracefs;
 
+/// Distinct tracefs instances one traced_probes uses at once (each costs
+/// kernel buffers on every cpu and a reader thread per cpu).
+pub const MAX_INSTANCES: usize = 8;
+
 pub struct Instances {
     root: Option<Tracefs>,
     map: BTreeMap<String, KInstance>,
@@ -60,6 +64,12 @@ impl Instances {
     /// in the state file, then takes it over with its config.
     pub fn acquire(&mut self, key: &str, cfg: &FtraceConfig) -> Result<&mut KInstance, String> {
         if !self.map.contains_key(key) {
+            if self.map.len() >= MAX_INSTANCES {
+                return Err(format!(
+                    "too many ftrace instances: this traced_probes already uses \
+                     {MAX_INSTANCES}"
+                ));
+            }
             let root = self.root()?;
             let claim = ownership::claim(key)?;
             let inst = KInstance::open(&root, key, cfg)?;

@@ -34,6 +34,9 @@ use crate::tracing::core::trace_writer::TraceWriter;
 /// Upstream's default drain period and its valid range.
 const DEFAULT_DRAIN_MS: u32 = 100;
 const MAX_DRAIN_MS: u32 = 60_000;
+/// linux.ftrace data sources of one tracing session (each one parses
+/// every page of its instance again).
+pub const MAX_SOURCES_PER_SESSION: usize = 16;
 /// How long a flush waits (once per source) for its atrace setup result.
 const ATRACE_FLUSH_WAIT: Duration = Duration::from_secs(1);
 
@@ -107,7 +110,20 @@ impl FtraceMux {
                     .into(),
             );
         }
+        if self
+            .sources
+            .values()
+            .filter(|s| s.session == session)
+            .count()
+            >= MAX_SOURCES_PER_SESSION
+        {
+            return Err(format!(
+                "too many linux.ftrace data sources in one session (at most \
+                 {MAX_SOURCES_PER_SESSION})"
+            ));
+        }
         let inst = self.instances.acquire(&key, cfg)?;
+        let setup_note = inst.clamped.take();
         let mut filter = EventFilter::default();
         filter.print = cfg.print_filter.as_ref().map(print_filter);
         let mut failed_events = Vec::new();
@@ -160,6 +176,7 @@ impl FtraceMux {
             want_ksyms: cfg.symbolize_ksyms.unwrap_or(false),
             ksyms: None,
             syscalls: syscall_want,
+            setup_note,
         };
         src.cpu(ncpu.saturating_sub(1));
         self.sources.insert(id, src);

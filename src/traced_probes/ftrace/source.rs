@@ -40,6 +40,8 @@ pub struct Source {
     pub ksyms: Option<Rc<KernelSymbols>>,
     /// What it wants of raw_syscalls (`None`: not enabled).
     pub syscalls: Option<SyscallWant>,
+    /// What setup could not give as asked (e.g. a clamped buffer size).
+    pub setup_note: Option<String>,
 }
 
 impl Source {
@@ -84,6 +86,11 @@ impl Source {
             unknown_ftrace_events: if end { &self.unknown_events } else { none },
             failed_ftrace_events: if end { &self.failed_events } else { none },
             atrace_errors,
+            setup_error: if end {
+                self.setup_note.as_deref()
+            } else {
+                None
+            },
             preserve_ftrace_buffer: self.preserve,
             parse_errors: if end { &parse_errors } else { &[] },
             kernel_symbols: self
