@@ -271,6 +271,9 @@ fn a_sigkilled_probes_is_cleaned_by_its_successor_only() {
     let _pa2 = probes(&sa, &[], &da.join("probes2.log"), false);
     wait_until(Duration::from_secs(10), "the successor's cleanup", || {
         !instance_dir(&inst).exists()
+            && std::fs::read_to_string(da.join("probes2.log"))
+                .unwrap_or_default()
+                .contains("cleaned ftrace state left by a previous run")
     });
 }
 
@@ -414,9 +417,10 @@ fn sigterm_stops_probes_within_a_second_in_every_state() {
     let stop = Arc::new(AtomicBool::new(false));
     let w = flood(&inst, "tbx3", stop.clone());
     std::thread::sleep(Duration::from_millis(300));
-    term(&mut p, "recording");
+    // The flood's open trace_marker would keep the instance from going.
     stop.store(true, Ordering::Relaxed);
-    let _ = w.join();
+    assert!(w.join().unwrap() > 0);
+    term(&mut p, "recording");
     assert!(!instance_dir(&inst).exists(), "ftrace left dirty");
     let _ = c.kill();
     let _ = c.wait();

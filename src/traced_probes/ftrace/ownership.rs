@@ -5,11 +5,14 @@
 //!
 //! Lock files live in one directory per machine, named after the
 //! instance (`top-level.lock`, `instance.NAME.lock`); they hold the
-//! owner's pid, for messages only. Whoever takes over, resets or cleans
+//! owner's pid, for messages only. The owner removes its file before it
+//! unlocks, so a claim checks that the file it locked is still the one at
+//! that path. Whoever takes over, resets or cleans
 //! up an instance claims it first, and leaves it alone if it cannot.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -51,7 +54,15 @@ fn lock_path(key: &str) -> PathBuf {
 /// A held claim on one instance; dropping it (or dying) releases it.
 #[derive(Debug)]
 pub struct Claim {
+    path: PathBuf,
     _lock: Flock<File>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        // Unlinked while still locked; the lock goes with the field.
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Claims instance `key` for this process. Fails, naming the owner, if a
@@ -68,25 +79,41 @@ pub fn claim(key: &str) -> Result<Claim, String> {
             .truncate(false)
             .open(&path)
     };
-    let file = open().map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(mut lock) => {
-            // Informational: who holds it, for the next one's message.
-            let _ = lock.set_len(0);
-            let _ = lock.write_all(format!("{}\n", std::process::id()).as_bytes());
-            Ok(Claim { _lock: lock })
+    for _ in 0..8 {
+        let file = open().map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(mut lock) => {
+                // The previous owner may have removed the file between our
+                // open and our lock: then this lock guards nothing.
+                let same = match (lock.metadata(), std::fs::metadata(&path)) {
+                    (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+                    _ => false,
+                };
+                if !same {
+                    continue;
+                }
+                // Informational: who holds it, for the next one's message.
+                let _ = lock.set_len(0);
+                let _ = lock.write_all(format!("{}\n", std::process::id()).as_bytes());
+                return Ok(Claim { path, _lock: lock });
+            }
+            Err((file, Errno::EWOULDBLOCK)) => return Err(held_by(file, &what)),
+            Err((_, e)) => return Err(format!("cannot lock {}: {e}", path.display())),
         }
-        Err((mut file, Errno::EWOULDBLOCK)) => {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            let pid = pid.trim();
-            let who = if pid.is_empty() {
-                "another traced_probes".to_string()
-            } else {
-                format!("another traced_probes (pid {pid})")
-            };
-            Err(format!("{what} is in use by {who}"))
-        }
-        Err((_, e)) => Err(format!("cannot lock {}: {e}", path.display())),
+    }
+    Err(format!(
+        "cannot lock {}: it keeps being replaced",
+        path.display()
+    ))
+}
+
+fn held_by(mut file: File, what: &str) -> String {
+    let mut pid = String::new();
+    let _ = file.read_to_string(&mut pid);
+    let pid = pid.trim();
+    if pid.is_empty() {
+        format!("{what} is in use by another traced_probes")
+    } else {
+        format!("{what} is in use by another traced_probes (pid {pid})")
     }
 }
