@@ -428,6 +428,22 @@ mod tests {
         s.into_bytes()
     }
 
+    #[test]
+    fn setup_errors_are_collected_once_each() {
+        let mut s = VecStream::new();
+        let snap = StatsSnapshot {
+            setup_error: Some("the top-level ftrace instance is in use"),
+            ..Default::default()
+        };
+        write_ftrace_stats(&mut s, P::EndOfTrace, &snap);
+        put_varint(&mut s, TRUSTED_SEQUENCE_ID as u32, 3);
+        let failed = s.into_bytes();
+        let mut k = KernelLoss::default();
+        k.scan_trace(&trace_file(&[failed.clone(), failed, data_packet(3, 10)]));
+        assert_eq!(k.setup_errors, ["the top-level ftrace instance is in use"]);
+        assert_eq!(k.events_lost(), None);
+    }
+
     fn two_sources() -> Vec<Vec<u8>> {
         vec![
             stats_packet(1, P::StartOfTrace, &[(5, 0), (0, 1)]),
