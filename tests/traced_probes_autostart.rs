@@ -7,7 +7,10 @@
 #[path = "support/probes.rs"]
 mod traced_probes_common;
 
+use std::path::Path;
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use traced_probes_common::*;
 
@@ -29,8 +32,73 @@ fn tracebox_on(dir: &std::path::Path, config: &str, extra: &[&str]) -> Command {
     c
 }
 
+/// The top-level instance is one per machine: its users here take turns.
+static TOP_LEVEL: Mutex<()> = Mutex::new(());
+
+fn top_level() -> MutexGuard<'static, ()> {
+    TOP_LEVEL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn top_tracing_on() -> String {
+    std::fs::read_to_string(Path::new(TRACEFS).join("tracing_on"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// Two stacks on private sockets both want the top-level instance: the
+/// second traced_probes neither resets nor takes it over; its client's end
+/// line names the data source that failed and why, the first trace runs
+/// its full length.
+#[test]
+fn a_second_probes_wanting_the_top_level_gets_a_setup_error() {
+    let _g = top_level();
+    let a_dir = tempfile::tempdir().unwrap();
+    let b_dir = tempfile::tempdir().unwrap();
+    let config = |ms: u32| {
+        format!(
+            r#"buffers {{ size_kb: 8192 }}
+data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
+    ftrace_events: "sched/sched_switch" }} }} }}
+duration_ms: {ms}
+"#
+        )
+    };
+    let mut a = tracebox_on(a_dir.path(), &config(3000), &["--private-sockets"])
+        .env_remove("TRACED_PROBES_STATE_FILE")
+        .stderr(std::fs::File::create(a_dir.path().join("err")).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(20), "tracing on", || {
+        top_tracing_on() == "1"
+    });
+    let b = tracebox_on(b_dir.path(), &config(500), &["--private-sockets"])
+        .env_remove("TRACED_PROBES_STATE_FILE")
+        .output()
+        .unwrap();
+    let b_err = String::from_utf8_lossy(&b.stderr);
+    assert!(b.status.success(), "{b_err}");
+    assert!(
+        b_err.contains(
+            "; linux.ftrace setup error: the top-level ftrace instance is in use by another \
+             traced_probes (pid "
+        ),
+        "{b_err}"
+    );
+    // A is still recording: B reset nothing.
+    assert_eq!(top_tracing_on(), "1", "{b_err}");
+    assert!(a.wait().unwrap().success());
+    let a_err = std::fs::read_to_string(a_dir.path().join("err")).unwrap();
+    assert!(a_err.contains("Trace stats: nothing lost\n"), "{a_err}");
+    check_trace(
+        &a_dir.path().join("trace.pftrace"),
+        &["--sched-switch".into(), "--ftrace-stats".into()],
+    );
+}
+
 #[test]
 fn autostarted_probes_record_ftrace_processes_and_cpu_info() {
+    let _g = top_level();
     let instance = "tbx_probes_autostart";
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();
@@ -63,6 +131,7 @@ duration_ms: 1000
 
 #[test]
 fn kernel_losses_are_reported_on_stderr() {
+    let _g = top_level();
     let instance = "tbx_probes_overrun";
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();

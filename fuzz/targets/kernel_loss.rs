@@ -17,6 +17,7 @@ pub fn run(data: &[u8]) {
     sliced.observe_packet(&[&data[..a], &data[a..b], &data[b..]]);
     assert_eq!(whole.events_lost(), sliced.events_lost());
     assert_eq!(whole.malformed, sliced.malformed);
+    assert_eq!(whole.setup_errors, sliced.setup_errors);
 
     let mut in_memory = KernelLoss::default();
     in_memory.scan_trace(data);

@@ -137,9 +137,12 @@ pub fn main(args: &[String], via: Via) -> i32 {
             } else if let Some(fd) = plan.notify_fd {
                 ready = ReadyNotifier(take_fd(fd));
             }
-            let _daemons = if via == Via::Multicall {
+            let _service = if via == Via::Multicall {
                 match autostart::ensure_daemons(&consumer) {
-                    Ok(d) => Some(d),
+                    Ok(d) => {
+                        eprintln!("{}", d.first_line);
+                        Some(d)
+                    }
                     Err(e) => {
                         eprintln!("tracebox: could not start the daemons: {e}");
                         return 1;

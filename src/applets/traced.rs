@@ -12,6 +12,10 @@ struct TracedArgs {
     /// print the version and exit
     #[argh(switch)]
     version: bool,
+    /// exit once no consumer is connected and no session is left (tracebox
+    /// autostart)
+    #[argh(switch)]
+    exit_when_idle: bool,
     /// chgrp/chmod the sockets: PRODUCER_GROUP:PRODUCER_MODE:CONSUMER_GROUP:CONSUMER_MODE
     #[argh(option)]
     set_socket_permissions: Option<String>,
@@ -26,7 +30,10 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         println!("{}", crate::VERSION);
         return 0;
     }
-    let mut opts = crate::traced::TracedOptions::default();
+    let mut opts = crate::traced::TracedOptions {
+        exit_when_idle: args.exit_when_idle,
+        ..Default::default()
+    };
     if let Some(p) = &args.set_socket_permissions {
         match crate::traced::SocketPermissions::parse(p) {
             Ok(p) => opts.socket_permissions = Some(p),

@@ -18,6 +18,10 @@ struct ProbesArgs {
     /// reset ftrace after a crash, then exit
     #[argh(switch)]
     cleanup_after_crash: bool,
+    /// exit (ftrace restored) when the connection to traced closes
+    /// (tracebox autostart)
+    #[argh(switch)]
+    exit_with_traced: bool,
     /// print the version and exit
     #[argh(switch)]
     version: bool,
@@ -37,7 +41,8 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         crate::log_error!("signals: {e}");
         return 1;
     }
-    let state_file = crash_state::default_path();
+    let socket = producer_socket_name();
+    let state_file = crash_state::default_path(&socket);
     if args.cleanup_after_crash || args.reset_ftrace {
         if let Err(e) = traced_probes::hard_reset(&state_file) {
             crate::log_error!("ftrace reset failed: {e}");
@@ -62,7 +67,8 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         }
     }
     traced_probes::run(ProducerOptions {
-        socket: producer_socket_name(),
+        socket,
         state_file,
+        exit_with_traced: args.exit_with_traced,
     })
 }

@@ -1,9 +1,10 @@
 //! Spawning our own applets as daemons (tracebox autostart).
 //!
 //! A child is this same executable started under an applet name (argv[0]),
-//! in a chosen process group, told to die with us (PR_SET_PDEATHSIG with
-//! SIGTERM, so it still cleans up, e.g. resets ftrace), and handed the write
-//! end of a pipe in an environment variable. It writes "1" there when ready.
+//! in a chosen process group (not the caller's, so a Ctrl-C meant for the
+//! caller does not reach it), with stdout on /dev/null, and handed the
+//! write end of a pipe in an environment variable. It writes "1" there
+//! when ready. It outlives us: daemons decide themselves when to exit.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -44,18 +45,9 @@ pub fn spawn_applet(
     cmd.arg0(applet)
         .args(args)
         .env(notify_env, write_end.as_raw_fd().to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
         .process_group(pgid);
-    // SAFETY: the closure runs in the forked child before exec and only
-    // calls prctl(2), which is async-signal-safe and touches no memory we
-    // share with the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let mut child = cmd.spawn()?;
     drop(write_end);
     match wait_for_ready(read_end, timeout) {

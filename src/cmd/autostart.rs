@@ -1,13 +1,23 @@
-//! `tracebox [perfetto args]`: start traced and traced_probes when no
-//! service answers, run the client, then stop what we started.
+//! `tracebox [perfetto args]`: use the running traced, or start traced
+//! and traced_probes when none answers.
 //!
 //! Unlike upstream, the default is the system sockets, so Perfetto SDK apps
 //! on the board find this service and join the trace. `--private-sockets`
 //! restores upstream's isolated `@traced-{c,p}-<pid>` names.
+//!
+//! Lifetime: the daemons we start outlive us while anyone uses them.
+//! traced runs with `--exit-when-idle` (it exits once no consumer is
+//! connected and no session is left, attached or detached) and
+//! traced_probes with `--exit-with-traced` (it restores ftrace and exits
+//! when traced goes). The client holds a bound consumer connection (the
+//! keepalive) from the moment it picks a service until it exits, so the
+//! service it picked cannot go idle under it; a traced that is already
+//! closing refuses the bind, and the client starts fresh daemons instead.
 
 use std::time::Duration;
 
-use crate::base::child_process::{spawn_applet, stop_daemons, Daemon};
+use super::rpc::Port;
+use crate::base::child_process::{spawn_applet, stop_daemons};
 use crate::base::sock_addr::SockAddr;
 use crate::base::unix_socket::UnixStream;
 
@@ -15,20 +25,16 @@ pub const CONSUMER_ENV: &str = "PERFETTO_CONSUMER_SOCK_NAME";
 pub const PRODUCER_ENV: &str = "PERFETTO_PRODUCER_SOCK_NAME";
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Attempts at finding or starting a service (a closing traced may hold
+/// its socket name for a moment).
+const ATTEMPTS: u32 = 5;
 
-/// Daemons started for one client run; stopped on drop.
-#[derive(Debug)]
+/// The service this client uses, held for the client's lifetime.
 pub struct Autostarted {
-    pgid: i32,
-    daemons: Vec<Daemon>,
-}
-
-impl Drop for Autostarted {
-    fn drop(&mut self) {
-        if !self.daemons.is_empty() {
-            stop_daemons(&mut self.daemons, STOP_GRACE);
-        }
-    }
+    /// Keeps the service from going idle while this client runs.
+    _keepalive: Port,
+    /// What the client says first: who started the daemons, which pids.
+    pub first_line: String,
 }
 
 /// True if something accepts connections on `name`.
@@ -48,34 +54,77 @@ pub fn use_private_sockets() {
     }
 }
 
-/// Starts traced, then `traced_probes --reset-ftrace`, unless a service
-/// already answers on `consumer_socket`. traced removes a stale socket file
-/// nobody answers on before it binds.
+/// The pid of the process listening on `name` (0 if unknown).
+fn service_pid(name: &str) -> i32 {
+    SockAddr::parse(name)
+        .ok()
+        .and_then(|a| UnixStream::connect(&a).ok())
+        .and_then(|s| s.peer_cred().ok())
+        .map_or(0, |c| c.pid)
+}
+
+/// Binds a running service on `consumer_socket`, or starts traced then
+/// `traced_probes --reset-ftrace` and binds that.
 pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
-    let mut started = Autostarted {
-        pgid: 0,
-        daemons: Vec::new(),
-    };
-    if service_answers(consumer_socket) {
-        return Ok(started);
+    let mut last_err = String::new();
+    for attempt in 0..ATTEMPTS {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_millis(100 << attempt.min(3)));
+        }
+        if let Ok(port) = Port::connect(consumer_socket, "ConsumerPort") {
+            let pid = service_pid(consumer_socket);
+            return Ok(Autostarted {
+                _keepalive: port,
+                first_line: format!(
+                    "tracebox: using the running traced (pid {pid}) on {consumer_socket}"
+                ),
+            });
+        }
+        match start_daemons(consumer_socket) {
+            Ok(s) => return Ok(s),
+            Err(e) => last_err = e,
+        }
     }
+    Err(last_err)
+}
+
+fn start_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
     // The client reports what matters; daemons we start for it only speak
     // up about problems unless the user asked for more.
     if std::env::var_os("TRACEBOX_LOG").is_none() {
         std::env::set_var("TRACEBOX_LOG", "warn");
     }
-    let traced = spawn_applet("traced", &[], 0, "TRACED_NOTIFY_FD", READY_TIMEOUT)
-        .map_err(|e| e.to_string())?;
-    started.pgid = traced.child.id() as i32;
-    started.daemons.push(traced);
+    let mut traced = spawn_applet(
+        "traced",
+        &["--exit-when-idle"],
+        0,
+        "TRACED_NOTIFY_FD",
+        READY_TIMEOUT,
+    )
+    .map_err(|e| e.to_string())?;
+    let pgid = traced.child.id() as i32;
+    // Bound before traced_probes starts: from here on traced waits for us.
+    let port = match Port::connect(consumer_socket, "ConsumerPort") {
+        Ok(p) => p,
+        Err(e) => {
+            stop_daemons(std::slice::from_mut(&mut traced), STOP_GRACE);
+            return Err(e);
+        }
+    };
     let probes = spawn_applet(
         "traced_probes",
-        &["--reset-ftrace"],
-        started.pgid,
+        &["--reset-ftrace", "--exit-with-traced"],
+        pgid,
         "TRACED_PROBES_NOTIFY_FD",
         READY_TIMEOUT,
     )
     .map_err(|e| e.to_string())?;
-    started.daemons.push(probes);
-    Ok(started)
+    Ok(Autostarted {
+        _keepalive: port,
+        first_line: format!(
+            "tracebox: started traced (pid {pgid}) and traced_probes (pid {}) on \
+             {consumer_socket}; they exit once no session or client is left",
+            probes.child.id()
+        ),
+    })
 }

@@ -39,6 +39,12 @@ const CPU_STATS: u32 = 2;
 const CPU: u32 = 1;
 const OVERRUN: u32 = 3;
 const DROPPED_EVENTS: u32 = 8;
+/// `FtraceStats.exclusive_feature_error`: why the data source did not
+/// set up (its instance is owned by another live traced_probes...).
+const SETUP_ERROR: u32 = 13;
+/// Setup errors kept for the end line (one per ftrace data source).
+const MAX_SETUP_ERRORS: usize = 8;
+const MAX_SETUP_ERROR_LEN: usize = 512;
 
 /// One cpu's counters in one ftrace_stats.
 #[derive(Debug, Default, Clone, Copy)]
@@ -62,6 +68,8 @@ pub struct KernelLoss {
     sequences: Vec<Sequence>,
     /// ftrace_stats payloads that did not decode.
     pub malformed: u64,
+    /// Distinct setup errors of ftrace data sources, in trace order.
+    pub setup_errors: Vec<String>,
 }
 
 impl KernelLoss {
@@ -137,10 +145,15 @@ impl KernelLoss {
     }
 
     fn record(&mut self, seq: u64, stats_untrusted: &[u8]) {
-        let Some((phase, cpus)) = parse_stats(stats_untrusted) else {
+        let Some((phase, cpus, error)) = parse_stats(stats_untrusted) else {
             self.malformed += 1;
             return;
         };
+        if let Some(e) = error {
+            if self.setup_errors.len() < MAX_SETUP_ERRORS && !self.setup_errors.contains(&e) {
+                self.setup_errors.push(e);
+            }
+        }
         let at = match self.sequences.iter().position(|s| s.id == seq) {
             Some(i) => i,
             None => {
@@ -182,10 +195,10 @@ impl KernelLoss {
     }
 }
 
-/// The phase and per-cpu counters of an `FtraceStats`; `None` if the bytes
-/// are not a well-formed message.
-fn parse_stats(bytes: &[u8]) -> Option<(u64, Vec<CpuLoss>)> {
-    let (mut phase, mut cpus) = (0, Vec::new());
+/// The phase, per-cpu counters and setup error of an `FtraceStats`; `None`
+/// if the bytes are not a well-formed message.
+fn parse_stats(bytes: &[u8]) -> Option<(u64, Vec<CpuLoss>, Option<String>)> {
+    let (mut phase, mut cpus, mut error) = (0, Vec::new(), None);
     let mut fields = FieldIter::new(bytes);
     for f in &mut fields {
         match (f.number, f.wire_type) {
@@ -207,10 +220,14 @@ fn parse_stats(bytes: &[u8]) -> Option<(u64, Vec<CpuLoss>)> {
                 }
                 cpus.push(c);
             }
+            (SETUP_ERROR, 2) => {
+                let text = &f.value[..f.value.len().min(MAX_SETUP_ERROR_LEN)];
+                error = Some(String::from_utf8_lossy(text).into_owned());
+            }
             _ => {}
         }
     }
-    (!fields.error).then_some((phase, cpus))
+    (!fields.error).then_some((phase, cpus, error))
 }
 
 /// Random access to a trace: memory, or a file read through a window.
@@ -445,6 +462,22 @@ mod tests {
             put_bytes(&mut s, TRACE_PACKET as u32, p);
         }
         s.into_bytes()
+    }
+
+    #[test]
+    fn setup_errors_are_collected_once_each() {
+        let mut s = VecStream::new();
+        let snap = StatsSnapshot {
+            setup_error: Some("the top-level ftrace instance is in use"),
+            ..Default::default()
+        };
+        write_ftrace_stats(&mut s, P::EndOfTrace, &snap);
+        put_varint(&mut s, TRUSTED_SEQUENCE_ID as u32, 3);
+        let failed = s.into_bytes();
+        let mut k = KernelLoss::default();
+        k.scan_trace(&trace_file(&[failed.clone(), failed, data_packet(3, 10)]));
+        assert_eq!(k.setup_errors, ["the top-level ftrace instance is in use"]);
+        assert_eq!(k.events_lost(), None);
     }
 
     fn two_sources() -> Vec<Vec<u8>> {

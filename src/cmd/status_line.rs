@@ -86,6 +86,17 @@ pub fn summary(f: Figures, kernel_events_lost: u64) -> String {
     )
 }
 
+/// The end line plus what ftrace data sources could not set up as asked
+/// (or at all), by name: `...; linux.ftrace setup error: <why>`.
+pub fn with_setup_errors(line: String, ftrace_errors: &[String]) -> String {
+    let mut line = line;
+    for e in ftrace_errors {
+        line.push_str("; linux.ftrace setup error: ");
+        line.extend(e.chars().filter(|c| !c.is_control()));
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +145,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(summary(clean, 0), "Trace stats: nothing lost");
+        assert_eq!(
+            with_setup_errors(summary(clean, 0), &["owned\n".into()]),
+            "Trace stats: nothing lost; linux.ftrace setup error: owned"
+        );
         assert_eq!(
             summary(clean, 3),
             "Trace stats: LOST 3 ftrace events in the kernel (per-cpu buffers overran \

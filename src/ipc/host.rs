@@ -196,6 +196,18 @@ impl Host {
         Ok(())
     }
 
+    /// Stops accepting: a path socket's file is unlinked first (so nobody
+    /// reaches a closing listener by name), then every listener closes;
+    /// connections still in their backlog are refused.
+    pub fn close_listeners<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+        for (listener, _) in self.listeners.drain(..) {
+            if let Some(SockAddr::Path(p)) = listener.addr() {
+                let _ = std::fs::remove_file(p);
+            }
+            let _ = ctl.deregister(&listener);
+        }
+    }
+
     /// True if `token` belongs to this host (route `on_io` here).
     pub fn owns(&self, token: Token) -> bool {
         self.clients.by_token.contains_key(&token)

@@ -22,6 +22,24 @@ pub use socket_permissions::SocketPermissions;
 #[derive(Debug, Default, Clone)]
 pub struct TracedOptions {
     pub socket_permissions: Option<SocketPermissions>,
+    /// Autostart: exit once idle (see [`IdleExit`]).
+    pub exit_when_idle: bool,
+}
+
+/// How long a traced started for a client waits for its first consumer.
+const FIRST_CONSUMER_WAIT: Duration = Duration::from_secs(10);
+/// How long idleness must last before an autostarted traced exits (so a
+/// back-to-back recording can still find it).
+const IDLE_LINGER: Duration = Duration::from_millis(300);
+
+/// An autostarted traced exits once idle: no consumer connected and no
+/// tracing session (attached or detached) left, for [`IDLE_LINGER`]. It
+/// stops accepting before it stops serving, so a client either binds a
+/// live service or fails to connect and starts a fresh one; its producers
+/// (traced_probes started with `--exit-with-traced`) see the connection
+/// close, restore ftrace and exit.
+struct IdleExit {
+    timer: Option<TimerId>,
 }
 
 /// Send-queue bound per consumer connection (ReadBuffers is streamed at
@@ -38,11 +56,46 @@ struct TracedApp {
     state: TracedState,
     /// The loop timer armed for the core's next deadline.
     timer: Option<(u64, TimerId)>,
+    idle_exit: Option<IdleExit>,
 }
 
 impl TracedApp {
+    fn is_idle(&self) -> bool {
+        self.consumer_host.client_count() == 0 && self.state.core.session_ids().is_empty()
+    }
+
+    /// Arms the idle timer when idle, cancels it when not. Until the first
+    /// consumer connects, the timer armed at start runs as it is.
+    fn check_idle(&mut self, ctl: &mut LoopCtl<'_, ()>) {
+        let idle = self.is_idle();
+        let Some(ie) = self.idle_exit.as_mut() else {
+            return;
+        };
+        if !idle {
+            if let Some(t) = ie.timer.take() {
+                ctl.cancel_timer(t);
+            }
+        } else if ie.timer.is_none() {
+            ie.timer = Some(ctl.add_timer(IDLE_LINGER));
+        }
+    }
+
+    fn on_idle_timer(&mut self, ctl: &mut LoopCtl<'_, ()>) {
+        if let Some(ie) = self.idle_exit.as_mut() {
+            ie.timer = None;
+        }
+        if !self.is_idle() {
+            return;
+        }
+        crate::log_info!("idle: no consumer and no session left; exiting");
+        self.consumer_host.close_listeners(ctl);
+        self.producer_host.close_listeners(ctl);
+        ctl.quit();
+    }
+
     /// After every event: route core outputs, re-arm the deadline timer.
     fn after_event(&mut self, ctl: &mut LoopCtl<'_, ()>) {
+        self.check_idle(ctl);
         self.state
             .dispatch(&mut self.producer_host, &mut self.consumer_host);
         // Continue ReadBuffers streams (also woken by the consumer socket
@@ -80,6 +133,13 @@ impl Handler for TracedApp {
     }
 
     fn on_timer(&mut self, ctl: &mut LoopCtl<'_, ()>, id: TimerId) {
+        if self
+            .idle_exit
+            .as_ref()
+            .is_some_and(|ie| ie.timer == Some(id))
+        {
+            return self.on_idle_timer(ctl);
+        }
         if self.timer.is_some_and(|(_, t)| t == id) {
             self.timer = None;
         }
@@ -153,7 +213,15 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
         consumer_host,
         state: TracedState::new(uid),
         timer: None,
+        idle_exit: None,
     };
+    if opts.exit_when_idle {
+        // Until the first consumer: the timer fires once, after the wait.
+        let mut ctl = el.ctl();
+        app.idle_exit = Some(IdleExit {
+            timer: Some(ctl.add_timer(FIRST_CONSUMER_WAIT)),
+        });
+    }
     crate::base::child_process::notify_ready("TRACED_NOTIFY_FD");
     ready();
     el.run(&mut app)

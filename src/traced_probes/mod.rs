@@ -35,12 +35,19 @@ use ftrace::Tracefs;
 pub use producer::{Producer, ProducerOptions, NOTIFY_ENV};
 
 /// `--reset-ftrace` / `--cleanup-after-crash`: undo a crashed run's state
-/// file, then hard-reset every tracefs root.
+/// file, then hard-reset the top-level tracefs instance unless a live
+/// traced_probes owns it.
 pub fn hard_reset(state_file: &std::path::Path) -> std::io::Result<()> {
     if let Ok(root) = Tracefs::discover() {
         ftrace::crash_state::cleanup(state_file, &root);
     }
-    Tracefs::hard_reset_all()
+    match ftrace::ownership::claim("") {
+        Ok(_claim) => Tracefs::hard_reset_all(),
+        Err(why) => {
+            crate::log_warn!("not resetting ftrace: {why}");
+            Ok(())
+        }
+    }
 }
 
 /// Runs the daemon until SIGINT/SIGTERM. Returns the exit status.

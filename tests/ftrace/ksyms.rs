@@ -75,17 +75,14 @@ fn workqueue_functions_resolve_to_kallsyms_names() {
             ReaderMode::Read,
         )
         .unwrap();
-        let mut states: Vec<CpuState> = (0..reader.num_cpus())
-            .map(|_| CpuState::default())
-            .collect();
         // One sequence for all cpus, as traced_probes does.
-        let mut shared = KernelAddrs::default();
+        let shared = KernelAddrs::shared();
+        let mut states: Vec<CpuState> = (0..reader.num_cpus())
+            .map(|_| CpuState::on_sequence(&shared))
+            .collect();
         let mut out = Packets::default();
         let mut consume = |cpu: usize, pages: &[u8]| {
-            let st = &mut states[cpu];
-            std::mem::swap(&mut st.metadata.kernel, &mut shared);
-            write_pages(&mut out, cpu as u32, pages, &layout, &ctx, st);
-            std::mem::swap(&mut st.metadata.kernel, &mut shared);
+            write_pages(&mut out, cpu as u32, pages, &layout, &ctx, &mut states[cpu]);
         };
         t.set_tracing_on(true).unwrap();
         // Work items run all the time; sync and a few drains add more.

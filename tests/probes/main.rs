@@ -7,6 +7,7 @@ mod atrace;
 mod fake_service;
 mod flags;
 mod ftrace_options;
+mod ownership;
 mod poller_parsers_mutation;
 mod process_tree_coverage;
 mod ps_first_poll;

@@ -20,7 +20,13 @@ def main():
            "for_testing": 0, "for_testing_ts": [], "pids": [], "threads": [],
            "ftrace": collections.Counter(), "prints": [], "trigger_ts": [],
            "tracing_started_ts": [], "uuid": None, "compact_switches": 0,
-           "chunks_discarded": 0}
+           "chunks_discarded": 0, "ftrace_span_ms": 0}
+    ts_min, ts_max = None, None
+
+    def seen_ts(t):
+        nonlocal ts_min, ts_max
+        ts_min = t if ts_min is None else min(ts_min, t)
+        ts_max = t if ts_max is None else max(ts_max, t)
     for p in trace.packet:
         kind = p.WhichOneof("data")
         kinds[kind or "none"] += 1
@@ -46,11 +52,19 @@ def main():
         elif kind == "ftrace_events":
             b = p.ftrace_events
             out["compact_switches"] += len(b.compact_sched.switch_timestamp)
+            # Compact sched timestamps are deltas, the first from zero.
+            t = 0
+            for d in b.compact_sched.switch_timestamp:
+                t += d
+                seen_ts(t)
             for e in b.event:
                 ek = e.WhichOneof("event") or "unknown"
+                seen_ts(e.timestamp)
                 out["ftrace"][ek] += 1
                 if ek == "print":
                     out["prints"].append(e.print.buf)
+    if ts_min is not None:
+        out["ftrace_span_ms"] = (ts_max - ts_min) // 1_000_000
     out["kinds"] = kinds
     for k in ("for_testing_ts", "trigger_ts", "tracing_started_ts"):
         out[k] = [min(out[k]) if out[k] else None]

@@ -2,6 +2,11 @@
 //! run that died while tracing (SIGKILL, panic with abort) can be cleaned up
 //! by the next start or by `--cleanup-after-crash`.
 //!
+//! One file per traced_probes, named after its producer socket: its
+//! successor on the same socket cleans up after it, an unrelated
+//! traced_probes never reads it. Cleanup claims each instance first
+//! ([`ownership`](super::ownership)) and skips those a live process owns.
+//!
 //! Format, one entry per line: `root` (the top-level tracefs) or
 //! `instance NAME created|existing`. The file exists only while some
 //! instance is in use, and is rewritten whole (write + rename) on change.
@@ -25,17 +30,25 @@ pub enum Touched {
     },
 }
 
-/// Where the state file lives: `$TRACED_PROBES_STATE_FILE`, else in /run
-/// (cleared on reboot, like the kernel state it describes), else /tmp.
-pub fn default_path() -> PathBuf {
+/// Where the state file of the traced_probes producing into
+/// `producer_socket` lives: `$TRACED_PROBES_STATE_FILE`, else next to the
+/// ftrace lock files (in /run: cleared on reboot, like the kernel state
+/// it describes), named after the socket.
+pub fn default_path(producer_socket: &str) -> PathBuf {
     if let Some(p) = std::env::var_os(STATE_FILE_ENV) {
         return PathBuf::from(p);
     }
-    if Path::new("/run").is_dir() {
-        PathBuf::from("/run/tracebox-traced_probes.state")
-    } else {
-        PathBuf::from("/tmp/tracebox-traced_probes.state")
-    }
+    let name: String = producer_socket
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    super::ownership::lock_dir().join(format!("state.{name}"))
 }
 
 pub fn format(entries: &[Touched]) -> String {
@@ -78,19 +91,37 @@ pub fn store(path: &Path, entries: &[Touched]) -> io::Result<()> {
             _ => Ok(()),
         };
     }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, format(entries))?;
     std::fs::rename(&tmp, path)
 }
 
-/// If a state file exists, resets everything it lists (removing instances
-/// we had created) and deletes it. Returns what was cleaned.
+/// If a state file exists, resets everything it lists that no live
+/// process owns (removing instances we had created) and deletes it.
+/// Returns what was cleaned.
 pub fn cleanup(path: &Path, root: &Tracefs) -> Vec<Touched> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
-    let entries = parse(&text);
-    for e in &entries {
+    let mut cleaned = parse(&text);
+    let mut kept = Vec::new();
+    cleaned.retain(|e| {
+        let key = match e {
+            Touched::Root => "",
+            Touched::Instance { name, .. } => name,
+        };
+        // Held until this entry is reset.
+        let _claim = match super::ownership::claim(key) {
+            Ok(c) => c,
+            Err(why) => {
+                crate::log_warn!("crash cleanup: leaving it alone: {why}");
+                kept.push(e.clone());
+                return false;
+            }
+        };
         let r = match e {
             Touched::Root => root.reset(4),
             Touched::Instance { name, created } => root.instance(name).and_then(|t| {
@@ -107,9 +138,13 @@ pub fn cleanup(path: &Path, root: &Tracefs) -> Vec<Touched> {
         if let Err(err) = r {
             crate::log_error!("crash cleanup of {e:?} failed: {err}");
         }
+        true
+    });
+    // What a live process owns stays recorded, for a later cleanup.
+    if let Err(e) = store(path, &kept) {
+        crate::log_warn!("cannot rewrite {}: {e}", path.display());
     }
-    let _ = std::fs::remove_file(path);
-    entries
+    cleaned
 }
 
 #[cfg(test)]
@@ -142,6 +177,10 @@ mod tests {
     #[test]
     fn store_and_cleanup_on_a_fake_root() {
         let dir = tempfile::tempdir().unwrap();
+        std::env::set_var(
+            super::super::ownership::LOCK_DIR_ENV,
+            dir.path().join("locks"),
+        );
         let path = dir.path().join("state");
         let root = Tracefs::new(dir.path().join("tracefs"));
         std::fs::create_dir_all(root.path("instances/x")).unwrap();

@@ -20,7 +20,7 @@ impl FtraceSource {
         env: &mut Env<'_>,
     ) -> Result<Self, String> {
         let cfg = config.ftrace_config.clone().unwrap_or_default();
-        env.ftrace.setup(id, &cfg, session_of(config), writer)?;
+        env.ftrace.setup(id, &cfg, session_of(config), writer);
         Ok(FtraceSource { id })
     }
 }

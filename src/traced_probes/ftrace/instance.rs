@@ -6,8 +6,7 @@
 //! them: [`KInstance::open`] only creates the directory (if needed) and
 //! reads formats; [`KInstance::take_over`] changes kernel state.
 
-use std::collections::HashMap;
-
+use super::event_union::EventUnion;
 use crate::pb::protos::FtraceConfig;
 use crate::traced_probes::ftrace::cpu_reader::FtraceReader;
 use crate::traced_probes::ftrace::parse::compact_sched::{self, CompactSchedFormat};
@@ -27,11 +26,14 @@ pub struct KInstance {
     /// The trace clock in effect (`boot` unless the kernel lacks it).
     pub clock: String,
     pub reader: Option<FtraceReader>,
-    /// How many data sources need each event.
-    pub event_refs: HashMap<(String, String), usize>,
+    /// The events on: the union over its data sources.
+    pub events: EventUnion,
     /// The raw_syscalls filter we last wrote (`None`: never touched).
     pub syscall_filter: Option<String>,
     saved_tracing_on: bool,
+    /// Set when the take-over clamped the config's buffer size (told to
+    /// the first data source, in its ftrace_stats).
+    pub clamped: Option<String>,
     /// Data sources set up / started on this instance.
     pub users: usize,
     pub started: usize,
@@ -41,18 +43,34 @@ pub struct KInstance {
 /// measured a little cheaper than 10 % at 500k events/s, 2 % dearer).
 const DEFAULT_BUFFER_PERCENT: u32 = 5;
 
-/// Per-cpu ring buffer size when the config does not say: 8 MiB on
-/// machines with at least 7 GiB of RAM, else 2 MiB (upstream's rule).
-fn default_buffer_kb() -> u64 {
-    let total_kb = std::fs::read_to_string("/proc/meminfo")
+fn mem_total_kb() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|t| {
             t.lines()
                 .find(|l| l.starts_with("MemTotal:"))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         })
-        .unwrap_or(0);
-    if total_kb >= 7 * 1024 * 1024 {
+        .unwrap_or(0)
+}
+
+/// Upstream's cap on one cpu's buffer.
+const MAX_PER_CPU_KB: u64 = 64 * 1024;
+
+/// The most a config may ask per cpu: upstream's 64 MiB, and all cpu
+/// buffers of one instance together within 1/8 of the machine's memory
+/// (but at least 1 MiB per cpu).
+pub fn max_buffer_kb(mem_total_kb: u64, ncpu: usize) -> u64 {
+    if mem_total_kb == 0 {
+        return MAX_PER_CPU_KB;
+    }
+    (mem_total_kb / 8 / ncpu.max(1) as u64).clamp(1024, MAX_PER_CPU_KB)
+}
+
+/// Per-cpu ring buffer size when the config does not say: 8 MiB on
+/// machines with at least 7 GiB of RAM, else 2 MiB (upstream's rule).
+fn default_buffer_kb() -> u64 {
+    if mem_total_kb() >= 7 * 1024 * 1024 {
         8 * 1024
     } else {
         2 * 1024
@@ -97,8 +115,9 @@ impl KInstance {
             compact,
             clock: "boot".into(),
             reader: None,
-            event_refs: HashMap::new(),
+            events: EventUnion::default(),
             syscall_filter: None,
+            clamped: None,
             users: 0,
             started: 0,
         })
@@ -138,6 +157,18 @@ impl KInstance {
             }
             _ => default_kb,
         };
+        let max_kb = max_buffer_kb(mem_total_kb(), t.num_cpus().unwrap_or(1));
+        let kb = if kb > max_kb {
+            let note = format!(
+                "buffer_size_kb {kb} clamped to {max_kb} (at most 64 MiB per cpu, \
+                 all cpus within 1/8 of memory)"
+            );
+            crate::log_warn!("ftrace: {note}");
+            self.clamped = Some(note);
+            max_kb
+        } else {
+            kb
+        };
         if let Err(e) = t.set_buffer_size_kb(kb) {
             crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}");
         }
@@ -171,5 +202,17 @@ impl KInstance {
             let _ = t.set_buffer_percent(50);
             let _ = t.set_tracing_on(self.saved_tracing_on);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn buffer_cap_follows_memory() {
+        use super::max_buffer_kb;
+        assert_eq!(max_buffer_kb(0, 4), 64 * 1024);
+        assert_eq!(max_buffer_kb(64 << 20, 8), 64 * 1024);
+        assert_eq!(max_buffer_kb(512 << 10, 4), 16 * 1024);
+        assert_eq!(max_buffer_kb(16 << 10, 8), 1024);
     }
 }

@@ -4,10 +4,12 @@
 //!   formats, page parsing, translation, bundling, compact sched, stats.
 //! * I/O: [`tracefs`] (every tracefs file), [`sys`] (raw syscalls),
 //!   [`cpu_reader`] (splice workers) and its [`page_arena`].
-//! * Sharing between sessions: [`mux`] (the multiplexer over sessions),
-//!   [`instance`] (a tracefs instance and its owner), [`syscall_filter`],
-//!   [`atrace_runner`], [`crash_state`] (what to undo after a crash),
-//!   [`drain_pace`].
+//! * Sharing between sessions: [`mux`] (the multiplexer over sessions) and
+//!   its parts: [`instances`] (the instances in use and their users),
+//!   [`instance`] (one tracefs instance), [`event_union`] (events on per
+//!   instance), [`reading`] (read passes and [`drain_pace`]), [`source`]
+//!   (one data source's state and stats), [`syscall_filter`],
+//!   [`atrace_runner`], [`crash_state`] (what to undo after a crash).
 //! * [`data_source`]: the `linux.ftrace` instance the producer holds.
 //!
 //! Typical use by the data source:
@@ -24,10 +26,15 @@ pub mod cpu_reader;
 pub mod crash_state;
 pub mod data_source;
 pub mod drain_pace;
+pub mod event_union;
 pub mod instance;
+pub mod instances;
 pub mod mux;
+pub mod ownership;
 pub mod page_arena;
 pub mod parse;
+pub mod reading;
+pub mod source;
 pub(crate) mod sys;
 pub mod syscall_filter;
 pub mod tracefs;

@@ -44,6 +44,10 @@ pub struct ProducerOptions {
     pub socket: String,
     /// Crash state file of the ftrace mux.
     pub state_file: PathBuf,
+    /// Exit (after the teardown) when a registered connection closes,
+    /// instead of reconnecting: traced_probes started with an autostarted
+    /// traced goes away with it.
+    pub exit_with_traced: bool,
 }
 
 /// Counters, for logs and tests.
@@ -257,6 +261,13 @@ impl Producer {
     }
 
     fn disconnect<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+        if self.connected && self.opts.exit_with_traced {
+            crate::log_info!("traced went away; exiting with it");
+            self.connected = false;
+            self.teardown(ctl);
+            self.link.lock().clear();
+            return ctl.quit();
+        }
         if self.connected {
             crate::log_warn!("lost the connection to traced; reconnecting");
         }

@@ -12,7 +12,7 @@ use super::print_filter::PrintFilter;
 use super::table::ftrace_event;
 use super::translate::{
     read_int, until_nul, write_generic_fields, write_typed_fields, KernelAddrs, Metadata,
-    PrintLayout, Target, TranslationTable,
+    PrintLayout, SharedKernelAddrs, Target, TranslationTable,
 };
 use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, Stream};
 
@@ -107,6 +107,16 @@ pub struct CpuState {
     pub out: PacketBuf,
 }
 
+impl CpuState {
+    /// The state of one cpu of a data source whose kernel addresses are
+    /// interned in `kernel` (one table per sequence, shared by its cpus).
+    pub fn on_sequence(kernel: &SharedKernelAddrs) -> CpuState {
+        let mut s = CpuState::default();
+        s.metadata.kernel = kernel.clone();
+        s
+    }
+}
+
 /// What one call to [`write_pages`] did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct WriteSummary {
@@ -163,7 +173,7 @@ impl<W: PacketWriter> Bundler<'_, W> {
             self.state.compact.write_and_reset(s);
             s.end(n);
             if let Some(k) = self.ctx.ksyms {
-                write_kernel_symbols(s, k, &mut self.state.metadata.kernel);
+                write_kernel_symbols(s, k, &mut self.state.metadata.kernel.borrow_mut());
             }
             self.w.write_packet(s.as_bytes());
             s.clear();

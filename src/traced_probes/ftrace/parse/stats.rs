@@ -64,6 +64,9 @@ pub struct StatsSnapshot<'a> {
     pub unknown_ftrace_events: &'a [String],
     pub failed_ftrace_events: &'a [String],
     pub atrace_errors: Option<&'a str>,
+    /// Why the data source could not set up (`exclusive_feature_error`:
+    /// e.g. its instance is owned by another live traced_probes).
+    pub setup_error: Option<&'a str>,
     pub preserve_ftrace_buffer: bool,
     /// Distinct parse errors seen (order kept).
     pub parse_errors: &'a [ParseError],
@@ -95,6 +98,9 @@ pub fn write_ftrace_stats<S: Stream + ?Sized>(s: &mut S, phase: Phase, st: &Stat
     }
     if let Some(e) = st.atrace_errors {
         put_str(s, 5, e);
+    }
+    if let Some(e) = st.setup_error {
+        put_str(s, 13, e);
     }
     for e in st.unknown_ftrace_events {
         put_str(s, 6, e);

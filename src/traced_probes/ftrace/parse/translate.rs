@@ -397,9 +397,14 @@ pub struct Metadata {
     pub pids: Vec<i32>,
     pub inodes: Vec<u64>,
     pub devices: Vec<u64>,
-    /// Kernel addresses seen in symbol fields.
-    pub kernel: KernelAddrs,
+    /// Kernel addresses seen in symbol fields, interned on the data
+    /// source's sequence: every cpu of one source holds the same handle
+    /// (see [`KernelAddrs::shared`]).
+    pub kernel: SharedKernelAddrs,
 }
+
+/// One data source's [`KernelAddrs`], shared by the states of its cpus.
+pub type SharedKernelAddrs = std::rc::Rc<std::cell::RefCell<KernelAddrs>>;
 
 /// Kernel addresses interned on one packet sequence: the trace carries the
 /// 1-based position in `addrs` instead of the address (so KASLR does not
@@ -414,6 +419,13 @@ pub struct KernelAddrs {
     pub sequence_started: bool,
 }
 
+impl KernelAddrs {
+    /// A fresh interning table for one sequence, to hand to every cpu.
+    pub fn shared() -> SharedKernelAddrs {
+        SharedKernelAddrs::default()
+    }
+}
+
 impl Metadata {
     /// Records a pid for the process scrapers. Runs of the same pid (one
     /// busy task) are stored once; the consumer dedups the rest.
@@ -425,7 +437,7 @@ impl Metadata {
     }
 
     fn intern_addr(&mut self, addr: u64) -> u32 {
-        let k = &mut self.kernel;
+        let mut k = self.kernel.borrow_mut();
         if let Some(&i) = k.index.get(&addr) {
             return i;
         }

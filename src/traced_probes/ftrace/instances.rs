@@ -1,0 +1,125 @@
+//! The tracefs instances in use (the root is `""`) and how many data
+//! sources use each: the first user opens and takes over an instance, the
+//! last one restores it. Every instance in use is claimed (see
+//! [`ownership`]): an instance a live process owns is refused, never reset.
+//! Every change of the set is recorded in the crash state file before
+//! kernel state changes, so a crash is undone later.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::crash_state::{self, Touched};
+use super::instance::KInstance;
+use super::ownership::{self, Claim};
+use crate::pb::protos::FtraceConfig;
+use crate::traced_probes::ftrace::Tracefs;
+
+/// Distinct tracefs instances one traced_probes uses at once (each costs
+/// kernel buffers on every cpu and a reader thread per cpu).
+pub const MAX_INSTANCES: usize = 8;
+
+pub struct Instances {
+    root: Option<Tracefs>,
+    map: BTreeMap<String, KInstance>,
+    /// Held for as long as the instance is in `map` (and a bit longer:
+    /// until it is restored).
+    claims: BTreeMap<String, Claim>,
+    state_file: PathBuf,
+}
+
+impl Instances {
+    pub fn new(state_file: PathBuf) -> Instances {
+        Instances {
+            root: None,
+            map: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            state_file,
+        }
+    }
+
+    fn root(&mut self) -> Result<Tracefs, String> {
+        if self.root.is_none() {
+            self.root = Some(Tracefs::discover().map_err(|e| format!("no tracefs: {e}"))?);
+        }
+        Ok(self.root.clone().expect("set above"))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.map.keys()
+    }
+
+    pub fn get(&self, key: &str) -> Option<&KInstance> {
+        self.map.get(key)
+    }
+
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut KInstance> {
+        self.map.get_mut(key)
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut KInstance)> {
+        self.map.iter_mut()
+    }
+
+    /// One more user of instance `key`: the first one opens it, records it
+    /// in the state file, then takes it over with its config.
+    pub fn acquire(&mut self, key: &str, cfg: &FtraceConfig) -> Result<&mut KInstance, String> {
+        if !self.map.contains_key(key) {
+            if self.map.len() >= MAX_INSTANCES {
+                return Err(format!(
+                    "too many ftrace instances: this traced_probes already uses \
+                     {MAX_INSTANCES}"
+                ));
+            }
+            let root = self.root()?;
+            let claim = ownership::claim(key)?;
+            let inst = KInstance::open(&root, key, cfg)?;
+            self.claims.insert(key.to_string(), claim);
+            self.map.insert(key.to_string(), inst);
+            // Recorded before changing anything, so a crash from here on
+            // is undone.
+            self.store_marker();
+            self.map.get_mut(key).expect("inserted").take_over(cfg);
+        }
+        let inst = self.map.get_mut(key).expect("opened above");
+        inst.users += 1;
+        Ok(inst)
+    }
+
+    /// One user less; the last one restores the instance (removes it if
+    /// we created it).
+    pub fn release(&mut self, key: &str) {
+        let Some(inst) = self.map.get_mut(key) else {
+            return;
+        };
+        inst.users -= 1;
+        if inst.users > 0 {
+            return;
+        }
+        let inst = self.map.remove(key).expect("present");
+        if let Some(root) = &self.root {
+            inst.release(root, key);
+        }
+        self.store_marker();
+        self.claims.remove(key);
+    }
+
+    fn store_marker(&self) {
+        let entries: Vec<Touched> = self
+            .map
+            .iter()
+            .map(|(k, i)| {
+                if k.is_empty() {
+                    Touched::Root
+                } else {
+                    Touched::Instance {
+                        name: k.clone(),
+                        created: i.created,
+                    }
+                }
+            })
+            .collect();
+        if let Err(e) = crash_state::store(&self.state_file, &entries) {
+            crate::log_warn!("cannot write {}: {e}", self.state_file.display());
+        }
+    }
+}

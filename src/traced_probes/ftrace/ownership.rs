@@ -1,0 +1,119 @@
+//! Who owns a tracefs instance (or the top-level one): the traced_probes
+//! holding an exclusive `flock` on its lock file. The kernel drops the
+//! lock when the owner dies, however it dies (SIGKILL included), and a
+//! reused pid cannot inherit it, so "locked" means "a live owner".
+//!
+//! Lock files live in one directory per machine, named after the
+//! instance (`top-level.lock`, `instance.NAME.lock`); they hold the
+//! owner's pid, for messages only. The owner removes its file before it
+//! unlocks, so a claim checks that the file it locked is still the one at
+//! that path. Whoever takes over, resets or cleans
+//! up an instance claims it first, and leaves it alone if it cannot.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+/// Overrides the lock directory (default: /run/tracebox-ftrace, else
+/// /tmp/tracebox-ftrace).
+pub const LOCK_DIR_ENV: &str = "TRACED_PROBES_LOCK_DIR";
+
+pub fn lock_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os(LOCK_DIR_ENV) {
+        return PathBuf::from(p);
+    }
+    if Path::new("/run").is_dir() {
+        PathBuf::from("/run/tracebox-ftrace")
+    } else {
+        PathBuf::from("/tmp/tracebox-ftrace")
+    }
+}
+
+/// How an instance is named in messages (`""` is the top-level one).
+pub fn describe(key: &str) -> String {
+    if key.is_empty() {
+        "the top-level ftrace instance".into()
+    } else {
+        format!("ftrace instance {key}")
+    }
+}
+
+fn lock_path(key: &str) -> PathBuf {
+    let name = if key.is_empty() {
+        "top-level.lock".to_string()
+    } else {
+        format!("instance.{key}.lock")
+    };
+    lock_dir().join(name)
+}
+
+/// A held claim on one instance; dropping it (or dying) releases it.
+#[derive(Debug)]
+pub struct Claim {
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        // Unlinked while still locked; the lock goes with the field.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Claims instance `key` for this process. Fails, naming the owner, if a
+/// live process holds it.
+pub fn claim(key: &str) -> Result<Claim, String> {
+    let path = lock_path(key);
+    let what = describe(key);
+    let open = || -> io::Result<File> {
+        std::fs::create_dir_all(lock_dir())?;
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+    };
+    for _ in 0..8 {
+        let file = open().map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(mut lock) => {
+                // The previous owner may have removed the file between our
+                // open and our lock: then this lock guards nothing.
+                let same = match (lock.metadata(), std::fs::metadata(&path)) {
+                    (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+                    _ => false,
+                };
+                if !same {
+                    continue;
+                }
+                // Informational: who holds it, for the next one's message.
+                let _ = lock.set_len(0);
+                let _ = lock.write_all(format!("{}\n", std::process::id()).as_bytes());
+                return Ok(Claim { path, _lock: lock });
+            }
+            Err((file, Errno::EWOULDBLOCK)) => return Err(held_by(file, &what)),
+            Err((_, e)) => return Err(format!("cannot lock {}: {e}", path.display())),
+        }
+    }
+    Err(format!(
+        "cannot lock {}: it keeps being replaced",
+        path.display()
+    ))
+}
+
+fn held_by(mut file: File, what: &str) -> String {
+    let mut pid = String::new();
+    let _ = file.read_to_string(&mut pid);
+    let pid = pid.trim();
+    if pid.is_empty() {
+        format!("{what} is in use by another traced_probes")
+    } else {
+        format!("{what} is in use by another traced_probes (pid {pid})")
+    }
+}

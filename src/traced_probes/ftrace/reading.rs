@@ -1,0 +1,154 @@
+//! Reading and pacing: one read pass over every instance with started
+//! sources (pages read once per instance, parsed once per source with its
+//! own filter), and the adaptive drain period between passes.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::drain_pace::DrainPace;
+use super::instance::KInstance;
+use super::instances::Instances;
+use super::source::Source;
+use crate::protozero::VecStream;
+use crate::traced_probes::clock::boot_time_ns;
+use crate::traced_probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
+use crate::traced_probes::ftrace::parse::bundle::{write_pages, BundleContext, PacketWriter};
+use crate::traced_probes::ftrace::parse::stats;
+use crate::tracing::core::trace_writer::TraceWriter;
+
+/// Bundles are built in memory, then copied into a TraceWriter packet in
+/// one piece ([`PacketWriter::write_packet`]).
+struct WriterPackets<'a> {
+    writer: &'a mut TraceWriter,
+    buf: VecStream,
+}
+
+impl PacketWriter for WriterPackets<'_> {
+    type Stream = VecStream;
+    fn new_packet(&mut self) {
+        self.buf.clear();
+    }
+    fn stream(&mut self) -> &mut VecStream {
+        &mut self.buf
+    }
+    fn finish_packet(&mut self) {
+        self.writer.write_packet(self.buf.as_bytes());
+        self.buf.clear();
+    }
+    fn write_packet(&mut self, bytes: &[u8]) {
+        self.writer.write_packet(bytes);
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Reading {
+    pace: DrainPace,
+    /// When the last periodic drain ran.
+    last_tick: Option<Instant>,
+}
+
+/// Opens the per-cpu readers of `inst` if not yet open.
+pub fn open_reader(inst: &mut KInstance, drain_ms: u32) -> Result<(), String> {
+    if inst.reader.is_some() {
+        return Ok(());
+    }
+    let drain = Duration::from_millis(drain_ms as u64);
+    let mode = ReaderMode::from_env();
+    if mode == ReaderMode::Read {
+        crate::log_info!("ftrace: read() mode forced by the environment");
+    }
+    let reader = FtraceReader::start(&inst.tracefs, inst.layout.page_size, drain, mode)
+        .map_err(|e| format!("cannot read trace_pipe_raw: {e}"))?;
+    inst.reader = Some(reader);
+    Ok(())
+}
+
+/// The drain period: the smallest of the started sources, if any.
+pub fn drain_period(sources: &BTreeMap<u64, Source>) -> Option<Duration> {
+    sources
+        .values()
+        .filter(|s| s.started)
+        .map(|s| s.drain_ms)
+        .min()
+        .map(|ms| Duration::from_millis(ms as u64))
+}
+
+/// Reads every instance with started sources: a periodic drain of at most
+/// `drain_max` pages per cpu, or (`None`) a flush of everything the kernel
+/// holds. Returns the most pages one cpu handed out.
+pub fn read_pass(
+    instances: &mut Instances,
+    sources: &mut BTreeMap<u64, Source>,
+    drain_max: Option<usize>,
+) -> usize {
+    let mut busiest = 0;
+    for (key, inst) in instances.iter_mut() {
+        if inst.started == 0 {
+            continue;
+        }
+        let KInstance {
+            reader,
+            table,
+            layout,
+            compact,
+            tracefs,
+            clock,
+            ..
+        } = inst;
+        let Some(reader) = reader.as_mut() else {
+            continue;
+        };
+        let snapshot = stats::ftrace_clock(clock).and_then(|_| {
+            let now = tracefs.cpu_stats(0).map(|s| s.now_ts).unwrap_or(0.0);
+            stats::clock_snapshot(clock, now, boot_time_ns() as i64)
+        });
+        let mut f = |cpu: usize, pages: &[u8]| {
+            for src in sources.values_mut() {
+                if !src.started || src.key != *key {
+                    continue;
+                }
+                src.cpu(cpu);
+                let ctx = BundleContext {
+                    table,
+                    filter: &src.filter,
+                    compact_sched: if src.compact { *compact } else { None },
+                    clock: snapshot,
+                    ksyms: src.ksyms.as_deref(),
+                };
+                let state = &mut src.cpus[cpu];
+                let mut w = WriterPackets {
+                    writer: &mut src.writer,
+                    buf: VecStream::new(),
+                };
+                write_pages(&mut w, cpu as u32, pages, layout, &ctx, state);
+                src.pids.append(&mut state.metadata.pids);
+                state.metadata.clear();
+            }
+        };
+        let r = match drain_max {
+            Some(max) => reader.drain_up_to(max, &mut f),
+            None => reader.flush(&mut f),
+        };
+        match r {
+            Ok(n) => busiest = busiest.max(n),
+            Err(e) => crate::log_warn!("ftrace read of {key:?}: {e}"),
+        }
+    }
+    busiest
+}
+
+impl Reading {
+    /// Periodic tick: one bounded read pass. Returns when to come back
+    /// (`None`: no started source).
+    pub fn tick(
+        &mut self,
+        instances: &mut Instances,
+        sources: &mut BTreeMap<u64, Source>,
+    ) -> Option<Duration> {
+        let busiest = read_pass(instances, sources, Some(self.pace.batch()));
+        let now = Instant::now();
+        let since = now - self.last_tick.unwrap_or(now);
+        self.last_tick = Some(now);
+        Some(self.pace.next(busiest, since, drain_period(sources)?))
+    }
+}

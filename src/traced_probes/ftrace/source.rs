@@ -1,0 +1,135 @@
+//! One `linux.ftrace` data source instance inside the mux: its writer, its
+//! event filter and per-cpu parse state, and its `ftrace_stats`.
+
+use std::rc::Rc;
+
+use crate::pb::protos::mod_FtraceConfig::PrintFilter as PrintFilterConfig;
+use crate::protozero::{put_varint, VecStream};
+use crate::traced_probes::clock::boot_time_ns;
+use crate::traced_probes::ftrace::parse::bundle::{CpuState, EventFilter};
+use crate::traced_probes::ftrace::parse::ksyms::KernelSymbols;
+use crate::traced_probes::ftrace::parse::print_filter::{PrintFilter, PrintMatch, PrintRule};
+use crate::traced_probes::ftrace::parse::stats::{self, Phase, StatsSnapshot};
+use crate::traced_probes::ftrace::parse::syscalls::SyscallWant;
+use crate::traced_probes::ftrace::parse::translate::SharedKernelAddrs;
+use crate::traced_probes::ftrace::{CpuStats, Tracefs};
+use crate::tracing::core::trace_writer::TraceWriter;
+
+pub struct Source {
+    /// Its tracefs instance (`""`: the root).
+    pub key: String,
+    pub writer: TraceWriter,
+    pub filter: EventFilter,
+    pub compact: bool,
+    pub events: Vec<(String, String)>,
+    pub cpus: Vec<CpuState>,
+    /// Kernel addresses interned on this source's sequence (all cpus).
+    pub kernel: SharedKernelAddrs,
+    pub started: bool,
+    pub drain_ms: u32,
+    pub session: u64,
+    pub stats_before: Vec<CpuStats>,
+    pub unknown_events: Vec<String>,
+    pub failed_events: Vec<String>,
+    pub preserve: bool,
+    pub pids: Vec<i32>,
+    /// Kernel-lost events already reported in the log.
+    pub lost_reported: u64,
+    /// `symbolize_ksyms`: loaded at start.
+    pub want_ksyms: bool,
+    pub ksyms: Option<Rc<KernelSymbols>>,
+    /// What it wants of raw_syscalls (`None`: not enabled).
+    pub syscalls: Option<SyscallWant>,
+    /// What setup could not give as asked (e.g. a clamped buffer size).
+    pub setup_note: Option<String>,
+}
+
+impl Source {
+    /// The parse state of `cpu`, made on first use.
+    pub fn cpu(&mut self, cpu: usize) -> &mut CpuState {
+        while self.cpus.len() <= cpu {
+            self.cpus.push(CpuState::on_sequence(&self.kernel));
+        }
+        &mut self.cpus[cpu]
+    }
+
+    /// Says in the log (stderr: the terminal of an autostarted run) when
+    /// the kernel lost events since the source started, once per increase.
+    /// The counts per cpu are in the trace's ftrace_stats.
+    pub fn report_kernel_loss(&mut self, before: &[CpuStats], after: &[CpuStats]) {
+        let lost = stats::kernel_events_lost(before, after);
+        if lost > self.lost_reported {
+            crate::log_warn!(
+                "ftrace: the kernel lost {lost} events (per-cpu buffers overran before they \
+                 were read); a larger buffer_size_kb keeps them"
+            );
+            self.lost_reported = lost;
+        }
+    }
+
+    /// One `ftrace_stats` packet; errors and unknown events only at the end.
+    pub fn write_stats(
+        &mut self,
+        phase: Phase,
+        cpu_stats: &[CpuStats],
+        atrace_errors: Option<&str>,
+    ) {
+        let end = phase == Phase::EndOfTrace;
+        let parse_errors: Vec<_> = self
+            .cpus
+            .iter()
+            .flat_map(|c| c.parse_errors.iter().copied())
+            .collect();
+        let none: &[String] = &[];
+        let snapshot = StatsSnapshot {
+            cpu_stats,
+            unknown_ftrace_events: if end { &self.unknown_events } else { none },
+            failed_ftrace_events: if end { &self.failed_events } else { none },
+            atrace_errors,
+            setup_error: if end {
+                self.setup_note.as_deref()
+            } else {
+                None
+            },
+            preserve_ftrace_buffer: self.preserve,
+            parse_errors: if end { &parse_errors } else { &[] },
+            kernel_symbols: self
+                .ksyms
+                .as_ref()
+                .map(|k| (k.len() as u32, (k.mem_bytes() / 1024) as u32)),
+            ..Default::default()
+        };
+        let mut s = VecStream::new();
+        put_varint(&mut s, 8, boot_time_ns());
+        stats::write_ftrace_stats(&mut s, phase, &snapshot);
+        self.writer.write_packet(s.as_bytes());
+    }
+}
+
+/// The config's print filter. A rule with neither match is an empty
+/// prefix (matches everything), as upstream reads it.
+pub fn print_filter(pf: &PrintFilterConfig) -> PrintFilter {
+    use crate::pb::protos::mod_FtraceConfig::mod_PrintFilter::mod_Rule::OneOfmatch_pb as M;
+    let rules = pf
+        .rules
+        .iter()
+        .map(|r| PrintRule {
+            allow: r.allow.unwrap_or(false),
+            matcher: match &r.match_pb {
+                M::atrace_msg(a) => PrintMatch::Atrace {
+                    kind: a.type_pb.clone().unwrap_or_default().into_bytes(),
+                    prefix: a.prefix.clone().unwrap_or_default().into_bytes(),
+                },
+                M::prefix(p) => PrintMatch::Prefix(p.clone().into_bytes()),
+                M::None => PrintMatch::Prefix(Vec::new()),
+            },
+        })
+        .collect();
+    PrintFilter { rules }
+}
+
+pub fn cpu_stats(t: &Tracefs) -> Vec<CpuStats> {
+    (0..t.num_cpus().unwrap_or(0))
+        .map(|c| t.cpu_stats(c).unwrap_or_default())
+        .collect()
+}
