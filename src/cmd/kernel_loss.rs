@@ -12,6 +12,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
+use super::trace_faults::{Missing, TraceFaults};
 use crate::protozero::decode::{read_varint, FieldIter};
 
 /// `Trace.packet`, `TracePacket.trusted_packet_sequence_id`,
@@ -19,6 +20,10 @@ use crate::protozero::decode::{read_varint, FieldIter};
 const TRACE_PACKET: u64 = 1;
 const TRUSTED_SEQUENCE_ID: u64 = 10;
 const FTRACE_STATS: u64 = 34;
+/// `TracePacket.timestamp`, `.trigger`, `.service_event`.
+const TIMESTAMP: u64 = 8;
+const TRIGGER: u64 = 46;
+const SERVICE_EVENT: u64 = 69;
 
 /// ftrace_stats are small (about 50 bytes per cpu); bigger ones are not
 /// read.
@@ -33,6 +38,11 @@ const CPU_STATS: u32 = 2;
 const CPU: u32 = 1;
 const OVERRUN: u32 = 3;
 const DROPPED_EVENTS: u32 = 8;
+/// `FtraceStats.atrace_errors`, `.unknown_ftrace_events`,
+/// `.failed_ftrace_events`.
+const ATRACE_ERRORS: u32 = 5;
+const UNKNOWN_EVENTS: u32 = 6;
+const FAILED_EVENTS: u32 = 7;
 
 /// One cpu's counters in one ftrace_stats.
 #[derive(Debug, Default, Clone, Copy)]
@@ -56,6 +66,8 @@ pub struct KernelLoss {
     sequences: Vec<Sequence>,
     /// ftrace_stats payloads that did not decode.
     pub malformed: u64,
+    /// Setup errors, service events and triggers seen on the way.
+    pub faults: TraceFaults,
 }
 
 impl KernelLoss {
@@ -73,9 +85,19 @@ impl KernelLoss {
                 stats_in_packet(&mut Parts::new(parts), 0, len)
             }
         };
-        if let Ok(Some((seq, stats))) = found {
-            self.record(seq, &stats);
+        if let Ok(bits) = found {
+            self.take(bits);
         }
+    }
+
+    fn take(&mut self, bits: PacketBits) {
+        if let Some(stats) = &bits.ftrace_stats {
+            self.record(bits.seq, stats);
+        }
+        if let Some(event) = &bits.service_event {
+            self.faults.observe_service_event(bits.timestamp, event);
+        }
+        self.faults.triggers += bits.trigger as u64;
     }
 
     /// Every packet of a trace file, reading little more than the packet
@@ -99,9 +121,8 @@ impl KernelLoss {
                 break; // A truncated tail: what came before still counts.
             };
             if f.number == TRACE_PACKET && f.wire_type == 2 {
-                if let Some((seq, stats)) = stats_in_packet(b, f.value_start, f.end)? {
-                    self.record(seq, &stats);
-                }
+                let bits = stats_in_packet(b, f.value_start, f.end)?;
+                self.take(bits);
             }
             pos = f.end;
         }
@@ -109,7 +130,7 @@ impl KernelLoss {
     }
 
     fn record(&mut self, seq: u64, stats_untrusted: &[u8]) {
-        let Some((phase, cpus)) = parse_stats(stats_untrusted) else {
+        let Some((phase, cpus)) = parse_stats(stats_untrusted, &mut self.faults) else {
             self.malformed += 1;
             return;
         };
@@ -156,12 +177,15 @@ impl KernelLoss {
 
 /// The phase and per-cpu counters of an `FtraceStats`; `None` if the bytes
 /// are not a well-formed message.
-fn parse_stats(bytes: &[u8]) -> Option<(u64, Vec<CpuLoss>)> {
+fn parse_stats(bytes: &[u8], faults: &mut TraceFaults) -> Option<(u64, Vec<CpuLoss>)> {
     let (mut phase, mut cpus) = (0, Vec::new());
     let mut fields = FieldIter::new(bytes);
     for f in &mut fields {
         match (f.number, f.wire_type) {
             (PHASE, 0) => phase = read_varint(f.value)?.0,
+            (UNKNOWN_EVENTS, 2) => faults.add(Missing::UnknownEvent, f.value),
+            (FAILED_EVENTS, 2) => faults.add(Missing::FailedEvent, f.value),
+            (ATRACE_ERRORS, 2) => faults.add(Missing::AtraceError, f.value),
             (CPU_STATS, 2) => {
                 let mut c = CpuLoss::default();
                 let mut inner = FieldIter::new(f.value);
@@ -337,30 +361,44 @@ fn field_at(b: &mut dyn TraceBytes, pos: u64, limit: u64) -> io::Result<Option<F
     }))
 }
 
-/// The sequence id and `ftrace_stats` bytes of the packet in
-/// `start..end`, if it carries stats.
-fn stats_in_packet(
-    b: &mut dyn TraceBytes,
-    start: u64,
-    end: u64,
-) -> io::Result<Option<(u64, Vec<u8>)>> {
-    let (mut seq, mut stats) = (0, None);
+/// What the client wants of one packet.
+#[derive(Default)]
+struct PacketBits {
+    seq: u64,
+    timestamp: u64,
+    ftrace_stats: Option<Vec<u8>>,
+    service_event: Option<Vec<u8>>,
+    trigger: bool,
+}
+
+/// The fields of the packet in `start..end` the client looks at; nothing
+/// if the packet is malformed.
+fn stats_in_packet(b: &mut dyn TraceBytes, start: u64, end: u64) -> io::Result<PacketBits> {
+    let mut bits = PacketBits::default();
     let mut pos = start;
     while pos < end {
         let Some(f) = field_at(b, pos, end)? else {
-            return Ok(None);
+            return Ok(PacketBits::default());
         };
+        let small = f.end - f.value_start <= MAX_STATS as u64;
         match (f.number, f.wire_type) {
-            (TRUSTED_SEQUENCE_ID, 0) => seq = f.value,
-            (FTRACE_STATS, 2) if f.end - f.value_start <= MAX_STATS as u64 => {
+            (TRUSTED_SEQUENCE_ID, 0) => bits.seq = f.value,
+            (TIMESTAMP, 0) => bits.timestamp = f.value,
+            (TRIGGER, 2) => bits.trigger = true,
+            (FTRACE_STATS, 2) | (SERVICE_EVENT, 2) if small => {
                 let n = (f.end - f.value_start) as usize;
-                stats = Some(b.at(f.value_start, n)?.to_vec());
+                let bytes = Some(b.at(f.value_start, n)?.to_vec());
+                if f.number == FTRACE_STATS {
+                    bits.ftrace_stats = bytes;
+                } else {
+                    bits.service_event = bytes;
+                }
             }
             _ => {}
         }
         pos = f.end;
     }
-    Ok(stats.map(|s| (seq, s)))
+    Ok(bits)
 }
 
 #[cfg(test)]

@@ -14,5 +14,6 @@ pub mod rpc;
 pub mod session;
 pub mod signals;
 pub mod status_line;
+pub mod trace_faults;
 pub mod triggers;
 pub mod units;

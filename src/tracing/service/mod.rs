@@ -38,6 +38,7 @@ mod consumer_ops;
 mod data_sources;
 pub mod ds_config_bytes;
 mod enable;
+pub mod faults;
 mod flush;
 pub mod name_matcher;
 pub mod producer;

@@ -79,6 +79,8 @@ pub struct ReadState {
     pub pending_clock_snapshots: Vec<Vec<(u32, u64)>>,
     /// `(TracingServiceEvent field, ts)` not yet emitted.
     pub pending_events: Vec<(u32, u64)>,
+    /// What the session asked for and did not get.
+    pub faults: super::faults::Faults,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
