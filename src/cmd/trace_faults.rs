@@ -137,8 +137,12 @@ impl TraceFaults {
                     }
                 }
                 (field::DATA_SOURCES_REFUSED, 2) => {
-                    for (_, ds) in data_sources(f.value) {
-                        push_unique(&mut self.refused, ds);
+                    for (p, ds) in data_sources(f.value) {
+                        let entry = match p.is_empty() {
+                            true => ds,
+                            false => format!("{ds} in {p}"),
+                        };
+                        push_unique(&mut self.refused, entry);
                     }
                 }
                 (field::CONFIG_FIELDS_IGNORED, 2) => {

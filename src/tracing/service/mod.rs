@@ -60,6 +60,8 @@ mod service_tests;
 #[cfg(test)]
 mod service_tests_acl;
 #[cfg(test)]
+mod service_tests_faults;
+#[cfg(test)]
 mod service_tests_timing;
 #[cfg(test)]
 mod test_env;

@@ -1,0 +1,395 @@
+//! Faults that leave a trace incomplete, each with real daemons and our
+//! client: the test checks what is (and is not) in the trace and the words
+//! on the end-of-trace line.
+
+mod traced_probes_common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use quick_protobuf::{BytesReader, MessageRead};
+use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
+use tracebox::pb::protos::mod_TracePacket::OneOfdata;
+use tracebox::pb::protos::Trace;
+use traced_probes_common::*;
+
+/// What a trace holds, as far as these tests care.
+#[derive(Debug, Default)]
+struct Held {
+    prints: Vec<String>,
+    ftrace_events: usize,
+    process_tree_pids: usize,
+}
+
+fn held(trace: &Path) -> Held {
+    let bytes = std::fs::read(trace).unwrap();
+    let trace =
+        Trace::from_reader(&mut BytesReader::from_bytes(&bytes), &bytes).expect("the trace parses");
+    let mut h = Held::default();
+    for p in trace.packet {
+        match p.data {
+            OneOfdata::ftrace_events(b) => {
+                for e in b.event {
+                    h.ftrace_events += 1;
+                    if let OneOfevent::print(p) = e.event {
+                        h.prints.push(p.buf.unwrap_or_default().trim().to_owned());
+                    }
+                }
+            }
+            OneOfdata::process_tree(t) => h.process_tree_pids += t.processes.len(),
+            _ => {}
+        }
+    }
+    h
+}
+
+/// The official descriptors (PyPI perfetto) parse the file too.
+fn upstream_parses(trace: &Path) {
+    let py = python().expect("no Python venv: run scripts/setup-python.sh");
+    let out = Command::new(py)
+        .arg(Path::new(ROOT).join("tests/py/trace_summary.py"))
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "upstream does not parse {}: {}",
+        trace.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn client(socks: &Sockets, cfg_text: &str, dir: &Path, out: &Path) -> Command {
+    let cfg = dir.join("config.txt");
+    std::fs::write(&cfg, cfg_text).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tracebox"));
+    c.args(["perfetto", "--txt", "-c"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(out)
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+        .stdout(Stdio::null());
+    c
+}
+
+fn end_line(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("Trace stats: "))
+        .unwrap_or_else(|| panic!("no end line in {stderr:?}"))
+        .to_owned()
+}
+
+/// A private tracefs instance, removed before and after.
+struct Instance(PathBuf);
+
+impl Instance {
+    fn new(name: &str) -> Instance {
+        let d = instance_dir(name);
+        let _ = std::fs::remove_dir(&d);
+        Instance(d)
+    }
+
+    fn mark(&self, text: &str) {
+        self.try_mark(text).unwrap();
+    }
+
+    /// Fails (EBADF) once the session stopped the instance.
+    fn try_mark(&self, text: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.0.join("trace_marker"))?;
+        f.write_all(text.as_bytes())
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("tracing_on"), "0");
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+fn ftrace_source(instance: &str, extra: &str) -> String {
+    format!(
+        r#"data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
+    ftrace_events: "ftrace/print"
+    ftrace_events: "sched/sched_switch"
+    {extra}
+    buffer_size_kb: 512
+    instance_name: "{instance}"
+    drain_period_ms: 100 }} }} }}
+"#
+    )
+}
+
+fn wait_started(dir: &Path, instance: &str) {
+    let started = format!("started on \"{instance}\"");
+    wait_until(Duration::from_secs(30), "ftrace start", || {
+        read_trim(dir.join("probes.log")).contains(&started)
+    });
+}
+
+#[test]
+fn a_producer_killed_mid_trace_keeps_its_data_and_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let name = "tbx_faults_kill";
+    let inst = Instance::new(name);
+    let mut daemons = start_our_daemons(dir);
+    let cfg = format!(
+        "duration_ms: 6000\nbuffers {{ size_kb: 8192 }}\n{}\
+         data_sources {{ config {{ name: \"linux.process_stats\" process_stats_config {{\
+         scan_all_processes_on_start: true }} }} }}\n",
+        ftrace_source(name, "")
+    );
+    let out = dir.join("trace.pb");
+    let mut c = client(&daemons.socks, &cfg, dir, &out)
+        .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
+        .spawn()
+        .unwrap();
+    wait_started(dir, name);
+    for i in 0..50 {
+        inst.mark(&format!("tbx-kill {i}"));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    daemons.probes.signal(Signal::SIGKILL);
+    assert!(daemons.probes.wait_exit(Duration::from_secs(5)).is_some());
+    let status = c.wait().unwrap();
+    let err = std::fs::read_to_string(dir.join("consumer.log")).unwrap();
+    if !status.success() {
+        dump(dir);
+    }
+    assert!(status.success(), "{err}");
+    let h = held(&out);
+    upstream_parses(&out);
+    assert!(h.process_tree_pids > 0, "no process tree: {h:?}");
+    let marks = h
+        .prints
+        .iter()
+        .filter(|p| p.starts_with("tbx-kill "))
+        .count();
+    assert_eq!(marks, 50, "markers written before the kill: {h:?}");
+    let line = end_line(&err);
+    assert!(
+        line.contains("producer perfetto.traced_probes disconnected")
+            && line.contains("s into the trace")
+            && line.contains("linux.ftrace"),
+        "{line}"
+    );
+    assert!(!line.contains("nothing lost"), "{line}");
+}
+
+#[test]
+fn a_data_source_nobody_offers_is_named_with_a_suggestion() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let daemons = start_our_daemons(dir);
+    let cfg = "duration_ms: 500\nbuffers { size_kb: 1024 }\n\
+               data_sources { config { name: \"linux.ftrce\" } }\n";
+    let out = dir.join("trace.pb");
+    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(held(&out).ftrace_events, 0);
+    upstream_parses(&out);
+    let line = end_line(&err);
+    assert!(
+        line.contains("no producer offers data source linux.ftrce (did you mean linux.ftrace?)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn unknown_ftrace_events_and_atrace_categories_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let name = "tbx_faults_unknown";
+    let inst = Instance::new(name);
+    let daemons = start_our_daemons(dir);
+    let extra = "ftrace_events: \"sched/sched_swtch\" atrace_categories: \"shed\"";
+    let cfg = format!(
+        "duration_ms: 2000\nbuffers {{ size_kb: 4096 }}\n{}",
+        ftrace_source(name, extra)
+    );
+    let out = dir.join("trace.pb");
+    let mut c = client(&daemons.socks, &cfg, dir, &out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_started(dir, name);
+    inst.mark("tbx-unknown present");
+    let o = c.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let h = held(&out);
+    assert!(h.prints.iter().any(|p| p == "tbx-unknown present"), "{h:?}");
+    let line = end_line(&err);
+    assert!(
+        line.contains("unknown ftrace events or atrace categories:")
+            && line.contains("sched/sched_swtch")
+            && line.contains("shed"),
+        "{line}"
+    );
+    assert!(!line.contains("nothing lost"), "{line}");
+}
+
+#[test]
+fn a_stop_trigger_that_never_fires_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let daemons = start_our_daemons(dir);
+    let cfg = "buffers { size_kb: 1024 }\n\
+               data_sources { config { name: \"linux.process_stats\" } }\n\
+               trigger_config { trigger_mode: STOP_TRACING trigger_timeout_ms: 1000 \
+               triggers { name: \"tbx-never\" stop_delay_ms: 0 } }\n";
+    let out = dir.join("trace.pb");
+    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0), 0);
+    let line = end_line(&err);
+    assert!(
+        line.contains("the STOP trigger did not fire within trigger_timeout_ms (1000 ms)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_clean_trace_says_nothing_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let daemons = start_our_daemons(dir);
+    let cfg = "duration_ms: 500\nbuffers { size_kb: 1024 }\n\
+               data_sources { config { name: \"linux.process_stats\" process_stats_config {\
+               scan_all_processes_on_start: true } } }\n";
+    let out = dir.join("trace.pb");
+    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(held(&out).process_tree_pids > 0);
+    assert_eq!(end_line(&err), "Trace stats: nothing lost");
+}
+
+#[test]
+fn a_thousand_data_sources_are_refused_with_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let daemons = start_our_daemons(dir);
+    let mut cfg = String::from("duration_ms: 500\nbuffers { size_kb: 1024 }\n");
+    for _ in 0..1000 {
+        cfg += "data_sources { config { name: \"linux.ftrace\" } }\n";
+    }
+    let out = dir.join("trace.pb");
+    let o = client(&daemons.socks, &cfg, dir, &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("Service error: Too many data sources configured (1000 > 256)"),
+        "{err}"
+    );
+    // Nothing was set up: the next session records normally.
+    let cfg = "duration_ms: 500\nbuffers { size_kb: 1024 }\n\
+               data_sources { config { name: \"linux.process_stats\" process_stats_config {\
+               scan_all_processes_on_start: true } } }\n";
+    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(held(&out).process_tree_pids > 0, "{err}");
+    assert_eq!(end_line(&err), "Trace stats: nothing lost");
+}
+
+#[test]
+fn config_fields_traced_ignores_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let daemons = start_our_daemons(dir);
+    let cfg = "duration_ms: 500\nbuffers { size_kb: 1024 }\n\
+               compression_type: COMPRESSION_TYPE_DEFLATE\n\
+               data_sources { config { name: \"linux.process_stats\" process_stats_config {\
+               scan_all_processes_on_start: true } } }\n";
+    let out = dir.join("trace.pb");
+    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(held(&out).process_tree_pids > 0, "the trace is written");
+    upstream_parses(&out);
+    let line = end_line(&err);
+    assert!(
+        line.contains("config fields traced does not honour: compression_type"),
+        "{line}"
+    );
+}
+
+/// A 1 MiB tmpfs mounted in a temp dir, unmounted when dropped.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(dir: &Path) -> SmallFs {
+        let m = dir.join("small");
+        std::fs::create_dir(&m).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tbx-faults"])
+            .arg(&m)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount tmpfs");
+        SmallFs(m)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_ends_write_into_file_with_an_error_and_a_whole_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let name = "tbx_faults_enospc";
+    let inst = Instance::new(name);
+    let fs = SmallFs::mount(dir);
+    let daemons = start_our_daemons(dir);
+    let cfg = format!(
+        "duration_ms: 8000\nwrite_into_file: true\nfile_write_period_ms: 200\n\
+         buffers {{ size_kb: 16384 }}\n{}",
+        ftrace_source(name, "")
+    );
+    let out = fs.0.join("trace.pb");
+    let mut c = client(&daemons.socks, &cfg, dir, &out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_started(dir, name);
+    // About 2 MB of markers: twice what the file system holds.
+    let pad = "x".repeat(200);
+    for i in 0..10_000 {
+        if inst.try_mark(&format!("tbx-full {i:05} {pad}")).is_err() {
+            break; // The session ended on the full disk.
+        }
+        if i % 1000 == 999 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let o = c.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Service error: Writing the trace file failed: No space left on device")
+            && err.contains("the file is cut at the last whole packet"),
+        "{err}"
+    );
+    assert!(!err.contains("Trace written into the output file"), "{err}");
+    let h = held(&out);
+    upstream_parses(&out);
+    let marks = h
+        .prints
+        .iter()
+        .filter(|p| p.starts_with("tbx-full "))
+        .count();
+    assert!(marks > 0 && marks < 10_000, "{marks} markers kept");
+    drop(daemons);
+}
