@@ -5,7 +5,7 @@
 mod traced_probes_common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -216,7 +216,7 @@ fn unknown_ftrace_events_and_atrace_categories_are_named() {
         ftrace_source(name, extra)
     );
     let out = dir.join("trace.pb");
-    let mut c = client(&daemons.socks, &cfg, dir, &out)
+    let c = client(&daemons.socks, &cfg, dir, &out)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -1,6 +1,6 @@
 //! Service core tests: what a session asked for and did not get.
 
-use super::faults::{field, MAX_DATA_SOURCES_PER_CONFIG, MAX_INSTANCES_PER_SESSION};
+use super::faults::{MAX_DATA_SOURCES_PER_CONFIG, MAX_INSTANCES_PER_SESSION};
 use super::test_env::*;
 use super::*;
 use crate::cmd::trace_faults::TraceFaults;
