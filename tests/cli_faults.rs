@@ -359,7 +359,7 @@ fn a_full_disk_ends_write_into_file_with_an_error_and_a_whole_file() {
         ftrace_source(name, "")
     );
     let out = fs.0.join("trace.pb");
-    let mut c = client(&daemons.socks, &cfg, dir, &out)
+    let c = client(&daemons.socks, &cfg, dir, &out)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
