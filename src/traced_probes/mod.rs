@@ -40,7 +40,24 @@ pub fn hard_reset(state_file: &std::path::Path) -> std::io::Result<()> {
     if let Ok(root) = Tracefs::discover() {
         ftrace::crash_state::cleanup(state_file, &root);
     }
-    Tracefs::hard_reset_all()
+    Tracefs::hard_reset_all().map_err(explain_reset_error)
+}
+
+/// tracefs mount points are root-only: to anyone else the files inside
+/// look missing. Says "permission denied" (and where) instead of ENOENT.
+fn explain_reset_error(e: std::io::Error) -> std::io::Error {
+    use std::io::{Error, ErrorKind};
+    for root in ftrace::tracefs::TRACEFS_ROOTS {
+        if let Err(x) = std::fs::read_dir(root) {
+            if x.kind() == ErrorKind::PermissionDenied {
+                return Error::new(
+                    ErrorKind::PermissionDenied,
+                    format!("{root}: permission denied (ftrace needs root)"),
+                );
+            }
+        }
+    }
+    e
 }
 
 /// Runs the daemon until SIGINT/SIGTERM. Returns the exit status.
