@@ -349,26 +349,87 @@ impl Drop for SmallFs {
 fn a_full_disk_ends_write_into_file_with_an_error_and_a_whole_file() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let name = "tbx_faults_enospc";
-    let inst = Instance::new(name);
     let fs = SmallFs::mount(dir);
     let daemons = start_our_daemons(dir);
+    let out = fs.0.join("trace.pb");
+    fill_until_it_fails(
+        dir,
+        &daemons.socks,
+        &out,
+        "tbx_faults_enospc",
+        "No space left on device",
+        1 << 20,
+    );
+}
+
+#[test]
+fn a_file_size_limit_ends_write_into_file_with_an_error_and_a_whole_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    // traced under RLIMIT_FSIZE = 4 MiB (room for traced_probes' 2 MiB
+    // shared memory): writes past it fail with EFBIG.
+    let child = Command::new("prlimit")
+        .arg("--fsize=4194304:4194304")
+        .arg(env!("CARGO_BIN_EXE_tracebox"))
+        .arg("traced")
+        .env("PERFETTO_PRODUCER_SOCK_NAME", &socks.producer)
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("traced.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let _traced = Proc {
+        child,
+        name: "traced",
+    };
+    wait_until(Duration::from_secs(20), "traced sockets", || {
+        Path::new(&socks.consumer).exists() && Path::new(&socks.producer).exists()
+    });
+    let _probes = start_probes(
+        &socks.producer,
+        &dir.join("state"),
+        &[],
+        &dir.join("probes.log"),
+        true,
+    );
+    let out = dir.join("trace.pb");
+    fill_until_it_fails(
+        dir,
+        &socks,
+        &out,
+        "tbx_faults_efbig",
+        "File too large",
+        4 << 20,
+    );
+}
+
+/// Records about 5 MB of markers with write_into_file into `out`, whose
+/// file system or limit holds `room` bytes: the client prints traced's
+/// error, exits 1, and the file parses, cut at a packet boundary.
+fn fill_until_it_fails(
+    dir: &Path,
+    socks: &Sockets,
+    out: &Path,
+    name: &str,
+    error: &str,
+    room: u64,
+) {
+    let inst = Instance::new(name);
     let cfg = format!(
         "duration_ms: 8000\nwrite_into_file: true\nfile_write_period_ms: 200\n\
          buffers {{ size_kb: 16384 }}\n{}",
         ftrace_source(name, "")
     );
-    let out = fs.0.join("trace.pb");
-    let c = client(&daemons.socks, &cfg, dir, &out)
+    let c = client(socks, &cfg, dir, out)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     wait_started(dir, name);
-    // About 2 MB of markers: twice what the file system holds.
-    let pad = "x".repeat(200);
+    let pad = "x".repeat(500);
     for i in 0..10_000 {
         if inst.try_mark(&format!("tbx-full {i:05} {pad}")).is_err() {
-            break; // The session ended on the full disk.
+            break; // The session ended on the failed write.
         }
         if i % 1000 == 999 {
             std::thread::sleep(Duration::from_millis(50));
@@ -378,18 +439,19 @@ fn a_full_disk_ends_write_into_file_with_an_error_and_a_whole_file() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("Service error: Writing the trace file failed: No space left on device")
-            && err.contains("the file is cut at the last whole packet"),
+        err.contains(&format!(
+            "Service error: Writing the trace file failed: {error}"
+        )) && err.contains("the file is cut at the last whole packet"),
         "{err}"
     );
     assert!(!err.contains("Trace written into the output file"), "{err}");
-    let h = held(&out);
-    upstream_parses(&out);
+    let h = held(out);
+    upstream_parses(out);
     let marks = h
         .prints
         .iter()
         .filter(|p| p.starts_with("tbx-full "))
         .count();
     assert!(marks > 0 && marks < 10_000, "{marks} markers kept");
-    drop(daemons);
+    assert!(std::fs::metadata(out).unwrap().len() <= room);
 }

@@ -185,7 +185,8 @@ impl TraceFaults {
         }
         if !self.refused.is_empty() {
             out.push(format!(
-                "data source instances refused over the per-session limit: {}",
+                "data sources traced could not set up (over the per-session limit of \
+                 instances, or no shared memory for the producer; see traced's log): {}",
                 self.refused.join(", ")
             ));
         }

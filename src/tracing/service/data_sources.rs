@@ -101,6 +101,8 @@ impl TracingService {
         };
         let raw = rewrite_data_source_config(&s.ds_configs_raw[ds_idx], &owned);
         if !self.ensure_smb(producer, shm_kb, page_kb) {
+            let pname = self.producers.get(&producer).map(|p| p.info.name.clone());
+            self.note_refused_instance(sid, &pname.unwrap_or_default(), &name);
             return;
         }
         let Some(p) = self.producers.get_mut(&producer) else {

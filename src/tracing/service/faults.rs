@@ -123,10 +123,12 @@ impl TracingService {
         s.read.faults.pending.push((now, e.into_bytes()));
     }
 
-    /// An instance beyond [`MAX_INSTANCES_PER_SESSION`] was not set up.
+    /// An instance was not set up: beyond [`MAX_INSTANCES_PER_SESSION`],
+    /// or its producer's shared memory could not be created.
     pub(super) fn note_refused_instance(&mut self, sid: SessionId, producer: &str, ds: &str) {
         if let Some(s) = self.sessions.get_mut(&sid) {
             let f = &mut s.read.faults;
+            f.matched_names.insert(ds.to_owned());
             f.refused_instances += 1;
             if f.refused_listed.len() < MAX_LISTED {
                 f.refused_listed.push((producer.to_owned(), ds.to_owned()));
