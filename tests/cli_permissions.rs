@@ -63,3 +63,75 @@ fn reset_ftrace_as_non_root_says_permission_denied() {
     );
     assert!(!text.contains("No such file or directory"), "{text}");
 }
+
+#[test]
+fn a_data_source_whose_setup_failed_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let socks = Sockets::in_dir(dir);
+    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
+    std::fs::set_permissions(&socks.producer, std::fs::Permissions::from_mode(0o666)).unwrap();
+    // traced_probes as nobody: process stats work, ftrace cannot.
+    let log = dir.join("probes.log");
+    let probes = as_nobody(&["traced_probes"])
+        .env("PERFETTO_PRODUCER_SOCK_NAME", &socks.producer)
+        .env("TRACED_PROBES_STATE_FILE", dir.join("state"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _probes = Proc {
+        child: probes,
+        name: "traced_probes",
+    };
+    wait_until(Duration::from_secs(10), "traced_probes registers", || {
+        registered_data_sources(&socks.consumer)
+            .iter()
+            .any(|d| d == "linux.ftrace")
+    });
+    let cfg = dir.join("config.txt");
+    std::fs::write(
+        &cfg,
+        "duration_ms: 500\ndata_source_stop_timeout_ms: 1000\nbuffers { size_kb: 1024 }\n\
+         data_sources { config { name: \"linux.ftrace\" ftrace_config {\
+         ftrace_events: \"sched/sched_switch\" instance_name: \"tbx_perm_setup\" } } }\n\
+         data_sources { config { name: \"linux.process_stats\" process_stats_config {\
+         scan_all_processes_on_start: true } } }\n",
+    )
+    .unwrap();
+    let out = dir.join("trace.pb");
+    let o = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["perfetto", "--txt", "-c"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let bytes = std::fs::read(&out).unwrap();
+    use quick_protobuf::{BytesReader, MessageRead};
+    use tracebox::pb::protos::mod_TracePacket::OneOfdata;
+    let trace =
+        tracebox::pb::protos::Trace::from_reader(&mut BytesReader::from_bytes(&bytes), &bytes)
+            .unwrap();
+    let kinds: Vec<_> = trace.packet.iter().map(|p| &p.data).collect();
+    assert!(kinds
+        .iter()
+        .any(|d| matches!(d, OneOfdata::process_tree(_))));
+    assert!(!kinds
+        .iter()
+        .any(|d| matches!(d, OneOfdata::ftrace_events(_))));
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("Trace stats: "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("data sources that never started")
+            && line.contains("linux.ftrace in perfetto.traced_probes"),
+        "{err}"
+    );
+    assert!(!line.contains("nothing lost"), "{line}");
+}
