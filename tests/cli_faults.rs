@@ -21,6 +21,8 @@ struct Held {
     prints: Vec<String>,
     ftrace_events: usize,
     process_tree_pids: usize,
+    /// The last trace_stats' service-wide `chunks_discarded`.
+    service_chunks_discarded: u64,
 }
 
 fn held(trace: &Path) -> Held {
@@ -39,6 +41,9 @@ fn held(trace: &Path) -> Held {
                 }
             }
             OneOfdata::process_tree(t) => h.process_tree_pids += t.processes.len(),
+            OneOfdata::trace_stats(s) => {
+                h.service_chunks_discarded = s.chunks_discarded.unwrap_or(0)
+            }
             _ => {}
         }
     }
@@ -454,4 +459,57 @@ fn fill_until_it_fails(
         .count();
     assert!(marks > 0 && marks < 10_000, "{marks} markers kept");
     assert!(std::fs::metadata(out).unwrap().len() <= room);
+}
+
+#[test]
+fn a_hostile_producers_discarded_chunks_are_not_a_clean_sessions_loss() {
+    use tracebox::base::sock_addr::SockAddr;
+    use tracebox::ipc::client::BlockingClient;
+    use tracebox::pb::protos::mod_CommitDataRequest::ChunksToMove;
+    use tracebox::pb::protos::{CommitDataRequest, InitializeConnectionRequest};
+    use tracebox::traced_probes::wire::encode;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let daemons = start_our_daemons(dir);
+    // A producer committing chunks it has no shared memory for: traced
+    // discards them (TraceStats.chunks_discarded, service-wide).
+    let addr = SockAddr::parse(&daemons.socks.producer).unwrap();
+    let mut hostile = BlockingClient::connect(&addr).unwrap();
+    hostile.set_timeout(Some(Duration::from_secs(5)));
+    let svc = hostile.bind_service("ProducerPort").unwrap();
+    let init = InitializeConnectionRequest {
+        producer_name: Some("hostile".into()),
+        ..Default::default()
+    };
+    hostile
+        .invoke(&svc, "InitializeConnection", &encode(&init), None)
+        .unwrap();
+    let bad = CommitDataRequest {
+        chunks_to_move: (0..3)
+            .map(|i| ChunksToMove {
+                page: Some(i),
+                chunk: Some(0),
+                target_buffer: Some(1),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    hostile
+        .invoke(&svc, "CommitData", &encode(&bad), None)
+        .unwrap();
+    let cfg = "duration_ms: 500\nbuffers { size_kb: 1024 }\n\
+               data_sources { config { name: \"linux.process_stats\" process_stats_config {\
+               scan_all_processes_on_start: true } } }\n";
+    let out = dir.join("trace.pb");
+    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(held(&out).process_tree_pids > 0);
+    let h = held(&out);
+    assert_eq!(
+        h.service_chunks_discarded, 3,
+        "the hostile commits were discarded"
+    );
+    assert_eq!(end_line(&err), "Trace stats: nothing lost");
 }
