@@ -136,7 +136,7 @@ impl TraceFaults {
                         push_unique(&mut self.not_started, format!("{ds} in {p}"));
                     }
                 }
-                (field::DATA_SOURCES_REFUSED, 2) => {
+                (field::DATA_SOURCES_NOT_SET_UP, 2) => {
                     for (p, ds) in data_sources(f.value) {
                         let entry = match p.is_empty() {
                             true => ds,

@@ -22,7 +22,7 @@ pub mod field {
     pub const SLOW_STARTING_DATA_SOURCES: u32 = 7;
     pub const PRODUCER_DISCONNECTED: u32 = 1001;
     pub const DATA_SOURCES_NOT_OFFERED: u32 = 1002;
-    pub const DATA_SOURCES_REFUSED: u32 = 1003;
+    pub const DATA_SOURCES_NOT_SET_UP: u32 = 1003;
     pub const CONFIG_FIELDS_IGNORED: u32 = 1004;
 }
 
@@ -205,7 +205,7 @@ impl TracingService {
             if unlisted > 0 {
                 list.push((String::new(), format!("{unlisted} more")));
             }
-            let e = data_sources_event(field::DATA_SOURCES_REFUSED, &list);
+            let e = data_sources_event(field::DATA_SOURCES_NOT_SET_UP, &list);
             f.pending.push((now, e));
         }
     }

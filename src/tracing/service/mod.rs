@@ -19,8 +19,13 @@
 //! ReadBuffers responses without per-packet allocations), `service_packets`,
 //! `stats`, `consumer_ops` (stats, queries, observe, detach/attach, clone).
 //!
-//! Not implemented (accepted and ignored unless noted): session_semaphores
-//! / exclusive_prio, trace_filter, compression, target_buffer_name (the
+//! What a session asked for and did not get (vanished producers,
+//! unoffered data sources, ignored config fields...) is written into its
+//! trace by `faults`.
+//!
+//! Not implemented (accepted, and named in the trace by `faults`, unless
+//! noted): session_semaphores / exclusive_prio, trace_filter (not named
+//! yet), compression, target_buffer_name (the
 //! index is used), trigger max_per_24_h and skip_probability, the
 //! clone_snapshot_trigger packet, file-to-file copy when cloning
 //! write_into_file sessions, wall-clock alignment of periodic flushes and
