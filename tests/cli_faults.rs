@@ -364,6 +364,26 @@ fn a_full_disk_ends_write_into_file_with_an_error_and_a_whole_file() {
         "tbx_faults_enospc",
         "No space left on device",
         1 << 20,
+        200,
+    );
+}
+
+#[test]
+fn a_full_disk_on_the_final_write_ends_with_an_error_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let fs = SmallFs::mount(dir);
+    let daemons = start_our_daemons(dir);
+    let out = fs.0.join("trace.pb");
+    // One write only, when the session ends: after the end was announced.
+    fill_until_it_fails(
+        dir,
+        &daemons.socks,
+        &out,
+        "tbx_faults_enospc_final",
+        "No space left on device",
+        1 << 20,
+        3_600_000,
     );
 }
 
@@ -406,6 +426,7 @@ fn a_file_size_limit_ends_write_into_file_with_an_error_and_a_whole_file() {
         "tbx_faults_efbig",
         "File too large",
         4 << 20,
+        200,
     );
 }
 
@@ -419,10 +440,11 @@ fn fill_until_it_fails(
     name: &str,
     error: &str,
     room: u64,
+    period_ms: u32,
 ) {
     let inst = Instance::new(name);
     let cfg = format!(
-        "duration_ms: 8000\nwrite_into_file: true\nfile_write_period_ms: 200\n\
+        "duration_ms: 4000\nwrite_into_file: true\nfile_write_period_ms: {period_ms}\n\
          buffers {{ size_kb: 16384 }}\n{}",
         ftrace_source(name, "")
     );

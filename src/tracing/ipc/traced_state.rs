@@ -174,12 +174,16 @@ impl TracedState {
         producers: &mut dyn ReplySink,
         consumers: &mut dyn ReplySink,
     ) {
+        // Consumers whose queued TracingDisabled must carry a write error.
+        let mut late_errors: Vec<(ConsumerId, String)> = Vec::new();
         for o in outputs {
             match o {
                 Output::ProducerCommand { producer, cmd } => {
                     self.send_command(producer, cmd, producers)
                 }
                 Output::TracingDisabled { consumer, error } => {
+                    let late = late_errors.iter().position(|e| e.0 == consumer);
+                    let error = error.or_else(|| late.map(|i| late_errors.swap_remove(i).1));
                     let Some(conn) = self.consumer_conn(consumer) else {
                         continue;
                     };
@@ -215,7 +219,10 @@ impl TracedState {
                         if let Err(e) = write_whole_packets(f, &data) {
                             log_warn!("traced: writing the trace file failed: {e}");
                             self.files.remove(&session);
-                            self.core.file_write_failed(Self::now(), session, e);
+                            let now = Self::now();
+                            if let Some(c) = self.core.file_write_failed(now, session, e.clone()) {
+                                late_errors.push((c, e));
+                            }
                         }
                     }
                     self.core.recycle_file_buffer(data);

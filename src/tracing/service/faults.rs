@@ -211,20 +211,29 @@ impl TracingService {
     }
 
     /// The adapter could not write the session's output file: the file is
-    /// closed, the session stops, and the consumer gets `error`.
-    pub fn file_write_failed(&mut self, now: u64, sid: SessionId, error: String) {
-        let Some(s) = self.sessions.get_mut(&sid) else {
-            return;
-        };
+    /// closed, the session stops, and the consumer gets `error`. If the
+    /// session's end was already announced (the failed write was its final
+    /// one, queued before that announcement), returns the consumer whose
+    /// queued announcement must carry `error`.
+    pub fn file_write_failed(
+        &mut self,
+        now: u64,
+        sid: SessionId,
+        error: String,
+    ) -> Option<super::types::ConsumerId> {
+        let s = self.sessions.get_mut(&sid)?;
         s.file_closed = true;
         s.read.faults.file_error.get_or_insert(error);
+        if s.disabled_notified {
+            return s.consumer;
+        }
         self.stop_session(now, sid);
         // A session already stopping ends with the error too.
-        if let Some(s) = self.sessions.get(&sid) {
-            if s.state == super::session::SessionState::Disabled {
-                let e = s.read.faults.file_error.clone();
-                self.notify_tracing_disabled(sid, e);
-            }
+        let s = self.sessions.get(&sid)?;
+        if s.state == super::session::SessionState::Disabled {
+            let e = s.read.faults.file_error.clone();
+            self.notify_tracing_disabled(sid, e);
         }
+        None
     }
 }

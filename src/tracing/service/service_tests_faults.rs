@@ -147,7 +147,10 @@ fn a_failed_file_write_ends_the_session_with_the_error() {
     cfg.duration_ms = Some(10_000);
     let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
     h.outputs();
-    h.svc.file_write_failed(h.now, sid, "disk full".into());
+    assert_eq!(
+        h.svc.file_write_failed(h.now, sid, "disk full".into()),
+        None
+    );
     h.advance(ms(6000)); // past the stop timeout
     let outs = h.outputs();
     assert!(outs.contains(&Output::TracingDisabled {
@@ -155,4 +158,23 @@ fn a_failed_file_write_ends_the_session_with_the_error() {
         error: Some("disk full".into())
     }));
     assert!(!outs.iter().any(|o| matches!(o, Output::WriteToFile { .. })));
+}
+
+#[test]
+fn a_failed_final_write_names_the_consumer_to_tell() {
+    let mut h = H::new();
+    h.producer("probes", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.write_into_file = Some(true);
+    let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    h.svc.disable_tracing(h.now, c).unwrap();
+    h.advance(ms(6000)); // past the stop timeout: the final write is queued
+    let outs = h.outputs();
+    assert!(outs.iter().any(|o| matches!(o, Output::WriteToFile { .. })));
+    assert!(outs.contains(&Output::TracingDisabled {
+        consumer: c,
+        error: None
+    }));
+    assert_eq!(h.svc.file_write_failed(h.now, sid, "EIO".into()), Some(c));
 }
