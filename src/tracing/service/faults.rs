@@ -97,6 +97,23 @@ pub fn ignored_config_fields(cfg: &TraceConfig) -> Vec<&'static str> {
         cfg.buffers.iter().any(|b| b.experimental_mode.is_some()),
         "buffers.experimental_mode",
     );
+    flag(
+        cfg.write_flush_mode
+            .is_some_and(|m| m != Default::default()),
+        "write_flush_mode",
+    );
+    flag(
+        cfg.fflush_post_write
+            .is_some_and(|m| m != Default::default()),
+        "fflush_post_write",
+    );
+    flag(cfg.trace_all_machines == Some(true), "trace_all_machines");
+    flag(
+        cfg.builtin_data_sources
+            .as_ref()
+            .is_some_and(|b| b.enable_concurrent_session_events == Some(true)),
+        "builtin_data_sources.enable_concurrent_session_events",
+    );
     let triggers = cfg.trigger_config.iter().flat_map(|t| &t.triggers);
     let (mut per_day, mut skip) = (false, false);
     for t in triggers {

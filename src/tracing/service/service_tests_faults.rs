@@ -178,3 +178,28 @@ fn a_failed_final_write_names_the_consumer_to_tell() {
     }));
     assert_eq!(h.svc.file_write_failed(h.now, sid, "EIO".into()), Some(c));
 }
+
+#[test]
+fn ignored_config_fields_are_listed_and_plain_configs_have_none() {
+    use super::faults::ignored_config_fields;
+    use crate::pb::protos::mod_TraceConfig::{mod_TriggerConfig::Trigger, TriggerConfig};
+    assert!(ignored_config_fields(&basic_config("ds", 64)).is_empty());
+    let mut cfg = basic_config("ds", 64);
+    cfg.exclusive_prio = Some(3);
+    cfg.trace_all_machines = Some(true);
+    cfg.trigger_config = Some(TriggerConfig {
+        triggers: vec![Trigger {
+            max_per_24_h: Some(2),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    assert_eq!(
+        ignored_config_fields(&cfg),
+        [
+            "exclusive_prio",
+            "trace_all_machines",
+            "trigger_config.triggers.max_per_24_h"
+        ]
+    );
+}
