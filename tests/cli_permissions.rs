@@ -37,6 +37,19 @@ fn a_root_only_socket_says_permission_denied() {
         "{err}"
     );
     assert!(!err.contains("Ensure traced is running"), "{err}");
+    // Autostart does not try to start a second traced over it.
+    let o = as_nobody(&["-t", "1s", "sched", "-o", "/dev/null"])
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+        .env("PERFETTO_PRODUCER_SOCK_NAME", &socks.producer)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("Permission denied (EACCES)") && err.contains(&socks.consumer),
+        "{err}"
+    );
+    assert!(!err.contains("removing stale"), "{err}");
 }
 
 #[test]

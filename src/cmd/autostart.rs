@@ -56,8 +56,18 @@ pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
         pgid: 0,
         daemons: Vec::new(),
     };
-    if service_answers(consumer_socket) {
-        return Ok(started);
+    match SockAddr::parse(consumer_socket).map(|a| UnixStream::connect(&a)) {
+        Ok(Ok(_)) => return Ok(started),
+        // A service runs there, but not for this user: starting another
+        // one cannot help.
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(format!(
+                "Permission denied (EACCES) connecting to the traced socket {consumer_socket}: \
+                 it exists, but this user may not connect to it (run as root, or use \
+                 --private-sockets)"
+            ))
+        }
+        _ => {}
     }
     // The client reports what matters; daemons we start for it only speak
     // up about problems unless the user asked for more.
