@@ -7,6 +7,14 @@ pub fn is_searchable(path: &Path) -> bool {
     nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok()
 }
 
+/// Makes a write past RLIMIT_FSIZE fail with EFBIG instead of killing the
+/// process with SIGXFSZ, so traced can end the session with an error.
+pub fn ignore_sigxfsz() -> nix::Result<()> {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_IGN installs no handler: no code runs on the signal.
+    unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) }.map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -16,12 +24,4 @@ mod tests {
         assert!(is_searchable(Path::new("/")));
         assert!(!is_searchable(Path::new("/nonexistent-tracebox-dir/")));
     }
-}
-
-/// Makes a write past RLIMIT_FSIZE fail with EFBIG instead of killing the
-/// process with SIGXFSZ, so traced can end the session with an error.
-pub fn ignore_sigxfsz() -> nix::Result<()> {
-    use nix::sys::signal::{signal, SigHandler, Signal};
-    // SAFETY: SIG_IGN installs no handler: no code runs on the signal.
-    unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) }.map(|_| ())
 }

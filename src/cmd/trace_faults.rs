@@ -111,10 +111,8 @@ impl TraceFaults {
     pub fn observe_service_event(&mut self, ts: u64, event_untrusted: &[u8]) {
         for f in FieldIter::new(event_untrusted) {
             match (f.number, f.wire_type) {
-                (TRACING_STARTED, 0) => {
-                    if read_varint(f.value).is_some_and(|v| v.0 != 0) {
-                        self.tracing_started_ts.get_or_insert(ts);
-                    }
+                (TRACING_STARTED, 0) if read_varint(f.value).is_some_and(|v| v.0 != 0) => {
+                    self.tracing_started_ts.get_or_insert(ts);
                 }
                 (field::PRODUCER_DISCONNECTED, 2) if self.vanished.len() < MAX_ITEMS => {
                     let list = data_sources(f.value);
