@@ -244,23 +244,33 @@ fn unknown_ftrace_events_and_atrace_categories_are_named() {
 
 #[test]
 fn a_stop_trigger_that_never_fires_is_named() {
+    trigger_never_fires("STOP", false);
+}
+
+#[test]
+fn a_start_trigger_that_never_fires_is_named() {
+    trigger_never_fires("START", false);
+    trigger_never_fires("START", true);
+}
+
+fn trigger_never_fires(mode: &str, write_into_file: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let daemons = start_our_daemons(dir);
-    let cfg = "buffers { size_kb: 1024 }\n\
-               data_sources { config { name: \"linux.process_stats\" } }\n\
-               trigger_config { trigger_mode: STOP_TRACING trigger_timeout_ms: 1000 \
-               triggers { name: \"tbx-never\" stop_delay_ms: 0 } }\n";
+    let cfg = format!(
+        "buffers {{ size_kb: 1024 }}\nwrite_into_file: {write_into_file}\n\
+         data_sources {{ config {{ name: \"linux.process_stats\" }} }}\n\
+         trigger_config {{ trigger_mode: {mode}_TRACING trigger_timeout_ms: 1000 \
+         triggers {{ name: \"tbx-never\" stop_delay_ms: 0 }} }}\n"
+    );
     let out = dir.join("trace.pb");
-    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    let o = client(&daemons.socks, &cfg, dir, &out).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert_eq!(std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0), 0);
     let line = end_line(&err);
-    assert!(
-        line.contains("the STOP trigger did not fire within trigger_timeout_ms (1000 ms)"),
-        "{line}"
-    );
+    let want = format!("the {mode} trigger did not fire within trigger_timeout_ms (1000 ms)");
+    assert!(line.contains(&want), "{line}");
 }
 
 #[test]
