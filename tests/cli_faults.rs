@@ -21,6 +21,8 @@ struct Held {
     prints: Vec<String>,
     ftrace_events: usize,
     process_tree_pids: usize,
+    /// sched_switch events, compact or not.
+    sched_switches: usize,
     /// The last trace_stats' service-wide `chunks_discarded`.
     service_chunks_discarded: u64,
 }
@@ -33,7 +35,9 @@ fn held(trace: &Path) -> Held {
     for p in trace.packet {
         match p.data {
             OneOfdata::ftrace_events(b) => {
+                h.sched_switches += b.compact_sched.map_or(0, |c| c.switch_timestamp.len());
                 for e in b.event {
+                    h.sched_switches += matches!(e.event, OneOfevent::sched_switch(_)) as usize;
                     h.ftrace_events += 1;
                     if let OneOfevent::print(p) = e.event {
                         h.prints.push(p.buf.unwrap_or_default().trim().to_owned());
@@ -145,11 +149,18 @@ fn a_producer_killed_mid_trace_keeps_its_data_and_is_named() {
     let name = "tbx_faults_kill";
     let inst = Instance::new(name);
     let mut daemons = start_our_daemons(dir);
+    // write_into_file with no periodic write before the kill: what
+    // traced_probes had not committed is only in its shared memory.
     let cfg = format!(
-        "duration_ms: 6000\nbuffers {{ size_kb: 8192 }}\n{}\
+        "duration_ms: 6000\nwrite_into_file: true\nfile_write_period_ms: 10000\n\
+         flush_period_ms: 30000\nbuffers {{ size_kb: 16384 }}\n{}\
          data_sources {{ config {{ name: \"linux.process_stats\" process_stats_config {{\
          scan_all_processes_on_start: true }} }} }}\n",
-        ftrace_source(name, "")
+        format!(
+            "data_sources {{ config {{ name: \"linux.ftrace\" ftrace_config {{\
+             ftrace_events: \"ftrace/print\" atrace_categories: \"sched\"\
+             symbolize_ksyms: true instance_name: \"{name}\" }} }} }}\n"
+        )
     );
     let out = dir.join("trace.pb");
     let mut c = client(&daemons.socks, &cfg, dir, &out)
@@ -172,6 +183,7 @@ fn a_producer_killed_mid_trace_keeps_its_data_and_is_named() {
     let h = held(&out);
     upstream_parses(&out);
     assert!(h.process_tree_pids > 0, "no process tree: {h:?}");
+    assert!(h.sched_switches > 0, "no sched_switch: {h:?}");
     let marks = h
         .prints
         .iter()
