@@ -74,8 +74,7 @@ impl TracingService {
             return;
         };
         if s.instances.len() >= MAX_INSTANCES_PER_SESSION {
-            let pname = self.producers.get(&producer).map(|p| p.info.name.clone());
-            self.note_refused_instance(sid, &pname.unwrap_or_default(), &name);
+            self.note_refused_instance(sid, producer, &name);
             return;
         }
         let (shm_kb, page_kb) = self.producers.get(&producer).map_or((0, 0), |p| {
@@ -101,8 +100,7 @@ impl TracingService {
         };
         let raw = rewrite_data_source_config(&s.ds_configs_raw[ds_idx], &owned);
         if !self.ensure_smb(producer, shm_kb, page_kb) {
-            let pname = self.producers.get(&producer).map(|p| p.info.name.clone());
-            self.note_refused_instance(sid, &pname.unwrap_or_default(), &name);
+            self.note_refused_instance(sid, producer, &name);
             return;
         }
         let Some(p) = self.producers.get_mut(&producer) else {

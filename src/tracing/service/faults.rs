@@ -32,6 +32,9 @@ pub const MAX_INSTANCES_PER_SESSION: usize = 256;
 pub const MAX_DATA_SOURCES_PER_CONFIG: usize = 256;
 /// Names listed per refused-instances event (the rest only counted).
 const MAX_LISTED: usize = 32;
+/// Refused (producer, data source) pairs remembered so that retries are
+/// not counted again; past this many, every refusal counts.
+const MAX_REFUSED_REMEMBERED: usize = 4096;
 
 /// One `(producer, data source)` of a `DataSources` event.
 pub type DsName = (String, String);
@@ -42,6 +45,8 @@ pub struct Faults {
     pub pending: Vec<(u64, Vec<u8>)>,
     pub refused_instances: u64,
     refused_listed: Vec<DsName>,
+    /// Refusals already counted (a pair is retried at every registration).
+    refused_seen: std::collections::BTreeSet<(ProducerId, String)>,
     /// Config data source names that got at least one instance.
     pub matched_names: std::collections::BTreeSet<String>,
     /// The output file could not be written; the session ends with it.
@@ -142,13 +147,22 @@ impl TracingService {
 
     /// An instance was not set up: beyond [`MAX_INSTANCES_PER_SESSION`],
     /// or its producer's shared memory could not be created.
-    pub(super) fn note_refused_instance(&mut self, sid: SessionId, producer: &str, ds: &str) {
+    pub(super) fn note_refused_instance(&mut self, sid: SessionId, pid: ProducerId, ds: &str) {
+        let producer = self.producers.get(&pid).map(|p| p.info.name.clone());
+        let producer = producer.unwrap_or_default();
         if let Some(s) = self.sessions.get_mut(&sid) {
             let f = &mut s.read.faults;
             f.matched_names.insert(ds.to_owned());
+            let key = (pid, ds.to_owned());
+            if f.refused_seen.contains(&key) {
+                return;
+            }
+            if f.refused_seen.len() < MAX_REFUSED_REMEMBERED {
+                f.refused_seen.insert(key);
+            }
             f.refused_instances += 1;
             if f.refused_listed.len() < MAX_LISTED {
-                f.refused_listed.push((producer.to_owned(), ds.to_owned()));
+                f.refused_listed.push((producer, ds.to_owned()));
             }
         }
     }

@@ -125,6 +125,8 @@ fn data_source_instances_are_bounded_per_session() {
     // Two producers offering all of them: more instances than the bound.
     h.producer("many2", 0, &refs);
     h.enable(c, &cfg).unwrap();
+    // Matching again (as ChangeTraceConfig does) does not count again.
+    h.svc.change_trace_config(h.now, c, &encode(&cfg)).unwrap();
     h.svc.disable_tracing(h.now, c).unwrap();
     let f = faults_of(&h.read(c));
     let refused = 2 * MAX_DATA_SOURCES_PER_CONFIG - MAX_INSTANCES_PER_SESSION;
