@@ -8,6 +8,9 @@
 //!   map names for that unit;
 //! * a folder under `src/` that the map does not list.
 //!
+//! Files that are whole test modules (`#[cfg(test)] mod x;`) are skipped:
+//! tests may reach across layers; the product may not.
+//!
 //! `scripts/check-layering.sh` runs this test alone.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -203,6 +206,34 @@ fn os_allowed(unit: &Unit, path: &str) -> bool {
     }
 }
 
+/// Files that are whole test modules (`#[cfg(test)] mod x;` in their
+/// parent): test code may reach across layers to check them; the product
+/// may not.
+fn test_only_files(files: &[(String, String)]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (path, text) in files {
+        let dir = match path.rsplit_once('/') {
+            Some((d, f)) if f == "mod.rs" || f == "lib.rs" => d.to_string(),
+            Some((d, f)) => format!("{d}/{}", f.trim_end_matches(".rs")),
+            None => continue,
+        };
+        let mut lines = text.lines().map(str::trim);
+        while let Some(l) = lines.next() {
+            if l != "#[cfg(test)]" {
+                continue;
+            }
+            let Some(name) = lines.next().and_then(|n| n.strip_prefix("mod ")) else {
+                continue;
+            };
+            if let Some(name) = name.strip_suffix(';') {
+                out.insert(format!("{dir}/{name}.rs"));
+                out.insert(format!("{dir}/{name}/mod.rs"));
+            }
+        }
+    }
+    out
+}
+
 /// Checks `files` (path under `src/`, text) against the map in `readme`.
 /// Returns every violation found.
 fn check(readme: &str, files: &[(String, String)]) -> Vec<String> {
@@ -210,7 +241,11 @@ fn check(readme: &str, files: &[(String, String)]) -> Vec<String> {
     assert!(units.len() > 5, "layer map not found in README");
     let mut bad = Vec::new();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let tests_only = test_only_files(files);
     for (path, text) in files {
+        if tests_only.contains(path) {
+            continue;
+        }
         let Some(unit) = owner(&units, path) else {
             let container = path.strip_suffix("/mod.rs").is_some_and(|dir| {
                 units
@@ -366,6 +401,24 @@ fn a_planted_loop_fails_even_when_both_edges_are_allowed() {
         "{bad:?}"
     );
     assert!(!bad.iter().any(|b| b.contains("may not use")), "{bad:?}");
+}
+
+#[test]
+fn test_modules_are_not_layered() {
+    let files = vec![
+        (
+            "src/a/mod.rs".to_string(),
+            "#[cfg(test)]\nmod checks;\nmod x;".to_string(),
+        ),
+        (
+            "src/a/checks.rs".to_string(),
+            "use crate::b::y;".to_string(),
+        ),
+        ("src/a/x.rs".to_string(), String::new()),
+    ];
+    let only = test_only_files(&files);
+    assert!(only.contains("src/a/checks.rs"));
+    assert!(!only.contains("src/a/x.rs"));
 }
 
 #[test]

@@ -80,7 +80,7 @@ duration_ms: {ms}
     assert!(b.status.success(), "{b_err}");
     assert!(
         b_err.contains(
-            "; linux.ftrace setup error: the top-level ftrace instance is in use by another \
+            "linux.ftrace setup error: the top-level ftrace instance is in use by another \
              traced_probes (pid "
         ),
         "{b_err}"

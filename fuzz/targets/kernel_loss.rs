@@ -1,4 +1,5 @@
-//! The client's look at ftrace_stats in a finished trace: a packet whole,
+//! The client's look at ftrace_stats and service events (what was asked
+//! for and not obtained) in a finished trace: a packet whole,
 //! in slices, and a trace walked in memory and through the file window
 //! (the two walks must agree).
 
@@ -18,6 +19,7 @@ pub fn run(data: &[u8]) {
     assert_eq!(whole.events_lost(), sliced.events_lost());
     assert_eq!(whole.malformed, sliced.malformed);
     assert_eq!(whole.setup_errors, sliced.setup_errors);
+    assert_eq!(whole.faults.phrases(), sliced.faults.phrases());
 
     let mut in_memory = KernelLoss::default();
     in_memory.scan_trace(data);
@@ -34,4 +36,5 @@ pub fn run(data: &[u8]) {
     from_file.scan_file(&f).unwrap();
     assert_eq!(in_memory.events_lost(), from_file.events_lost());
     assert_eq!(in_memory.malformed, from_file.malformed);
+    assert_eq!(in_memory.faults.phrases(), from_file.faults.phrases());
 }

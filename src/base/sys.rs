@@ -20,6 +20,14 @@ pub fn return_large_frees_to_os() {
     }
 }
 
+/// Makes a write past RLIMIT_FSIZE fail with EFBIG instead of killing the
+/// process with SIGXFSZ, so traced can end the session with an error.
+pub fn ignore_sigxfsz() -> nix::Result<()> {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_IGN installs no handler: no code runs on the signal.
+    unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) }.map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,14 +71,20 @@ pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
         if attempt > 0 {
             std::thread::sleep(Duration::from_millis(100 << attempt.min(3)));
         }
-        if let Ok(port) = Port::connect(consumer_socket, "ConsumerPort") {
-            let pid = service_pid(consumer_socket);
-            return Ok(Autostarted {
-                _keepalive: port,
-                first_line: format!(
-                    "tracebox: using the running traced (pid {pid}) on {consumer_socket}"
-                ),
-            });
+        match Port::connect(consumer_socket, "ConsumerPort") {
+            Ok(port) => {
+                let pid = service_pid(consumer_socket);
+                return Ok(Autostarted {
+                    _keepalive: port,
+                    first_line: format!(
+                        "tracebox: using the running traced (pid {pid}) on {consumer_socket}"
+                    ),
+                });
+            }
+            // A service runs there, but not for this user: starting another
+            // one cannot help.
+            Err(e) if e.starts_with("Permission denied") => return Err(e),
+            Err(_) => {}
         }
         match start_daemons(consumer_socket) {
             Ok(s) => return Ok(s),

@@ -12,6 +12,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
+use super::trace_faults::{Missing, TraceFaults};
 use crate::protozero::decode::{read_varint, FieldIter};
 
 /// `Trace.packet`, `TracePacket.trusted_packet_sequence_id`,
@@ -20,6 +21,10 @@ const TRACE_PACKET: u64 = 1;
 const TRUSTED_SEQUENCE_ID: u64 = 10;
 const FTRACE_STATS: u64 = 34;
 const COMPRESSED_PACKETS: u64 = 50;
+/// `TracePacket.timestamp`, `.trigger`, `.service_event`.
+const TIMESTAMP: u64 = 8;
+const TRIGGER: u64 = 46;
+const SERVICE_EVENT: u64 = 69;
 
 /// Bounds on one `compressed_packets` (the service makes them from a read
 /// pass of about 1 MiB) and on what it inflates to.
@@ -42,6 +47,11 @@ const DROPPED_EVENTS: u32 = 8;
 /// `FtraceStats.exclusive_feature_error`: why the data source did not
 /// set up (its instance is owned by another live traced_probes...).
 const SETUP_ERROR: u32 = 13;
+/// `FtraceStats.atrace_errors`, `.unknown_ftrace_events`,
+/// `.failed_ftrace_events`.
+const ATRACE_ERRORS: u32 = 5;
+const UNKNOWN_EVENTS: u32 = 6;
+const FAILED_EVENTS: u32 = 7;
 /// Setup errors kept for the end line (one per ftrace data source).
 const MAX_SETUP_ERRORS: usize = 8;
 const MAX_SETUP_ERROR_LEN: usize = 512;
@@ -70,6 +80,8 @@ pub struct KernelLoss {
     pub malformed: u64,
     /// Distinct setup errors of ftrace data sources, in trace order.
     pub setup_errors: Vec<String>,
+    /// Service events, triggers and event-setup problems seen on the way.
+    pub faults: TraceFaults,
 }
 
 impl KernelLoss {
@@ -87,17 +99,23 @@ impl KernelLoss {
                 stats_in_packet(&mut Parts::new(parts), 0, len)
             }
         };
-        if let Ok(Some(found)) = found {
-            self.take(found, true);
+        if let Ok(bits) = found {
+            self.take(bits, true);
         }
     }
 
-    fn take(&mut self, found: Found, outer: bool) {
-        match found {
-            Found::Stats(seq, stats) => self.record(seq, &stats),
+    fn take(&mut self, bits: PacketBits, outer: bool) {
+        if let Some(stats) = &bits.ftrace_stats {
+            self.record(bits.seq, stats);
+        }
+        if let Some(event) = &bits.service_event {
+            self.faults.observe_service_event(bits.timestamp, event);
+        }
+        self.faults.triggers += bits.trigger as u64;
+        match bits.compressed {
             // Packets compressed by the service (compression_type:
             // DEFLATE); never nested in the trace format.
-            Found::Compressed(z) if outer => {
+            Some(z) if outer => {
                 match miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&z, MAX_INFLATED) {
                     Ok(raw) => {
                         let len = raw.len() as u64;
@@ -106,7 +124,8 @@ impl KernelLoss {
                     Err(_) => self.malformed += 1,
                 }
             }
-            Found::Compressed(_) => self.malformed += 1,
+            Some(_) => self.malformed += 1,
+            None => {}
         }
     }
 
@@ -135,9 +154,8 @@ impl KernelLoss {
                 break; // A truncated tail: what came before still counts.
             };
             if f.number == TRACE_PACKET && f.wire_type == 2 {
-                if let Some(found) = stats_in_packet(b, f.value_start, f.end)? {
-                    self.take(found, outer);
-                }
+                let bits = stats_in_packet(b, f.value_start, f.end)?;
+                self.take(bits, outer);
             }
             pos = f.end;
         }
@@ -145,7 +163,7 @@ impl KernelLoss {
     }
 
     fn record(&mut self, seq: u64, stats_untrusted: &[u8]) {
-        let Some((phase, cpus, error)) = parse_stats(stats_untrusted) else {
+        let Some((phase, cpus, error)) = parse_stats(stats_untrusted, &mut self.faults) else {
             self.malformed += 1;
             return;
         };
@@ -197,7 +215,10 @@ impl KernelLoss {
 
 /// The phase, per-cpu counters and setup error of an `FtraceStats`; `None`
 /// if the bytes are not a well-formed message.
-fn parse_stats(bytes: &[u8]) -> Option<(u64, Vec<CpuLoss>, Option<String>)> {
+fn parse_stats(
+    bytes: &[u8],
+    faults: &mut TraceFaults,
+) -> Option<(u64, Vec<CpuLoss>, Option<String>)> {
     let (mut phase, mut cpus, mut error) = (0, Vec::new(), None);
     let mut fields = FieldIter::new(bytes);
     for f in &mut fields {
@@ -220,6 +241,9 @@ fn parse_stats(bytes: &[u8]) -> Option<(u64, Vec<CpuLoss>, Option<String>)> {
                 }
                 cpus.push(c);
             }
+            (UNKNOWN_EVENTS, 2) => faults.add(Missing::UnknownEvent, f.value),
+            (FAILED_EVENTS, 2) => faults.add(Missing::FailedEvent, f.value),
+            (ATRACE_ERRORS, 2) => faults.add(Missing::AtraceError, f.value),
             (SETUP_ERROR, 2) => {
                 let text = &f.value[..f.value.len().min(MAX_SETUP_ERROR_LEN)];
                 error = Some(String::from_utf8_lossy(text).into_owned());
@@ -382,38 +406,46 @@ fn field_at(b: &mut dyn TraceBytes, pos: u64, limit: u64) -> io::Result<Option<F
     }))
 }
 
-/// What a packet holds for us.
-enum Found {
-    /// Sequence id and `ftrace_stats` bytes.
-    Stats(u64, Vec<u8>),
+/// What the client wants of one packet.
+#[derive(Default)]
+struct PacketBits {
+    seq: u64,
+    timestamp: u64,
+    ftrace_stats: Option<Vec<u8>>,
+    service_event: Option<Vec<u8>>,
+    trigger: bool,
     /// `compressed_packets` bytes.
-    Compressed(Vec<u8>),
+    compressed: Option<Vec<u8>>,
 }
 
-/// The sequence id and `ftrace_stats` bytes of the packet in
-/// `start..end`, if it carries stats, or its compressed packets.
-fn stats_in_packet(b: &mut dyn TraceBytes, start: u64, end: u64) -> io::Result<Option<Found>> {
-    let (mut seq, mut stats) = (0, None);
+/// The fields of the packet in `start..end` the client looks at; nothing
+/// if the packet is malformed.
+fn stats_in_packet(b: &mut dyn TraceBytes, start: u64, end: u64) -> io::Result<PacketBits> {
+    let mut bits = PacketBits::default();
     let mut pos = start;
     while pos < end {
         let Some(f) = field_at(b, pos, end)? else {
-            return Ok(None);
+            return Ok(PacketBits::default());
         };
+        let len = f.end - f.value_start;
         match (f.number, f.wire_type) {
-            (TRUSTED_SEQUENCE_ID, 0) => seq = f.value,
-            (FTRACE_STATS, 2) if f.end - f.value_start <= MAX_STATS as u64 => {
-                let n = (f.end - f.value_start) as usize;
-                stats = Some(b.at(f.value_start, n)?.to_vec());
+            (TRUSTED_SEQUENCE_ID, 0) => bits.seq = f.value,
+            (TIMESTAMP, 0) => bits.timestamp = f.value,
+            (TRIGGER, 2) => bits.trigger = true,
+            (FTRACE_STATS, 2) if len <= MAX_STATS as u64 => {
+                bits.ftrace_stats = Some(b.at(f.value_start, len as usize)?.to_vec());
             }
-            (COMPRESSED_PACKETS, 2) if f.end - f.value_start <= MAX_COMPRESSED as u64 => {
-                let n = (f.end - f.value_start) as usize;
-                return Ok(Some(Found::Compressed(b.at(f.value_start, n)?.to_vec())));
+            (SERVICE_EVENT, 2) if len <= MAX_STATS as u64 => {
+                bits.service_event = Some(b.at(f.value_start, len as usize)?.to_vec());
+            }
+            (COMPRESSED_PACKETS, 2) if len <= MAX_COMPRESSED as u64 => {
+                bits.compressed = Some(b.at(f.value_start, len as usize)?.to_vec());
             }
             _ => {}
         }
         pos = f.end;
     }
-    Ok(stats.map(|s| Found::Stats(seq, s)))
+    Ok(bits)
 }
 
 #[cfg(test)]

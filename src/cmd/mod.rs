@@ -15,5 +15,6 @@ pub mod session;
 pub mod signals;
 pub mod snapshots;
 pub mod status_line;
+pub mod trace_faults;
 pub mod triggers;
 pub mod units;

@@ -17,6 +17,7 @@ use super::snapshots::Snapshots;
 use super::status_line;
 use crate::base::unix_socket::wait_readable_any;
 use crate::ipc::client::{ClientError, ClientReply};
+use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
 use crate::pb::protos::{
     mod_EnableTracingResponse::OneOfstate, mod_ObservableEvents::Type as ObservableType,
     DetachRequest, DisableTracingRequest, EnableTracingResponse, FlushRequest, FreeBuffersRequest,
@@ -264,6 +265,16 @@ pub fn wait_and_collect(
     }
 
     match response {
+        Ok(EnableTracingResponse { error: Some(e), .. }) if e.starts_with(FILE_WRITE_FAILED) => {
+            // The session ran and its file is cut at the last whole packet.
+            eprintln!("Service error: {e}");
+            let mut kernel = KernelLoss::default();
+            if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
+                let _ = kernel.scan_file(&f);
+            }
+            print_summary(port, &kernel, plan, None);
+            return 1;
+        }
         Ok(EnableTracingResponse { error: Some(e), .. }) if !e.is_empty() => {
             // Upstream exits 0 here; kept for scripts that rely on it.
             eprintln!("Service error: {e}");
@@ -283,22 +294,24 @@ pub fn wait_and_collect(
     if plan.config.write_into_file == Some(true) {
         // traced has written and closed its side by now.
         let mut kernel = KernelLoss::default();
+        let mut size = None;
         if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
+            size = f.metadata().ok().map(|m| m.len());
             if let Err(e) = kernel.scan_file(&f) {
                 eprintln!("Could not read the trace back for its ftrace stats: {e}");
             }
         }
-        print_summary(port, &kernel);
+        print_summary(port, &kernel, plan, size);
         eprintln!("Trace written into the output file");
         return 0;
     }
     let Some(file) = out_file else {
-        print_summary(port, &KernelLoss::default());
+        print_summary(port, &KernelLoss::default(), plan, None);
         return 0;
     };
     match read_buffers(port, file) {
         Ok((bytes, _packets, kernel)) => {
-            print_summary(port, &kernel);
+            print_summary(port, &kernel, plan, Some(bytes));
             let _ = port.start("FreeBuffers", &FreeBuffersRequest::default(), None);
             match &plan.output {
                 Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
@@ -363,17 +376,42 @@ fn session_figures(port: &mut Port) -> Option<status_line::Figures> {
 }
 
 /// One line on stderr with the session's losses (the session has ended
-/// but still exists, so its stats are final) and the kernel's.
-fn print_summary(port: &mut Port, kernel: &KernelLoss) {
+/// but still exists, so its stats are final), the kernel's, and what was
+/// asked for and not obtained. `bytes`: the trace's size, if known.
+fn print_summary(port: &mut Port, kernel: &KernelLoss, plan: &TracePlan, bytes: Option<u64>) {
+    let mut missing = Vec::new();
+    let faults = &kernel.faults;
+    let trigger = plan.config.trigger_config.as_ref();
+    let mode = trigger.and_then(|t| t.trigger_mode).unwrap_or_default();
+    let waits = matches!(mode, TriggerMode::STOP_TRACING | TriggerMode::START_TRACING);
+    if waits && faults.triggers == 0 {
+        let which = if mode == TriggerMode::STOP_TRACING {
+            "STOP"
+        } else {
+            "START"
+        };
+        let ms = trigger.and_then(|t| t.trigger_timeout_ms).unwrap_or(0);
+        missing.push(format!(
+            "the {which} trigger did not fire within trigger_timeout_ms ({ms} ms),              so traced kept no trace"
+        ));
+    } else if bytes == Some(0) {
+        missing.push("the trace is empty (0 bytes)".to_owned());
+    }
+    missing.extend(faults.phrases());
+    for e in &kernel.setup_errors {
+        let why: String = e.chars().filter(|c| !c.is_control()).collect();
+        missing.push(format!("linux.ftrace setup error: {why}"));
+    }
     if let Some(f) = session_figures(port) {
         let lost = kernel.events_lost().unwrap_or(0);
-        let line = status_line::summary(f, lost);
-        eprintln!(
-            "{}",
-            status_line::with_setup_errors(line, &kernel.setup_errors)
-        );
+        eprintln!("{}", status_line::end_line(f, lost, &missing));
+    } else if !missing.is_empty() {
+        eprintln!("Trace stats: INCOMPLETE: {}", missing.join("; "));
     }
 }
+
+/// How traced's error for a failed write of the output file begins.
+const FILE_WRITE_FAILED: &str = "Writing the trace file failed";
 
 fn clear_status(shown: bool) {
     if shown {

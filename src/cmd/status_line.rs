@@ -25,7 +25,8 @@ pub fn figures(stats: &TraceStats) -> Figures {
             + b.abi_violations.unwrap_or(0);
         f.packets_lost += b.trace_writer_packet_loss.unwrap_or(0);
     }
-    f.chunks_lost += stats.chunks_discarded.unwrap_or(0);
+    // TraceStats.chunks_discarded is service-wide (other sessions' and
+    // hostile producers' commits): not this session's loss.
     f.packets_lost += stats.invalid_packets.unwrap_or(0);
     f
 }
@@ -67,7 +68,7 @@ pub fn summary(f: Figures, kernel_events_lost: u64) -> String {
     let kernel = format!("{kernel_events_lost} ftrace events in the kernel");
     if !service_lost {
         return match kernel_events_lost {
-            0 => "Trace stats: nothing lost".to_owned(),
+            0 => NOTHING_LOST.to_owned(),
             _ => format!(
                 "Trace stats: LOST {kernel} (per-cpu buffers overran before they were \
                  read; a larger buffer_size_kb keeps them)"
@@ -86,16 +87,23 @@ pub fn summary(f: Figures, kernel_events_lost: u64) -> String {
     )
 }
 
-/// The end line plus what ftrace data sources could not set up as asked
-/// (or at all), by name: `...; linux.ftrace setup error: <why>`.
-pub fn with_setup_errors(line: String, ftrace_errors: &[String]) -> String {
-    let mut line = line;
-    for e in ftrace_errors {
-        line.push_str("; linux.ftrace setup error: ");
-        line.extend(e.chars().filter(|c| !c.is_control()));
+/// The end-of-trace line: the losses, then everything asked for and not
+/// obtained (`missing`, one phrase each). "nothing lost" only when both
+/// are empty.
+pub fn end_line(f: Figures, kernel_events_lost: u64, missing: &[String]) -> String {
+    let losses = summary(f, kernel_events_lost);
+    if missing.is_empty() {
+        return losses;
     }
-    line
+    let incomplete = format!("INCOMPLETE: {}", missing.join("; "));
+    if losses == NOTHING_LOST {
+        format!("Trace stats: no data lost, but {incomplete}")
+    } else {
+        format!("{losses}; {incomplete}")
+    }
 }
+
+const NOTHING_LOST: &str = "Trace stats: nothing lost";
 
 #[cfg(test)]
 mod tests {
@@ -146,13 +154,23 @@ mod tests {
         };
         assert_eq!(summary(clean, 0), "Trace stats: nothing lost");
         assert_eq!(
-            with_setup_errors(summary(clean, 0), &["owned\n".into()]),
-            "Trace stats: nothing lost; linux.ftrace setup error: owned"
-        );
-        assert_eq!(
             summary(clean, 3),
             "Trace stats: LOST 3 ftrace events in the kernel (per-cpu buffers overran \
              before they were read; a larger buffer_size_kb keeps them)"
+        );
+        assert_eq!(
+            end_line(clean, 0, &["no producer offers data source x".into()]),
+            "Trace stats: no data lost, but INCOMPLETE: no producer offers data source x"
+        );
+        assert_eq!(end_line(clean, 0, &[]), "Trace stats: nothing lost");
+        let discarded_elsewhere = TraceStats {
+            chunks_discarded: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(
+            summary(figures(&discarded_elsewhere), 0),
+            "Trace stats: nothing lost",
+            "service-wide discards are not the session's"
         );
         assert_eq!(
             render(1500, 10_000, f),

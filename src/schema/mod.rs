@@ -3,6 +3,7 @@
 //! schema-driven code such as the text-format config parser.
 
 mod json;
+pub mod service_events;
 pub mod services;
 mod table;
 pub mod wire_check;

@@ -181,6 +181,7 @@ fn listen_all(
 pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
     crate::base::sys::return_large_frees_to_os();
     let mut el = EventLoop::<()>::new()?;
+    crate::base::sys::ignore_sigxfsz()?;
     let mut producer_host = Host::new();
     producer_host.expose_service("ProducerPort", PRODUCER_PORT_METHODS);
     let mut consumer_host = Host::new();

@@ -42,12 +42,29 @@ pub fn hard_reset(state_file: &std::path::Path) -> std::io::Result<()> {
         ftrace::crash_state::cleanup(state_file, &root);
     }
     match ftrace::ownership::claim("") {
-        Ok(_claim) => Tracefs::hard_reset_all(),
+        Ok(_claim) => Tracefs::hard_reset_all().map_err(explain_reset_error),
         Err(why) => {
             crate::log_warn!("not resetting ftrace: {why}");
             Ok(())
         }
     }
+}
+
+/// tracefs mount points are root-only: to anyone else the files inside
+/// look missing. Says "permission denied" (and where) instead of ENOENT.
+fn explain_reset_error(e: std::io::Error) -> std::io::Error {
+    use std::io::{Error, ErrorKind};
+    for root in ftrace::tracefs::TRACEFS_ROOTS {
+        if let Err(x) = std::fs::read_dir(root) {
+            if x.kind() == ErrorKind::PermissionDenied {
+                return Error::new(
+                    ErrorKind::PermissionDenied,
+                    format!("{root}: permission denied (ftrace needs root)"),
+                );
+            }
+        }
+    }
+    e
 }
 
 /// Runs the daemon until SIGINT/SIGTERM. Returns the exit status.

@@ -5,9 +5,11 @@ mod support;
 
 mod clone;
 mod compression;
+mod faults;
 mod flags;
 mod kernel_loss;
 mod multicall;
+mod permissions;
 mod session;
 mod signals;
 mod snapshots;

@@ -317,7 +317,11 @@ fn live_status_line_on_a_terminal_only() {
         tty.contains("/ 2.5s]") && tty.contains("recorded, nothing lost"),
         "{tty}"
     );
-    // Without a terminal there is no status line.
+    // Without a terminal there is no status line. The SDK producer exits
+    // after its session: a fresh one, or the line rightly names it as gone.
+    env.wait_query("tbx.sdk_test", false);
+    drop(_producer);
+    let _producer = env.start_sdk_producer(5);
     let plain = env.perfetto(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()]);
     assert!(plain.status.success());
     let plain_err = String::from_utf8_lossy(&plain.stderr);

@@ -4,11 +4,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 
 use crate::base::shm::Shm;
 use crate::ipc::host::{ClientId, Host, Reply, ReplySink, ReplyTo, REPLY_HEADER_MAX};
 use crate::log_warn;
+use crate::protozero::decode::read_varint;
 use crate::protozero::{put_bytes, put_str, put_varint, VecStream};
 use crate::tracing::service::types::*;
 use crate::tracing::service::{FrameSink, FrameWriter, TracingService, FRAME_HEAD_ROOM};
@@ -161,14 +162,34 @@ impl TracedState {
         out.reply(&to, reply);
     }
 
-    /// Routes everything the core produced.
+    /// Routes everything the core produced (including what it produces
+    /// while this runs, e.g. after a failed file write).
     pub fn dispatch(&mut self, producers: &mut dyn ReplySink, consumers: &mut dyn ReplySink) {
-        for o in self.core.take_outputs() {
+        loop {
+            let outputs = self.core.take_outputs();
+            if outputs.is_empty() {
+                return;
+            }
+            self.dispatch_some(outputs, producers, consumers);
+        }
+    }
+
+    fn dispatch_some(
+        &mut self,
+        outputs: Vec<Output>,
+        producers: &mut dyn ReplySink,
+        consumers: &mut dyn ReplySink,
+    ) {
+        // Consumers whose queued TracingDisabled must carry a write error.
+        let mut late_errors: Vec<(ConsumerId, String)> = Vec::new();
+        for o in outputs {
             match o {
                 Output::ProducerCommand { producer, cmd } => {
                     self.send_command(producer, cmd, producers)
                 }
                 Output::TracingDisabled { consumer, error } => {
+                    let late = late_errors.iter().position(|e| e.0 == consumer);
+                    let error = error.or_else(|| late.map(|i| late_errors.swap_remove(i).1));
                     let Some(conn) = self.consumer_conn(consumer) else {
                         continue;
                     };
@@ -235,8 +256,13 @@ impl TracedState {
                 }
                 Output::WriteToFile { session, data } => {
                     if let Some(f) = self.files.get_mut(&session) {
-                        if let Err(e) = f.write_all(&data) {
+                        if let Err(e) = write_whole_packets(f, &data) {
                             log_warn!("traced: writing the trace file failed: {e}");
+                            self.files.remove(&session);
+                            let now = Self::now();
+                            if let Some(c) = self.core.file_write_failed(now, session, e.clone()) {
+                                late_errors.push((c, e));
+                            }
                         }
                     }
                     self.core.recycle_file_buffer(data);
@@ -323,6 +349,51 @@ impl TracedState {
         self.consumer_clients.remove(&conn.id);
         self.core.disconnect_consumer(Self::now(), conn.id);
     }
+}
+
+/// Appends `data` (whole TracePackets) to the trace file. On a write error
+/// (ENOSPC, EIO, EFBIG...) the file is cut back to the end of the last
+/// packet that made it whole, so it still parses; the error names what
+/// failed and where the file now ends.
+fn write_whole_packets(f: &mut File, data: &[u8]) -> Result<(), String> {
+    let start = f.stream_position().map_err(|e| e.to_string())?;
+    let mut done = 0;
+    let err = loop {
+        if done == data.len() {
+            return Ok(());
+        }
+        match f.write(&data[done..]) {
+            Ok(0) => break std::io::Error::from(std::io::ErrorKind::WriteZero),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => break e,
+        }
+    };
+    let keep = start + whole_packets_len(&data[..done]) as u64;
+    let cut = match f.set_len(keep).and_then(|_| f.seek(SeekFrom::Start(keep))) {
+        Ok(_) => format!("the file is cut at the last whole packet ({keep} bytes)"),
+        Err(e) => format!("cutting the file back to {keep} bytes failed too ({e})"),
+    };
+    Err(format!("Writing the trace file failed: {err}; {cut}"))
+}
+
+/// How many leading bytes of `data` are whole `Trace.packet` fields.
+fn whole_packets_len(data: &[u8]) -> usize {
+    let mut pos = 0;
+    while pos < data.len() {
+        let Some((_tag, n)) = read_varint(&data[pos..]) else {
+            break;
+        };
+        let Some((len, m)) = read_varint(&data[pos + n..]) else {
+            break;
+        };
+        let end = (pos + n + m) as u64 + len;
+        if end > data.len() as u64 {
+            break;
+        }
+        pos = end as usize;
+    }
+    pos
 }
 
 fn encode_clone_result(r: &Result<CloneResult, String>) -> Vec<u8> {

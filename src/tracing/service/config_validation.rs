@@ -93,6 +93,13 @@ pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
         }
     }
 
+    let max_ds = super::faults::MAX_DATA_SOURCES_PER_CONFIG;
+    if cfg.data_sources.len() > max_ds {
+        return Err(format!(
+            "Too many data sources configured ({} > {max_ds})",
+            cfg.data_sources.len()
+        ));
+    }
     for (i, ds) in cfg.data_sources.iter().enumerate() {
         let Some(c) = &ds.config else {
             return Err(format!("data_sources[{i}] has no config"));

@@ -5,6 +5,7 @@
 use crate::tracing::core::smb_abi::{choose_shm_sizes, SmbAbi};
 
 use super::ds_config_bytes::{rewrite_data_source_config, OwnedDsFields};
+use super::faults::MAX_INSTANCES_PER_SESSION;
 use super::name_matcher::regex_full_match;
 use super::service::TracingService;
 use super::session::{event, DsInstance, InstanceState, SessionState};
@@ -72,6 +73,10 @@ impl TracingService {
         let Some(&global) = s.buffers.get(cfg.target_buffer.unwrap_or(0) as usize) else {
             return;
         };
+        if s.instances.len() >= MAX_INSTANCES_PER_SESSION {
+            self.note_refused_instance(sid, producer, &name);
+            return;
+        }
         let (shm_kb, page_kb) = self.producers.get(&producer).map_or((0, 0), |p| {
             s.config
                 .producers
@@ -95,6 +100,7 @@ impl TracingService {
         };
         let raw = rewrite_data_source_config(&s.ds_configs_raw[ds_idx], &owned);
         if !self.ensure_smb(producer, shm_kb, page_kb) {
+            self.note_refused_instance(sid, producer, &name);
             return;
         }
         let Some(p) = self.producers.get_mut(&producer) else {
@@ -118,6 +124,7 @@ impl TracingService {
         };
         let started = {
             let s = self.sessions.get_mut(&sid).expect("checked above");
+            s.read.faults.matched_names.insert(inst.name.clone());
             s.instances.push(inst);
             s.producers.insert(producer);
             s.state == SessionState::Started

@@ -154,6 +154,7 @@ impl TracingService {
         if let Some(c) = self.consumers.get_mut(&consumer) {
             c.session = Some(sid);
         }
+        self.note_ignored_fields(now, sid);
         self.setup_matching_instances(now, sid, None);
 
         match mode {

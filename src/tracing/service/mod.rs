@@ -19,8 +19,13 @@
 //! ReadBuffers responses without per-packet allocations), `service_packets`,
 //! `stats`, `consumer_ops` (stats, queries, observe, detach/attach, clone).
 //!
-//! Not implemented (accepted and ignored unless noted): session_semaphores
-//! / exclusive_prio, trace_filter string rules (refused), zstd compression, target_buffer_name (the
+//! What a session asked for and did not get (vanished producers,
+//! unoffered data sources, ignored config fields...) is written into its
+//! trace by `faults`.
+//!
+//! Not implemented (accepted, and named in the trace by `faults`, unless
+//! noted): session_semaphores / exclusive_prio, trace_filter string rules
+//! (refused), zstd compression, target_buffer_name (the
 //! index is used), trigger max_per_24_h and skip_probability, wall-clock alignment of periodic flushes and
 //! file writes, extension descriptors / trace_provenance packets,
 //! multi-machine fields, bugreport plumbing.
@@ -38,6 +43,7 @@ mod consumer_ops;
 mod data_sources;
 pub mod ds_config_bytes;
 mod enable;
+pub mod faults;
 mod filter_sink;
 mod flush;
 pub mod name_matcher;
@@ -59,6 +65,8 @@ pub mod types;
 mod service_tests;
 #[cfg(test)]
 mod service_tests_acl;
+#[cfg(test)]
+mod service_tests_faults;
 #[cfg(test)]
 mod service_tests_filter;
 #[cfg(test)]

@@ -238,6 +238,9 @@ impl TracingService {
         for (f, ts) in s.read.pending_events.drain(..) {
             service.push(sp::service_event(uid, f, ts));
         }
+        for (ts, event) in s.read.faults.pending.drain(..) {
+            service.push(sp::service_event_raw(uid, ts, &event));
+        }
         let mut bytes: usize = service.iter().map(Vec::len).sum();
         service.iter().for_each(|p| emit_bytes(sink, p));
 

@@ -226,6 +226,7 @@ impl TracingService {
     /// The producer's connection closed. Its committed data stays in the
     /// buffers; its data source instances are gone.
     pub fn disconnect_producer(&mut self, now: u64, producer: ProducerId) {
+        self.on_producer_vanishing(now, producer);
         if self.producers.remove(&producer).is_none() {
             return;
         }

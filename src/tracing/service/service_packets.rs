@@ -122,6 +122,13 @@ pub fn service_event(uid: u32, event_field: u32, ts: u64) -> Vec<u8> {
     })
 }
 
+/// A `TracingServiceEvent` given as its encoded fields.
+pub fn service_event_raw(uid: u32, ts: u64, event_fields: &[u8]) -> Vec<u8> {
+    packet(uid, Some(ts), |s| {
+        put_bytes(s, field::SERVICE_EVENT, event_fields)
+    })
+}
+
 /// `trace_stats_raw` is an encoded TraceStats message.
 pub fn trace_stats(uid: u32, ts: u64, trace_stats_raw: &[u8]) -> Vec<u8> {
     packet(uid, Some(ts), |s| {

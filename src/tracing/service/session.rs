@@ -85,6 +85,8 @@ pub struct ReadState {
     /// A periodic write into the file is draining a backlog in steps
     /// (its flush, if any, was done).
     pub file_backlog: bool,
+    /// What the session asked for and did not get.
+    pub faults: super::faults::Faults,
 }
 
 #[derive(Debug, Default, Clone, Copy)]

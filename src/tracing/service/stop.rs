@@ -27,6 +27,7 @@ impl TracingService {
             return;
         }
         self.scrape_session_smbs(sid);
+        self.note_unfulfilled(now, sid);
         let s = self.sessions.get_mut(&sid).expect("checked above");
         s.state = SessionState::Stopping;
         let timeout = s.stop_timeout_ms();
@@ -144,7 +145,11 @@ impl TracingService {
             }
             self.emit(Output::CloseFile { session: sid });
         }
-        self.notify_tracing_disabled(sid, None);
+        let error = self
+            .sessions
+            .get(&sid)
+            .and_then(|s| s.read.faults.file_error.clone());
+        self.notify_tracing_disabled(sid, error);
     }
 
     /// Completes the consumer's pending EnableTracing, once.

@@ -1,0 +1,290 @@
+//! What the user asked for and did not get, as the trace itself tells:
+//! ftrace events and atrace categories traced_probes could not set up (in
+//! the end-of-trace `ftrace_stats`), and the service events traced writes
+//! for producers that vanished, data sources no producer offers or that
+//! never started, instances refused and config fields not honoured (see
+//! `schema::service_events`). The end-of-trace line names each.
+//!
+//! The trace is only as trusted as its producers: lists and strings are
+//! bounded, and what does not parse is skipped.
+
+use crate::protozero::decode::{read_varint, FieldIter};
+use crate::schema::service_events::field;
+
+/// `TracingServiceEvent.tracing_started`.
+const TRACING_STARTED: u32 = 2;
+/// Entries kept per list, bytes kept per string.
+const MAX_ITEMS: usize = 64;
+const MAX_STRING: usize = 200;
+
+/// Data sources traced_probes offers, and other common ones: the names
+/// "did you mean" picks from.
+const KNOWN_DATA_SOURCES: &[&str] = &[
+    "linux.ftrace",
+    "linux.process_stats",
+    "linux.sys_stats",
+    "linux.system_info",
+    "android.power",
+    "linux.perf",
+    "track_event",
+    "android.log",
+    "android.packages_list",
+    "android.heapprofd",
+    "android.java_hprof",
+    "linux.inode_file_map",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    UnknownEvent,
+    FailedEvent,
+    AtraceError,
+}
+
+/// One producer that vanished mid-trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vanished {
+    pub ts: u64,
+    pub producer: String,
+    pub data_sources: Vec<String>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct TraceFaults {
+    pub unknown_events: Vec<String>,
+    pub failed_events: Vec<String>,
+    pub atrace_errors: Vec<String>,
+    pub vanished: Vec<Vanished>,
+    pub not_offered: Vec<String>,
+    /// `producer: data source` that never reported started.
+    pub not_started: Vec<String>,
+    pub refused: Vec<String>,
+    pub ignored_fields: Vec<String>,
+    pub tracing_started_ts: Option<u64>,
+    /// `trigger` packets in the trace.
+    pub triggers: u64,
+}
+
+fn text(bytes: &[u8]) -> String {
+    let s = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_STRING)]);
+    s.chars().filter(|c| !c.is_control()).collect()
+}
+
+fn push_unique(list: &mut Vec<String>, s: String) {
+    if list.len() < MAX_ITEMS && !list.contains(&s) {
+        list.push(s);
+    }
+}
+
+/// `(producer, data source)` of each entry of a `DataSources` message.
+fn data_sources(bytes: &[u8]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for f in FieldIter::new(bytes) {
+        if (f.number, f.wire_type) != (1, 2) || out.len() >= MAX_ITEMS {
+            continue;
+        }
+        let (mut producer, mut ds) = (String::new(), String::new());
+        for g in FieldIter::new(f.value) {
+            match (g.number, g.wire_type) {
+                (1, 2) => producer = text(g.value),
+                (2, 2) => ds = text(g.value),
+                _ => {}
+            }
+        }
+        out.push((producer, ds));
+    }
+    out
+}
+
+impl TraceFaults {
+    /// A string of an end-of-trace `ftrace_stats`.
+    pub fn add(&mut self, kind: Missing, bytes: &[u8]) {
+        let list = match kind {
+            Missing::UnknownEvent => &mut self.unknown_events,
+            Missing::FailedEvent => &mut self.failed_events,
+            Missing::AtraceError => &mut self.atrace_errors,
+        };
+        push_unique(list, text(bytes));
+    }
+
+    /// One `TracingServiceEvent`, written at boot time `ts`.
+    pub fn observe_service_event(&mut self, ts: u64, event_untrusted: &[u8]) {
+        for f in FieldIter::new(event_untrusted) {
+            match (f.number, f.wire_type) {
+                (TRACING_STARTED, 0) if read_varint(f.value).is_some_and(|v| v.0 != 0) => {
+                    self.tracing_started_ts.get_or_insert(ts);
+                }
+                (field::PRODUCER_DISCONNECTED, 2) if self.vanished.len() < MAX_ITEMS => {
+                    let list = data_sources(f.value);
+                    let producer = list.first().map(|d| d.0.clone()).unwrap_or_default();
+                    let data_sources = list.into_iter().map(|d| d.1).collect();
+                    self.vanished.push(Vanished {
+                        ts,
+                        producer,
+                        data_sources,
+                    });
+                }
+                (field::DATA_SOURCES_NOT_OFFERED, 2) => {
+                    for (_, ds) in data_sources(f.value) {
+                        push_unique(&mut self.not_offered, ds);
+                    }
+                }
+                (field::SLOW_STARTING_DATA_SOURCES, 2) => {
+                    for (p, ds) in data_sources(f.value) {
+                        push_unique(&mut self.not_started, format!("{ds} in {p}"));
+                    }
+                }
+                (field::DATA_SOURCES_NOT_SET_UP, 2) => {
+                    for (p, ds) in data_sources(f.value) {
+                        let entry = match p.is_empty() {
+                            true => ds,
+                            false => format!("{ds} in {p}"),
+                        };
+                        push_unique(&mut self.refused, entry);
+                    }
+                }
+                (field::CONFIG_FIELDS_IGNORED, 2) => {
+                    push_unique(&mut self.ignored_fields, text(f.value));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// One phrase per thing asked for and not obtained, in the order the
+    /// end-of-trace line names them.
+    pub fn phrases(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for v in &self.vanished {
+            let when = match self.tracing_started_ts {
+                Some(t0) if v.ts >= t0 => {
+                    format!("{:.1} s into the trace", (v.ts - t0) as f64 / 1e9)
+                }
+                _ => format!("at boot time {:.3} s", v.ts as f64 / 1e9),
+            };
+            out.push(format!(
+                "producer {} disconnected {when} (its {} stopped; what it had written is kept)",
+                v.producer,
+                v.data_sources.join(", ")
+            ));
+        }
+        for ds in &self.not_offered {
+            let hint = match suggest(ds) {
+                Some(s) => format!(" (did you mean {s}?)"),
+                None => String::new(),
+            };
+            out.push(format!("no producer offers data source {ds}{hint}"));
+        }
+        if !self.not_started.is_empty() {
+            out.push(format!(
+                "data sources that never started (setup failed? see the producer's log): {}",
+                self.not_started.join(", ")
+            ));
+        }
+        if !self.refused.is_empty() {
+            out.push(format!(
+                "data sources traced could not set up (over the per-session limit of \
+                 instances, or no shared memory for the producer; see traced's log): {}",
+                self.refused.join(", ")
+            ));
+        }
+        if !self.unknown_events.is_empty() {
+            out.push(format!(
+                "unknown ftrace events or atrace categories: {}",
+                self.unknown_events.join(", ")
+            ));
+        }
+        if !self.failed_events.is_empty() {
+            out.push(format!(
+                "ftrace events that could not be enabled: {}",
+                self.failed_events.join(", ")
+            ));
+        }
+        for e in &self.atrace_errors {
+            out.push(format!("atrace failed: {e}"));
+        }
+        for f in &self.ignored_fields {
+            out.push(format!("config fields traced does not honour: {f}"));
+        }
+        out
+    }
+}
+
+/// The closest known data source name, if it is a likely typo of `name`.
+pub fn suggest(name: &str) -> Option<&'static str> {
+    let best = KNOWN_DATA_SOURCES
+        .iter()
+        .map(|k| (edit_distance(name, k), *k))
+        .min()?;
+    (best.0 > 0 && best.0 <= 2.max(name.len() / 5)).then_some(best.1)
+}
+
+/// Levenshtein distance over bytes (names are short ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, &x) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &y) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + (x != y) as usize)
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::service_events::data_sources_event;
+
+    #[test]
+    fn service_events_become_phrases() {
+        let mut f = TraceFaults::default();
+        f.observe_service_event(1_000_000_000, &[0x10, 0x01]); // tracing_started
+        let gone = data_sources_event(
+            field::PRODUCER_DISCONNECTED,
+            &[("perfetto.traced_probes".into(), "linux.ftrace".into())],
+        );
+        f.observe_service_event(3_100_000_000, &gone);
+        let missing = data_sources_event(
+            field::DATA_SOURCES_NOT_OFFERED,
+            &[(String::new(), "linux.ftrce".into())],
+        );
+        f.observe_service_event(4_000_000_000, &missing);
+        f.add(Missing::UnknownEvent, b"shed");
+        f.add(Missing::UnknownEvent, b"shed");
+        assert_eq!(
+            f.phrases(),
+            [
+                "producer perfetto.traced_probes disconnected 2.1 s into the trace \
+                 (its linux.ftrace stopped; what it had written is kept)",
+                "no producer offers data source linux.ftrce (did you mean linux.ftrace?)",
+                "unknown ftrace events or atrace categories: shed",
+            ]
+        );
+    }
+
+    #[test]
+    fn suggestions_only_for_near_names() {
+        assert_eq!(suggest("linux.ftrce"), Some("linux.ftrace"));
+        assert_eq!(suggest("linux.process_stat"), Some("linux.process_stats"));
+        assert_eq!(suggest("com.example.mine"), None);
+        assert_eq!(suggest("linux.ftrace"), None);
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut f = TraceFaults::default();
+        let ev = data_sources_event(field::PRODUCER_DISCONNECTED, &[("p".into(), "d".into())]);
+        for cut in 0..ev.len() {
+            f.observe_service_event(0, &ev[..cut]);
+            let mut flipped = ev.clone();
+            flipped[cut] ^= 0xFF;
+            f.observe_service_event(0, &flipped);
+        }
+        f.phrases();
+    }
+}

@@ -1,0 +1,35 @@
+//! The `TracingServiceEvent` fields traced writes to say what a session
+//! asked for and did not get, and their encoding: the service writes them
+//! (`tracing::service::faults`), the client reads them back
+//! (`cmd::trace_faults`). Upstream readers skip the fields they do not know.
+
+use crate::protozero::{begin_nested, end_nested, put_str, VecStream};
+
+/// `TracingServiceEvent` fields. 7 is upstream's; the others are
+/// tracebox's, numbered far above upstream's so they never collide.
+pub mod field {
+    pub const SLOW_STARTING_DATA_SOURCES: u32 = 7;
+    pub const PRODUCER_DISCONNECTED: u32 = 1001;
+    pub const DATA_SOURCES_NOT_OFFERED: u32 = 1002;
+    pub const DATA_SOURCES_NOT_SET_UP: u32 = 1003;
+    pub const CONFIG_FIELDS_IGNORED: u32 = 1004;
+}
+
+/// One `(producer, data source)` of a `DataSources` event.
+pub type DsName = (String, String);
+
+/// A `TracingServiceEvent` whose one field is a `DataSources` list.
+pub fn data_sources_event(field: u32, list: &[DsName]) -> Vec<u8> {
+    let mut s = VecStream::new();
+    let n = begin_nested(&mut s, field);
+    for (producer, ds) in list {
+        let d = begin_nested(&mut s, 1);
+        if !producer.is_empty() {
+            put_str(&mut s, 1, producer);
+        }
+        put_str(&mut s, 2, ds);
+        end_nested(&mut s, d);
+    }
+    end_nested(&mut s, n);
+    s.into_bytes()
+}

@@ -1,0 +1,230 @@
+//! What a session asked for and did not get: producers that vanished
+//! mid-trace, data sources no producer offers, instances refused by the
+//! per-session bound, data sources that never started, config fields this
+//! service does not honour, and a failed write of the output file.
+//!
+//! Each is written into the trace as a `TracingServiceEvent` (upstream
+//! readers skip the fields they do not know; `slow_starting_data_sources`
+//! is upstream's own), so the client names them on its end-of-trace line
+//! whether it read the trace over IPC or from the file.
+
+use crate::pb::protos::TraceConfig;
+use crate::protozero::{put_str, VecStream};
+pub use crate::schema::service_events::{data_sources_event, field, DsName};
+
+use super::service::TracingService;
+use super::session::InstanceState;
+use super::types::{ProducerId, SessionId};
+
+/// Data source instances one session may have (all producers together).
+pub const MAX_INSTANCES_PER_SESSION: usize = 256;
+/// `data_sources` entries one TraceConfig may hold.
+pub const MAX_DATA_SOURCES_PER_CONFIG: usize = 256;
+/// Names listed per refused-instances event (the rest only counted).
+const MAX_LISTED: usize = 32;
+/// Refused (producer, data source) pairs remembered so that retries are
+/// not counted again; past this many, every refusal counts.
+const MAX_REFUSED_REMEMBERED: usize = 4096;
+
+#[derive(Debug, Default, Clone)]
+pub struct Faults {
+    /// Encoded `(ts, TracingServiceEvent)` not yet written into the trace.
+    pub pending: Vec<(u64, Vec<u8>)>,
+    pub refused_instances: u64,
+    refused_listed: Vec<DsName>,
+    /// Refusals already counted (a pair is retried at every registration).
+    refused_seen: std::collections::BTreeSet<(ProducerId, String)>,
+    /// Config data source names that got at least one instance.
+    pub matched_names: std::collections::BTreeSet<String>,
+    /// The output file could not be written; the session ends with it.
+    pub file_error: Option<String>,
+}
+
+/// TraceConfig fields set in `cfg` that this service accepts but does not
+/// act on (trace_filter is refused elsewhere, not listed here).
+pub fn ignored_config_fields(cfg: &TraceConfig) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let mut flag = |set: bool, name| {
+        if set {
+            out.push(name);
+        }
+    };
+    // Deflate is honoured (`compress`); any other compression is not.
+    flag(
+        cfg.compression.is_some() && !super::compress::wants_deflate(cfg),
+        "compression (only deflate is built)",
+    );
+    flag(!cfg.session_semaphores.is_empty(), "session_semaphores");
+    flag(cfg.exclusive_prio.is_some(), "exclusive_prio");
+    flag(cfg.priority_boost.is_some(), "priority_boost");
+    flag(
+        cfg.incident_report_config.is_some(),
+        "incident_report_config",
+    );
+    flag(cfg.android_report_config.is_some(), "android_report_config");
+    flag(
+        cfg.data_sources
+            .iter()
+            .any(|d| !d.machine_name_filter.is_empty()),
+        "machine_name_filter",
+    );
+    flag(
+        cfg.buffers.iter().any(|b| b.experimental_mode.is_some()),
+        "buffers.experimental_mode",
+    );
+    flag(cfg.trace_all_machines == Some(true), "trace_all_machines");
+    flag(
+        cfg.builtin_data_sources
+            .as_ref()
+            .is_some_and(|b| b.enable_concurrent_session_events == Some(true)),
+        "builtin_data_sources.enable_concurrent_session_events",
+    );
+    let triggers = cfg.trigger_config.iter().flat_map(|t| &t.triggers);
+    let (mut per_day, mut skip) = (false, false);
+    for t in triggers {
+        per_day |= t.max_per_24_h.is_some_and(|v| v > 0);
+        skip |= t.skip_probability.is_some_and(|v| v > 0.0);
+    }
+    flag(per_day, "trigger_config.triggers.max_per_24_h");
+    flag(skip, "trigger_config.triggers.skip_probability");
+    out
+}
+
+impl TracingService {
+    /// At EnableTracing: the config fields this service will not honour.
+    pub(super) fn note_ignored_fields(&mut self, now: u64, sid: SessionId) {
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let names = ignored_config_fields(&s.config);
+        if names.is_empty() {
+            return;
+        }
+        let mut e = VecStream::new();
+        put_str(&mut e, field::CONFIG_FIELDS_IGNORED, &names.join(", "));
+        s.read.faults.pending.push((now, e.into_bytes()));
+    }
+
+    /// An instance was not set up: beyond [`MAX_INSTANCES_PER_SESSION`],
+    /// or its producer's shared memory could not be created.
+    pub(super) fn note_refused_instance(&mut self, sid: SessionId, pid: ProducerId, ds: &str) {
+        let producer = self.producers.get(&pid).map(|p| p.info.name.clone());
+        let producer = producer.unwrap_or_default();
+        if let Some(s) = self.sessions.get_mut(&sid) {
+            let f = &mut s.read.faults;
+            f.matched_names.insert(ds.to_owned());
+            let key = (pid, ds.to_owned());
+            if f.refused_seen.contains(&key) {
+                return;
+            }
+            if f.refused_seen.len() < MAX_REFUSED_REMEMBERED {
+                f.refused_seen.insert(key);
+            }
+            f.refused_instances += 1;
+            if f.refused_listed.len() < MAX_LISTED {
+                f.refused_listed.push((producer, ds.to_owned()));
+            }
+        }
+    }
+
+    /// A producer's connection closed. Before its shared memory goes, the
+    /// chunks it finished or was writing are copied into the buffers of
+    /// every session it wrote into; sessions in which it still had running
+    /// instances record that it vanished, and when.
+    pub(super) fn on_producer_vanishing(&mut self, now: u64, producer: ProducerId) {
+        let sids: Vec<SessionId> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.producers.contains(&producer))
+            .map(|(id, _)| *id)
+            .collect();
+        for sid in sids {
+            self.scrape_producer_smb(sid, producer, true);
+            let Some(s) = self.sessions.get_mut(&sid) else {
+                continue;
+            };
+            if !s.is_active() && s.state != super::session::SessionState::Stopping {
+                continue;
+            }
+            let lost: Vec<DsName> = s
+                .instances
+                .iter()
+                .filter(|i| i.producer == producer && i.state != InstanceState::Stopped)
+                .map(|i| (i.producer_name.clone(), i.name.clone()))
+                .collect();
+            if !lost.is_empty() {
+                let e = data_sources_event(field::PRODUCER_DISCONNECTED, &lost);
+                s.read.faults.pending.push((now, e));
+            }
+        }
+    }
+
+    /// When the session stops: data sources that never started, data
+    /// source names no producer offered, instances refused.
+    pub(super) fn note_unfulfilled(&mut self, now: u64, sid: SessionId) {
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let slow: Vec<DsName> = s
+            .instances
+            .iter()
+            .filter(|i| matches!(i.state, InstanceState::Configured | InstanceState::Starting))
+            .map(|i| (i.producer_name.clone(), i.name.clone()))
+            .collect();
+        let mut missing: Vec<DsName> = Vec::new();
+        for ds in &s.config.data_sources {
+            let Some(name) = ds.config.as_ref().and_then(|c| c.name.as_deref()) else {
+                continue;
+            };
+            let matched = s.read.faults.matched_names.contains(name);
+            if !matched && !missing.iter().any(|m| m.1 == name) {
+                missing.push((String::new(), name.to_owned()));
+            }
+        }
+        let f = &mut s.read.faults;
+        if !slow.is_empty() {
+            let e = data_sources_event(field::SLOW_STARTING_DATA_SOURCES, &slow);
+            f.pending.push((now, e));
+        }
+        if !missing.is_empty() {
+            let e = data_sources_event(field::DATA_SOURCES_NOT_OFFERED, &missing);
+            f.pending.push((now, e));
+        }
+        if f.refused_instances > 0 {
+            let mut list = std::mem::take(&mut f.refused_listed);
+            let unlisted = f.refused_instances - list.len() as u64;
+            if unlisted > 0 {
+                list.push((String::new(), format!("{unlisted} more")));
+            }
+            let e = data_sources_event(field::DATA_SOURCES_NOT_SET_UP, &list);
+            f.pending.push((now, e));
+        }
+    }
+
+    /// The adapter could not write the session's output file: the file is
+    /// closed, the session stops, and the consumer gets `error`. If the
+    /// session's end was already announced (the failed write was its final
+    /// one, queued before that announcement), returns the consumer whose
+    /// queued announcement must carry `error`.
+    pub fn file_write_failed(
+        &mut self,
+        now: u64,
+        sid: SessionId,
+        error: String,
+    ) -> Option<super::types::ConsumerId> {
+        let s = self.sessions.get_mut(&sid)?;
+        s.file_closed = true;
+        s.read.faults.file_error.get_or_insert(error);
+        if s.disabled_notified {
+            return s.consumer;
+        }
+        self.stop_session(now, sid);
+        // A session already stopping ends with the error too.
+        let s = self.sessions.get(&sid)?;
+        if s.state == super::session::SessionState::Disabled {
+            let e = s.read.faults.file_error.clone();
+            self.notify_tracing_disabled(sid, e);
+        }
+        None
+    }
+}
