@@ -11,6 +11,7 @@ pub mod cmd;
 pub mod ipc;
 pub mod pb;
 pub mod protozero;
+pub mod report;
 pub mod schema;
 pub mod traced;
 pub mod traced_probes;

@@ -1,0 +1,427 @@
+//! What the events say, fed in time order: cpu time per cpu and per
+//! thread, frequency residency, switches, wakeups, waking-to-running
+//! latency, event counts and atrace slices and counters. State is per cpu,
+//! per thread and per distinct name, never per event.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::ftrace::{Ev, Rec, CPU_FREQUENCY, SCHED_SWITCH, SCHED_WAKEUP, SCHED_WAKING};
+use crate::protozero::decode::{read_varint, FieldIter};
+use crate::traced_probes::ftrace::parse::table::ftrace_event;
+
+/// Distinct atrace names (slices, counters, open async slices) kept; more
+/// are counted in `atrace_dropped`.
+pub const MAX_NAMES: usize = 8192;
+const MAX_DEPTH: usize = 64;
+const UNKNOWN: i32 = -2;
+
+#[derive(Debug, Default, Clone)]
+pub struct Thread {
+    pub comm: String,
+    pub tgid: i32,
+    pub cpu_ns: u64,
+    pub switches: u64,
+    pub wakeups: u64,
+    pub lat_n: u64,
+    pub lat_sum: u64,
+    pub lat_max: u64,
+    waking: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Cpu {
+    running: i32,
+    since: u64,
+    pub busy: u64,
+    pub idle: u64,
+    pub unknown: u64,
+    freq: u64,
+    freq_since: u64,
+    /// kHz -> ns.
+    pub residency: BTreeMap<u64, u64>,
+}
+
+/// Log-linear histogram: 16 buckets per power of two (6% resolution).
+#[derive(Debug, Clone)]
+pub struct Hist(Vec<u64>);
+
+impl Default for Hist {
+    fn default() -> Self {
+        Hist(vec![0; 64 * 16])
+    }
+}
+
+impl Hist {
+    fn add(&mut self, v: u64) {
+        let i = if v < 16 {
+            v as usize
+        } else {
+            let e = 63 - v.leading_zeros() as usize;
+            (e - 3) * 16 + ((v >> (e - 4)) & 15) as usize
+        };
+        let last = self.0.len() - 1;
+        self.0[i.min(last)] += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// The bucket midpoint at quantile `q` (0..=1).
+    pub fn quantile(&self, q: f64) -> u64 {
+        let n = self.count();
+        let want = ((n as f64 * q).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, &c) in self.0.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                if i < 16 {
+                    return i as u64;
+                }
+                let (e, sub) = (i / 16 + 3, (i % 16) as u64);
+                let lo = (16 + sub) << (e - 4);
+                return lo + (1 << (e - 4)) / 2;
+            }
+        }
+        0
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Agg {
+    pub count: u64,
+    pub total: u64,
+    pub max: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counter {
+    pub count: u64,
+    pub min: f64,
+    pub max: f64,
+    pub last: f64,
+}
+
+#[derive(Debug, Default)]
+pub struct Analysis {
+    pub since: u64,
+    pub until: u64,
+    pub start: Option<u64>,
+    pub end: u64,
+    pub events: u64,
+    pub cpus: BTreeMap<u32, Cpu>,
+    pub threads: HashMap<i32, Thread>,
+    pub latency: Hist,
+    /// Event id -> count per cpu.
+    pub counts: BTreeMap<u32, Vec<u64>>,
+    pub slices: HashMap<String, Agg>,
+    pub counters: HashMap<String, Counter>,
+    pub atrace_dropped: u64,
+    pub atrace_unmatched: u64,
+    stacks: HashMap<i32, Vec<(String, u64)>>,
+    open_async: HashMap<(String, String), u64>,
+}
+
+fn varint_field(p: &[u8], n: u32) -> u64 {
+    FieldIter::new(p)
+        .find(|f| f.number == n && f.wire_type == 0)
+        .and_then(|f| read_varint(f.value))
+        .map_or(0, |v| v.0)
+}
+
+impl Analysis {
+    pub fn new(since: u64, until: u64) -> Self {
+        Analysis {
+            since,
+            until,
+            ..Default::default()
+        }
+    }
+
+    fn clip(&self, a: u64, b: u64) -> u64 {
+        b.min(self.until).saturating_sub(a.max(self.since))
+    }
+
+    fn inside(&self, ts: u64) -> bool {
+        ts >= self.since && ts <= self.until
+    }
+
+    pub fn thread(&mut self, tid: i32) -> &mut Thread {
+        self.threads.entry(tid).or_default()
+    }
+
+    fn cpu(&mut self, c: u32) -> &mut Cpu {
+        let start = self.start.unwrap_or(0);
+        self.cpus.entry(c).or_insert_with(|| Cpu {
+            running: UNKNOWN,
+            since: start,
+            freq_since: start,
+            ..Default::default()
+        })
+    }
+
+    /// Closes the cpu's current run interval at `ts`.
+    fn accrue(&mut self, c: u32, ts: u64) {
+        let cpu = &self.cpus[&c];
+        let d = self.clip(cpu.since, ts);
+        let running = cpu.running;
+        if running > 0 {
+            self.thread(running).cpu_ns += d;
+        }
+        let cpu = self.cpu(c);
+        match running {
+            UNKNOWN => cpu.unknown += d,
+            0 => cpu.idle += d,
+            _ => cpu.busy += d,
+        }
+        cpu.since = ts;
+    }
+
+    fn set_freq(&mut self, c: u32, ts: u64, khz: u64) {
+        let cpu = &self.cpus[&c];
+        let d = self.clip(cpu.freq_since, ts);
+        let cpu = self.cpu(c);
+        if cpu.freq != 0 && d > 0 {
+            *cpu.residency.entry(cpu.freq).or_default() += d;
+        }
+        cpu.freq = khz;
+        cpu.freq_since = ts;
+    }
+
+    pub fn feed(&mut self, r: &Rec) {
+        let ts = r.ts;
+        self.start.get_or_insert(ts);
+        self.end = self.end.max(ts);
+        let inside = self.inside(ts);
+        let known = self.cpu(r.cpu).running != UNKNOWN;
+        if !known && r.pid >= 0 && !matches!(r.ev, Ev::Switch { .. }) {
+            self.cpu(r.cpu).running = r.pid;
+        }
+        let id = match &r.ev {
+            Ev::Switch {
+                prev_pid, next_pid, ..
+            } => {
+                if !known && *prev_pid >= 0 {
+                    self.cpu(r.cpu).running = *prev_pid;
+                }
+                self.accrue(r.cpu, ts);
+                let prev = self.cpus[&r.cpu].running;
+                if prev > 0 {
+                    self.thread(prev).waking = 0;
+                }
+                self.cpu(r.cpu).running = *next_pid;
+                if *next_pid > 0 {
+                    let t = self.thread(*next_pid);
+                    let waking = std::mem::take(&mut t.waking);
+                    if inside {
+                        t.switches += 1;
+                    }
+                    if waking != 0 && inside {
+                        let l = ts.saturating_sub(waking);
+                        t.lat_n += 1;
+                        t.lat_sum += l;
+                        t.lat_max = t.lat_max.max(l);
+                        self.latency.add(l);
+                    }
+                }
+                SCHED_SWITCH
+            }
+            Ev::Waking { pid, wakeup, .. } => {
+                let t = self.thread(*pid);
+                if inside {
+                    t.wakeups += 1;
+                }
+                if t.waking == 0 {
+                    t.waking = ts;
+                }
+                if *wakeup {
+                    SCHED_WAKEUP
+                } else {
+                    SCHED_WAKING
+                }
+            }
+            Ev::Print(buf) => {
+                self.atrace(r.pid, ts, buf);
+                ftrace_event::PRINT
+            }
+            Ev::Other { id, raw } => {
+                if *id == CPU_FREQUENCY {
+                    let cpu = varint_field(raw, 2) as u32;
+                    self.cpu(cpu);
+                    self.set_freq(cpu, ts, varint_field(raw, 1));
+                }
+                *id
+            }
+        };
+        if inside {
+            self.events += 1;
+            let v = self.counts.entry(id).or_default();
+            let c = r.cpu as usize;
+            if c < 4096 {
+                if v.len() <= c {
+                    v.resize(c + 1, 0);
+                }
+                v[c] += 1;
+            }
+        }
+    }
+
+    /// Closes every open interval at the last event.
+    pub fn finish(&mut self) {
+        let end = self.end;
+        let cpus: Vec<u32> = self.cpus.keys().copied().collect();
+        for c in cpus {
+            self.accrue(c, end);
+            let f = self.cpus[&c].freq;
+            self.set_freq(c, end, f);
+        }
+    }
+
+    fn slice_done(&mut self, name: String, start: u64, end: u64) {
+        if !(self.inside(start) && self.inside(end)) {
+            return;
+        }
+        let n = self.slices.len();
+        match self.slices.get_mut(&name) {
+            Some(a) => add_agg(a, end - start),
+            None if n < MAX_NAMES => {
+                let mut a = Agg::default();
+                add_agg(&mut a, end - start);
+                self.slices.insert(name, a);
+            }
+            None => self.atrace_dropped += 1,
+        }
+    }
+
+    /// `B|pid|name`, `E|pid`, `S|pid|name|cookie`, `F|pid|name|cookie`,
+    /// `C|pid|name|value`; anything else is a plain print.
+    fn atrace(&mut self, tid: i32, ts: u64, buf: &str) {
+        let buf = buf.trim_end_matches(['\n', '\0']);
+        let mut p = buf.splitn(4, '|');
+        let (kind, _pid, name, rest) = (p.next(), p.next(), p.next(), p.next());
+        match (kind, name) {
+            (Some("B"), Some(name)) => {
+                let s = self.stacks.entry(tid).or_default();
+                if s.len() < MAX_DEPTH {
+                    s.push((name.to_owned(), ts));
+                } else {
+                    self.atrace_dropped += 1;
+                }
+            }
+            (Some("E"), _) => match self.stacks.get_mut(&tid).and_then(Vec::pop) {
+                Some((name, start)) => self.slice_done(name, start, ts),
+                None => self.atrace_unmatched += 1,
+            },
+            (Some("S"), Some(name)) => {
+                if self.open_async.len() < MAX_NAMES {
+                    let key = (name.to_owned(), rest.unwrap_or("").to_owned());
+                    self.open_async.insert(key, ts);
+                } else {
+                    self.atrace_dropped += 1;
+                }
+            }
+            (Some("F"), Some(name)) => {
+                let key = (name.to_owned(), rest.unwrap_or("").to_owned());
+                match self.open_async.remove(&key) {
+                    Some(start) => self.slice_done(key.0, start, ts),
+                    None => self.atrace_unmatched += 1,
+                }
+            }
+            (Some("C"), Some(name)) => {
+                let v: f64 = rest
+                    .and_then(|r| r.split('|').next())
+                    .and_then(|v| v.trim().parse().ok())
+                    .filter(|v: &f64| v.is_finite())
+                    .unwrap_or(0.0);
+                if !self.inside(ts) {
+                    return;
+                }
+                let n = self.counters.len();
+                let c = match self.counters.get_mut(name) {
+                    Some(c) => c,
+                    None if n < MAX_NAMES => {
+                        self.counters.entry(name.to_owned()).or_insert(Counter {
+                            min: v,
+                            max: v,
+                            ..Default::default()
+                        })
+                    }
+                    None => {
+                        self.atrace_dropped += 1;
+                        return;
+                    }
+                };
+                c.count += 1;
+                c.min = c.min.min(v);
+                c.max = c.max.max(v);
+                c.last = v;
+            }
+            _ => {}
+        }
+    }
+}
+
+fn add_agg(a: &mut Agg, d: u64) {
+    a.count += 1;
+    a.total += d;
+    a.max = a.max.max(d);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(ts: u64, cpu: u32, ev: Ev) -> Rec {
+        Rec {
+            ts,
+            cpu,
+            pid: -1,
+            ev,
+        }
+    }
+
+    fn switch(prev: i32, next: i32) -> Ev {
+        Ev::Switch {
+            prev_pid: prev,
+            prev_state: 0,
+            next_pid: next,
+            next_prio: 120,
+        }
+    }
+
+    #[test]
+    fn cpu_time_latency_and_slices() {
+        let mut a = Analysis::new(0, u64::MAX);
+        a.feed(&rec(100, 0, switch(0, 7)));
+        let wake = Ev::Waking {
+            pid: 8,
+            target_cpu: 0,
+            prio: 120,
+            wakeup: false,
+        };
+        a.feed(&rec(150, 1, wake));
+        a.feed(&Rec {
+            ts: 160,
+            cpu: 0,
+            pid: 7,
+            ev: Ev::Print("B|7|work\n".into()),
+        });
+        a.feed(&Rec {
+            ts: 190,
+            cpu: 0,
+            pid: 7,
+            ev: Ev::Print("E|7\n".into()),
+        });
+        a.feed(&rec(200, 0, switch(7, 8)));
+        a.feed(&rec(400, 0, switch(8, 0)));
+        a.finish();
+        assert_eq!(a.threads[&7].cpu_ns, 100);
+        assert_eq!(a.threads[&8].cpu_ns, 200);
+        assert_eq!(a.threads[&8].lat_max, 50);
+        let c = &a.cpus[&0];
+        assert_eq!((c.busy, c.idle, c.unknown), (300, 0, 0));
+        assert_eq!(a.slices["work"].max, 30);
+        assert_eq!(a.latency.count(), 1);
+        assert!((47..=53).contains(&a.latency.quantile(0.5)));
+    }
+}

@@ -1,0 +1,475 @@
+//! The summary as text (for people) and JSON (for scripts).
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use super::analysis::Analysis;
+use super::ftrace::event_name;
+use super::Walk;
+
+/// Quotes `s` as a JSON string.
+pub fn js(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// A process: pid, name, cpu time, threads.
+struct Proc {
+    pid: i32,
+    name: String,
+    cpu_ns: u64,
+    threads: u64,
+}
+
+/// Everything the report shows, worked out once for both formats.
+struct View {
+    duration: u64,
+    clock: String,
+    threads: Vec<(i32, i32, String)>,
+    procs: Vec<Proc>,
+    losses: Vec<(String, String)>,
+    sources: Vec<String>,
+    events: Vec<String>,
+}
+
+fn clock_name(w: &Walk) -> String {
+    let ftrace = ["boot", "unknown", "global", "local", "mono_raw"];
+    match w.bundles.clock {
+        Some(c) => ftrace.get(c as usize).unwrap_or(&"?").to_string(),
+        None if w.bundles.bundles > 0 => "boot".into(),
+        None => match w.meta.primary_clock {
+            Some(c) => format!("builtin clock {c}"),
+            None => "boot".into(),
+        },
+    }
+}
+
+fn view(w: &Walk, a: &Analysis) -> View {
+    let m = &w.meta;
+    let (start, end) = match a.start {
+        Some(s) => (s, a.end),
+        None => (m.first_ts.unwrap_or(0), m.last_ts),
+    };
+    let mut threads: Vec<(i32, i32, String)> = a
+        .threads
+        .iter()
+        .filter(|(_, t)| t.cpu_ns + t.switches + t.wakeups > 0)
+        .map(|(&tid, _)| (tid, *m.tgid.get(&tid).unwrap_or(&tid), w.name(tid)))
+        .collect();
+    threads.sort_by_key(|t| (std::cmp::Reverse(a.threads[&t.0].cpu_ns), t.0));
+    let mut procs: HashMap<i32, Proc> = HashMap::new();
+    for (tid, pid, _) in &threads {
+        let p = procs.entry(*pid).or_insert_with(|| Proc {
+            pid: *pid,
+            name: m.process.get(pid).cloned().unwrap_or_else(|| w.name(*pid)),
+            cpu_ns: 0,
+            threads: 0,
+        });
+        p.cpu_ns += a.threads[tid].cpu_ns;
+        p.threads += 1;
+    }
+    let mut procs: Vec<Proc> = procs.into_values().collect();
+    procs.sort_by_key(|p| (std::cmp::Reverse(p.cpu_ns), p.pid));
+
+    let mut losses = Vec::new();
+    let mut loss = |k: &str, v: String| losses.push((k.to_owned(), v));
+    if let Some(l) = m.stats_line() {
+        loss("trace_stats", l);
+    }
+    for (cpu, overrun, dropped) in &m.ftrace_cpu_end {
+        if overrun + dropped > 0 {
+            loss(
+                "ftrace_cpu",
+                format!("cpu{cpu}: {overrun} overrun, {dropped} dropped (kernel counters)"),
+            );
+        }
+    }
+    let b = &w.bundles;
+    let counts = [
+        ("bundles_with_lost_events", b.lost_events_bundles),
+        ("ftrace_errors", b.errors),
+        ("malformed_events", b.malformed),
+        ("generic_event_names_over_limit", b.generic_overflow),
+        ("events_out_of_order", w.late),
+        ("malformed_packets", m.malformed_packets),
+        ("malformed_trace_config", m.bad_config),
+        ("compressed_packets_skipped", m.compressed),
+        ("non_packet_fields", w.stray_fields),
+        ("atrace_over_limit", a.atrace_dropped),
+        ("atrace_unmatched_ends", a.atrace_unmatched),
+    ];
+    for (k, v) in counts {
+        if v > 0 {
+            loss(k, v.to_string());
+        }
+    }
+    let mut unknown: Vec<_> = m.unknown.iter().collect();
+    unknown.sort();
+    for (f, n) in unknown {
+        loss("unknown_packets", format!("field {f}: {n} packets skipped"));
+    }
+    for s in &m.setup {
+        loss("setup", s.clone());
+    }
+    if let Some(e) = &w.error {
+        loss("file", format!("{e}; read {} bytes", w.bytes));
+    }
+
+    let (mut sources, mut events) = (Vec::new(), Vec::new());
+    if let Some(c) = &m.config {
+        for ds in &c.data_sources {
+            let Some(cfg) = &ds.config else { continue };
+            sources.push(cfg.name.clone().unwrap_or_default());
+            if let Some(f) = &cfg.ftrace_config {
+                events.extend(f.ftrace_events.iter().cloned());
+                events.extend(f.atrace_categories.iter().map(|c| format!("atrace:{c}")));
+                events.extend(f.atrace_apps.iter().map(|c| format!("atrace_app:{c}")));
+            }
+        }
+    }
+    View {
+        duration: end.saturating_sub(start),
+        clock: clock_name(w),
+        threads,
+        procs,
+        losses,
+        sources,
+        events,
+    }
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e6)
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+fn by<T, K: Ord>(v: &mut [(String, T)], key: impl Fn(&T) -> K) {
+    v.sort_by(|a, b| key(&b.1).cmp(&key(&a.1)).then(a.0.cmp(&b.0)));
+}
+
+/// The text report; `top` rows per table.
+pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
+    let v = view(w, a);
+    let m = &w.meta;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Trace: {} bytes, {} packets, {:.3} s, clock {}",
+        w.bytes,
+        m.packets,
+        v.duration as f64 / 1e9,
+        v.clock
+    );
+    if !m.machine.is_empty() {
+        let kv: Vec<String> = m.machine.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(o, "Machine: {}", kv.join(" "));
+    }
+    if let Some((n, model)) = &m.cpu_model {
+        let _ = writeln!(o, "CPUs: {n} x {model}");
+    }
+    if !v.sources.is_empty() {
+        let _ = writeln!(o, "Data sources: {}", v.sources.join(", "));
+    }
+    if !v.events.is_empty() {
+        let _ = writeln!(o, "Events configured: {}", v.events.join(" "));
+    }
+    let _ = writeln!(o, "\nLosses and problems:");
+    if v.losses.is_empty() {
+        let _ = writeln!(o, "  none recorded in the trace");
+    }
+    for (k, l) in &v.losses {
+        let _ = writeln!(o, "  {k}: {l}");
+    }
+    if !a.cpus.is_empty() {
+        let _ = writeln!(o, "\nCPU   busy%   idle%  unknown%  frequency residency");
+    }
+    for (c, cpu) in &a.cpus {
+        let total = cpu.busy + cpu.idle + cpu.unknown;
+        let known = cpu.busy + cpu.idle;
+        let freq_total: u64 = cpu.residency.values().sum();
+        let freqs: Vec<String> = cpu
+            .residency
+            .iter()
+            .map(|(khz, ns)| format!("{}MHz:{:.0}%", khz / 1000, pct(*ns, freq_total)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "{c:>3} {:>7.1} {:>7.1} {:>9.1}  {}",
+            pct(cpu.busy, known),
+            pct(cpu.idle, known),
+            pct(cpu.unknown, total),
+            freqs.join(" ")
+        );
+    }
+    if !v.threads.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nTop threads by CPU time:\n{:>8} {:>8}  {:<16} {:>10} {:>9} {:>8}",
+            "tid", "pid", "name", "cpu ms", "switches", "wakeups"
+        );
+    }
+    for (tid, pid, name) in v.threads.iter().take(top) {
+        let t = &a.threads[tid];
+        let _ = writeln!(
+            o,
+            "{tid:>8} {pid:>8}  {name:<16} {:>10} {:>9} {:>8}",
+            ms(t.cpu_ns),
+            t.switches,
+            t.wakeups
+        );
+    }
+    if !v.procs.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nTop processes by CPU time:\n{:>8}  {:<24} {:>10} {:>8}",
+            "pid", "name", "cpu ms", "threads"
+        );
+    }
+    for p in v.procs.iter().take(top) {
+        let _ = writeln!(
+            o,
+            "{:>8}  {:<24} {:>10} {:>8}",
+            p.pid,
+            p.name,
+            ms(p.cpu_ns),
+            p.threads
+        );
+    }
+    let sw: u64 = a.threads.values().map(|t| t.switches).sum();
+    let wk: u64 = a.threads.values().map(|t| t.wakeups).sum();
+    let _ = writeln!(o, "\nContext switches: {sw}  wakeups: {wk}");
+    let h = &a.latency;
+    if h.count() > 0 {
+        let _ = writeln!(
+            o,
+            "\nScheduling latency (waking -> running), {} wakeups: p50 {} ms  p90 {} ms  p99 {} ms  max {} ms",
+            h.count(),
+            ms(h.quantile(0.5)),
+            ms(h.quantile(0.9)),
+            ms(h.quantile(0.99)),
+            ms(a.threads.values().map(|t| t.lat_max).max().unwrap_or(0))
+        );
+        let mut worst: Vec<_> = a.threads.iter().filter(|t| t.1.lat_n > 0).collect();
+        worst.sort_by_key(|(tid, t)| (std::cmp::Reverse(t.lat_max), **tid));
+        let _ = writeln!(
+            o,
+            "{:>8}  {:<16} {:>10} {:>10} {:>8}",
+            "tid", "name", "max ms", "avg ms", "count"
+        );
+        for (tid, t) in worst.into_iter().take(top.min(10)) {
+            let _ = writeln!(
+                o,
+                "{tid:>8}  {:<16} {:>10} {:>10} {:>8}",
+                w.name(*tid),
+                ms(t.lat_max),
+                ms(t.lat_sum / t.lat_n),
+                t.lat_n
+            );
+        }
+    }
+    if a.events > 0 {
+        let _ = write!(o, "\nEvents: {}\n{:<24} {:>10}", a.events, "event", "total");
+        for c in a.cpus.keys() {
+            let _ = write!(o, " {:>9}", format!("cpu{c}"));
+        }
+        o.push('\n');
+        let mut rows: Vec<_> = a.counts.iter().collect();
+        rows.sort_by_key(|(_, v)| std::cmp::Reverse(v.iter().sum::<u64>()));
+        for (id, per) in rows {
+            let name = event_name(*id, &w.bundles.generic_names);
+            let _ = write!(o, "{name:<24} {:>10}", per.iter().sum::<u64>());
+            for c in a.cpus.keys() {
+                let _ = write!(o, " {:>9}", per.get(*c as usize).unwrap_or(&0));
+            }
+            o.push('\n');
+        }
+    }
+    let mut slices: Vec<_> = a.slices.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    if !slices.is_empty() {
+        for (title, longest) in [("total", false), ("longest", true)] {
+            by(&mut slices, |s| if longest { s.max } else { s.total });
+            let _ = writeln!(
+                o,
+                "\nAtrace slices by {title}:\n{:<32} {:>8} {:>12} {:>12}",
+                "name", "count", "total ms", "max ms"
+            );
+            for (n, s) in slices.iter().take(top) {
+                let _ = writeln!(
+                    o,
+                    "{n:<32} {:>8} {:>12} {:>12}",
+                    s.count,
+                    ms(s.total),
+                    ms(s.max)
+                );
+            }
+        }
+    }
+    let mut counters: Vec<_> = a.counters.iter().collect();
+    counters.sort_by(|x, y| x.0.cmp(y.0));
+    if !counters.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nAtrace counters:\n{:<32} {:>8} {:>12} {:>12} {:>12}",
+            "name", "count", "min", "max", "last"
+        );
+    }
+    for (n, c) in counters.iter().take(top) {
+        let _ = writeln!(
+            o,
+            "{n:<32} {:>8} {:>12} {:>12} {:>12}",
+            c.count, c.min, c.max, c.last
+        );
+    }
+    o
+}
+
+/// The JSON report: every thread, slice and counter.
+pub fn json(w: &Walk, a: &Analysis) -> String {
+    let v = view(w, a);
+    let m = &w.meta;
+    let mut o = String::from("{");
+    let list = |items: &[String]| items.iter().map(|s| js(s)).collect::<Vec<_>>().join(",");
+    let _ = write!(
+        o,
+        "\"bytes\":{},\"packets\":{},\"start_ns\":{},\"end_ns\":{},\"duration_ns\":{},\"clock\":{},\"complete\":{},",
+        w.bytes,
+        m.packets,
+        a.start.unwrap_or(0),
+        a.end,
+        v.duration,
+        js(&v.clock),
+        w.error.is_none()
+    );
+    let machine: Vec<String> = m
+        .machine
+        .iter()
+        .map(|(k, v)| format!("{}:{}", js(k), js(v)))
+        .collect();
+    let _ = write!(
+        o,
+        "\"machine\":{{{}}},\"data_sources\":[{}],\"events_configured\":[{}],",
+        machine.join(","),
+        list(&v.sources),
+        list(&v.events)
+    );
+    let losses: Vec<String> = v
+        .losses
+        .iter()
+        .map(|(k, l)| format!("[{},{}]", js(k), js(l)))
+        .collect();
+    let _ = write!(o, "\"losses\":[{}],\"cpus\":[", losses.join(","));
+    for (i, (c, cpu)) in a.cpus.iter().enumerate() {
+        let freq: Vec<String> = cpu
+            .residency
+            .iter()
+            .map(|(k, n)| format!("[{k},{n}]"))
+            .collect();
+        let _ = write!(
+            o,
+            "{}{{\"cpu\":{c},\"busy_ns\":{},\"idle_ns\":{},\"unknown_ns\":{},\"freq_khz_ns\":[{}]}}",
+            if i > 0 { "," } else { "" },
+            cpu.busy,
+            cpu.idle,
+            cpu.unknown,
+            freq.join(",")
+        );
+    }
+    o.push_str("],\"threads\":[");
+    for (i, (tid, pid, name)) in v.threads.iter().enumerate() {
+        let t = &a.threads[tid];
+        let _ = write!(
+            o,
+            "{}{{\"tid\":{tid},\"pid\":{pid},\"name\":{},\"cpu_ns\":{},\"switches\":{},\"wakeups\":{},\"latency_count\":{},\"latency_max_ns\":{},\"latency_sum_ns\":{}}}",
+            if i > 0 { "," } else { "" },
+            js(name),
+            t.cpu_ns,
+            t.switches,
+            t.wakeups,
+            t.lat_n,
+            t.lat_max,
+            t.lat_sum
+        );
+    }
+    o.push_str("],\"processes\":[");
+    for (i, p) in v.procs.iter().enumerate() {
+        let _ = write!(
+            o,
+            "{}{{\"pid\":{},\"name\":{},\"cpu_ns\":{},\"threads\":{}}}",
+            if i > 0 { "," } else { "" },
+            p.pid,
+            js(&p.name),
+            p.cpu_ns,
+            p.threads
+        );
+    }
+    let h = &a.latency;
+    let _ = write!(
+        o,
+        "],\"latency\":{{\"count\":{},\"p50_ns\":{},\"p90_ns\":{},\"p99_ns\":{}}},\"events\":{},\"event_counts\":[",
+        h.count(),
+        h.quantile(0.5),
+        h.quantile(0.9),
+        h.quantile(0.99),
+        a.events
+    );
+    for (i, (id, per)) in a.counts.iter().enumerate() {
+        let per: Vec<String> = per.iter().map(u64::to_string).collect();
+        let _ = write!(
+            o,
+            "{}{{\"name\":{},\"per_cpu\":[{}]}}",
+            if i > 0 { "," } else { "" },
+            js(event_name(*id, &w.bundles.generic_names)),
+            per.join(",")
+        );
+    }
+    o.push_str("],\"slices\":[");
+    let mut slices: Vec<_> = a.slices.iter().collect();
+    slices.sort_by(|x, y| x.0.cmp(y.0));
+    for (i, (n, s)) in slices.iter().enumerate() {
+        let _ = write!(
+            o,
+            "{}{{\"name\":{},\"count\":{},\"total_ns\":{},\"max_ns\":{}}}",
+            if i > 0 { "," } else { "" },
+            js(n),
+            s.count,
+            s.total,
+            s.max
+        );
+    }
+    o.push_str("],\"counters\":[");
+    let mut counters: Vec<_> = a.counters.iter().collect();
+    counters.sort_by(|x, y| x.0.cmp(y.0));
+    for (i, (n, c)) in counters.iter().enumerate() {
+        let _ = write!(
+            o,
+            "{}{{\"name\":{},\"count\":{},\"min\":{},\"max\":{},\"last\":{}}}",
+            if i > 0 { "," } else { "" },
+            js(n),
+            c.count,
+            c.min,
+            c.max,
+            c.last
+        );
+    }
+    o.push_str("]}\n");
+    o
+}
