@@ -6,6 +6,7 @@ use std::io::Write;
 use argh::FromArgs;
 
 use super::{parse_args, Via};
+use crate::protozero::decimal::parse_decimal;
 use crate::report::{events, output, summarize, walk};
 
 /// Summarize a Perfetto trace: machine, losses, CPU use, who ran,
@@ -29,10 +30,10 @@ struct Args {
     cpu: Vec<String>,
     /// start of the time window, trace seconds (as the events dump shows)
     #[argh(option)]
-    from: Option<f64>,
+    from: Option<String>,
     /// end of the time window, trace seconds
     #[argh(option)]
-    to: Option<f64>,
+    to: Option<String>,
     /// rows per table (default 20)
     #[argh(option, default = "20")]
     top: usize,
@@ -48,8 +49,15 @@ fn list<T: std::str::FromStr>(v: &[String]) -> Result<Vec<T>, String> {
         .collect()
 }
 
-fn ns(s: Option<f64>, default: u64) -> u64 {
-    s.map_or(default, |s| (s.max(0.0) * 1e9).round() as u64)
+/// Seconds (decimal text) to ns; std's float parser is not linked in.
+fn ns(s: &Option<String>, default: u64) -> Result<u64, String> {
+    match s {
+        None => Ok(default),
+        Some(t) => parse_decimal(t)
+            .filter(|v| *v >= 0.0)
+            .map(|v| (v * 1e9).round() as u64)
+            .ok_or(format!("bad time '{t}' (seconds)")),
+    }
 }
 
 pub fn main(args: &[String], _via: Via) -> i32 {
@@ -64,7 +72,13 @@ pub fn main(args: &[String], _via: Via) -> i32 {
             return 1;
         }
     };
-    let (since, until) = (ns(a.from, 0), ns(a.to, u64::MAX));
+    let (since, until) = match (ns(&a.from, 0), ns(&a.to, u64::MAX)) {
+        (Ok(s), Ok(u)) => (s, u),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("report: {e}");
+            return 1;
+        }
+    };
     let mut out = std::io::stdout().lock();
     let error = if a.events {
         let (pids, cpus) = match (list(&a.pid), list(&a.cpu)) {

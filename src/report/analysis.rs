@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::ftrace::{Ev, Rec, CPU_FREQUENCY, SCHED_SWITCH, SCHED_WAKEUP, SCHED_WAKING};
+use crate::protozero::decimal::parse_decimal;
 use crate::protozero::decode::{read_varint, FieldIter};
 use crate::traced_probes::ftrace::parse::table::ftrace_event;
 
@@ -330,7 +331,11 @@ impl Analysis {
             (Some("C"), Some(name)) => {
                 let v: f64 = rest
                     .and_then(|r| r.split('|').next())
-                    .and_then(|v| v.trim().parse().ok())
+                    .and_then(|v| {
+                        let v = v.trim();
+                        let x = parse_decimal(v.trim_start_matches('-'))?;
+                        Some(if v.starts_with('-') { -x } else { x })
+                    })
                     .filter(|v: &f64| v.is_finite())
                     .unwrap_or(0.0);
                 if !self.inside(ts) {
