@@ -57,7 +57,9 @@ duration_ms: 60000
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_until(Duration::from_secs(30), "tracing on", || ftrace_ready(instance));
+    wait_until(Duration::from_secs(30), "tracing on", || {
+        ftrace_ready(instance)
+    });
     child
 }
 
@@ -460,7 +462,9 @@ data_sources {{ config {{ name: "linux.sys_stats" sys_stats_config {{ meminfo_pe
     );
     let (out, stop) = (dir.join("trace.pb"), dir.join("stop"));
     let mut consumer = start_consumer(&consumer_bin, &socks, &cfg, &out, &stop, &dir.join("c.log"));
-    wait_until(Duration::from_secs(30), "ftrace start", || ftrace_ready(instance));
+    wait_until(Duration::from_secs(30), "ftrace start", || {
+        ftrace_ready(instance)
+    });
     let mut m = marker(instance);
     write_marker(&mut m, &format!("B|{}|tbxreal", std::process::id()));
     std::thread::sleep(Duration::from_millis(500));
