@@ -211,14 +211,14 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
             .iter()
             .map(|(khz, ns)| format!("{}MHz:{:.0}%", khz / 1000, pct(*ns, freq_total)))
             .collect();
-        let _ = writeln!(
-            o,
+        let line = format!(
             "{c:>3} {:>7.1} {:>7.1} {:>9.1}  {}",
             pct(cpu.busy, known),
             pct(cpu.idle, known),
             pct(cpu.unknown, total),
             freqs.join(" ")
         );
+        let _ = writeln!(o, "{}", line.trim_end());
     }
     if !v.threads.is_empty() {
         let _ = writeln!(
