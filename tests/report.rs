@@ -321,6 +321,32 @@ fn atrace_markers_come_out_with_their_measured_durations() {
     );
     let text = report_ok(&[trace]);
     assert!(text.contains("Atrace slices by longest:"), "{text}");
+
+    // Filters: this thread's prints only; a cpu that does not exist: nothing.
+    let me = pid.to_string();
+    let tid = nix::unistd::gettid().to_string();
+    let dump = report_ok(&["--events", "-e", "print", "-P", &tid, trace]);
+    let lines: Vec<&str> = dump.lines().collect();
+    assert_eq!(lines.len(), 8 * 3 + 2, "tid {tid}: {dump}");
+    assert!(
+        lines.iter().all(|l| l.contains(&format!("-{tid} "))),
+        "{dump}"
+    );
+    assert!(lines[0].ends_with(&format!("tracing_mark_write: B|{me}|tbxmark 1")));
+    assert_eq!(report_ok(&["--events", "--cpu", "4095", trace]), "");
+    let (from, to) = (
+        marker_time(trace, &format!("B|{me}|tbxmark 2")),
+        marker_time(trace, &format!("B|{me}|tbxmark 3")),
+    );
+    let window = report_ok(&[
+        "--events", "-e", "print", "--from", &from, "--to", &to, trace,
+    ]);
+    assert!(
+        window.contains("tbxmark 2")
+            && !window.contains("tbxmark 3")
+            && !window.contains("tbxmark 1"),
+        "{window}"
+    );
     assert!(text.contains("tbxmark 8"), "{text}");
 }
 
@@ -452,6 +478,7 @@ fn trace_from_real_traced_reports_cleanly() {
 data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
     ftrace_events: "sched/sched_switch" ftrace_events: "sched/sched_waking"
     ftrace_events: "power/cpu_frequency" ftrace_events: "ftrace/print"
+    ftrace_events: "tbx_no_such_group/no_such_event"
     instance_name: "{instance}" }} }} }}
 data_sources {{ config {{ name: "linux.process_stats"
     process_stats_config {{ scan_all_processes_on_start: true }} }} }}
@@ -482,6 +509,10 @@ data_sources {{ config {{ name: "linux.sys_stats" sys_stats_config {{ meminfo_pe
     assert!(!text.contains("unknown_packets"), "{text}");
     assert!(!text.contains("malformed"), "{text}");
     assert!(text.contains("tbxreal"), "{text}");
+    assert!(
+        text.contains("setup: unknown ftrace event tbx_no_such_group/no_such_event"),
+        "{text}"
+    );
     assert!(text.contains("sched_switch"), "{text}");
     let events = report_ok(&["--events", out.to_str().unwrap()]);
     assert!(events.contains("tracing_mark_write: B|"), "{events}");

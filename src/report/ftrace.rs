@@ -143,16 +143,18 @@ fn decode_event(
         st.malformed += 1;
     }
     let Some((id, p)) = payload else { return };
-    let int = |n: u32| -> i64 {
-        FieldIter::new(p)
-            .find(|f| f.number == n && f.wire_type == 0)
-            .map_or(0, |f| varint(f.value) as i64)
-    };
-    let bytes = |n: u32| -> &[u8] {
-        FieldIter::new(p)
-            .find(|f| f.number == n && f.wire_type == 2)
-            .map_or(&[][..], |f| f.value)
-    };
+    // Fields 1..8 of the payload, read in one pass (all the analysis uses).
+    let (mut ints, mut strs) = ([0i64; 8], [&[][..]; 8]);
+    for f in FieldIter::new(p) {
+        let n = f.number as usize;
+        match f.wire_type {
+            0 if n < 8 => ints[n] = varint(f.value) as i64,
+            2 if n < 8 => strs[n] = f.value,
+            _ => {}
+        }
+    }
+    let int = |n: usize| ints[n];
+    let bytes = |n: usize| strs[n];
     let ev = match id {
         ftrace_event::PRINT => Ev::Print(String::from_utf8_lossy(bytes(2)).into()),
         SCHED_SWITCH => {
