@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pure=(src/protozero src/tracing/core src/tracing/service src/schema src/cmd/pbtx
-      src/traced_probes/ftrace/parse)
+      src/traced_probes/ftrace/parse src/report)
 pattern='(\b(mio|nix|libc)::|use (mio|nix|libc)\b|std::os::(fd|unix)|extern crate (mio|nix|libc))'
 bad=0
 for p in "${pure[@]}"; do
