@@ -14,6 +14,9 @@ use crate::traced_probes::ftrace::parse::table::ftrace_event;
 /// are counted in `atrace_dropped`.
 pub const MAX_NAMES: usize = 8192;
 const MAX_DEPTH: usize = 64;
+/// Threads tracked (pid_max is at most 2^22); events of further threads
+/// go to one overflow entry (tid `i32::MIN`) and are counted.
+pub const MAX_THREADS: usize = 1 << 22;
 const UNKNOWN: i32 = -2;
 
 #[derive(Debug, Default, Clone)]
@@ -119,6 +122,7 @@ pub struct Analysis {
     pub counters: HashMap<String, Counter>,
     pub atrace_dropped: u64,
     pub atrace_unmatched: u64,
+    pub threads_over_limit: u64,
     stacks: HashMap<i32, Vec<(String, u64)>>,
     open_async: HashMap<(String, String), u64>,
 }
@@ -148,6 +152,13 @@ impl Analysis {
     }
 
     pub fn thread(&mut self, tid: i32) -> &mut Thread {
+        let full = self.threads.len() >= MAX_THREADS;
+        let tid = if full && !self.threads.contains_key(&tid) {
+            self.threads_over_limit += 1;
+            i32::MIN
+        } else {
+            tid
+        };
         self.threads.entry(tid).or_default()
     }
 
@@ -246,8 +257,8 @@ impl Analysis {
                 ftrace_event::PRINT
             }
             Ev::Other { id, raw } => {
-                if *id == CPU_FREQUENCY {
-                    let cpu = varint_field(raw, 2) as u32;
+                let cpu = varint_field(raw, 2) as u32;
+                if *id == CPU_FREQUENCY && cpu < super::ftrace::MAX_CPUS {
                     self.cpu(cpu);
                     self.set_freq(cpu, ts, varint_field(raw, 1));
                 }
@@ -258,12 +269,10 @@ impl Analysis {
             self.events += 1;
             let v = self.counts.entry(id).or_default();
             let c = r.cpu as usize;
-            if c < 4096 {
-                if v.len() <= c {
-                    v.resize(c + 1, 0);
-                }
-                v[c] += 1;
+            if v.len() <= c {
+                v.resize(c + 1, 0);
             }
+            v[c] += 1;
         }
     }
 
@@ -302,8 +311,12 @@ impl Analysis {
         let (kind, _pid, name, rest) = (p.next(), p.next(), p.next(), p.next());
         match (kind, name) {
             (Some("B"), Some(name)) => {
-                let s = self.stacks.entry(tid).or_default();
-                if s.len() < MAX_DEPTH {
+                let room = self.stacks.len() < MAX_NAMES || self.stacks.contains_key(&tid);
+                let s = self
+                    .stacks
+                    .entry(if room { tid } else { i32::MIN })
+                    .or_default();
+                if room && s.len() < MAX_DEPTH {
                     s.push((name.to_owned(), ts));
                 } else {
                     self.atrace_dropped += 1;

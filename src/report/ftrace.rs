@@ -15,6 +15,8 @@ pub const TASK_RENAME: u32 = 236;
 /// Generic events get ids from here on, one per distinct name.
 pub const GENERIC_BASE: u32 = 1 << 20;
 const MAX_GENERIC_NAMES: usize = 1024;
+/// Bundles of higher cpu numbers are counted as malformed.
+pub const MAX_CPUS: u32 = 4096;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ev {
@@ -109,6 +111,10 @@ pub fn decode_bundle(
             (8, 2) => st.errors += 1,
             _ => {}
         }
+    }
+    if cpu >= MAX_CPUS {
+        st.malformed += 1;
+        return;
     }
     let mut it = FieldIter::new(b);
     for f in &mut it {

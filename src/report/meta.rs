@@ -50,7 +50,14 @@ pub struct Meta {
     pub tgid: HashMap<i32, i32>,
     pub process: HashMap<i32, String>,
     pub thread_names: HashMap<i32, String>,
+    /// Process-tree entries, setup messages and unknown packet kinds not
+    /// kept because their tables were full.
+    pub over_limit: u64,
 }
+
+/// Entries kept per table (process names, setup messages, ...).
+pub const MAX_ENTRIES: usize = 1 << 22;
+const MAX_MESSAGES: usize = 256;
 
 fn varint(f: &RawField) -> u64 {
     read_varint(f.value).map_or(0, |v| v.0)
@@ -105,7 +112,10 @@ impl Meta {
                 }
                 COMPRESSED => self.compressed += 1,
                 n if COMMON.contains(&n) || KNOWN.contains(&n) => {}
-                n => *self.unknown.entry(n).or_default() += 1,
+                n if self.unknown.len() < MAX_MESSAGES || self.unknown.contains_key(&n) => {
+                    *self.unknown.entry(n).or_default() += 1
+                }
+                _ => self.over_limit += 1,
             }
         }
         self.malformed_packets += it.error as u64;
@@ -127,6 +137,10 @@ impl Meta {
                     _ => {}
                 }
             }
+            if self.tgid.len() >= MAX_ENTRIES || self.thread_names.len() >= MAX_ENTRIES {
+                self.over_limit += 1;
+                continue;
+            }
             match f.number {
                 1 => {
                     self.tgid.insert(id, id);
@@ -144,6 +158,14 @@ impl Meta {
                 }
                 _ => {}
             }
+        }
+    }
+
+    fn setup_problem(&mut self, s: String) {
+        if self.setup.len() < MAX_MESSAGES {
+            self.setup.insert(s);
+        } else if !self.setup.contains(&s) {
+            self.over_limit += 1;
         }
     }
 
@@ -168,20 +190,17 @@ impl Meta {
                 5 | 13 => {
                     let s = text(&f);
                     if !s.is_empty() {
-                        self.setup.insert(s);
+                        self.setup_problem(s);
                     }
                 }
                 6 => {
-                    self.setup
-                        .insert(format!("unknown ftrace event {}", text(&f)));
+                    self.setup_problem(format!("unknown ftrace event {}", text(&f)));
                 }
                 7 => {
-                    self.setup
-                        .insert(format!("failed ftrace event {}", text(&f)));
+                    self.setup_problem(format!("failed ftrace event {}", text(&f)));
                 }
                 9 => {
-                    self.setup
-                        .insert(format!("ftrace parse error (status {})", varint(&f)));
+                    self.setup_problem(format!("ftrace parse error (status {})", varint(&f)));
                 }
                 _ => {}
             }

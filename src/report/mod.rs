@@ -69,12 +69,14 @@ pub fn walk<R: Read>(src: R, keep_raw: bool, sink: &mut dyn FnMut(&Rec, &Walk)) 
             if tid <= 0 || name.is_empty() {
                 return;
             }
+            let room = comms.len() < meta::MAX_ENTRIES;
             match comms.get_mut(&tid) {
                 Some(c) if c.as_bytes() == name => {}
                 Some(c) => *c = String::from_utf8_lossy(name).into_owned(),
-                None => {
+                None if room => {
                     comms.insert(tid, String::from_utf8_lossy(name).into_owned());
                 }
+                None => {}
             }
         };
         ftrace::decode_bundle(b, keep_raw, &mut w.bundles, &mut comm, &mut |r| {

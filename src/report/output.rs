@@ -109,6 +109,8 @@ fn view(w: &Walk, a: &Analysis) -> View {
         ("non_packet_fields", w.stray_fields),
         ("atrace_over_limit", a.atrace_dropped),
         ("atrace_unmatched_ends", a.atrace_unmatched),
+        ("events_of_threads_over_limit", a.threads_over_limit),
+        ("names_over_limit", m.over_limit),
     ];
     for (k, v) in counts {
         if v > 0 {
