@@ -28,9 +28,9 @@ cd "$REPO"
 TRACEFS=/sys/kernel/tracing
 command -v trace-cmd >/dev/null || { apt-get update -qq && apt-get install -y -qq trace-cmd >/dev/null; }
 cargo build --quiet --release --bin tracebox
-cargo build --quiet --profile bench-release --example bench_load
+cargo build --quiet --release --example bench_load
 TB="$REPO/target/release/tracebox"
-LOAD="$REPO/target/bench-release/examples/bench_load"
+LOAD="$REPO/target/release/examples/bench_load"
 WORK=$(mktemp -d /tmp/tbx-bench-report.XXXXXX)
 cleanup() {
     rmdir "$TRACEFS/instances/tbx_rpt_tc" 2>/dev/null || true

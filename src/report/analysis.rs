@@ -1,11 +1,13 @@
 //! What the events say, fed in time order: cpu time per cpu and per
 //! thread, frequency residency, switches, wakeups, waking-to-running
 //! latency, event counts and atrace slices and counters. State is per cpu,
-//! per thread and per distinct name, never per event.
+//! per thread and per distinct name, never per event. (Vecs and one map
+//! type per key kind: every distinct map type costs binary size.)
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use super::ftrace::{Ev, Rec, CPU_FREQUENCY, SCHED_SWITCH, SCHED_WAKEUP, SCHED_WAKING};
+use super::ftrace::{Ev, Rec, CPU_FREQUENCY, GENERIC_BASE, MAX_CPUS, SCHED_SWITCH};
+use super::ftrace::{SCHED_WAKEUP, SCHED_WAKING};
 use crate::protozero::decimal::parse_decimal;
 use crate::protozero::decode::{read_varint, FieldIter};
 use crate::traced_probes::ftrace::parse::table::ftrace_event;
@@ -17,12 +19,12 @@ const MAX_DEPTH: usize = 64;
 /// Threads tracked (pid_max is at most 2^22); events of further threads
 /// go to one overflow entry (tid `i32::MIN`) and are counted.
 pub const MAX_THREADS: usize = 1 << 22;
+/// Count slots: FtraceEvent field ids below this, then generic events.
+const ID_SLOTS: u32 = 1024;
 const UNKNOWN: i32 = -2;
 
 #[derive(Debug, Default, Clone)]
 pub struct Thread {
-    pub comm: String,
-    pub tgid: i32,
     pub cpu_ns: u64,
     pub switches: u64,
     pub wakeups: u64,
@@ -30,10 +32,13 @@ pub struct Thread {
     pub lat_sum: u64,
     pub lat_max: u64,
     waking: u64,
+    /// Open atrace `B` slices: name, start.
+    stack: Vec<(String, u64)>,
 }
 
 #[derive(Debug, Default, Clone)]
 pub struct Cpu {
+    pub seen: bool,
     running: i32,
     since: u64,
     pub busy: u64,
@@ -41,8 +46,8 @@ pub struct Cpu {
     pub unknown: u64,
     freq: u64,
     freq_since: u64,
-    /// kHz -> ns.
-    pub residency: BTreeMap<u64, u64>,
+    /// (kHz, ns).
+    pub residency: Vec<(u64, u64)>,
 }
 
 /// Log-linear histogram: 16 buckets per power of two (6% resolution).
@@ -91,18 +96,15 @@ impl Hist {
     }
 }
 
+/// A slice name's durations, or a counter's values (min, max, last), or
+/// an open async slice (`total` is its start).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Agg {
     pub count: u64,
     pub total: u64,
     pub max: u64,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Counter {
-    pub count: u64,
-    pub min: f64,
-    pub max: f64,
+    pub min_v: f64,
+    pub max_v: f64,
     pub last: f64,
 }
 
@@ -113,18 +115,35 @@ pub struct Analysis {
     pub start: Option<u64>,
     pub end: u64,
     pub events: u64,
-    pub cpus: BTreeMap<u32, Cpu>,
+    /// Indexed by cpu number (`seen` tells which exist).
+    pub cpus: Vec<Cpu>,
     pub threads: HashMap<i32, Thread>,
     pub latency: Hist,
-    /// Event id -> count per cpu.
-    pub counts: BTreeMap<u32, Vec<u64>>,
+    /// Count per cpu, indexed by [`slot`] of the event id.
+    pub counts: Vec<Vec<u64>>,
     pub slices: HashMap<String, Agg>,
-    pub counters: HashMap<String, Counter>,
+    pub counters: HashMap<String, Agg>,
     pub atrace_dropped: u64,
     pub atrace_unmatched: u64,
     pub threads_over_limit: u64,
-    stacks: HashMap<i32, Vec<(String, u64)>>,
-    open_async: HashMap<(String, String), u64>,
+    /// Open async slices by "name\0cookie".
+    open_async: HashMap<String, Agg>,
+}
+
+/// Count slot of an event id; ids past the table share the last slot.
+fn slot(id: u32) -> usize {
+    match id {
+        id if id >= GENERIC_BASE => (ID_SLOTS + (id - GENERIC_BASE)) as usize,
+        id => id.min(ID_SLOTS - 1) as usize,
+    }
+}
+
+/// The event id of a count slot.
+pub fn slot_id(s: usize) -> u32 {
+    match s as u32 {
+        s if s >= ID_SLOTS => GENERIC_BASE + s - ID_SLOTS,
+        s => s,
+    }
 }
 
 fn varint_field(p: &[u8], n: u32) -> u64 {
@@ -132,6 +151,22 @@ fn varint_field(p: &[u8], n: u32) -> u64 {
         .find(|f| f.number == n && f.wire_type == 0)
         .and_then(|f| read_varint(f.value))
         .map_or(0, |v| v.0)
+}
+
+/// Adds to a capped name table; false (and counted) when full.
+fn named<'a>(
+    map: &'a mut HashMap<String, Agg>,
+    name: &str,
+    dropped: &mut u64,
+) -> Option<&'a mut Agg> {
+    if !map.contains_key(name) {
+        if map.len() >= MAX_NAMES {
+            *dropped += 1;
+            return None;
+        }
+        map.insert(name.to_owned(), Agg::default());
+    }
+    map.get_mut(name)
 }
 
 impl Analysis {
@@ -162,21 +197,33 @@ impl Analysis {
         self.threads.entry(tid).or_default()
     }
 
+    /// The cpu's state (`c` < [`MAX_CPUS`], checked by the callers).
     fn cpu(&mut self, c: u32) -> &mut Cpu {
         let start = self.start.unwrap_or(0);
-        self.cpus.entry(c).or_insert_with(|| Cpu {
-            running: UNKNOWN,
-            since: start,
-            freq_since: start,
-            ..Default::default()
-        })
+        let c = c as usize;
+        if self.cpus.len() <= c {
+            self.cpus.resize(c + 1, Cpu::default());
+        }
+        let cpu = &mut self.cpus[c];
+        if !cpu.seen {
+            *cpu = Cpu {
+                seen: true,
+                running: UNKNOWN,
+                since: start,
+                freq_since: start,
+                ..Default::default()
+            };
+        }
+        cpu
     }
 
     /// Closes the cpu's current run interval at `ts`.
     fn accrue(&mut self, c: u32, ts: u64) {
-        let cpu = &self.cpus[&c];
-        let d = self.clip(cpu.since, ts);
-        let running = cpu.running;
+        let (since, running) = {
+            let cpu = self.cpu(c);
+            (cpu.since, cpu.running)
+        };
+        let d = self.clip(since, ts);
         if running > 0 {
             self.thread(running).cpu_ns += d;
         }
@@ -190,11 +237,14 @@ impl Analysis {
     }
 
     fn set_freq(&mut self, c: u32, ts: u64, khz: u64) {
-        let cpu = &self.cpus[&c];
-        let d = self.clip(cpu.freq_since, ts);
+        let since = self.cpu(c).freq_since;
+        let d = self.clip(since, ts);
         let cpu = self.cpu(c);
         if cpu.freq != 0 && d > 0 {
-            *cpu.residency.entry(cpu.freq).or_default() += d;
+            match cpu.residency.iter_mut().find(|r| r.0 == cpu.freq) {
+                Some(r) => r.1 += d,
+                None => cpu.residency.push((cpu.freq, d)),
+            }
         }
         cpu.freq = khz;
         cpu.freq_since = ts;
@@ -217,7 +267,7 @@ impl Analysis {
                     self.cpu(r.cpu).running = *prev_pid;
                 }
                 self.accrue(r.cpu, ts);
-                let prev = self.cpus[&r.cpu].running;
+                let prev = self.cpu(r.cpu).running;
                 if prev > 0 {
                     self.thread(prev).waking = 0;
                 }
@@ -258,8 +308,7 @@ impl Analysis {
             }
             Ev::Other { id, raw } => {
                 let cpu = varint_field(raw, 2) as u32;
-                if *id == CPU_FREQUENCY && cpu < super::ftrace::MAX_CPUS {
-                    self.cpu(cpu);
+                if *id == CPU_FREQUENCY && cpu < MAX_CPUS {
                     self.set_freq(cpu, ts, varint_field(raw, 1));
                 }
                 *id
@@ -267,7 +316,11 @@ impl Analysis {
         };
         if inside {
             self.events += 1;
-            let v = self.counts.entry(id).or_default();
+            let s = slot(id);
+            if self.counts.len() <= s {
+                self.counts.resize(s + 1, Vec::new());
+            }
+            let v = &mut self.counts[s];
             let c = r.cpu as usize;
             if v.len() <= c {
                 v.resize(c + 1, 0);
@@ -279,27 +332,23 @@ impl Analysis {
     /// Closes every open interval at the last event.
     pub fn finish(&mut self) {
         let end = self.end;
-        let cpus: Vec<u32> = self.cpus.keys().copied().collect();
-        for c in cpus {
-            self.accrue(c, end);
-            let f = self.cpus[&c].freq;
-            self.set_freq(c, end, f);
+        for c in 0..self.cpus.len() {
+            if self.cpus[c].seen {
+                self.accrue(c as u32, end);
+                let f = self.cpus[c].freq;
+                self.set_freq(c as u32, end, f);
+            }
         }
     }
 
-    fn slice_done(&mut self, name: String, start: u64, end: u64) {
+    fn slice_done(&mut self, name: &str, start: u64, end: u64) {
         if !(self.inside(start) && self.inside(end)) {
             return;
         }
-        let n = self.slices.len();
-        match self.slices.get_mut(&name) {
-            Some(a) => add_agg(a, end - start),
-            None if n < MAX_NAMES => {
-                let mut a = Agg::default();
-                add_agg(&mut a, end - start);
-                self.slices.insert(name, a);
-            }
-            None => self.atrace_dropped += 1,
+        if let Some(a) = named(&mut self.slices, name, &mut self.atrace_dropped) {
+            a.count += 1;
+            a.total += end - start;
+            a.max = a.max.max(end - start);
         }
     }
 
@@ -311,38 +360,32 @@ impl Analysis {
         let (kind, _pid, name, rest) = (p.next(), p.next(), p.next(), p.next());
         match (kind, name) {
             (Some("B"), Some(name)) => {
-                let room = self.stacks.len() < MAX_NAMES || self.stacks.contains_key(&tid);
-                let s = self
-                    .stacks
-                    .entry(if room { tid } else { i32::MIN })
-                    .or_default();
-                if room && s.len() < MAX_DEPTH {
+                let s = &mut self.thread(tid).stack;
+                if s.len() < MAX_DEPTH {
                     s.push((name.to_owned(), ts));
                 } else {
                     self.atrace_dropped += 1;
                 }
             }
-            (Some("E"), _) => match self.stacks.get_mut(&tid).and_then(Vec::pop) {
-                Some((name, start)) => self.slice_done(name, start, ts),
+            (Some("E"), _) => match self.thread(tid).stack.pop() {
+                Some((name, start)) => self.slice_done(&name, start, ts),
                 None => self.atrace_unmatched += 1,
             },
             (Some("S"), Some(name)) => {
-                if self.open_async.len() < MAX_NAMES {
-                    let key = (name.to_owned(), rest.unwrap_or("").to_owned());
-                    self.open_async.insert(key, ts);
-                } else {
-                    self.atrace_dropped += 1;
+                let key = format!("{name}\0{}", rest.unwrap_or(""));
+                if let Some(a) = named(&mut self.open_async, &key, &mut self.atrace_dropped) {
+                    a.total = ts;
                 }
             }
             (Some("F"), Some(name)) => {
-                let key = (name.to_owned(), rest.unwrap_or("").to_owned());
+                let key = format!("{name}\0{}", rest.unwrap_or(""));
                 match self.open_async.remove(&key) {
-                    Some(start) => self.slice_done(key.0, start, ts),
+                    Some(a) => self.slice_done(name, a.total, ts),
                     None => self.atrace_unmatched += 1,
                 }
             }
             (Some("C"), Some(name)) => {
-                let v: f64 = rest
+                let v = rest
                     .and_then(|r| r.split('|').next())
                     .and_then(|v| {
                         let v = v.trim();
@@ -354,35 +397,19 @@ impl Analysis {
                 if !self.inside(ts) {
                     return;
                 }
-                let n = self.counters.len();
-                let c = match self.counters.get_mut(name) {
-                    Some(c) => c,
-                    None if n < MAX_NAMES => {
-                        self.counters.entry(name.to_owned()).or_insert(Counter {
-                            min: v,
-                            max: v,
-                            ..Default::default()
-                        })
+                if let Some(c) = named(&mut self.counters, name, &mut self.atrace_dropped) {
+                    if c.count == 0 {
+                        (c.min_v, c.max_v) = (v, v);
                     }
-                    None => {
-                        self.atrace_dropped += 1;
-                        return;
-                    }
-                };
-                c.count += 1;
-                c.min = c.min.min(v);
-                c.max = c.max.max(v);
-                c.last = v;
+                    c.count += 1;
+                    c.min_v = c.min_v.min(v);
+                    c.max_v = c.max_v.max(v);
+                    c.last = v;
+                }
             }
             _ => {}
         }
     }
-}
-
-fn add_agg(a: &mut Agg, d: u64) {
-    a.count += 1;
-    a.total += d;
-    a.max = a.max.max(d);
 }
 
 #[cfg(test)]
@@ -432,14 +459,17 @@ mod tests {
         });
         a.feed(&rec(200, 0, switch(7, 8)));
         a.feed(&rec(400, 0, switch(8, 0)));
+        a.feed(&rec(500, 0, switch(0, 7)));
         a.finish();
         assert_eq!(a.threads[&7].cpu_ns, 100);
         assert_eq!(a.threads[&8].cpu_ns, 200);
         assert_eq!(a.threads[&8].lat_max, 50);
-        let c = &a.cpus[&0];
-        assert_eq!((c.busy, c.idle, c.unknown), (300, 0, 0));
+        let c = &a.cpus[0];
+        assert_eq!((c.busy, c.idle, c.unknown), (300, 100, 0));
         assert_eq!(a.slices["work"].max, 30);
         assert_eq!(a.latency.count(), 1);
         assert!((47..=53).contains(&a.latency.quantile(0.5)));
+        assert_eq!(a.counts[slot(SCHED_SWITCH)], vec![4]);
+        assert_eq!(slot_id(slot(GENERIC_BASE + 3)), GENERIC_BASE + 3);
     }
 }

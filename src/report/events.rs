@@ -23,7 +23,7 @@ pub struct Filter {
 /// events that leave them out.
 #[derive(Default)]
 pub struct Printer {
-    running: HashMap<u32, i32>,
+    running: Vec<i32>,
     prio: HashMap<i32, i32>,
     pub printed: u64,
 }
@@ -81,7 +81,7 @@ impl Printer {
         let mut task = if r.pid >= 0 {
             r.pid
         } else {
-            *self.running.get(&r.cpu).unwrap_or(&-1)
+            *self.running.get(r.cpu as usize).unwrap_or(&-1)
         };
         if let Ev::Switch {
             prev_pid,
@@ -93,7 +93,11 @@ impl Printer {
             if prev_pid >= 0 {
                 task = prev_pid;
             }
-            self.running.insert(r.cpu, next_pid);
+            let c = r.cpu as usize;
+            if self.running.len() <= c {
+                self.running.resize(c + 1, -1);
+            }
+            self.running[c] = next_pid;
             self.prio.insert(next_pid, next_prio);
         }
         if r.ts < f.since || r.ts > f.until {

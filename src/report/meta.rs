@@ -1,7 +1,7 @@
 //! Packets other than ftrace events: the machine, the config, clocks,
 //! process names and the service's and ftrace's own loss counters.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use crate::cmd::kernel_loss::KernelLoss;
 use crate::cmd::status_line;
@@ -30,8 +30,8 @@ const KNOWN: &[u32] = &[4, 5, 7, 9, 11, 36, 46, 69, 89, 124, 126, 130, 134];
 pub struct Meta {
     pub packets: u64,
     pub malformed_packets: u64,
-    /// Packets whose payload the report does not know, by field number.
-    pub unknown: HashMap<u32, u64>,
+    /// Packets whose payload the report does not know: (field, count).
+    pub unknown: Vec<(u32, u64)>,
     pub compressed: u64,
     pub first_ts: Option<u64>,
     pub last_ts: u64,
@@ -44,15 +44,23 @@ pub struct Meta {
     pub stats: Option<TraceStats>,
     pub kernel_loss: KernelLoss,
     /// Setup problems from ftrace_stats (deduplicated).
-    pub setup: BTreeSet<String>,
+    pub setup: Vec<String>,
     pub ftrace_cpu_end: Vec<(u64, u64, u64)>,
-    /// tid -> (tgid, thread name), pid -> process name.
-    pub tgid: HashMap<i32, i32>,
-    pub process: HashMap<i32, String>,
-    pub thread_names: HashMap<i32, String>,
+    /// What the process tree and the sched data name, by tid/pid.
+    pub tasks: HashMap<i32, Task>,
     /// Process-tree entries, setup messages and unknown packet kinds not
     /// kept because their tables were full.
     pub over_limit: u64,
+}
+
+/// A thread or process: its process id, names from the process tree
+/// (thread name, process cmdline) and from the sched data (comm).
+#[derive(Debug, Default)]
+pub struct Task {
+    pub tgid: i32,
+    pub name: String,
+    pub cmdline: String,
+    pub comm: String,
 }
 
 /// Entries kept per table (process names, setup messages, ...).
@@ -112,10 +120,14 @@ impl Meta {
                 }
                 COMPRESSED => self.compressed += 1,
                 n if COMMON.contains(&n) || KNOWN.contains(&n) => {}
-                n if self.unknown.len() < MAX_MESSAGES || self.unknown.contains_key(&n) => {
-                    *self.unknown.entry(n).or_default() += 1
+                n => {
+                    let room = self.unknown.len() < MAX_MESSAGES;
+                    match self.unknown.iter_mut().find(|u| u.0 == n) {
+                        Some(u) => u.1 += 1,
+                        None if room => self.unknown.push((n, 1)),
+                        None => self.over_limit += 1,
+                    }
                 }
-                _ => self.over_limit += 1,
             }
         }
         self.malformed_packets += it.error as u64;
@@ -137,23 +149,20 @@ impl Meta {
                     _ => {}
                 }
             }
-            if self.tgid.len() >= MAX_ENTRIES || self.thread_names.len() >= MAX_ENTRIES {
-                self.over_limit += 1;
-                continue;
-            }
+            let Some(t) = self.task(id) else { continue };
             match f.number {
                 1 => {
-                    self.tgid.insert(id, id);
+                    t.tgid = id;
                     if let Some(n) = name.filter(|n| !n.is_empty()) {
-                        self.process.insert(id, n);
+                        t.cmdline = n;
                     }
                 }
                 2 => {
                     if other != 0 {
-                        self.tgid.insert(id, other);
+                        t.tgid = other;
                     }
                     if let Some(n) = name {
-                        self.thread_names.insert(id, n);
+                        t.name = n;
                     }
                 }
                 _ => {}
@@ -161,10 +170,20 @@ impl Meta {
         }
     }
 
+    /// The entry of `tid`, new if needed; `None` (counted) when full.
+    pub fn task(&mut self, tid: i32) -> Option<&mut Task> {
+        if self.tasks.len() >= MAX_ENTRIES && !self.tasks.contains_key(&tid) {
+            self.over_limit += 1;
+            return None;
+        }
+        Some(self.tasks.entry(tid).or_default())
+    }
+
     fn setup_problem(&mut self, s: String) {
-        if self.setup.len() < MAX_MESSAGES {
-            self.setup.insert(s);
-        } else if !self.setup.contains(&s) {
+        if self.setup.contains(&s) {
+        } else if self.setup.len() < MAX_MESSAGES {
+            self.setup.push(s);
+        } else {
             self.over_limit += 1;
         }
     }
@@ -240,11 +259,28 @@ impl Meta {
         Some(status_line::summary(figures, lost))
     }
 
-    /// The best name of a thread and its process id.
-    pub fn name(&self, tid: i32, comm: &str) -> String {
-        match self.thread_names.get(&tid) {
-            Some(n) if !n.is_empty() => n.clone(),
-            _ => comm.to_owned(),
+    /// A thread's name: the process tree's, else the sched comm.
+    pub fn name(&self, tid: i32) -> String {
+        let t = self.tasks.get(&tid);
+        match t.map_or("", |t| if t.name.is_empty() { &t.comm } else { &t.name }) {
+            "" if tid == 0 => "<idle>".into(),
+            "" => "<...>".into(),
+            n => n.to_owned(),
+        }
+    }
+
+    /// A thread's process id (itself when unknown).
+    pub fn tgid(&self, tid: i32) -> i32 {
+        self.tasks
+            .get(&tid)
+            .map_or(tid, |t| if t.tgid != 0 { t.tgid } else { tid })
+    }
+
+    /// A process's name: its cmdline, else its main thread's name.
+    pub fn process_name(&self, pid: i32) -> String {
+        match self.tasks.get(&pid) {
+            Some(t) if !t.cmdline.is_empty() => t.cmdline.clone(),
+            _ => self.name(pid),
         }
     }
 }

@@ -17,7 +17,6 @@ pub mod output;
 pub mod reader;
 pub mod sorter;
 
-use std::collections::HashMap;
 use std::io::Read;
 
 use analysis::Analysis;
@@ -31,8 +30,6 @@ use sorter::Sorter;
 pub struct Walk {
     pub meta: Meta,
     pub bundles: BundleStats,
-    /// Latest comm per tid from the sched data.
-    pub comms: HashMap<i32, String>,
     pub late: u64,
     pub bytes: u64,
     /// Top-level fields that were not packets.
@@ -44,14 +41,7 @@ pub struct Walk {
 impl Walk {
     /// Thread name: process tree first, then the sched comm.
     pub fn name(&self, tid: i32) -> String {
-        if tid == 0 {
-            return "<idle>".into();
-        }
-        let comm = self.comms.get(&tid).map_or("", String::as_str);
-        match self.meta.name(tid, comm) {
-            n if n.is_empty() => "<...>".into(),
-            n => n,
-        }
+        self.meta.name(tid)
     }
 }
 
@@ -64,19 +54,15 @@ pub fn walk<R: Read>(src: R, keep_raw: bool, sink: &mut dyn FnMut(&Rec, &Walk)) 
     let mut recs = Vec::new();
     while let Some(p) = rd.next_packet() {
         let Some(b) = w.meta.packet(p) else { continue };
-        let comms = &mut w.comms;
+        let meta = &mut w.meta;
         let mut comm = |tid: i32, name: &[u8]| {
             if tid <= 0 || name.is_empty() {
                 return;
             }
-            let room = comms.len() < meta::MAX_ENTRIES;
-            match comms.get_mut(&tid) {
-                Some(c) if c.as_bytes() == name => {}
-                Some(c) => *c = String::from_utf8_lossy(name).into_owned(),
-                None if room => {
-                    comms.insert(tid, String::from_utf8_lossy(name).into_owned());
+            if let Some(t) = meta.task(tid) {
+                if t.comm.as_bytes() != name {
+                    t.comm = String::from_utf8_lossy(name).into_owned();
                 }
-                None => {}
             }
         };
         ftrace::decode_bundle(b, keep_raw, &mut w.bundles, &mut comm, &mut |r| {

@@ -1,9 +1,8 @@
 //! The summary as text (for people) and JSON (for scripts).
 
-use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::analysis::Analysis;
+use super::analysis::{slot_id, Analysis, Cpu};
 use super::ftrace::event_name;
 use super::Walk;
 
@@ -66,21 +65,29 @@ fn view(w: &Walk, a: &Analysis) -> View {
         .threads
         .iter()
         .filter(|(_, t)| t.cpu_ns + t.switches + t.wakeups > 0)
-        .map(|(&tid, _)| (tid, *m.tgid.get(&tid).unwrap_or(&tid), w.name(tid)))
+        .map(|(&tid, _)| (tid, m.tgid(tid), w.name(tid)))
         .collect();
     threads.sort_by_key(|t| (std::cmp::Reverse(a.threads[&t.0].cpu_ns), t.0));
-    let mut procs: HashMap<i32, Proc> = HashMap::new();
-    for (tid, pid, _) in &threads {
-        let p = procs.entry(*pid).or_insert_with(|| Proc {
-            pid: *pid,
-            name: m.process.get(pid).cloned().unwrap_or_else(|| w.name(*pid)),
-            cpu_ns: 0,
-            threads: 0,
-        });
-        p.cpu_ns += a.threads[tid].cpu_ns;
-        p.threads += 1;
+    let mut by_pid: Vec<(i32, u64)> = threads
+        .iter()
+        .map(|t| (t.1, a.threads[&t.0].cpu_ns))
+        .collect();
+    by_pid.sort_unstable();
+    let mut procs: Vec<Proc> = Vec::new();
+    for (pid, ns) in by_pid {
+        match procs.last_mut() {
+            Some(p) if p.pid == pid => {
+                p.cpu_ns += ns;
+                p.threads += 1;
+            }
+            _ => procs.push(Proc {
+                pid,
+                name: m.process_name(pid),
+                cpu_ns: ns,
+                threads: 1,
+            }),
+        }
     }
-    let mut procs: Vec<Proc> = procs.into_values().collect();
     procs.sort_by_key(|p| (std::cmp::Reverse(p.cpu_ns), p.pid));
 
     let mut losses = Vec::new();
@@ -117,8 +124,8 @@ fn view(w: &Walk, a: &Analysis) -> View {
             loss(k, v.to_string());
         }
     }
-    let mut unknown: Vec<_> = m.unknown.iter().collect();
-    unknown.sort();
+    let mut unknown = m.unknown.clone();
+    unknown.sort_unstable();
     for (f, n) in unknown {
         loss("unknown_packets", format!("field {f}: {n} packets skipped"));
     }
@@ -150,6 +157,18 @@ fn view(w: &Walk, a: &Analysis) -> View {
         sources,
         events,
     }
+}
+
+/// The cpus the trace has events of.
+fn cpus(a: &Analysis) -> impl Iterator<Item = (usize, &Cpu)> {
+    a.cpus.iter().enumerate().filter(|c| c.1.seen)
+}
+
+/// Event ids with counts.
+fn counts(a: &Analysis) -> impl Iterator<Item = (u32, &Vec<u64>)> {
+    let rows = a.counts.iter().enumerate();
+    rows.filter(|r| !r.1.is_empty())
+        .map(|(i, v)| (slot_id(i), v))
 }
 
 fn ms(ns: u64) -> String {
@@ -204,12 +223,13 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
     if !a.cpus.is_empty() {
         let _ = writeln!(o, "\nCPU   busy%   idle%  unknown%  frequency residency");
     }
-    for (c, cpu) in &a.cpus {
+    for (c, cpu) in cpus(a) {
         let total = cpu.busy + cpu.idle + cpu.unknown;
         let known = cpu.busy + cpu.idle;
-        let freq_total: u64 = cpu.residency.values().sum();
-        let freqs: Vec<String> = cpu
-            .residency
+        let freq_total: u64 = cpu.residency.iter().map(|r| r.1).sum();
+        let mut res = cpu.residency.clone();
+        res.sort_unstable();
+        let freqs: Vec<String> = res
             .iter()
             .map(|(khz, ns)| format!("{}MHz:{:.0}%", khz / 1000, pct(*ns, freq_total)))
             .collect();
@@ -290,17 +310,17 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
     }
     if a.events > 0 {
         let _ = write!(o, "\nEvents: {}\n{:<24} {:>10}", a.events, "event", "total");
-        for c in a.cpus.keys() {
+        for (c, _) in cpus(a) {
             let _ = write!(o, " {:>9}", format!("cpu{c}"));
         }
         o.push('\n');
-        let mut rows: Vec<_> = a.counts.iter().collect();
+        let mut rows: Vec<_> = counts(a).collect();
         rows.sort_by_key(|(_, v)| std::cmp::Reverse(v.iter().sum::<u64>()));
         for (id, per) in rows {
-            let name = event_name(*id, &w.bundles.generic_names);
+            let name = event_name(id, &w.bundles.generic_names);
             let _ = write!(o, "{name:<24} {:>10}", per.iter().sum::<u64>());
-            for c in a.cpus.keys() {
-                let _ = write!(o, " {:>9}", per.get(*c as usize).unwrap_or(&0));
+            for (c, _) in cpus(a) {
+                let _ = write!(o, " {:>9}", per.get(c).unwrap_or(&0));
             }
             o.push('\n');
         }
@@ -338,7 +358,7 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
         let _ = writeln!(
             o,
             "{n:<32} {:>8} {:>12} {:>12} {:>12}",
-            c.count, c.min, c.max, c.last
+            c.count, c.min_v, c.max_v, c.last
         );
     }
     o
@@ -379,7 +399,7 @@ pub fn json(w: &Walk, a: &Analysis) -> String {
         .map(|(k, l)| format!("[{},{}]", js(k), js(l)))
         .collect();
     let _ = write!(o, "\"losses\":[{}],\"cpus\":[", losses.join(","));
-    for (i, (c, cpu)) in a.cpus.iter().enumerate() {
+    for (i, (c, cpu)) in cpus(a).enumerate() {
         let freq: Vec<String> = cpu
             .residency
             .iter()
@@ -433,13 +453,13 @@ pub fn json(w: &Walk, a: &Analysis) -> String {
         h.quantile(0.99),
         a.events
     );
-    for (i, (id, per)) in a.counts.iter().enumerate() {
+    for (i, (id, per)) in counts(a).enumerate() {
         let per: Vec<String> = per.iter().map(u64::to_string).collect();
         let _ = write!(
             o,
             "{}{{\"name\":{},\"per_cpu\":[{}]}}",
             if i > 0 { "," } else { "" },
-            js(event_name(*id, &w.bundles.generic_names)),
+            js(event_name(id, &w.bundles.generic_names)),
             per.join(",")
         );
     }
@@ -467,8 +487,8 @@ pub fn json(w: &Walk, a: &Analysis) -> String {
             if i > 0 { "," } else { "" },
             js(n),
             c.count,
-            c.min,
-            c.max,
+            c.min_v,
+            c.max_v,
             c.last
         );
     }
