@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::analysis::{slot_id, Analysis, Cpu};
+use super::analysis::{slot_id, Agg, Analysis, Cpu};
 use super::ftrace::event_name;
 use super::Walk;
 
@@ -25,6 +25,7 @@ pub fn js(s: &str) -> String {
 }
 
 /// A process: pid, name, cpu time, threads.
+#[derive(Default)]
 struct Proc {
     pid: i32,
     name: String,
@@ -61,18 +62,18 @@ fn view(w: &Walk, a: &Analysis) -> View {
         Some(s) => (s, a.end),
         None => (m.first_ts.unwrap_or(0), m.last_ts),
     };
-    let mut threads: Vec<(i32, i32, String)> = a
+    let threads: Vec<(i32, i32, String)> = a
         .threads
         .iter()
         .filter(|(_, t)| t.cpu_ns + t.switches + t.wakeups > 0)
         .map(|(&tid, _)| (tid, m.tgid(tid), w.name(tid)))
         .collect();
-    threads.sort_by_key(|t| (std::cmp::Reverse(a.threads[&t.0].cpu_ns), t.0));
-    let mut by_pid: Vec<(i32, u64)> = threads
+    let threads = ranked(threads, |t| (a.threads[&t.0].cpu_ns, t.0 as i64));
+    let by_pid: Vec<(i32, u64)> = threads
         .iter()
         .map(|t| (t.1, a.threads[&t.0].cpu_ns))
         .collect();
-    by_pid.sort_unstable();
+    let by_pid = ranked(by_pid, |p| (0, p.0 as i64));
     let mut procs: Vec<Proc> = Vec::new();
     for (pid, ns) in by_pid {
         match procs.last_mut() {
@@ -88,7 +89,7 @@ fn view(w: &Walk, a: &Analysis) -> View {
             }),
         }
     }
-    procs.sort_by_key(|p| (std::cmp::Reverse(p.cpu_ns), p.pid));
+    let procs = ranked(procs, |p| (p.cpu_ns, p.pid as i64));
 
     let mut losses = Vec::new();
     let mut loss = |k: &str, v: String| losses.push((k.to_owned(), v));
@@ -124,8 +125,7 @@ fn view(w: &Walk, a: &Analysis) -> View {
             loss(k, v.to_string());
         }
     }
-    let mut unknown = m.unknown.clone();
-    unknown.sort_unstable();
+    let unknown = ranked(m.unknown.clone(), |u| (0, u.0 as i64));
     for (f, n) in unknown {
         loss("unknown_packets", format!("field {f}: {n} packets skipped"));
     }
@@ -183,8 +183,29 @@ fn pct(part: u64, whole: u64) -> f64 {
     }
 }
 
-fn by<T, K: Ord>(v: &mut [(String, T)], key: impl Fn(&T) -> K) {
-    v.sort_by(|a, b| key(&b.1).cmp(&key(&a.1)).then(a.0.cmp(&b.0)));
+/// `rows` by descending `key().0`, then ascending `key().1`. Every table
+/// goes through this one sort (each sort instance costs binary size).
+fn ranked<T: Default>(mut rows: Vec<T>, key: impl Fn(&T) -> (u64, i64)) -> Vec<T> {
+    let mut order: Vec<(u64, i64, usize)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let (k, tie) = key(r);
+            (!k, tie, i)
+        })
+        .collect();
+    order.sort_unstable();
+    order
+        .iter()
+        .map(|o| std::mem::take(&mut rows[o.2]))
+        .collect()
+}
+
+/// Atrace names in name order (the tie-break of their tables).
+fn by_name(m: &std::collections::HashMap<String, Agg>) -> Vec<(String, Agg)> {
+    let mut v: Vec<(String, Agg)> = m.iter().map(|(k, a)| (k.clone(), *a)).collect();
+    v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    v
 }
 
 /// The text report; `top` rows per table.
@@ -227,8 +248,7 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
         let total = cpu.busy + cpu.idle + cpu.unknown;
         let known = cpu.busy + cpu.idle;
         let freq_total: u64 = cpu.residency.iter().map(|r| r.1).sum();
-        let mut res = cpu.residency.clone();
-        res.sort_unstable();
+        let res = ranked(cpu.residency.clone(), |r| (0, r.0 as i64));
         let freqs: Vec<String> = res
             .iter()
             .map(|(khz, ns)| format!("{}MHz:{:.0}%", khz / 1000, pct(*ns, freq_total)))
@@ -290,18 +310,24 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
             ms(h.quantile(0.99)),
             ms(a.threads.values().map(|t| t.lat_max).max().unwrap_or(0))
         );
-        let mut worst: Vec<_> = a.threads.iter().filter(|t| t.1.lat_n > 0).collect();
-        worst.sort_by_key(|(tid, t)| (std::cmp::Reverse(t.lat_max), **tid));
+        let worst: Vec<(i32, u64)> = a
+            .threads
+            .iter()
+            .filter(|t| t.1.lat_n > 0)
+            .map(|t| (*t.0, t.1.lat_max))
+            .collect();
+        let worst = ranked(worst, |w| (w.1, w.0 as i64));
         let _ = writeln!(
             o,
             "{:>8}  {:<16} {:>10} {:>10} {:>8}",
             "tid", "name", "max ms", "avg ms", "count"
         );
-        for (tid, t) in worst.into_iter().take(top.min(10)) {
+        for (tid, _) in worst.into_iter().take(top.min(10)) {
+            let t = &a.threads[&tid];
             let _ = writeln!(
                 o,
                 "{tid:>8}  {:<16} {:>10} {:>10} {:>8}",
-                w.name(*tid),
+                w.name(tid),
                 ms(t.lat_max),
                 ms(t.lat_sum / t.lat_n),
                 t.lat_n
@@ -314,9 +340,8 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
             let _ = write!(o, " {:>9}", format!("cpu{c}"));
         }
         o.push('\n');
-        let mut rows: Vec<_> = counts(a).collect();
-        rows.sort_by_key(|(_, v)| std::cmp::Reverse(v.iter().sum::<u64>()));
-        for (id, per) in rows {
+        let rows: Vec<(u32, Vec<u64>)> = counts(a).map(|(i, v)| (i, v.clone())).collect();
+        for (id, per) in ranked(rows, |r| (r.1.iter().sum(), r.0 as i64)) {
             let name = event_name(id, &w.bundles.generic_names);
             let _ = write!(o, "{name:<24} {:>10}", per.iter().sum::<u64>());
             for (c, _) in cpus(a) {
@@ -325,16 +350,19 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
             o.push('\n');
         }
     }
-    let mut slices: Vec<_> = a.slices.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let slices = by_name(&a.slices);
     if !slices.is_empty() {
         for (title, longest) in [("total", false), ("longest", true)] {
-            by(&mut slices, |s| if longest { s.max } else { s.total });
+            let key = |s: &Agg| if longest { s.max } else { s.total };
+            let named: Vec<(usize, u64)> = slices.iter().map(|s| key(&s.1)).enumerate().collect();
+            let order = ranked(named, |&(i, k)| (k, i as i64));
             let _ = writeln!(
                 o,
                 "\nAtrace slices by {title}:\n{:<32} {:>8} {:>12} {:>12}",
                 "name", "count", "total ms", "max ms"
             );
-            for (n, s) in slices.iter().take(top) {
+            for (i, _) in order.into_iter().take(top) {
+                let (n, s) = &slices[i];
                 let _ = writeln!(
                     o,
                     "{n:<32} {:>8} {:>12} {:>12}",
@@ -345,8 +373,7 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
             }
         }
     }
-    let mut counters: Vec<_> = a.counters.iter().collect();
-    counters.sort_by(|x, y| x.0.cmp(y.0));
+    let counters = by_name(&a.counters);
     if !counters.is_empty() {
         let _ = writeln!(
             o,
@@ -464,9 +491,7 @@ pub fn json(w: &Walk, a: &Analysis) -> String {
         );
     }
     o.push_str("],\"slices\":[");
-    let mut slices: Vec<_> = a.slices.iter().collect();
-    slices.sort_by(|x, y| x.0.cmp(y.0));
-    for (i, (n, s)) in slices.iter().enumerate() {
+    for (i, (n, s)) in by_name(&a.slices).iter().enumerate() {
         let _ = write!(
             o,
             "{}{{\"name\":{},\"count\":{},\"total_ns\":{},\"max_ns\":{}}}",
@@ -478,9 +503,7 @@ pub fn json(w: &Walk, a: &Analysis) -> String {
         );
     }
     o.push_str("],\"counters\":[");
-    let mut counters: Vec<_> = a.counters.iter().collect();
-    counters.sort_by(|x, y| x.0.cmp(y.0));
-    for (i, (n, c)) in counters.iter().enumerate() {
+    for (i, (n, c)) in by_name(&a.counters).iter().enumerate() {
         let _ = write!(
             o,
             "{}{{\"name\":{},\"count\":{},\"min\":{},\"max\":{},\"last\":{}}}",
