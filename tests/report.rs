@@ -230,8 +230,11 @@ fn cpu_time_matches_schedstat_and_proc_stat() {
         let got = num(t, "cpu_ns");
         let diff = got.abs_diff(*want) as f64 / *want as f64;
         eprintln!("tid {tid}: report {got} ns, schedstat {want} ns");
+        // The kernel charges a task neither irq time nor (in a VM) steal
+        // time; the trace sees it on the cpu throughout: a few % apart on
+        // a loaded VM.
         assert!(
-            diff < 0.03,
+            diff < 0.05,
             "tid {tid}: report {got} ns, schedstat {want} ns"
         );
     }
