@@ -233,20 +233,20 @@ fn compact(
         }
     }
     st.malformed += it.error as u64;
-    let arr = |n: u32| {
-        FieldIter::new(c)
-            .filter(move |f| f.number == n)
-            .flat_map(|f| packed(&f))
-    };
+    // Every packed array in one pass: a[n] holds field n's values.
+    let mut a: [Vec<u64>; 13] = Default::default();
+    for f in FieldIter::new(c) {
+        if let Some(v) = a.get_mut(f.number as usize).filter(|_| f.number != 5) {
+            v.extend(packed(&f));
+        }
+    }
+    let at = |n: usize, i: usize| a[n].get(i).copied().unwrap_or(0);
+    let comm_of = |n: usize, i: usize| intern.get(a[n].get(i).copied()? as usize).copied();
     let mut ts = 0u64;
-    let mut state = arr(2);
-    let mut pid = arr(3);
-    let mut prio = arr(4);
-    let mut ci = arr(6);
-    for d in arr(1) {
-        ts = ts.wrapping_add(d);
-        let next_pid = pid.next().unwrap_or(0) as i32;
-        if let Some(name) = ci.next().and_then(|i| intern.get(i as usize)) {
+    for (i, d) in a[1].iter().enumerate() {
+        ts = ts.wrapping_add(*d);
+        let next_pid = at(3, i) as i32;
+        if let Some(name) = comm_of(6, i) {
             comm(next_pid, name);
         }
         out(Rec {
@@ -255,28 +255,27 @@ fn compact(
             pid: -1,
             ev: Ev::Switch {
                 prev_pid: -1,
-                prev_state: state.next().unwrap_or(0) as i64,
+                prev_state: at(2, i) as i64,
                 next_pid,
-                next_prio: prio.next().unwrap_or(0) as i32,
+                next_prio: at(4, i) as i32,
             },
         });
     }
     let mut ts = 0u64;
-    let (mut pid, mut tcpu, mut prio, mut ci) = (arr(8), arr(9), arr(10), arr(11));
-    for d in arr(7) {
-        ts = ts.wrapping_add(d);
-        let p = pid.next().unwrap_or(0) as i32;
-        if let Some(name) = ci.next().and_then(|i| intern.get(i as usize)) {
-            comm(p, name);
+    for (i, d) in a[7].iter().enumerate() {
+        ts = ts.wrapping_add(*d);
+        let pid = at(8, i) as i32;
+        if let Some(name) = comm_of(11, i) {
+            comm(pid, name);
         }
         out(Rec {
             ts,
             cpu,
             pid: -1,
             ev: Ev::Waking {
-                pid: p,
-                target_cpu: tcpu.next().unwrap_or(0) as i32,
-                prio: prio.next().unwrap_or(0) as i32,
+                pid,
+                target_cpu: at(9, i) as i32,
+                prio: at(10, i) as i32,
                 wakeup: false,
             },
         });
