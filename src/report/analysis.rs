@@ -472,4 +472,26 @@ mod tests {
         assert_eq!(a.counts[slot(SCHED_SWITCH)], vec![4]);
         assert_eq!(slot_id(slot(GENERIC_BASE + 3)), GENERIC_BASE + 3);
     }
+
+    /// `cpu_frequency` (state = kHz, cpu_id) as the bundle carries it.
+    fn freq(khz: u8, cpu: u8) -> Ev {
+        Ev::Other {
+            id: CPU_FREQUENCY,
+            raw: vec![0x08, khz, 0x10, cpu].into(),
+        }
+    }
+
+    #[test]
+    fn frequency_residency_and_window() {
+        let mut a = Analysis::new(150, 1000);
+        a.feed(&rec(100, 0, freq(100, 1)));
+        a.feed(&rec(300, 0, freq(50, 1)));
+        a.feed(&rec(600, 0, freq(100, 1)));
+        a.feed(&rec(700, 1, switch(0, 9)));
+        a.finish();
+        // cpu 1 ran at 100 kHz over [150, 300) and [600, 700], 50 over [300, 600).
+        assert_eq!(a.cpus[1].residency, vec![(100, 250), (50, 300)]);
+        assert!(a.cpus[0].residency.is_empty());
+        assert_eq!(a.events, 3, "the event at 100 is outside the window");
+    }
 }
