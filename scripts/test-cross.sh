@@ -76,7 +76,7 @@ for target in "${targets[@]}"; do
 
     echo "== $target: --list under $qemu"
     list="$($qemu "$bin" --list)"
-    for applet in traced traced_probes perfetto trigger_perfetto; do
+    for applet in traced traced_probes perfetto report trigger_perfetto; do
         grep -qx "$applet" <<<"$list" || { echo "test-cross: --list lacks $applet" >&2; exit 1; }
     done
 
@@ -139,6 +139,9 @@ CFG
     done
     "$py" tests/py/check_probes_trace.py "$dir/trace.pftrace" --sched-switch --ftrace-stats \
         --cpu-info --pid $$ --marker "B|$$|tracebox_cross_$tag" --marker "E|$$"
+    echo "== $target: report reads the trace on the target"
+    $qemu "$bin" report "$dir/trace.pftrace" >"$dir/report.txt"
+    grep -q "tracebox_cross_$tag" "$dir/report.txt" || { cat "$dir/report.txt" >&2; echo "test-cross: report lacks the marker slice" >&2; exit 1; }
     if [ -e "$tracefs/instances/$instance" ]; then
         echo "test-cross: ftrace instance $instance left behind" >&2
         exit 1

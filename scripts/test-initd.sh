@@ -37,7 +37,7 @@ trap cleanup EXIT
 fail() { echo "test-initd: $*" >&2; exit 1; }
 
 scripts/install.sh "$tmp/prefix" "$bin"
-for applet in traced traced_probes perfetto trigger_perfetto; do
+for applet in traced traced_probes perfetto report trigger_perfetto; do
     [ "$(readlink "$tmp/prefix/bin/$applet")" = tracebox ] || fail "no $applet symlink"
 done
 

@@ -14,6 +14,7 @@ pub mod ipc;
 pub mod mem;
 pub mod pb;
 pub mod protozero;
+pub mod report;
 pub mod schema;
 pub mod traced;
 pub mod traced_probes;

@@ -188,6 +188,7 @@ replay_tests!(
     proc_pid_files,
     proc_text_files,
     relay_wire,
+    report,
     service_commit,
     smb_chunk_reader,
     trace_buffer,

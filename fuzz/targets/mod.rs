@@ -13,6 +13,7 @@ pub mod probes_commands;
 pub mod proc_pid_files;
 pub mod proc_text_files;
 pub mod relay_wire;
+pub mod report;
 pub mod service_commit;
 pub mod smb_chunk_reader;
 pub mod trace_buffer;

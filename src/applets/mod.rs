@@ -7,6 +7,7 @@
 
 mod args;
 mod perfetto;
+mod report;
 mod traced;
 mod traced_probes;
 mod trigger_perfetto;
@@ -38,6 +39,11 @@ pub const APPLETS: &[(&str, &str, AppletMain)] = &[
         "perfetto",
         "record a trace (the consumer client)",
         perfetto::main,
+    ),
+    (
+        "report",
+        "summarize a trace file, or dump its events",
+        report::main,
     ),
     (
         "trigger_perfetto",

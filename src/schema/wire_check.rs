@@ -126,6 +126,19 @@ pub fn check_method_reply(method: &str, reply: &[u8]) -> Result<(), WireError> {
     }
 }
 
+/// Decodes untrusted bytes as `M` with quick-protobuf after checking them
+/// against `M`'s schema (quick-protobuf trusts nested lengths). `M` must
+/// be a message of our schema table, found by its Rust type name.
+pub fn decode_checked<'a, M: quick_protobuf::MessageRead<'a>>(
+    bytes_untrusted: &'a [u8],
+) -> Result<M, String> {
+    let full = std::any::type_name::<M>();
+    let name = full.rsplit("::").next().unwrap_or(full);
+    let desc = crate::schema::message(name).ok_or_else(|| format!("{name}: not in the schema"))?;
+    check_message_desc(bytes_untrusted, desc).map_err(|e| e.to_string())?;
+    crate::protozero::decode::decode_message(bytes_untrusted).map_err(|e| e.to_string())
+}
+
 fn check_at_depth<S: Nesting>(bytes: &[u8], schema: S, depth: usize) -> Result<(), WireError> {
     if depth > MAX_DEPTH {
         return Err(WireError::TooDeep);
@@ -150,6 +163,17 @@ fn check_at_depth<S: Nesting>(bytes: &[u8], schema: S, depth: usize) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_checked_refuses_a_nested_overrun() {
+        // TraceConfig.data_sources { config { ftrace_config { length past
+        // its parent } } }: quick-protobuf alone panics on it in debug.
+        let bad = [0x12, 0x05, 0x0a, 0x03, 0xa2, 0x06, 0x7f];
+        let r = decode_checked::<crate::pb::protos::TraceConfig>(&bad);
+        assert!(r.is_err());
+        let ok = decode_checked::<crate::pb::protos::TraceConfig>(&[0x20, 0x01]);
+        assert!(ok.is_ok());
+    }
 
     #[test]
     fn every_reply_our_clients_decode_has_a_schema() {

@@ -3,10 +3,11 @@
 use std::os::unix::fs::symlink;
 use std::process::{Command, Output};
 
-const APPLETS: [&str; 5] = [
+const APPLETS: [&str; 6] = [
     "traced",
     "traced_probes",
     "perfetto",
+    "report",
     "trigger_perfetto",
     "websocket_bridge",
 ];

@@ -1,0 +1,287 @@
+//! Packets other than ftrace events: the machine, the config, clocks,
+//! process names and the service's and ftrace's own loss counters.
+
+use std::collections::HashMap;
+
+use crate::cmd::kernel_loss::KernelLoss;
+use crate::cmd::status_line;
+use crate::pb::protos::{TraceConfig, TraceStats};
+use crate::protozero::decode::{read_varint, FieldIter, RawField};
+use crate::schema::wire_check::decode_checked;
+
+/// `TracePacket` fields.
+pub const FTRACE_EVENTS: u32 = 1;
+const PROCESS_TREE: u32 = 2;
+const CLOCK_SNAPSHOT: u32 = 6;
+const TIMESTAMP: u32 = 8;
+const TRACE_CONFIG: u32 = 33;
+const FTRACE_STATS: u32 = 34;
+const TRACE_STATS: u32 = 35;
+const SYSTEM_INFO: u32 = 45;
+const COMPRESSED: u32 = 50;
+const CPU_INFO: u32 = 67;
+/// Fields every packet may carry besides its payload (timestamps,
+/// sequence, interning, loss flags); not counted as unknown.
+const COMMON: &[u32] = &[3, 8, 10, 12, 13, 41, 42, 58, 59, 79, 87, 98];
+/// Payloads the report knows and does not use (process_stats, sys_stats,
+/// track_event, sync marker, trigger, service_event, uuid, ...).
+const KNOWN: &[u32] = &[4, 5, 7, 9, 11, 36, 46, 69, 89, 124, 126, 130, 134];
+
+#[derive(Debug, Default)]
+pub struct Meta {
+    pub packets: u64,
+    pub malformed_packets: u64,
+    /// Packets whose payload the report does not know: (field, count).
+    pub unknown: Vec<(u32, u64)>,
+    pub compressed: u64,
+    pub first_ts: Option<u64>,
+    pub last_ts: u64,
+    pub machine: Vec<(String, String)>,
+    pub cpu_model: Option<(usize, String)>,
+    pub config: Option<TraceConfig>,
+    pub bad_config: u64,
+    pub primary_clock: Option<u64>,
+    pub clock_snapshots: u64,
+    pub stats: Option<TraceStats>,
+    pub kernel_loss: KernelLoss,
+    /// Setup problems from ftrace_stats (deduplicated).
+    pub setup: Vec<String>,
+    pub ftrace_cpu_end: Vec<(u64, u64, u64)>,
+    /// What the process tree and the sched data name, by tid/pid.
+    pub tasks: HashMap<i32, Task>,
+    /// Process-tree entries, setup messages and unknown packet kinds not
+    /// kept because their tables were full.
+    pub over_limit: u64,
+}
+
+/// A thread or process: its process id, names from the process tree
+/// (thread name, process cmdline) and from the sched data (comm).
+#[derive(Debug, Default)]
+pub struct Task {
+    pub tgid: i32,
+    pub name: String,
+    pub cmdline: String,
+    pub comm: String,
+}
+
+/// Entries kept per table (process names, setup messages, ...).
+pub const MAX_ENTRIES: usize = 1 << 22;
+const MAX_MESSAGES: usize = 256;
+
+fn varint(f: &RawField) -> u64 {
+    read_varint(f.value).map_or(0, |v| v.0)
+}
+
+fn text(f: &RawField) -> String {
+    String::from_utf8_lossy(f.value).into_owned()
+}
+
+impl Meta {
+    /// Takes one packet; returns the FtraceEventBundle bytes, if any.
+    pub fn packet<'a>(&mut self, p: &'a [u8]) -> Option<&'a [u8]> {
+        self.packets += 1;
+        let mut bundle = None;
+        let mut it = FieldIter::new(p);
+        for f in &mut it {
+            match f.number {
+                FTRACE_EVENTS => bundle = Some(f.value),
+                TIMESTAMP => {
+                    let ts = varint(&f);
+                    self.first_ts = Some(self.first_ts.map_or(ts, |t| t.min(ts)));
+                    self.last_ts = self.last_ts.max(ts);
+                }
+                PROCESS_TREE => self.process_tree(f.value),
+                CLOCK_SNAPSHOT => {
+                    self.clock_snapshots += 1;
+                    if let Some(c) = FieldIter::new(f.value).find(|f| f.number == 2) {
+                        self.primary_clock = Some(varint(&c));
+                    }
+                }
+                TRACE_CONFIG => match decode_checked::<TraceConfig>(f.value) {
+                    Ok(c) => self.config = Some(c),
+                    Err(_) => self.bad_config += 1,
+                },
+                FTRACE_STATS => {
+                    self.kernel_loss.observe_packet(&[p]);
+                    self.ftrace_stats(f.value);
+                }
+                TRACE_STATS => match decode_checked::<TraceStats>(f.value) {
+                    Ok(s) => self.stats = Some(s),
+                    Err(_) => self.malformed_packets += 1,
+                },
+                SYSTEM_INFO => self.system_info(f.value),
+                CPU_INFO => {
+                    let cpus: Vec<_> = FieldIter::new(f.value).filter(|f| f.number == 1).collect();
+                    let model = cpus
+                        .first()
+                        .and_then(|c| FieldIter::new(c.value).find(|f| f.number == 1))
+                        .map(|f| text(&f))
+                        .unwrap_or_default();
+                    self.cpu_model = Some((cpus.len(), model));
+                }
+                COMPRESSED => self.compressed += 1,
+                n if COMMON.contains(&n) || KNOWN.contains(&n) => {}
+                n => {
+                    let room = self.unknown.len() < MAX_MESSAGES;
+                    match self.unknown.iter_mut().find(|u| u.0 == n) {
+                        Some(u) => u.1 += 1,
+                        None if room => self.unknown.push((n, 1)),
+                        None => self.over_limit += 1,
+                    }
+                }
+            }
+        }
+        self.malformed_packets += it.error as u64;
+        bundle
+    }
+
+    fn process_tree(&mut self, b: &[u8]) {
+        for f in FieldIter::new(b) {
+            let (mut id, mut other, mut name) = (0, 0, None);
+            for g in FieldIter::new(f.value) {
+                match (f.number, g.number) {
+                    (1, 1) | (2, 1) => id = varint(&g) as i32,
+                    (2, 3) => other = varint(&g) as i32,
+                    (2, 2) => name = Some(text(&g)),
+                    (1, 3) if name.is_none() => {
+                        let s = text(&g);
+                        name = Some(s.rsplit('/').next().unwrap_or("").to_owned());
+                    }
+                    _ => {}
+                }
+            }
+            let Some(t) = self.task(id) else { continue };
+            match f.number {
+                1 => {
+                    t.tgid = id;
+                    if let Some(n) = name.filter(|n| !n.is_empty()) {
+                        t.cmdline = n;
+                    }
+                }
+                2 => {
+                    if other != 0 {
+                        t.tgid = other;
+                    }
+                    if let Some(n) = name {
+                        t.name = n;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The entry of `tid`, new if needed; `None` (counted) when full.
+    pub fn task(&mut self, tid: i32) -> Option<&mut Task> {
+        if self.tasks.len() >= MAX_ENTRIES && !self.tasks.contains_key(&tid) {
+            self.over_limit += 1;
+            return None;
+        }
+        Some(self.tasks.entry(tid).or_default())
+    }
+
+    fn setup_problem(&mut self, s: String) {
+        if self.setup.contains(&s) {
+        } else if self.setup.len() < MAX_MESSAGES {
+            self.setup.push(s);
+        } else {
+            self.over_limit += 1;
+        }
+    }
+
+    fn ftrace_stats(&mut self, b: &[u8]) {
+        let mut end = false;
+        let mut cpus = Vec::new();
+        for f in FieldIter::new(b) {
+            match f.number {
+                1 => end = varint(&f) == 2,
+                2 => {
+                    let mut c = (0, 0, 0);
+                    for g in FieldIter::new(f.value) {
+                        match g.number {
+                            1 => c.0 = varint(&g),
+                            3 => c.1 = varint(&g),
+                            8 => c.2 = varint(&g),
+                            _ => {}
+                        }
+                    }
+                    cpus.push(c);
+                }
+                5 | 13 => {
+                    let s = text(&f);
+                    if !s.is_empty() {
+                        self.setup_problem(s);
+                    }
+                }
+                6 => {
+                    self.setup_problem(format!("unknown ftrace event {}", text(&f)));
+                }
+                7 => {
+                    self.setup_problem(format!("failed ftrace event {}", text(&f)));
+                }
+                9 => {
+                    self.setup_problem(format!("ftrace parse error (status {})", varint(&f)));
+                }
+                _ => {}
+            }
+        }
+        if end {
+            self.ftrace_cpu_end = cpus;
+        }
+    }
+
+    fn system_info(&mut self, b: &[u8]) {
+        for f in FieldIter::new(b) {
+            match (f.number, f.wire_type) {
+                (1, 2) => {
+                    for g in FieldIter::new(f.value) {
+                        let k = ["sysname", "version", "release", "machine"];
+                        if let Some(k) = k.get((g.number as usize).wrapping_sub(1)) {
+                            self.machine.push((k.to_string(), text(&g)));
+                        }
+                    }
+                }
+                (4, 2) => self.machine.push(("service".into(), text(&f))),
+                (8, 0) => self.machine.push(("cpus".into(), varint(&f).to_string())),
+                (6, 0) => self
+                    .machine
+                    .push(("page_size".into(), varint(&f).to_string())),
+                (3, 0) => self.machine.push(("hz".into(), varint(&f).to_string())),
+                (17, 2) => self.machine.push(("name".into(), text(&f))),
+                _ => {}
+            }
+        }
+    }
+
+    /// The client's end-of-trace line, from the trace alone.
+    pub fn stats_line(&self) -> Option<String> {
+        let figures = status_line::figures(self.stats.as_ref()?);
+        let lost = self.kernel_loss.events_lost().unwrap_or(0);
+        Some(status_line::summary(figures, lost))
+    }
+
+    /// A thread's name: the process tree's, else the sched comm.
+    pub fn name(&self, tid: i32) -> String {
+        let t = self.tasks.get(&tid);
+        match t.map_or("", |t| if t.name.is_empty() { &t.comm } else { &t.name }) {
+            "" if tid == 0 => "<idle>".into(),
+            "" => "<...>".into(),
+            n => n.to_owned(),
+        }
+    }
+
+    /// A thread's process id (itself when unknown).
+    pub fn tgid(&self, tid: i32) -> i32 {
+        self.tasks
+            .get(&tid)
+            .map_or(tid, |t| if t.tgid != 0 { t.tgid } else { tid })
+    }
+
+    /// A process's name: its cmdline, else its main thread's name.
+    pub fn process_name(&self, pid: i32) -> String {
+        match self.tasks.get(&pid) {
+            Some(t) if !t.cmdline.is_empty() => t.cmdline.clone(),
+            _ => self.name(pid),
+        }
+    }
+}

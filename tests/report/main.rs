@@ -1,0 +1,7 @@
+//! Integration tests: report. One binary; each module was its own file.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod report;
+mod report_ftrace_pages;
