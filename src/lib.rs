@@ -13,5 +13,6 @@ pub mod pb;
 pub mod protozero;
 pub mod schema;
 pub mod traced;
+pub mod traced_perf;
 pub mod traced_probes;
 pub mod tracing;

@@ -8,6 +8,7 @@
 mod args;
 mod perfetto;
 mod traced;
+mod traced_perf;
 mod traced_probes;
 mod trigger_perfetto;
 
@@ -32,6 +33,11 @@ pub const APPLETS: &[(&str, &str, AppletMain)] = &[
         "traced_probes",
         "kernel ftrace and /proc, /sys pollers",
         traced_probes::main,
+    ),
+    (
+        "traced_perf",
+        "CPU profiling with call stacks (linux.perf)",
+        traced_perf::main,
     ),
     (
         "perfetto",

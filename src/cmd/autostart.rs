@@ -1,5 +1,5 @@
-//! `tracebox [perfetto args]`: start traced and traced_probes when no
-//! service answers, run the client, then stop what we started.
+//! `tracebox [perfetto args]`: start traced, traced_probes and traced_perf
+//! when no service answers, run the client, then stop what we started.
 //!
 //! Unlike upstream, the default is the system sockets, so Perfetto SDK apps
 //! on the board find this service and join the trace. `--private-sockets`
@@ -48,9 +48,9 @@ pub fn use_private_sockets() {
     }
 }
 
-/// Starts traced, then `traced_probes --reset-ftrace`, unless a service
-/// already answers on `consumer_socket`. traced removes a stale socket file
-/// nobody answers on before it binds.
+/// Starts traced, then `traced_probes --reset-ftrace` and traced_perf,
+/// unless a service already answers on `consumer_socket`. traced removes a
+/// stale socket file nobody answers on before it binds.
 pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
     let mut started = Autostarted {
         pgid: 0,
@@ -77,5 +77,14 @@ pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
     )
     .map_err(|e| e.to_string())?;
     started.daemons.push(probes);
+    let perf = spawn_applet(
+        "traced_perf",
+        &[],
+        started.pgid,
+        crate::traced_perf::NOTIFY_ENV,
+        READY_TIMEOUT,
+    )
+    .map_err(|e| e.to_string())?;
+    started.daemons.push(perf);
     Ok(started)
 }

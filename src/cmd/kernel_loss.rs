@@ -19,6 +19,12 @@ use crate::protozero::decode::{read_varint, FieldIter};
 const TRACE_PACKET: u64 = 1;
 const TRUSTED_SEQUENCE_ID: u64 = 10;
 const FTRACE_STATS: u64 = 34;
+/// `TracePacket.perf_sample` and `PerfSample.kernel_records_lost`
+/// (traced_perf's perf rings that overran).
+const PERF_SAMPLE: u64 = 66;
+const KERNEL_RECORDS_LOST: u32 = 17;
+/// PerfSample packets are tens of bytes; bigger ones are not read.
+const MAX_PERF_SAMPLE: u64 = 256;
 
 /// ftrace_stats are small (about 50 bytes per cpu); bigger ones are not
 /// read.
@@ -56,6 +62,8 @@ pub struct KernelLoss {
     sequences: Vec<Sequence>,
     /// ftrace_stats payloads that did not decode.
     pub malformed: u64,
+    /// Sum of PerfSample.kernel_records_lost.
+    pub perf_records_lost: u64,
 }
 
 impl KernelLoss {
@@ -66,11 +74,11 @@ impl KernelLoss {
             [one] => {
                 let mut bytes = one.as_ref();
                 let len = bytes.len() as u64;
-                stats_in_packet(&mut bytes, 0, len)
+                stats_in_packet(&mut bytes, 0, len, &mut self.perf_records_lost)
             }
             _ => {
                 let len = parts.iter().map(|p| p.as_ref().len() as u64).sum();
-                stats_in_packet(&mut Parts::new(parts), 0, len)
+                stats_in_packet(&mut Parts::new(parts), 0, len, &mut self.perf_records_lost)
             }
         };
         if let Ok(Some((seq, stats))) = found {
@@ -99,7 +107,9 @@ impl KernelLoss {
                 break; // A truncated tail: what came before still counts.
             };
             if f.number == TRACE_PACKET && f.wire_type == 2 {
-                if let Some((seq, stats)) = stats_in_packet(b, f.value_start, f.end)? {
+                if let Some((seq, stats)) =
+                    stats_in_packet(b, f.value_start, f.end, &mut self.perf_records_lost)?
+                {
                     self.record(seq, &stats);
                 }
             }
@@ -151,6 +161,23 @@ impl KernelLoss {
             total = Some(total.unwrap_or(0) + lost);
         }
         total
+    }
+
+    /// The end line with perf samples the kernel lost added to it.
+    pub fn with_perf_loss(&self, line: String) -> String {
+        let n = self.perf_records_lost;
+        if n == 0 {
+            return line;
+        }
+        let what = format!("LOST {n} perf samples in the kernel");
+        if line == "Trace stats: nothing lost" {
+            format!(
+                "Trace stats: {what} (perf ring buffers overran before they were read; \
+                 more ring_buffer_pages or a shorter ring_buffer_read_period_ms keeps them)"
+            )
+        } else {
+            format!("{line}; {what} (PerfSample.kernel_records_lost)")
+        }
     }
 }
 
@@ -339,10 +366,12 @@ fn field_at(b: &mut dyn TraceBytes, pos: u64, limit: u64) -> io::Result<Option<F
 
 /// The sequence id and `ftrace_stats` bytes of the packet in
 /// `start..end`, if it carries stats.
+/// Adds a PerfSample's `kernel_records_lost` to `perf_lost`.
 fn stats_in_packet(
     b: &mut dyn TraceBytes,
     start: u64,
     end: u64,
+    perf_lost: &mut u64,
 ) -> io::Result<Option<(u64, Vec<u8>)>> {
     let (mut seq, mut stats) = (0, None);
     let mut pos = start;
@@ -355,6 +384,15 @@ fn stats_in_packet(
             (FTRACE_STATS, 2) if f.end - f.value_start <= MAX_STATS as u64 => {
                 let n = (f.end - f.value_start) as usize;
                 stats = Some(b.at(f.value_start, n)?.to_vec());
+            }
+            (PERF_SAMPLE, 2) if f.end - f.value_start <= MAX_PERF_SAMPLE => {
+                let n = (f.end - f.value_start) as usize;
+                for g in FieldIter::new(b.at(f.value_start, n)?) {
+                    if g.number == KERNEL_RECORDS_LOST && g.wire_type == 0 {
+                        let lost = read_varint(g.value).map_or(0, |v| v.0);
+                        *perf_lost = perf_lost.saturating_add(lost);
+                    }
+                }
             }
             _ => {}
         }

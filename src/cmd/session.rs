@@ -345,7 +345,7 @@ fn session_figures(port: &mut Port) -> Option<status_line::Figures> {
 fn print_summary(port: &mut Port, kernel: &KernelLoss) {
     if let Some(f) = session_figures(port) {
         let lost = kernel.events_lost().unwrap_or(0);
-        eprintln!("{}", status_line::summary(f, lost));
+        eprintln!("{}", kernel.with_perf_loss(status_line::summary(f, lost)));
     }
 }
 
