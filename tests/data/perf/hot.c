@@ -1,4 +1,5 @@
-/* Load for the traced_perf tests, built with frame pointers at test time.
+/* Load for the traced_perf tests, built at test time with frame pointers
+ * in every function (gcc -O0 -fno-omit-frame-pointer).
  *   hot split N    two threads: hot_three() does 3N units of work,
  *                  hot_one() N units (a 3:1 split of CPU time)
  *   hot syscall N  one thread reading /dev/zero N times (kernel time)
