@@ -35,7 +35,7 @@ fn our_daemons() -> Vec<String> {
             .next()
             .unwrap_or("")
             .to_owned();
-        if name == "traced" || name == "traced_probes" {
+        if name == "traced" || name == "traced_probes" || name == "traced_perf" {
             found.push(format!("{} {name}", e.file_name().to_string_lossy()));
         }
     }
@@ -79,6 +79,7 @@ fn autostart_records_and_shares_the_system_sockets() {
     };
     assert!(seen.contains("linux.ftrace"), "{seen}");
     assert!(seen.contains("perfetto.traced_probes"), "{seen}");
+    assert!(seen.contains("perfetto.traced_perf"), "{seen}");
 
     assert_eq!(wait_exit(&mut rec, Duration::from_secs(60)), 0);
     let s = summary(&out);
