@@ -3,7 +3,13 @@
 use std::os::unix::fs::symlink;
 use std::process::{Command, Output};
 
-const APPLETS: [&str; 4] = ["traced", "traced_probes", "perfetto", "trigger_perfetto"];
+const APPLETS: [&str; 5] = [
+    "traced",
+    "traced_probes",
+    "traced_perf",
+    "perfetto",
+    "trigger_perfetto",
+];
 
 fn tracebox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tracebox"))
