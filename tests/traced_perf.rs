@@ -242,7 +242,7 @@ fn callstacks_names_scope_and_kernel_frames() {
 }
 
 #[test]
-fn a_tiny_ring_reports_lost_samples() {
+fn a_tiny_ring_reports_lost_samples_and_names_can_be_off() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let hot = build_load(dir, "perf_hot");
@@ -250,9 +250,10 @@ fn a_tiny_ring_reports_lost_samples() {
         dir,
         "timebase { frequency: 4000 counter: SW_CPU_CLOCK } \
          callstack_sampling { kernel_frames: true } \
-         ring_buffer_pages: 1 ring_buffer_read_period_ms: 2000",
+         ring_buffer_pages: 1 ring_buffer_read_period_ms: 2000 \
+         tracebox_function_names: false",
         || {
-            let mut c = run_load(&hot, &["split", "6000"]);
+            let mut c = run_load(&hot, &["split", "2000"]);
             assert!(c.wait().unwrap().success());
             std::thread::sleep(Duration::from_millis(2500));
         },
@@ -264,6 +265,10 @@ fn a_tiny_ring_reports_lost_samples() {
         .map(|l| l.split(' ').nth(1).unwrap().parse::<u64>().unwrap())
         .sum();
     assert!(lost > 0, "no PerfSample.kernel_records_lost in the trace");
+    // Names were turned off: frames carry none.
+    let all = samples(&run);
+    assert!(!all.is_empty());
+    assert!(all.iter().all(|s| s.3.iter().all(|n| n == "?" || n == "-")));
     assert!(
         run.end_line
             .contains(&format!("LOST {lost} perf samples in the kernel")),

@@ -23,6 +23,9 @@ const SEQ_NEEDS_INCREMENTAL_STATE: u64 = 2;
 const PERF_SAMPLE: u32 = 66;
 /// The mapping kernel frames hang off, as upstream names it.
 const KERNEL_MAPPING: &str = "/kernel";
+/// Cached process maps are dropped this often (exec and pid reuse; a miss
+/// re-reads them at once anyway).
+const MAPS_REFRESH: Duration = Duration::from_secs(1);
 
 struct CpuRing {
     cpu: u32,
@@ -54,6 +57,7 @@ pub struct PerfSource {
     sample: Sample,
     scratch: Vec<u8>,
     frames: Vec<u64>,
+    since_maps_refresh: Duration,
     pub stats: PerfStats,
 }
 
@@ -174,6 +178,7 @@ impl PerfSource {
             sample: Sample::default(),
             scratch: Vec::new(),
             frames: Vec::new(),
+            since_maps_refresh: Duration::ZERO,
             stats: PerfStats::default(),
         })
     }
@@ -193,8 +198,11 @@ impl PerfSource {
 
     pub fn tick(&mut self) -> Option<Duration> {
         self.read_all();
-        // Maps change (dlopen, exec); start over once per period.
-        self.resolver.forget_processes();
+        self.since_maps_refresh += self.read_period();
+        if self.since_maps_refresh >= MAPS_REFRESH {
+            self.since_maps_refresh = Duration::ZERO;
+            self.resolver.forget_processes();
+        }
         Some(self.read_period())
     }
 
