@@ -277,6 +277,8 @@ impl PerfSource {
         }
         self.cleared = false;
         let mut p = self.writer.new_packet();
+        put_varint(&mut p, 8, crate::traced_probes::clock::boot_time_ns());
+        put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
         put_varint(&mut p, 13, SEQ_INCREMENTAL_STATE_CLEARED);
         let d = begin_nested(&mut p, 59);
         put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
@@ -301,6 +303,7 @@ impl PerfSource {
         let ts = time.unwrap_or_else(crate::traced_probes::clock::boot_time_ns);
         let mut p = self.writer.new_packet();
         put_varint(&mut p, 8, ts);
+        put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
         put_varint(&mut p, 13, SEQ_NEEDS_INCREMENTAL_STATE);
         let s = begin_nested(&mut p, PERF_SAMPLE);
         put_varint(&mut p, 1, cpu as u64);
