@@ -276,3 +276,41 @@ fn a_tiny_ring_reports_lost_samples_and_names_can_be_off() {
         run.end_line
     );
 }
+
+#[test]
+fn a_missing_hardware_counter_is_a_clear_setup_error() {
+    if Path::new("/sys/bus/event_source/devices/cpu").exists() {
+        eprintln!("this machine has hardware counters; nothing to check");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
+    let perf_log = dir.join("perf.log");
+    let _perf = start_perf(&socks.producer, &perf_log);
+    let cfg = dir.join("config.txt");
+    std::fs::write(
+        &cfg,
+        "duration_ms: 1000\nbuffers { size_kb: 1024 }\n\
+         data_sources { config { name: \"linux.perf\" perf_event_config { \
+         timebase { frequency: 100 counter: HW_CPU_CYCLES } } } }\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["perfetto", "--txt", "-c"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(dir.join("trace.pb"))
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let log = std::fs::read_to_string(&perf_log).unwrap();
+    assert!(
+        log.contains("cannot set up linux.perf")
+            && log.contains("perf_event_open(cpu-cycles)")
+            && log.contains("no such event"),
+        "{log}"
+    );
+}
