@@ -35,7 +35,7 @@ cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/s
 
 echo "== tracebox traced_perf ($secs s, $freq Hz, every CPU)"
 export PERFETTO_PRODUCER_SOCK_NAME="$tmp/p.sock" PERFETTO_CONSUMER_SOCK_NAME="$tmp/c.sock"
-"$bin" traced 2>"$tmp/traced.log" & pids+=($!)
+"$bin" traced 2>"$tmp/traced.log" & traced_pid=$!; pids+=($traced_pid)
 while [ ! -S "$tmp/c.sock" ]; do sleep 0.05; done
 "$bin" traced_perf 2>"$tmp/perf.log" & perf_pid=$!; pids+=($perf_pid)
 sleep 0.5
@@ -48,17 +48,20 @@ data_sources { config { name: "linux.perf" perf_event_config {
 } } }
 EOF
 before="$(cpu_of "$perf_pid")"
+before_traced="$(cpu_of "$traced_pid")"
 "$bin" perfetto --txt -c "$tmp/cfg.txt" -o "$tmp/ours.pftrace" 2>"$tmp/client.err" &
 client=$!
 sleep 0.5
 load
 wait "$client"
 after="$(cpu_of "$perf_pid")"
+after_traced="$(cpu_of "$traced_pid")"
 "$py" "$root/tests/py/check_perf_trace.py" "$tmp/ours.pftrace" >"$tmp/ours.txt"
 ours_samples="$(grep -c '^sample ' "$tmp/ours.txt" || true)"
 ours_lost="$(awk '$1 == "lost" {n += $3} END {print n + 0}' "$tmp/ours.txt")"
 ours_bytes="$(stat -c %s "$tmp/ours.pftrace")"
 ours_cpu="$(echo "$after - $before" | bc -l)"
+all_cpu="$(echo "$ours_cpu + $after_traced - $before_traced" | bc -l)"
 grep '^Trace stats' "$tmp/client.err" || true
 
 echo "== perf record -g ($secs s, $freq Hz, every CPU)"
@@ -79,5 +82,7 @@ row() {
         "$(echo "$4 * 1000000 / ($2 + ($2 == 0))" | bc -l)" "$(echo "$5 / ($2 + ($2 == 0))" | bc -l)"
 }
 row traced_perf "$ours_samples" "$ours_lost" "$ours_cpu" "$ours_bytes"
+row "  + traced" "$ours_samples" "$ours_lost" "$all_cpu" "$ours_bytes"
 row "perf record -g" "${perf_samples:-0}" "$perf_lost" "$perf_cpu" "$perf_bytes"
-echo "(perf record's CPU includes writing perf.data; perf.data keeps raw callchains, no names)"
+echo "(perf record's CPU includes writing perf.data, which keeps raw callchains and no names;"
+echo " '+ traced' adds the service that stores our trace)"
