@@ -281,7 +281,7 @@ mod tests {
     #[test]
     fn garbage_is_not_elf() {
         assert!(parse(&b"hello"[..], true).is_none());
-        let mut h = vec![0u8; 64];
+        let mut h = [0u8; 64];
         h[..6].copy_from_slice(b"\x7fELF\x02\x01");
         h[56] = 0xff;
         h[57] = 0xff;

@@ -51,7 +51,7 @@ fn u64_at(b: &[u8], off: usize) -> Option<u64> {
 /// Size of the record starting at `header` (8 header bytes), if sane.
 pub fn record_size(header: &[u8]) -> Option<usize> {
     let size = u16::from_ne_bytes(header.get(6..8)?.try_into().ok()?) as usize;
-    (size >= 8 && size % 8 == 0).then_some(size)
+    (size >= 8 && size.is_multiple_of(8)).then_some(size)
 }
 
 /// Decodes one whole record (header included). `None` if malformed.
