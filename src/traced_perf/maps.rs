@@ -50,8 +50,13 @@ pub fn parse(text_untrusted: &str, max: usize) -> Vec<Map> {
 
 /// The mapping containing `addr`.
 pub fn find(maps: &[Map], addr: u64) -> Option<&Map> {
+    find_index(maps, addr).map(|i| &maps[i])
+}
+
+/// Index of the mapping containing `addr`.
+pub fn find_index(maps: &[Map], addr: u64) -> Option<usize> {
     let i = maps.partition_point(|m| m.start <= addr).checked_sub(1)?;
-    (addr < maps[i].end).then(|| &maps[i])
+    (addr < maps[i].end).then_some(i)
 }
 
 #[cfg(test)]

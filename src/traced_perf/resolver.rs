@@ -31,8 +31,21 @@ impl ReadAt for FileReader {
 
 pub struct Process {
     pub maps: Vec<Map>,
+    /// The file of each map, once looked up (saves a path hash per frame).
+    files: Vec<Option<Rc<ElfInfo>>>,
     /// Re-read the maps once when an address misses them.
     reread: bool,
+}
+
+impl Process {
+    fn read(pid: u32) -> Process {
+        let maps = read_maps(pid);
+        Process {
+            files: vec![None; maps.len()],
+            maps,
+            reread: true,
+        }
+    }
 }
 
 /// What one user frame resolves to.
@@ -101,10 +114,7 @@ impl Resolver {
         let stats = &mut self.stats;
         self.processes.entry(pid).or_insert_with(|| {
             stats.maps_reads += 1;
-            Process {
-                maps: read_maps(pid),
-                reread: true,
-            }
+            Process::read(pid)
         })
     }
 
@@ -139,15 +149,29 @@ impl Resolver {
     /// Resolves a user address of `pid`; `None` when no mapping has it.
     pub fn user_frame(&mut self, pid: u32, pc: u64) -> Option<UserFrame> {
         let p = self.process(pid);
-        let reread = maps::find(&p.maps, pc).is_none() && p.reread;
+        let reread = maps::find_index(&p.maps, pc).is_none() && p.reread;
         if reread {
-            p.maps = read_maps(pid);
+            *p = Process::read(pid);
             p.reread = false;
         }
-        let map = maps::find(&p.maps, pc).cloned();
+        let found =
+            maps::find_index(&p.maps, pc).map(|i| (i, p.maps[i].clone(), p.files[i].clone()));
         self.stats.maps_reads += reread as u64;
-        let map = map?;
-        let file = self.file(pid, &map.path);
+        let (i, map, file) = found?;
+        let file = match file {
+            Some(f) => f,
+            None => {
+                let f = self.file(pid, &map.path);
+                if let Some(slot) = self
+                    .processes
+                    .get_mut(&pid)
+                    .and_then(|p| p.files.get_mut(i))
+                {
+                    *slot = Some(f.clone());
+                }
+                f
+            }
+        };
         let rel_pc = (pc - map.start)
             .wrapping_add(map.pgoff)
             .wrapping_add(file.load_bias);
