@@ -433,6 +433,36 @@ mod tests {
         s.into_bytes()
     }
 
+    #[test]
+    fn perf_losses_are_summed_and_named() {
+        let mut k = KernelLoss::default();
+        for (lost, split) in [(5u64, false), (7, true)] {
+            let mut s = VecStream::new();
+            put_varint(&mut s, 8, 1);
+            let n = crate::protozero::begin_nested(&mut s, PERF_SAMPLE as u32);
+            put_varint(&mut s, 1, 0);
+            put_varint(&mut s, KERNEL_RECORDS_LOST, lost);
+            crate::protozero::end_nested(&mut s, n);
+            let b = s.into_bytes();
+            if split {
+                k.observe_packet(&[&b[..3], &b[3..]]);
+            } else {
+                k.observe_packet(&[&b[..]]);
+            }
+        }
+        assert_eq!(k.perf_records_lost, 12);
+        let line = k.with_perf_loss("Trace stats: nothing lost".into());
+        assert!(
+            line.starts_with("Trace stats: LOST 12 perf samples in the kernel"),
+            "{line}"
+        );
+        let line = k.with_perf_loss("Trace stats: LOST 1 chunks dropped".into());
+        assert!(
+            line.ends_with("; LOST 12 perf samples in the kernel (PerfSample.kernel_records_lost)")
+        );
+        assert_eq!(KernelLoss::default().with_perf_loss("x".into()), "x");
+    }
+
     /// A bundle-sized packet without stats.
     fn data_packet(seq: u64, size: usize) -> Vec<u8> {
         let mut s = VecStream::new();
