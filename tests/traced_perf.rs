@@ -70,8 +70,18 @@ struct Run {
 /// Records with `perf_cfg` (the body of perf_event_config) while `load`
 /// runs; stops the client with SIGTERM once the load is done.
 fn record(dir: &Path, perf_cfg: &str, load: impl FnOnce()) -> Run {
+    record_with(dir, perf_cfg, false, load)
+}
+
+/// `record`, with Perfetto's own traced (tests/sdk-interop) if `real`.
+fn record_with(dir: &Path, perf_cfg: &str, real: bool, load: impl FnOnce()) -> Run {
     let socks = Sockets::in_dir(dir);
-    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
+    let _traced = if real {
+        let bin = interop_bin("real-traced").unwrap();
+        start_real_traced(&bin, &socks, &dir.join("traced.log"))
+    } else {
+        start_our_traced(&socks, &dir.join("traced.log"))
+    };
     let perf_log = dir.join("perf.log");
     let _perf = start_perf(&socks.producer, &perf_log);
     let cfg = dir.join("config.txt");
@@ -313,4 +323,27 @@ fn a_missing_hardware_counter_is_a_clear_setup_error() {
             && log.contains("no such event"),
         "{log}"
     );
+}
+
+#[test]
+fn perfettos_own_traced_takes_our_samples() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hot = build_load(dir, "perf_hot");
+    let mut pid = 0;
+    let run = record_with(
+        dir,
+        "timebase { frequency: 500 counter: SW_CPU_CLOCK } \
+         callstack_sampling { scope { target_cmdline: \"perf_hot\" } }",
+        true,
+        || {
+            let mut c = run_load(&hot, &["split", "1000"]);
+            pid = c.id();
+            assert!(c.wait().unwrap().success());
+        },
+    );
+    let all = samples(&run);
+    assert!(all
+        .iter()
+        .any(|s| s.0 == pid && s.3.iter().any(|n| n == "hot_three")));
 }
