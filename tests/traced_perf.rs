@@ -175,13 +175,14 @@ fn run_load(bin: &Path, args: &[&str]) -> std::process::Child {
 fn callstacks_names_scope_and_kernel_frames() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let hot = build_load(dir, "perf_hot");
-    let other = build_load(dir, "perf_other");
+    // Names no other test's load has (tests run in parallel).
+    let hot = build_load(dir, "perf_scope_hot");
+    let other = build_load(dir, "perf_scope_other");
     let mut pids = (0, 0, 0);
     let run = record(
         dir,
         "timebase { frequency: 1000 counter: SW_CPU_CLOCK } \
-         callstack_sampling { scope { target_cmdline: \"perf_hot\" } kernel_frames: true } \
+         callstack_sampling { scope { target_cmdline: \"perf_scope_hot\" } kernel_frames: true } \
          ring_buffer_read_period_ms: 50",
         || {
             let mut split = run_load(&hot, &["split", "3000"]);
@@ -201,7 +202,7 @@ fn callstacks_names_scope_and_kernel_frames() {
     );
     assert!(
         all.iter().all(|s| s.0 == split_pid || s.0 == sys_pid),
-        "only perf_hot processes are in scope"
+        "only perf_scope_hot processes are in scope"
     );
     // The 3:1 split, by stacks that contain each function.
     let has = |s: &(u32, u32, u32, Vec<String>), f: &str| s.3.iter().any(|n| n == f);
