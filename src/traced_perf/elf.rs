@@ -279,6 +279,27 @@ mod tests {
     }
 
     #[test]
+    fn mutated_headers_never_panic() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        // Headers, program headers and the start of the file: where the
+        // offsets and counts the parser trusts least live.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..300 {
+            let mut f = exe[..exe.len().min(1 << 16)].to_vec();
+            for _ in 0..8 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let at = (seed >> 33) as usize % 128;
+                f[at] = (seed >> 17) as u8;
+            }
+            if let Some(info) = parse(&f[..], true) {
+                let _ = info.symbols.lookup(seed);
+            }
+        }
+    }
+
+    #[test]
     fn garbage_is_not_elf() {
         assert!(parse(&b"hello"[..], true).is_none());
         let mut h = [0u8; 64];

@@ -185,6 +185,27 @@ mod tests {
     }
 
     #[test]
+    fn random_rings_never_panic() {
+        let mut seed = 1u64;
+        let mut scratch = Vec::new();
+        let mut sample = Sample::default();
+        for _ in 0..500 {
+            let mut data = sample_bytes(&[CONTEXT_KERNEL, 1, CONTEXT_USER, 2]);
+            data.resize(128, 0);
+            for _ in 0..6 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                let at = (seed >> 33) as usize % data.len();
+                data[at] = (seed >> 13) as u8;
+            }
+            let (mut tail, head) = (seed % 256, seed % 256 + (seed >> 40) % 200);
+            while let Some(r) = next(&data, tail, head, &mut scratch) {
+                tail += r.len() as u64;
+                let _ = parse(r, &mut sample);
+            }
+        }
+    }
+
+    #[test]
     fn wrapped_record_is_copied() {
         let rec = sample_bytes(&[CONTEXT_USER, 0x1234]);
         let mut data = vec![0u8; 128];
