@@ -33,6 +33,8 @@ pub struct Scope {
     pub exclude_pids: Vec<i32>,
     pub exclude_cmdlines: Vec<String>,
     pub additional_cmdline_count: u32,
+    /// Keep only processes with pid % count == a shard chosen at setup.
+    pub process_shard_count: u32,
 }
 
 impl Scope {
@@ -163,6 +165,7 @@ fn parse_scope(b: &[u8], s: &mut Scope) -> Result<(), String> {
                 "excluded cmdlines",
             )?,
             5 => s.additional_cmdline_count = (varint(f.value) as u32).min(1024),
+            6 => s.process_shard_count = (varint(f.value) as u32).min(1 << 16),
             _ => {}
         }
     }

@@ -168,7 +168,10 @@ impl PerfSource {
         }
         let resolver = Resolver::new(cfg.function_names, cfg.function_names && cfg.kernel_frames);
         Ok(PerfSource {
-            scope: ScopeFilter::new(cfg.scope.clone()),
+            scope: ScopeFilter::new(
+                cfg.scope.clone(),
+                crate::traced_probes::clock::boot_time_ns(),
+            ),
             cfg,
             writer,
             rings,
@@ -292,6 +295,10 @@ impl PerfSource {
             end_nested(&mut p, tb);
         } else {
             put_bytes(&mut p, 1, &self.cfg.timebase_raw);
+        }
+        if let Some((n, chosen)) = self.scope.shard {
+            put_varint(&mut p, 2, n as u64);
+            put_varint(&mut p, 3, chosen as u64);
         }
         end_nested(&mut p, psd);
         end_nested(&mut p, d);

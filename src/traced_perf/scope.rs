@@ -12,6 +12,8 @@ const MAX_DECISIONS: usize = 1 << 16;
 
 pub struct ScopeFilter {
     scope: Scope,
+    /// (count, chosen shard) of `process_shard_count`.
+    pub shard: Option<(u32, u32)>,
     decided: HashMap<u32, bool>,
     additional_left: u32,
     open: bool,
@@ -49,11 +51,18 @@ pub fn cmdline_matches(pattern: &str, argv0: &str) -> bool {
 }
 
 impl ScopeFilter {
-    pub fn new(scope: Scope) -> ScopeFilter {
+    /// `seed` picks the shard when `process_shard_count` is set.
+    pub fn new(scope: Scope, seed: u64) -> ScopeFilter {
+        let shard = (scope.process_shard_count > 1).then(|| {
+            let n = scope.process_shard_count;
+            (n, (seed % n as u64) as u32)
+        });
         let open = !scope.has_targets()
             && scope.exclude_pids.is_empty()
-            && scope.exclude_cmdlines.is_empty();
+            && scope.exclude_cmdlines.is_empty()
+            && shard.is_none();
         ScopeFilter {
+            shard,
             additional_left: scope.additional_cmdline_count,
             scope,
             decided: HashMap::new(),
@@ -81,6 +90,11 @@ impl ScopeFilter {
         let s = &self.scope;
         if s.exclude_pids.contains(&(pid as i32)) {
             return false;
+        }
+        if let Some((n, chosen)) = self.shard {
+            if pid % n != chosen {
+                return false;
+            }
         }
         if let Some(a) = argv0 {
             if s.exclude_cmdlines.iter().any(|p| cmdline_matches(p, a)) {
@@ -123,13 +137,17 @@ mod tests {
 
     #[test]
     fn targets_exclusions_and_additional() {
-        let mut f = ScopeFilter::new(Scope {
-            target_pids: vec![10],
-            target_cmdlines: vec!["hot*".into()],
-            exclude_pids: vec![11],
-            exclude_cmdlines: vec!["sshd".into()],
-            additional_cmdline_count: 1,
-        });
+        let mut f = ScopeFilter::new(
+            Scope {
+                target_pids: vec![10],
+                target_cmdlines: vec!["hot*".into()],
+                exclude_pids: vec![11],
+                exclude_cmdlines: vec!["sshd".into()],
+                additional_cmdline_count: 1,
+                process_shard_count: 0,
+            },
+            0,
+        );
         assert!(f.decide(10, Some("x")));
         assert!(!f.decide(11, Some("hotloop")));
         assert!(f.decide(12, Some("/bin/hotloop")));
@@ -137,5 +155,18 @@ mod tests {
         assert!(f.decide(14, Some("other")), "the one additional");
         assert!(!f.decide(15, Some("other2")));
         assert!(!f.decide(0, None));
+    }
+
+    #[test]
+    fn process_shards() {
+        let scope = Scope {
+            process_shard_count: 4,
+            ..Default::default()
+        };
+        let mut f = ScopeFilter::new(scope, 6);
+        assert_eq!(f.shard, Some((4, 2)));
+        assert!(f.decide(102, Some("x")));
+        assert!(!f.decide(103, Some("x")));
+        assert!(!f.admits(101));
     }
 }
