@@ -2,7 +2,7 @@
 # Installs one tracebox binary and its applet symlinks:
 #   scripts/install.sh PREFIX [BINARY]
 # BINARY defaults to target/release/tracebox. Result:
-#   PREFIX/bin/tracebox, and PREFIX/bin/{traced,traced_probes,perfetto,
+#   PREFIX/bin/tracebox, and PREFIX/bin/{traced,traced_probes,traced_perf,perfetto,
 #   report,trigger_perfetto,websocket_bridge} -> tracebox
 set -euo pipefail
 prefix="${1:?usage: scripts/install.sh PREFIX [BINARY]}"
@@ -13,7 +13,7 @@ mkdir -p "$prefix/bin"
 cp "$bin" "$prefix/bin/.tracebox.new"
 chmod 0755 "$prefix/bin/.tracebox.new"
 mv -f "$prefix/bin/.tracebox.new" "$prefix/bin/tracebox"
-for applet in traced traced_probes perfetto report trigger_perfetto websocket_bridge; do
+for applet in traced traced_probes traced_perf perfetto report trigger_perfetto websocket_bridge; do
     ln -sfn tracebox "$prefix/bin/$applet"
 done
 echo "installed $prefix/bin/tracebox and its applets"

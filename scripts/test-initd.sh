@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The SysV/BusyBox init script for real: installs tracebox into a temporary
-# prefix, starts traced and traced_probes with scripts/init/tracebox.init
+# prefix, starts traced, traced_probes and traced_perf with scripts/init/tracebox.init
 # under BusyBox sh (paths and sockets from a temporary defaults file), records a trace of this
 # kernel with the installed `perfetto`, stops, and checks that no tracebox
 # process is left and ftrace is off.
@@ -37,7 +37,7 @@ trap cleanup EXIT
 fail() { echo "test-initd: $*" >&2; exit 1; }
 
 scripts/install.sh "$tmp/prefix" "$bin"
-for applet in traced traced_probes perfetto report trigger_perfetto; do
+for applet in traced traced_probes traced_perf perfetto report trigger_perfetto; do
     [ "$(readlink "$tmp/prefix/bin/$applet")" = tracebox ] || fail "no $applet symlink"
 done
 
@@ -54,13 +54,13 @@ EOF2
 echo "== start"
 run_init start
 run_init status || fail "status after start: $?"
-for f in traced traced_probes; do
+for f in traced traced_probes traced_perf; do
     [ -s "$tmp/run/$f.pid" ] || fail "no pidfile for $f"
 done
 [ "$(stat -c %a "$tmp/producer.sock")" = 660 ] || fail "producer socket mode $(stat -c %a "$tmp/producer.sock")"
 [ "$(stat -c %a "$tmp/consumer.sock")" = 660 ] || fail "consumer socket mode $(stat -c %a "$tmp/consumer.sock")"
 again="$(run_init start)"
-[ "$(grep -c "already running" <<<"$again")" = 2 ] || fail "a second start did not see the running daemons: $again"
+[ "$(grep -c "already running" <<<"$again")" = 3 ] || fail "a second start did not see the running daemons: $again"
 
 echo "== record with the installed perfetto"
 instance=tbx_initd
@@ -84,7 +84,7 @@ run_init stop
 rc=0
 run_init status || rc=$?
 [ $rc = 3 ] || fail "status after stop: $rc, want 3"
-[ ! -e "$tmp/run/traced.pid" ] && [ ! -e "$tmp/run/traced_probes.pid" ] || fail "pidfiles left"
+[ ! -e "$tmp/run/traced.pid" ] && [ ! -e "$tmp/run/traced_probes.pid" ] && [ ! -e "$tmp/run/traced_perf.pid" ] || fail "pidfiles left"
 if pgrep -f "$tmp/prefix/bin/" >/dev/null; then
     pgrep -af "$tmp/prefix/bin/" >&2
     fail "tracebox processes left running"

@@ -17,6 +17,7 @@ pub mod protozero;
 pub mod report;
 pub mod schema;
 pub mod traced;
+pub mod traced_perf;
 pub mod traced_probes;
 pub mod traced_relay;
 pub mod tracing;

@@ -47,7 +47,7 @@ fn our_daemons() -> Vec<String> {
         let private = env
             .split(|b| *b == 0)
             .any(|v| v.starts_with(b"PERFETTO_CONSUMER_SOCK_NAME="));
-        if (name == "traced" || name == "traced_probes") && !private {
+        if (name == "traced" || name == "traced_probes" || name == "traced_perf") && !private {
             found.push(format!("{} {name}", e.file_name().to_string_lossy()));
         }
     }
@@ -272,6 +272,7 @@ fn autostart_records_and_shares_the_system_sockets() {
     };
     assert!(seen.contains("linux.ftrace"), "{seen}");
     assert!(seen.contains("perfetto.traced_probes"), "{seen}");
+    assert!(seen.contains("perfetto.traced_perf"), "{seen}");
 
     assert_eq!(wait_exit(&mut rec, Duration::from_secs(60)), 0);
     let s = summary(&out);

@@ -184,6 +184,7 @@ replay_tests!(
     kernel_loss,
     packet_validator,
     pbtx,
+    perf_inputs,
     probes_commands,
     proc_pid_files,
     proc_text_files,

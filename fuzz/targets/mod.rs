@@ -9,6 +9,7 @@ pub mod ipc_frame;
 pub mod kernel_loss;
 pub mod packet_validator;
 pub mod pbtx;
+pub mod perf_inputs;
 pub mod probes_commands;
 pub mod proc_pid_files;
 pub mod proc_text_files;

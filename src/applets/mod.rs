@@ -9,6 +9,7 @@ mod args;
 mod perfetto;
 mod report;
 mod traced;
+mod traced_perf;
 mod traced_probes;
 mod trigger_perfetto;
 mod websocket_bridge;
@@ -34,6 +35,11 @@ pub const APPLETS: &[(&str, &str, AppletMain)] = &[
         "traced_probes",
         "kernel ftrace and /proc, /sys pollers",
         traced_probes::main,
+    ),
+    (
+        "traced_perf",
+        "CPU profiling with call stacks (linux.perf)",
+        traced_perf::main,
     ),
     (
         "perfetto",

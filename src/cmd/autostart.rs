@@ -1,5 +1,5 @@
-//! `tracebox [perfetto args]`: use the running traced, or start traced
-//! and traced_probes when none answers.
+//! `tracebox [perfetto args]`: use the running traced, or start traced,
+//! traced_probes and traced_perf when none answers.
 //!
 //! Unlike upstream, the default is the system sockets, so Perfetto SDK apps
 //! on the board find this service and join the trace. `--private-sockets`
@@ -63,8 +63,8 @@ fn service_pid(name: &str) -> i32 {
         .map_or(0, |c| c.pid)
 }
 
-/// Binds a running service on `consumer_socket`, or starts traced then
-/// `traced_probes --reset-ftrace` and binds that.
+/// Binds a running service on `consumer_socket`, or starts traced, then
+/// `traced_probes --reset-ftrace` and traced_perf, and binds that.
 pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
     let mut last_err = String::new();
     for attempt in 0..ATTEMPTS {
@@ -125,12 +125,21 @@ fn start_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
         READY_TIMEOUT,
     )
     .map_err(|e| e.to_string())?;
+    let perf = spawn_applet(
+        "traced_perf",
+        &["--exit-with-traced"],
+        pgid,
+        "TRACED_PERF_NOTIFY_FD",
+        READY_TIMEOUT,
+    )
+    .map_err(|e| e.to_string())?;
     Ok(Autostarted {
         _keepalive: port,
         first_line: format!(
-            "tracebox: started traced (pid {pgid}) and traced_probes (pid {}) on \
-             {consumer_socket}; they exit once no session or client is left",
-            probes.child.id()
+            "tracebox: started traced (pid {pgid}), traced_probes (pid {}) and traced_perf \
+             (pid {}) on {consumer_socket}; they exit once no session or client is left",
+            probes.child.id(),
+            perf.child.id()
         ),
     })
 }

@@ -30,6 +30,12 @@ const SERVICE_EVENT: u64 = 69;
 /// pass of about 1 MiB) and on what it inflates to.
 const MAX_COMPRESSED: usize = 16 << 20;
 const MAX_INFLATED: usize = 64 << 20;
+/// `TracePacket.perf_sample` and `PerfSample.kernel_records_lost`
+/// (traced_perf's perf rings that overran).
+const PERF_SAMPLE: u64 = 66;
+const KERNEL_RECORDS_LOST: u32 = 17;
+/// PerfSample packets are tens of bytes; bigger ones are not read.
+const MAX_PERF_SAMPLE: u64 = 256;
 
 /// ftrace_stats are small (about 50 bytes per cpu); bigger ones are not
 /// read.
@@ -82,6 +88,8 @@ pub struct KernelLoss {
     pub setup_errors: Vec<String>,
     /// Service events, triggers and event-setup problems seen on the way.
     pub faults: TraceFaults,
+    /// Sum of PerfSample.kernel_records_lost.
+    pub perf_records_lost: u64,
 }
 
 impl KernelLoss {
@@ -112,6 +120,7 @@ impl KernelLoss {
             self.faults.observe_service_event(bits.timestamp, event);
         }
         self.faults.triggers += bits.trigger as u64;
+        self.perf_records_lost = self.perf_records_lost.saturating_add(bits.perf_lost);
         match bits.compressed {
             // Packets compressed by the service (compression_type:
             // DEFLATE); never nested in the trace format.
@@ -210,6 +219,23 @@ impl KernelLoss {
             total = Some(total.unwrap_or(0) + lost);
         }
         total
+    }
+
+    /// The end line with perf samples the kernel lost added to it.
+    pub fn with_perf_loss(&self, line: String) -> String {
+        let n = self.perf_records_lost;
+        if n == 0 {
+            return line;
+        }
+        let what = format!("LOST {n} perf samples in the kernel");
+        if line == "Trace stats: nothing lost" {
+            format!(
+                "Trace stats: {what} (perf ring buffers overran before they were read; \
+                 more ring_buffer_pages or a shorter ring_buffer_read_period_ms keeps them)"
+            )
+        } else {
+            format!("{line}; {what} (PerfSample.kernel_records_lost)")
+        }
     }
 }
 
@@ -416,6 +442,8 @@ struct PacketBits {
     trigger: bool,
     /// `compressed_packets` bytes.
     compressed: Option<Vec<u8>>,
+    /// `PerfSample.kernel_records_lost`.
+    perf_lost: u64,
 }
 
 /// The fields of the packet in `start..end` the client looks at; nothing
@@ -437,6 +465,14 @@ fn stats_in_packet(b: &mut dyn TraceBytes, start: u64, end: u64) -> io::Result<P
             }
             (SERVICE_EVENT, 2) if len <= MAX_STATS as u64 => {
                 bits.service_event = Some(b.at(f.value_start, len as usize)?.to_vec());
+            }
+            (PERF_SAMPLE, 2) if len <= MAX_PERF_SAMPLE => {
+                for g in FieldIter::new(b.at(f.value_start, len as usize)?) {
+                    if g.number == KERNEL_RECORDS_LOST && g.wire_type == 0 {
+                        let lost = read_varint(g.value).map_or(0, |v| v.0);
+                        bits.perf_lost = bits.perf_lost.saturating_add(lost);
+                    }
+                }
             }
             (COMPRESSED_PACKETS, 2) if len <= MAX_COMPRESSED as u64 => {
                 bits.compressed = Some(b.at(f.value_start, len as usize)?.to_vec());
@@ -478,6 +514,36 @@ mod tests {
         write_ftrace_stats(&mut s, phase, &snap);
         put_varint(&mut s, TRUSTED_SEQUENCE_ID as u32, seq);
         s.into_bytes()
+    }
+
+    #[test]
+    fn perf_losses_are_summed_and_named() {
+        let mut k = KernelLoss::default();
+        for (lost, split) in [(5u64, false), (7, true)] {
+            let mut s = VecStream::new();
+            put_varint(&mut s, 8, 1);
+            let n = crate::protozero::begin_nested(&mut s, PERF_SAMPLE as u32);
+            put_varint(&mut s, 1, 0);
+            put_varint(&mut s, KERNEL_RECORDS_LOST, lost);
+            crate::protozero::end_nested(&mut s, n);
+            let b = s.into_bytes();
+            if split {
+                k.observe_packet(&[&b[..3], &b[3..]]);
+            } else {
+                k.observe_packet(&[&b[..]]);
+            }
+        }
+        assert_eq!(k.perf_records_lost, 12);
+        let line = k.with_perf_loss("Trace stats: nothing lost".into());
+        assert!(
+            line.starts_with("Trace stats: LOST 12 perf samples in the kernel"),
+            "{line}"
+        );
+        let line = k.with_perf_loss("Trace stats: LOST 1 chunks dropped".into());
+        assert!(
+            line.ends_with("; LOST 12 perf samples in the kernel (PerfSample.kernel_records_lost)")
+        );
+        assert_eq!(KernelLoss::default().with_perf_loss("x".into()), "x");
     }
 
     /// A bundle-sized packet without stats.

@@ -404,7 +404,8 @@ fn print_summary(port: &mut Port, kernel: &KernelLoss, plan: &TracePlan, bytes: 
     }
     if let Some(f) = session_figures(port) {
         let lost = kernel.events_lost().unwrap_or(0);
-        eprintln!("{}", status_line::end_line(f, lost, &missing));
+        let losses = kernel.with_perf_loss(status_line::summary(f, lost));
+        eprintln!("{}", status_line::end_line(losses, &missing));
     } else if !missing.is_empty() {
         eprintln!("Trace stats: INCOMPLETE: {}", missing.join("; "));
     }

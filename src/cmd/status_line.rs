@@ -90,8 +90,7 @@ pub fn summary(f: Figures, kernel_events_lost: u64) -> String {
 /// The end-of-trace line: the losses, then everything asked for and not
 /// obtained (`missing`, one phrase each). "nothing lost" only when both
 /// are empty.
-pub fn end_line(f: Figures, kernel_events_lost: u64, missing: &[String]) -> String {
-    let losses = summary(f, kernel_events_lost);
+pub fn end_line(losses: String, missing: &[String]) -> String {
     if missing.is_empty() {
         return losses;
     }
@@ -159,10 +158,16 @@ mod tests {
              before they were read; a larger buffer_size_kb keeps them)"
         );
         assert_eq!(
-            end_line(clean, 0, &["no producer offers data source x".into()]),
+            end_line(
+                summary(clean, 0),
+                &["no producer offers data source x".into()]
+            ),
             "Trace stats: no data lost, but INCOMPLETE: no producer offers data source x"
         );
-        assert_eq!(end_line(clean, 0, &[]), "Trace stats: nothing lost");
+        assert_eq!(
+            end_line(summary(clean, 0), &[]),
+            "Trace stats: nothing lost"
+        );
         let discarded_elsewhere = TraceStats {
             chunks_discarded: Some(3),
             ..Default::default()

@@ -3,9 +3,10 @@
 use std::os::unix::fs::symlink;
 use std::process::{Command, Output};
 
-const APPLETS: [&str; 6] = [
+const APPLETS: [&str; 7] = [
     "traced",
     "traced_probes",
+    "traced_perf",
     "perfetto",
     "report",
     "trigger_perfetto",

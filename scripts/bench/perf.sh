@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# traced_perf against `perf record -g` on the same load, in the same run:
+#   scripts/bench/perf.sh [SECONDS] [FREQ_HZ]
+# The load is tests/data/perf/hot.c (two busy threads, frame pointers), so
+# both profilers see the same 2-core workload for SECONDS (default 10) at
+# FREQ_HZ per CPU (default 1000), kernel and user callchains, every CPU.
+# Prints per profiler: samples captured, samples lost, profiler CPU (user +
+# system of the profiling processes), CPU per sample and bytes per sample.
+# Run as root with a release build (cargo build --release).
+set -euo pipefail
+secs="${1:-10}"
+freq="${2:-1000}"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+bin="${TRACEBOX_BIN:-$root/target/release/tracebox}"
+py="${TRACEBOX_PYTHON:-$root/.venv/bin/python}"
+command -v perf >/dev/null || { echo "needs perf (apt-get install linux-perf)" >&2; exit 1; }
+[ -x "$bin" ] || { echo "build $bin first" >&2; exit 1; }
+tmp="$(mktemp -d)"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+gcc -O0 -fno-omit-frame-pointer -pthread -o "$tmp/hot" "$root/tests/data/perf/hot.c"
+# Busy for about $secs: re-run the split load until the time is up.
+load() {
+    local end=$((SECONDS + secs))
+    while [ $SECONDS -lt $end ]; do "$tmp/hot" split 200; done
+}
+
+# CPU seconds (user + system) a pid has used.
+cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
+
+echo "== tracebox traced_perf ($secs s, $freq Hz, every CPU)"
+export PERFETTO_PRODUCER_SOCK_NAME="$tmp/p.sock" PERFETTO_CONSUMER_SOCK_NAME="$tmp/c.sock"
+"$bin" traced 2>"$tmp/traced.log" & traced_pid=$!; pids+=($traced_pid)
+while [ ! -S "$tmp/c.sock" ]; do sleep 0.05; done
+"$bin" traced_perf 2>"$tmp/perf.log" & perf_pid=$!; pids+=($perf_pid)
+sleep 0.5
+cat >"$tmp/cfg.txt" <<EOF
+duration_ms: $((secs * 1000 + 1000))
+buffers { size_kb: 131072 }
+data_sources { config { name: "linux.perf" perf_event_config {
+  timebase { frequency: $freq counter: SW_CPU_CLOCK }
+  callstack_sampling { kernel_frames: true }
+} } }
+EOF
+before="$(cpu_of "$perf_pid")"
+before_traced="$(cpu_of "$traced_pid")"
+"$bin" perfetto --txt -c "$tmp/cfg.txt" -o "$tmp/ours.pftrace" 2>"$tmp/client.err" &
+client=$!
+sleep 0.5
+load
+wait "$client"
+after="$(cpu_of "$perf_pid")"
+after_traced="$(cpu_of "$traced_pid")"
+"$py" "$root/tests/py/check_perf_trace.py" "$tmp/ours.pftrace" >"$tmp/ours.txt"
+ours_samples="$(grep -c '^sample ' "$tmp/ours.txt" || true)"
+ours_lost="$(awk '$1 == "lost" {n += $3} END {print n + 0}' "$tmp/ours.txt")"
+ours_bytes="$(stat -c %s "$tmp/ours.pftrace")"
+ours_cpu="$(echo "$after - $before" | bc -l)"
+all_cpu="$(echo "$ours_cpu + $after_traced - $before_traced" | bc -l)"
+grep '^Trace stats' "$tmp/client.err" || true
+
+echo "== perf record -g ($secs s, $freq Hz, every CPU)"
+/usr/bin/time -f "%U %S" -o "$tmp/perf.time" \
+    perf record -q -g -a -F "$freq" -o "$tmp/perf.data" -- sleep $((secs + 1)) 2>"$tmp/perf.err" &
+perfrec=$!
+sleep 0.5
+load
+wait "$perfrec" || true
+perf_cpu="$(awk '{print $1 + $2}' "$tmp/perf.time")"
+perf_samples="$(perf report -i "$tmp/perf.data" --stats 2>/dev/null | awk '/SAMPLE events:/ {print $3; exit}')"
+perf_lost="$(perf report -i "$tmp/perf.data" --stats 2>/dev/null | awk '/LOST events:/ {n += $3} END {print n + 0}')"
+perf_bytes="$(stat -c %s "$tmp/perf.data")"
+
+printf '\n%-16s %10s %8s %12s %14s %12s\n' profiler samples lost "cpu s" "us/sample" "B/sample"
+row() {
+    printf '%-16s %10s %8s %12.3f %14.1f %12.1f\n' "$1" "$2" "$3" "$4" \
+        "$(echo "$4 * 1000000 / ($2 + ($2 == 0))" | bc -l)" "$(echo "$5 / ($2 + ($2 == 0))" | bc -l)"
+}
+row traced_perf "$ours_samples" "$ours_lost" "$ours_cpu" "$ours_bytes"
+row "  + traced" "$ours_samples" "$ours_lost" "$all_cpu" "$ours_bytes"
+row "perf record -g" "${perf_samples:-0}" "$perf_lost" "$perf_cpu" "$perf_bytes"
+echo "(perf record's CPU includes writing perf.data, which keeps raw callchains and no names;"
+echo " '+ traced' adds the service that stores our trace)"

@@ -1,0 +1,407 @@
+//! PerfEventConfig (DataSourceConfig field 111) as upstream defines it,
+//! read with the protozero field walker and bounded.
+
+use crate::protozero::decode::{read_varint, FieldIter};
+
+/// What the timebase counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// PerfEvents.Counter enum value.
+    Counter(u32),
+    Tracepoint {
+        name: String,
+        filter: String,
+    },
+    Raw {
+        type_: u32,
+        config: u64,
+        config1: u64,
+        config2: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interval {
+    Frequency(u64),
+    Period(u64),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    pub target_pids: Vec<i32>,
+    pub target_cmdlines: Vec<String>,
+    pub exclude_pids: Vec<i32>,
+    pub exclude_cmdlines: Vec<String>,
+    pub additional_cmdline_count: u32,
+    /// Keep only processes with pid % count == a shard chosen at setup.
+    pub process_shard_count: u32,
+}
+
+impl Scope {
+    pub fn has_targets(&self) -> bool {
+        !self.target_pids.is_empty()
+            || !self.target_cmdlines.is_empty()
+            || self.additional_cmdline_count > 0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerfConfig {
+    pub event: Event,
+    pub interval: Interval,
+    /// The Timebase message as the config carried it (for the
+    /// PerfSampleDefaults of the trace).
+    pub timebase_raw: Vec<u8>,
+    pub callstacks: bool,
+    pub kernel_frames: bool,
+    pub user_frames: bool,
+    pub scope: Scope,
+    pub target_cpus: Vec<u32>,
+    pub ring_buffer_pages: usize,
+    pub read_period_ms: u32,
+    pub max_enqueued_footprint_kb: u64,
+    /// tracebox: names of functions resolved on the device (default on).
+    pub function_names: bool,
+}
+
+pub const DEFAULT_FREQUENCY: u64 = 10;
+pub const DEFAULT_RING_PAGES: usize = 256;
+/// Bound on one CPU's ring: 8 MiB of 4 KiB pages.
+pub const MAX_RING_PAGES: usize = 2048;
+pub const DEFAULT_READ_PERIOD_MS: u32 = 100;
+/// Work budget of one read pass: records this big at most, per CPU.
+pub const DEFAULT_FOOTPRINT_KB: u64 = 4 * 1024;
+const MAX_LIST: usize = 64;
+const MAX_STR: usize = 256;
+
+// UnwindMode values.
+const UNWIND_SKIP: u64 = 1;
+const UNWIND_DWARF: u64 = 2;
+
+/// Field number of our own switch in PerfEventConfig (not upstream's).
+pub const FIELD_TRACEBOX_FUNCTION_NAMES: u32 = 1001;
+
+fn varint(v: &[u8]) -> u64 {
+    read_varint(v).map(|x| x.0).unwrap_or(0)
+}
+
+fn string(v: &[u8]) -> Result<String, String> {
+    if v.len() > MAX_STR {
+        return Err(format!("string of {} bytes (limit {MAX_STR})", v.len()));
+    }
+    String::from_utf8(v.to_vec()).map_err(|_| "string is not UTF-8".to_string())
+}
+
+fn push<T>(list: &mut Vec<T>, v: T, what: &str) -> Result<(), String> {
+    if list.len() >= MAX_LIST {
+        return Err(format!("more than {MAX_LIST} {what}"));
+    }
+    list.push(v);
+    Ok(())
+}
+
+/// Pushes a repeated varint field, packed or not.
+fn push_ints(list: &mut Vec<i32>, wire_type: u8, v: &[u8], what: &str) -> Result<(), String> {
+    if wire_type == 0 {
+        return push(list, varint(v) as i32, what);
+    }
+    let mut rest = v;
+    while !rest.is_empty() {
+        let (x, n) = read_varint(rest).ok_or("bad packed list")?;
+        push(list, x as i32, what)?;
+        rest = &rest[n..];
+    }
+    Ok(())
+}
+
+fn parse_event_fields(tb: &[u8], event: &mut Option<Event>) -> Result<(), String> {
+    for f in FieldIter::new(tb) {
+        match f.number {
+            4 => *event = Some(Event::Counter(varint(f.value) as u32)),
+            3 => {
+                let (mut name, mut filter) = (String::new(), String::new());
+                for t in FieldIter::new(f.value) {
+                    match t.number {
+                        1 => name = string(t.value)?,
+                        2 => filter = string(t.value)?,
+                        _ => {}
+                    }
+                }
+                *event = Some(Event::Tracepoint { name, filter });
+            }
+            5 => {
+                let (mut type_, mut config, mut config1, mut config2) = (0, 0, 0, 0);
+                for t in FieldIter::new(f.value) {
+                    match t.number {
+                        1 => type_ = varint(t.value) as u32,
+                        2 => config = varint(t.value),
+                        3 => config1 = varint(t.value),
+                        4 => config2 = varint(t.value),
+                        _ => {}
+                    }
+                }
+                *event = Some(Event::Raw {
+                    type_,
+                    config,
+                    config1,
+                    config2,
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn parse_scope(b: &[u8], s: &mut Scope) -> Result<(), String> {
+    for f in FieldIter::new(b) {
+        match f.number {
+            1 => push_ints(&mut s.target_pids, f.wire_type, f.value, "target pids")?,
+            2 => push(&mut s.target_cmdlines, string(f.value)?, "target cmdlines")?,
+            3 => push_ints(&mut s.exclude_pids, f.wire_type, f.value, "excluded pids")?,
+            4 => push(
+                &mut s.exclude_cmdlines,
+                string(f.value)?,
+                "excluded cmdlines",
+            )?,
+            5 => s.additional_cmdline_count = (varint(f.value) as u32).min(1024),
+            6 => s.process_shard_count = (varint(f.value) as u32).min(1 << 16),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Parses PerfEventConfig bytes (empty: upstream's defaults).
+pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
+    let mut c = PerfConfig {
+        event: Event::Counter(1),
+        interval: Interval::Frequency(DEFAULT_FREQUENCY),
+        timebase_raw: Vec::new(),
+        callstacks: false,
+        kernel_frames: false,
+        user_frames: true,
+        scope: Scope::default(),
+        target_cpus: Vec::new(),
+        ring_buffer_pages: DEFAULT_RING_PAGES,
+        read_period_ms: DEFAULT_READ_PERIOD_MS,
+        max_enqueued_footprint_kb: DEFAULT_FOOTPRINT_KB,
+        function_names: true,
+    };
+    let mut legacy_freq = None;
+    let mut event = None;
+    let mut interval = None;
+    let mut legacy_kernel_frames = false;
+    let mut legacy_scope = Scope::default();
+    let mut fields = FieldIter::new(config_untrusted);
+    for f in fields.by_ref() {
+        match f.number {
+            15 => {
+                c.timebase_raw = f.value.to_vec();
+                for t in FieldIter::new(f.value) {
+                    match t.number {
+                        2 => interval = Some(Interval::Frequency(varint(t.value))),
+                        1 => interval = Some(Interval::Period(varint(t.value))),
+                        6 => return Err(
+                            "timebase poll_period_ms (counting without sampling) is not supported"
+                                .into(),
+                        ),
+                        _ => {}
+                    }
+                }
+                parse_event_fields(f.value, &mut event)?;
+            }
+            16 => {
+                c.callstacks = true;
+                for t in FieldIter::new(f.value) {
+                    match t.number {
+                        1 => parse_scope(t.value, &mut c.scope)?,
+                        2 => c.kernel_frames = varint(t.value) != 0,
+                        3 => match varint(t.value) {
+                            UNWIND_SKIP => c.user_frames = false,
+                            UNWIND_DWARF => {
+                                return Err("user_frames: UNWIND_DWARF is not supported (frame pointers only; use UNWIND_FRAME_POINTER or leave it unset)".into())
+                            }
+                            _ => c.user_frames = true,
+                        },
+                        _ => {}
+                    }
+                }
+            }
+            20 => {
+                let mut cpus = Vec::new();
+                push_ints(&mut cpus, f.wire_type, f.value, "target cpus")?;
+                c.target_cpus.extend(cpus.into_iter().map(|x| x as u32));
+            }
+            8 => c.read_period_ms = varint(f.value) as u32,
+            3 => c.ring_buffer_pages = varint(f.value).min(u32::MAX as u64) as usize,
+            17 => c.max_enqueued_footprint_kb = varint(f.value),
+            // Deprecated flat fields, still honoured as upstream does.
+            1 => {}
+            2 => legacy_freq = Some(varint(f.value)),
+            12 => legacy_kernel_frames = varint(f.value) != 0,
+            4 => push_ints(
+                &mut legacy_scope.target_pids,
+                f.wire_type,
+                f.value,
+                "target pids",
+            )?,
+            5 => push(
+                &mut legacy_scope.target_cmdlines,
+                string(f.value)?,
+                "target cmdlines",
+            )?,
+            6 => push_ints(
+                &mut legacy_scope.exclude_pids,
+                f.wire_type,
+                f.value,
+                "excluded pids",
+            )?,
+            7 => push(
+                &mut legacy_scope.exclude_cmdlines,
+                string(f.value)?,
+                "excluded cmdlines",
+            )?,
+            11 => legacy_scope.additional_cmdline_count = (varint(f.value) as u32).min(1024),
+            FIELD_TRACEBOX_FUNCTION_NAMES => c.function_names = varint(f.value) != 0,
+            _ => {}
+        }
+    }
+    if fields.error {
+        return Err("malformed PerfEventConfig".into());
+    }
+    if c.timebase_raw.is_empty() {
+        // Upstream's legacy mode: cpu-clock with callstacks.
+        c.callstacks = true;
+        c.kernel_frames = legacy_kernel_frames;
+        c.scope = legacy_scope;
+        if let Some(f) = legacy_freq.filter(|&f| f > 0) {
+            interval = Some(Interval::Frequency(f));
+        }
+    }
+    if let Some(e) = event {
+        c.event = e;
+    }
+    if let Some(i) = interval {
+        c.interval = i;
+    }
+    match c.interval {
+        Interval::Frequency(0) | Interval::Period(0) => {
+            return Err("timebase frequency/period must be above 0".into())
+        }
+        Interval::Frequency(f) if f > 100_000 => {
+            return Err(format!("timebase frequency {f} Hz is above 100000"))
+        }
+        _ => {}
+    }
+    let pages = if c.ring_buffer_pages == 0 {
+        DEFAULT_RING_PAGES
+    } else {
+        c.ring_buffer_pages
+    };
+    if !pages.is_power_of_two() || pages > MAX_RING_PAGES {
+        return Err(format!(
+            "ring_buffer_pages {pages} must be a power of two up to {MAX_RING_PAGES}"
+        ));
+    }
+    c.ring_buffer_pages = pages;
+    if c.read_period_ms == 0 {
+        c.read_period_ms = DEFAULT_READ_PERIOD_MS;
+    }
+    c.read_period_ms = c.read_period_ms.clamp(1, 60_000);
+    if c.max_enqueued_footprint_kb == 0 {
+        c.max_enqueued_footprint_kb = DEFAULT_FOOTPRINT_KB;
+    }
+    c.max_enqueued_footprint_kb = c.max_enqueued_footprint_kb.clamp(64, 256 * 1024);
+    Ok(c)
+}
+
+/// `(type, config)` of a PerfEvents.Counter, with its name for errors.
+pub fn counter(c: u32) -> Option<(u32, u64, &'static str)> {
+    use super::sys::{TYPE_HARDWARE as H, TYPE_SOFTWARE as S};
+    Some(match c {
+        1 => (S, 0, "cpu-clock"),
+        2 => (S, 2, "page-faults"),
+        3 => (S, 1, "task-clock"),
+        4 => (S, 3, "context-switches"),
+        5 => (S, 4, "cpu-migrations"),
+        6 => (S, 5, "minor-faults"),
+        7 => (S, 6, "major-faults"),
+        8 => (S, 7, "alignment-faults"),
+        9 => (S, 8, "emulation-faults"),
+        20 => (S, 9, "dummy"),
+        10 => (H, 0, "cpu-cycles"),
+        11 => (H, 1, "instructions"),
+        12 => (H, 2, "cache-references"),
+        13 => (H, 3, "cache-misses"),
+        14 => (H, 4, "branch-instructions"),
+        15 => (H, 5, "branch-misses"),
+        16 => (H, 6, "bus-cycles"),
+        17 => (H, 7, "stalled-cycles-frontend"),
+        18 => (H, 8, "stalled-cycles-backend"),
+        19 => (H, 9, "ref-cycles"),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protozero::{begin_nested, end_nested, put_str, put_varint, VecStream};
+
+    fn cfg(f: impl FnOnce(&mut VecStream)) -> Vec<u8> {
+        let mut s = VecStream::new();
+        f(&mut s);
+        s.into_bytes()
+    }
+
+    #[test]
+    fn empty_config_is_upstreams_default() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.event, Event::Counter(1));
+        assert_eq!(c.interval, Interval::Frequency(10));
+        assert!(c.callstacks && c.user_frames && !c.kernel_frames);
+        assert_eq!(c.ring_buffer_pages, 256);
+    }
+
+    #[test]
+    fn timebase_and_callstack_sampling() {
+        let b = cfg(|s| {
+            let tb = begin_nested(s, 15);
+            put_varint(s, 2, 1000);
+            put_varint(s, 4, 3);
+            end_nested(s, tb);
+            let cs = begin_nested(s, 16);
+            let sc = begin_nested(s, 1);
+            put_str(s, 2, "hot*");
+            put_varint(s, 3, 42);
+            put_varint(s, 5, 2);
+            end_nested(s, sc);
+            put_varint(s, 2, 1);
+            put_varint(s, 3, 1);
+            end_nested(s, cs);
+            put_varint(s, 3, 8);
+            put_varint(s, FIELD_TRACEBOX_FUNCTION_NAMES, 0);
+        });
+        let c = parse(&b).unwrap();
+        assert_eq!(c.event, Event::Counter(3));
+        assert_eq!(c.interval, Interval::Frequency(1000));
+        assert!(c.callstacks && c.kernel_frames && !c.user_frames && !c.function_names);
+        assert_eq!(c.scope.target_cmdlines, vec!["hot*".to_string()]);
+        assert_eq!(c.scope.exclude_pids, vec![42]);
+        assert_eq!(c.scope.additional_cmdline_count, 2);
+        assert_eq!(c.ring_buffer_pages, 8);
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        assert!(parse(&cfg(|s| put_varint(s, 3, 3))).is_err());
+        let dwarf = cfg(|s| {
+            let cs = begin_nested(s, 16);
+            put_varint(s, 3, 2);
+            end_nested(s, cs);
+        });
+        assert!(parse(&dwarf).unwrap_err().contains("DWARF"));
+        assert!(parse(&[0x0a, 0x05]).is_err());
+    }
+}

@@ -1,0 +1,403 @@
+//! One `linux.perf` instance: an event per CPU sampling every task, its
+//! ring read on a timer, samples turned into PerfSample packets with
+//! interned callstacks.
+
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use super::config::{self, Event, Interval, PerfConfig};
+use super::intern::{Interner, MappingKey};
+use super::records::{self, Record, Sample};
+use super::resolver::{self, Resolver};
+use super::scope::ScopeFilter;
+use super::sys::{self, Attr, Ring};
+use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint};
+use crate::tracing::core::trace_writer::TraceWriter;
+
+const CLOCK_BOOTTIME: i32 = 7;
+/// BUILTIN_CLOCK_BOOTTIME, the clock the samples are stamped with.
+const TRACE_CLOCK_BOOTTIME: u64 = 6;
+const SEQ_INCREMENTAL_STATE_CLEARED: u64 = 1;
+const SEQ_NEEDS_INCREMENTAL_STATE: u64 = 2;
+/// TracePacket.perf_sample.
+const PERF_SAMPLE: u32 = 66;
+/// The mapping kernel frames hang off, as upstream names it.
+const KERNEL_MAPPING: &str = "/kernel";
+/// Cached process maps are dropped this often (exec and pid reuse; a miss
+/// re-reads them at once anyway).
+const MAPS_REFRESH: Duration = Duration::from_secs(1);
+
+struct CpuRing {
+    cpu: u32,
+    fd: OwnedFd,
+    ring: Ring,
+}
+
+/// Counters of one instance, for logs and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PerfStats {
+    pub samples: u64,
+    pub samples_out_of_scope: u64,
+    pub lost: u64,
+    pub throttles: u64,
+    pub malformed: u64,
+    /// Read passes that stopped at the work budget with data left.
+    pub budget_hits: u64,
+}
+
+pub struct PerfSource {
+    cfg: PerfConfig,
+    writer: TraceWriter,
+    rings: Vec<CpuRing>,
+    interner: Interner,
+    resolver: Resolver,
+    scope: ScopeFilter,
+    /// The next packet must say SEQ_INCREMENTAL_STATE_CLEARED.
+    cleared: bool,
+    sample: Sample,
+    scratch: Vec<u8>,
+    frames: Vec<u64>,
+    since_maps_refresh: Duration,
+    pub stats: PerfStats,
+}
+
+fn open_error(what: &str, e: std::io::Error) -> String {
+    let hint = match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+            " (this kernel or CPU has no such event)"
+        }
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            " (needs root or kernel.perf_event_paranoid <= -1)"
+        }
+        _ => "",
+    };
+    format!("perf_event_open({what}): {e}{hint}")
+}
+
+fn tracepoint_id(name: &str) -> Result<u64, String> {
+    let (group, event) = name
+        .split_once(':')
+        .ok_or_else(|| format!("tracepoint {name:?} must be GROUP:NAME"))?;
+    if group.contains('/') || event.contains('/') || group.contains("..") || event.contains("..") {
+        return Err(format!("bad tracepoint name {name:?}"));
+    }
+    for root in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        if let Ok(t) = std::fs::read_to_string(format!("{root}/events/{group}/{event}/id")) {
+            return t
+                .trim()
+                .parse()
+                .map_err(|_| format!("tracepoint {name}: bad id"));
+        }
+    }
+    Err(format!(
+        "tracepoint {name}: this kernel has no such event (or tracefs is not mounted)"
+    ))
+}
+
+/// The attributes for `cfg`, with the event's name for errors.
+fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
+    let (mut attr, what) = match &cfg.event {
+        Event::Counter(c) => {
+            let (t, conf, name) =
+                config::counter(*c).ok_or_else(|| format!("unknown counter {c}"))?;
+            (Attr::new(t, conf), name.to_string())
+        }
+        Event::Tracepoint { name, .. } => (
+            Attr::new(sys::TYPE_TRACEPOINT, tracepoint_id(name)?),
+            name.clone(),
+        ),
+        Event::Raw {
+            type_,
+            config,
+            config1,
+            config2,
+        } => {
+            let mut a = Attr::new(*type_, *config);
+            a.set_config1(*config1);
+            a.set_config2(*config2);
+            (a, format!("raw event type {type_} config {config:#x}"))
+        }
+    };
+    match cfg.interval {
+        Interval::Frequency(f) => {
+            attr.set_flags(sys::FLAG_FREQ);
+            attr.set_period_or_freq(f);
+        }
+        Interval::Period(p) => attr.set_period_or_freq(p),
+    }
+    let mut st = sys::SAMPLE_TID | sys::SAMPLE_TIME | sys::SAMPLE_CPU | sys::SAMPLE_PERIOD;
+    if cfg.callstacks {
+        st |= sys::SAMPLE_CALLCHAIN;
+        if !cfg.kernel_frames {
+            attr.set_flags(sys::FLAG_EXCLUDE_CALLCHAIN_KERNEL);
+        }
+        if !cfg.user_frames {
+            attr.set_flags(sys::FLAG_EXCLUDE_CALLCHAIN_USER);
+        }
+    }
+    attr.set_sample_type(st);
+    attr.set_flags(sys::FLAG_DISABLED | sys::FLAG_SAMPLE_ID_ALL);
+    attr.set_clockid(CLOCK_BOOTTIME);
+    Ok((attr, what))
+}
+
+impl PerfSource {
+    /// Opens the events (disabled) and maps their rings. Errors name the
+    /// event and what the kernel said.
+    pub fn setup(config_untrusted: &[u8], writer: TraceWriter) -> Result<PerfSource, String> {
+        let cfg = config::parse(config_untrusted)?;
+        let (attr, what) = attr_for(&cfg)?;
+        let cpus = if cfg.target_cpus.is_empty() {
+            sys::online_cpus()
+        } else {
+            cfg.target_cpus.clone()
+        };
+        let filter = match &cfg.event {
+            Event::Tracepoint { filter, .. } if !filter.is_empty() => Some(filter.clone()),
+            _ => None,
+        };
+        let mut rings = Vec::with_capacity(cpus.len());
+        for cpu in cpus {
+            let fd = sys::open_cpu(&attr, cpu).map_err(|e| open_error(&what, e))?;
+            if let Some(f) = &filter {
+                sys::set_filter(&fd, f).map_err(|e| format!("tracepoint filter {f:?}: {e}"))?;
+            }
+            let ring = Ring::map(&fd, cfg.ring_buffer_pages)
+                .map_err(|e| format!("mmap of the perf ring of cpu {cpu}: {e}"))?;
+            rings.push(CpuRing { cpu, fd, ring });
+        }
+        let resolver = Resolver::new(cfg.function_names, cfg.function_names && cfg.kernel_frames);
+        Ok(PerfSource {
+            scope: ScopeFilter::new(
+                cfg.scope.clone(),
+                crate::traced_probes::clock::boot_time_ns(),
+            ),
+            cfg,
+            writer,
+            rings,
+            interner: Interner::default(),
+            resolver,
+            cleared: true,
+            sample: Sample::default(),
+            scratch: Vec::new(),
+            frames: Vec::new(),
+            since_maps_refresh: Duration::ZERO,
+            stats: PerfStats::default(),
+        })
+    }
+
+    pub fn read_period(&self) -> Duration {
+        Duration::from_millis(self.cfg.read_period_ms as u64)
+    }
+
+    pub fn start(&mut self) -> Option<Duration> {
+        for r in &self.rings {
+            if let Err(e) = sys::set_enabled(&r.fd, true) {
+                crate::log_error!("enabling perf event on cpu {}: {e}", r.cpu);
+            }
+        }
+        Some(self.read_period())
+    }
+
+    pub fn tick(&mut self) -> Option<Duration> {
+        self.read_all();
+        self.since_maps_refresh += self.read_period();
+        if self.since_maps_refresh >= MAPS_REFRESH {
+            self.since_maps_refresh = Duration::ZERO;
+            self.resolver.forget_processes();
+        }
+        Some(self.read_period())
+    }
+
+    pub fn flush(&mut self) {
+        self.read_all();
+        self.writer.flush();
+    }
+
+    pub fn stop(&mut self) {
+        for r in &self.rings {
+            let _ = sys::set_enabled(&r.fd, false);
+        }
+        self.read_all();
+        self.writer.flush();
+        crate::log_info!("linux.perf: {:?}", self.stats);
+    }
+
+    pub fn clear_incremental_state(&mut self) {
+        self.interner.clear();
+        self.cleared = true;
+    }
+
+    /// Reads every ring, each up to the work budget.
+    fn read_all(&mut self) {
+        let budget = (self.cfg.max_enqueued_footprint_kb * 1024) as usize;
+        for i in 0..self.rings.len() {
+            self.read_ring(i, budget);
+        }
+    }
+
+    fn read_ring(&mut self, i: usize, budget: usize) {
+        let head = self.rings[i].ring.head();
+        let mut tail = self.rings[i].ring.tail();
+        let mut done = 0usize;
+        while tail < head {
+            if done >= budget {
+                self.stats.budget_hits += 1;
+                break;
+            }
+            let rec = {
+                let data = self.rings[i].ring.data();
+                let Some(bytes) = records::next(data, tail, head, &mut self.scratch) else {
+                    // Corrupt position: drop what is there.
+                    self.stats.malformed += 1;
+                    tail = head;
+                    break;
+                };
+                let len = bytes.len();
+                tail += len as u64;
+                done += len;
+                records::parse(bytes, &mut self.sample)
+            };
+            match rec {
+                Some(Record::Sample) => self.on_sample(),
+                Some(Record::Lost { lost, time }) => self.on_lost(self.rings[i].cpu, lost, time),
+                Some(Record::Throttle) => self.stats.throttles += 1,
+                Some(Record::Other) => {}
+                None => self.stats.malformed += 1,
+            }
+        }
+        self.rings[i].ring.set_tail(tail);
+    }
+
+    fn write_defaults_if_cleared(&mut self) {
+        if self.interner.over_budget() {
+            self.interner.clear();
+            self.interner.resets += 1;
+            self.cleared = true;
+        }
+        if !self.cleared {
+            return;
+        }
+        self.cleared = false;
+        let mut p = self.writer.new_packet();
+        put_varint(&mut p, 8, crate::traced_probes::clock::boot_time_ns());
+        put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
+        put_varint(&mut p, 13, SEQ_INCREMENTAL_STATE_CLEARED);
+        let d = begin_nested(&mut p, 59);
+        put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
+        let psd = begin_nested(&mut p, 12);
+        if self.cfg.timebase_raw.is_empty() {
+            let tb = begin_nested(&mut p, 1);
+            if let Interval::Frequency(f) = self.cfg.interval {
+                put_varint(&mut p, 2, f);
+            }
+            put_varint(&mut p, 4, 1);
+            end_nested(&mut p, tb);
+        } else {
+            put_bytes(&mut p, 1, &self.cfg.timebase_raw);
+        }
+        if let Some((n, chosen)) = self.scope.shard {
+            put_varint(&mut p, 2, n as u64);
+            put_varint(&mut p, 3, chosen as u64);
+        }
+        end_nested(&mut p, psd);
+        end_nested(&mut p, d);
+    }
+
+    fn on_lost(&mut self, cpu: u32, lost: u64, time: Option<u64>) {
+        self.stats.lost += lost;
+        self.write_defaults_if_cleared();
+        let ts = time.unwrap_or_else(crate::traced_probes::clock::boot_time_ns);
+        let mut p = self.writer.new_packet();
+        put_varint(&mut p, 8, ts);
+        put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
+        put_varint(&mut p, 13, SEQ_NEEDS_INCREMENTAL_STATE);
+        let s = begin_nested(&mut p, PERF_SAMPLE);
+        put_varint(&mut p, 1, cpu as u64);
+        put_varint(&mut p, 17, lost);
+        end_nested(&mut p, s);
+    }
+
+    fn on_sample(&mut self) {
+        if !self.scope.admits(self.sample.pid) {
+            self.stats.samples_out_of_scope += 1;
+            return;
+        }
+        self.stats.samples += 1;
+        self.write_defaults_if_cleared();
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        let s = &self.sample;
+        let names = self.cfg.function_names;
+        // Outermost first: user frames (root .. leaf), then kernel frames.
+        for (i, &ip) in s.user_ips.iter().enumerate().rev() {
+            // Return addresses point after the call; look up the call.
+            let pc = if i == 0 { ip } else { ip.wrapping_sub(1) };
+            let f = match self.resolver.user_frame(s.pid, pc) {
+                Some(uf) => {
+                    let key = MappingKey {
+                        start: uf.map.start,
+                        end: uf.map.end,
+                        pgoff: uf.map.pgoff,
+                        load_bias: uf.file.load_bias,
+                        path: uf.map.path.clone(),
+                    };
+                    let m = self.interner.mapping(&key, &uf.file.build_id);
+                    let file = &uf.file;
+                    self.interner.frame(m, uf.rel_pc, || {
+                        names.then(|| file.symbols.lookup(uf.rel_pc)).flatten()
+                    })
+                }
+                None => {
+                    let key = MappingKey {
+                        start: 0,
+                        end: 0,
+                        pgoff: 0,
+                        load_bias: 0,
+                        path: "".into(),
+                    };
+                    let m = self.interner.mapping(&key, &[]);
+                    self.interner.frame(m, pc, || None)
+                }
+            };
+            frames.push(f);
+        }
+        if !s.kernel_ips.is_empty() {
+            let key = MappingKey {
+                start: 0,
+                end: 0,
+                pgoff: 0,
+                load_bias: 0,
+                path: KERNEL_MAPPING.into(),
+            };
+            let m = self.interner.mapping(&key, &[]);
+            for (i, &ip) in s.kernel_ips.iter().enumerate().rev() {
+                let pc = if i == 0 { ip } else { ip.wrapping_sub(1) };
+                let resolver = &self.resolver;
+                let f = self.interner.frame(m, pc, || resolver.kernel_name(pc));
+                frames.push(f);
+            }
+        }
+        let callstack = (!frames.is_empty()).then(|| self.interner.callstack(&frames));
+        self.frames = frames;
+        let s = &self.sample;
+        let mut p = self.writer.new_packet();
+        put_varint(&mut p, 8, s.time);
+        put_varint(&mut p, 13, SEQ_NEEDS_INCREMENTAL_STATE);
+        self.interner.write_pending(&mut p);
+        let n = begin_nested(&mut p, PERF_SAMPLE);
+        put_varint(&mut p, 1, s.cpu as u64);
+        put_varint(&mut p, 2, s.pid as u64);
+        put_varint(&mut p, 3, s.tid as u64);
+        if let Some(c) = callstack {
+            put_varint(&mut p, 4, c);
+        }
+        put_varint(&mut p, 5, s.cpu_mode as u64);
+        put_varint(&mut p, 6, s.period);
+        end_nested(&mut p, n);
+    }
+
+    pub fn resolver_stats(&self) -> resolver::ResolverStats {
+        self.resolver.stats
+    }
+}

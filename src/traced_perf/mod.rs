@@ -1,0 +1,53 @@
+//! The traced_perf daemon: CPU profiling with call stacks, the
+//! `linux.perf` data source.
+//!
+//! A producer on traced's producer socket ([`producer`], built from
+//! traced_probes' link, wire and SMB machinery). Each instance opens one
+//! perf event per CPU sampling every task ([`sys`]: the only unsafe code),
+//! reads the kernel's mmap rings on a timer ([`records`]), keeps the
+//! samples of processes in scope ([`scope`]), resolves their callchains
+//! (frame-pointer chains the kernel walked; no DWARF unwinding) to
+//! mappings, build ids and function names ([`resolver`], [`maps`],
+//! [`elf`], kallsyms), and writes PerfSample packets with interned
+//! callstacks ([`intern`]), as upstream's traced_perf does.
+
+pub mod config;
+pub mod data_source;
+pub mod elf;
+pub mod intern;
+pub mod maps;
+pub mod producer;
+pub mod records;
+pub mod resolver;
+pub mod scope;
+pub mod sys;
+
+use crate::base::event_loop::EventLoop;
+pub use producer::{Producer, NOTIFY_ENV};
+
+/// Runs the daemon until SIGINT/SIGTERM. Returns the exit status.
+pub fn run(socket: String, exit_with_traced: bool) -> i32 {
+    let mut el = match EventLoop::new() {
+        Ok(el) => el,
+        Err(e) => {
+            crate::log_error!("event loop: {e}");
+            return 1;
+        }
+    };
+    let mut producer = Producer::new(socket, exit_with_traced);
+    {
+        let mut ctl = el.ctl();
+        if let Err(e) = producer.watch_stop_signals(&mut ctl) {
+            crate::log_error!("signals: {e}");
+            return 1;
+        }
+        producer.start(&mut ctl);
+    }
+    match el.run(&mut producer) {
+        Ok(()) => 0,
+        Err(e) => {
+            crate::log_error!("event loop: {e}");
+            1
+        }
+    }
+}

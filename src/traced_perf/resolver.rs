@@ -1,0 +1,195 @@
+//! Turns sampled addresses into (mapping, ELF address, function name):
+//! per-process executable mappings from `/proc/PID/maps`, per-file build
+//! ids, load biases and symbols, and the kernel's kallsyms. Everything is
+//! cached with a byte budget; past it the caches start over.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::rc::Rc;
+
+use super::elf::{self, ElfInfo, ReadAt};
+use super::maps::{self, Map};
+use crate::traced_probes::ftrace::parse::ksyms::KernelSymbols;
+
+const MAX_MAPS_PER_PROCESS: usize = 8192;
+const MAX_PROCESSES: usize = 4096;
+/// Symbol tables kept at once.
+const FILE_CACHE_BUDGET: usize = 128 << 20;
+/// Biggest file we open for symbols.
+const MAX_FILE_BYTES: u64 = 2 << 30;
+
+struct FileReader(File);
+
+impl ReadAt for FileReader {
+    fn read_at(&self, off: u64, len: usize) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.0.read_exact_at(&mut buf, off).ok()?;
+        Some(buf)
+    }
+}
+
+pub struct Process {
+    pub maps: Vec<Map>,
+    /// The file of each map, once looked up (saves a path hash per frame).
+    files: Vec<Option<Rc<ElfInfo>>>,
+    /// Re-read the maps once when an address misses them.
+    reread: bool,
+}
+
+impl Process {
+    fn read(pid: u32) -> Process {
+        let maps = read_maps(pid);
+        Process {
+            files: vec![None; maps.len()],
+            maps,
+            reread: true,
+        }
+    }
+}
+
+/// What one user frame resolves to.
+pub struct UserFrame {
+    pub map: Map,
+    pub file: Rc<ElfInfo>,
+    /// Address in the ELF's virtual address space (upstream's rel_pc).
+    pub rel_pc: u64,
+}
+
+#[derive(Default)]
+pub struct Resolver {
+    processes: HashMap<u32, Process>,
+    files: HashMap<String, Rc<ElfInfo>>,
+    files_bytes: usize,
+    kernel: Option<KernelSymbols>,
+    symbols: bool,
+    pub stats: ResolverStats,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ResolverStats {
+    pub maps_reads: u64,
+    pub elf_reads: u64,
+    pub cache_resets: u64,
+}
+
+impl Resolver {
+    pub fn new(symbols: bool, kernel_names: bool) -> Resolver {
+        let kernel = if kernel_names {
+            match KernelSymbols::load() {
+                Ok(k) if !k.is_empty() => Some(k),
+                Ok(_) => {
+                    crate::log_warn!("kallsyms hides addresses; kernel frames stay unnamed");
+                    None
+                }
+                Err(e) => {
+                    crate::log_warn!("/proc/kallsyms: {e}; kernel frames stay unnamed");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Resolver {
+            symbols,
+            kernel,
+            ..Default::default()
+        }
+    }
+
+    pub fn kernel_name(&self, ip: u64) -> Option<&str> {
+        self.kernel.as_ref()?.lookup(ip)
+    }
+
+    /// Forgets a process's maps (it may have exec'd or exited).
+    pub fn forget_processes(&mut self) {
+        self.processes.clear();
+    }
+
+    fn process(&mut self, pid: u32) -> &mut Process {
+        if self.processes.len() >= MAX_PROCESSES && !self.processes.contains_key(&pid) {
+            self.processes.clear();
+            self.stats.cache_resets += 1;
+        }
+        let stats = &mut self.stats;
+        self.processes.entry(pid).or_insert_with(|| {
+            stats.maps_reads += 1;
+            Process::read(pid)
+        })
+    }
+
+    /// A file's ELF facts (empty when it cannot be read: remembered too).
+    fn file(&mut self, pid: u32, path: &str) -> Rc<ElfInfo> {
+        if let Some(f) = self.files.get(path) {
+            return f.clone();
+        }
+        self.stats.elf_reads += 1;
+        // Through the process's root first (containers), then as named.
+        let file = path
+            .starts_with('/')
+            .then(|| File::open(format!("/proc/{pid}/root{path}")).or_else(|_| File::open(path)));
+        let info = match file {
+            Some(Ok(f)) if f.metadata().is_ok_and(|m| m.len() <= MAX_FILE_BYTES) => {
+                elf::parse(&FileReader(f), self.symbols).unwrap_or_default()
+            }
+            _ => ElfInfo::default(),
+        };
+        let bytes = info.symbols.mem_bytes() + path.len() + 64;
+        if self.files_bytes + bytes > FILE_CACHE_BUDGET {
+            self.files.clear();
+            self.files_bytes = 0;
+            self.stats.cache_resets += 1;
+        }
+        self.files_bytes += bytes;
+        let info = Rc::new(info);
+        self.files.insert(path.to_string(), info.clone());
+        info
+    }
+
+    /// Resolves a user address of `pid`; `None` when no mapping has it.
+    pub fn user_frame(&mut self, pid: u32, pc: u64) -> Option<UserFrame> {
+        let p = self.process(pid);
+        let reread = maps::find_index(&p.maps, pc).is_none() && p.reread;
+        if reread {
+            *p = Process::read(pid);
+            p.reread = false;
+        }
+        let found =
+            maps::find_index(&p.maps, pc).map(|i| (i, p.maps[i].clone(), p.files[i].clone()));
+        self.stats.maps_reads += reread as u64;
+        let (i, map, file) = found?;
+        let file = match file {
+            Some(f) => f,
+            None => {
+                let f = self.file(pid, &map.path);
+                if let Some(slot) = self
+                    .processes
+                    .get_mut(&pid)
+                    .and_then(|p| p.files.get_mut(i))
+                {
+                    *slot = Some(f.clone());
+                }
+                f
+            }
+        };
+        let rel_pc = (pc - map.start)
+            .wrapping_add(map.pgoff)
+            .wrapping_add(file.load_bias);
+        Some(UserFrame { map, file, rel_pc })
+    }
+}
+
+fn read_maps(pid: u32) -> Vec<Map> {
+    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        Ok(t) => maps::parse(&t, MAX_MAPS_PER_PROCESS),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// `/proc/PID/cmdline` as upstream matches it: argv[0] without its
+/// directory (and without an `@suffix`), plus the whole argv[0].
+pub fn cmdline(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let argv0 = raw.split(|&b| b == 0).next()?;
+    Some(String::from_utf8_lossy(argv0).into_owned())
+}

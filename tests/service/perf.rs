@@ -1,0 +1,350 @@
+//! traced_perf against the real kernel: our traced on private sockets, a
+//! ready traced_perf, our perfetto client, and a load program built with
+//! frame pointers at test time (tests/data/perf/hot.c). Traces are read
+//! back with perfetto_trace_pb2 (tests/py/check_perf_trace.py), the way
+//! trace_processor reads interned callstacks.
+
+use crate::support::probes as traced_probes_common;
+
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use traced_probes_common::*;
+
+/// Compiles hot.c as `name` in `dir` (gcc, frame pointers in every
+/// function).
+fn build_load(dir: &Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let st = Command::new("gcc")
+        // -O0: gcc 12 drops the frame of leaf functions at -O1 even with
+        // -mno-omit-leaf-frame-pointer, which hides their callers.
+        .args(["-O0", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&out)
+        .arg(Path::new(ROOT).join("tests/data/perf/hot.c"))
+        .status()
+        .expect("gcc is needed to build the load");
+    assert!(st.success());
+    out
+}
+
+fn start_perf(producer_sock: &str, log: &Path) -> Proc {
+    let (r, w) = nix::unistd::pipe().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .arg("traced_perf")
+        .env("PERFETTO_PRODUCER_SOCK_NAME", producer_sock)
+        .env("TRACED_PERF_NOTIFY_FD", w.as_raw_fd().to_string())
+        .env("TRACEBOX_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    drop(w);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut f = std::fs::File::from(r);
+        let mut b = [0u8; 1];
+        let n = f.read(&mut b).unwrap_or(0);
+        let _ = tx.send((n, b[0]));
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(30)).ok(),
+        Some((1, b'1')),
+        "traced_perf never reported ready"
+    );
+    Proc {
+        child,
+        name: "traced_perf",
+    }
+}
+
+struct Run {
+    lines: Vec<String>,
+    end_line: String,
+}
+
+/// Records with `perf_cfg` (the body of perf_event_config) while `load`
+/// runs; stops the client with SIGTERM once the load is done.
+fn record(dir: &Path, perf_cfg: &str, load: impl FnOnce()) -> Run {
+    record_with(dir, perf_cfg, false, load)
+}
+
+/// `record`, with Perfetto's own traced (tests/sdk-interop) if `real`.
+fn record_with(dir: &Path, perf_cfg: &str, real: bool, load: impl FnOnce()) -> Run {
+    let socks = Sockets::in_dir(dir);
+    let _traced = if real {
+        let bin = interop_bin("real-traced").unwrap();
+        start_real_traced(&bin, &socks, &dir.join("traced.log"))
+    } else {
+        start_our_traced(&socks, &dir.join("traced.log"))
+    };
+    let perf_log = dir.join("perf.log");
+    let _perf = start_perf(&socks.producer, &perf_log);
+    let cfg = dir.join("config.txt");
+    std::fs::write(
+        &cfg,
+        format!(
+            "duration_ms: 60000\nbuffers {{ size_kb: 32768 }}\n\
+             data_sources {{ config {{ name: \"linux.perf\" perf_event_config {{ {perf_cfg} }} }} }}\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.join("trace.pb");
+    let err_path = dir.join("client.err");
+    let client = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["perfetto", "--txt", "-c"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let mut client = Proc {
+        child: client,
+        name: "perfetto",
+    };
+    wait_until(Duration::from_secs(30), "linux.perf started", || {
+        std::fs::read_to_string(&perf_log).is_ok_and(|t| t.contains("setup linux.perf"))
+    });
+    // Start is the next command after setup.
+    std::thread::sleep(Duration::from_millis(500));
+    load();
+    client.signal(Signal::SIGTERM);
+    let st = client
+        .wait_exit(Duration::from_secs(60))
+        .expect("client exits");
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert!(
+        st.success(),
+        "client failed: {err}\n{}",
+        std::fs::read_to_string(&perf_log).unwrap_or_default()
+    );
+    let end_line = err
+        .lines()
+        .find(|l| l.starts_with("Trace stats: "))
+        .unwrap_or_default()
+        .to_string();
+    let py = python().expect("no Python venv: run scripts/setup-python.sh");
+    let o = Command::new(py)
+        .arg(Path::new(ROOT).join("tests/py/check_perf_trace.py"))
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "perfetto_trace_pb2 could not read the trace: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    let errors: Vec<&String> = lines.iter().filter(|l| l.starts_with("error")).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    Run { lines, end_line }
+}
+
+/// (pid, tid, cpu_mode, function names root first) of every sample.
+fn samples(run: &Run) -> Vec<(u32, u32, u32, Vec<String>)> {
+    run.lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("sample "))
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(4, ' ').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[3].split(';').map(String::from).collect(),
+            )
+        })
+        .collect()
+}
+
+fn run_load(bin: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(bin).args(args).spawn().unwrap()
+}
+
+#[test]
+fn callstacks_names_scope_and_kernel_frames() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // Names no other test's load has (tests run in parallel).
+    let hot = build_load(dir, "perf_scope_hot");
+    let other = build_load(dir, "perf_scope_other");
+    let mut pids = (0, 0, 0);
+    let run = record(
+        dir,
+        "timebase { frequency: 1000 counter: SW_CPU_CLOCK } \
+         callstack_sampling { scope { target_cmdline: \"perf_scope_hot\" } kernel_frames: true } \
+         ring_buffer_read_period_ms: 50",
+        || {
+            let mut split = run_load(&hot, &["split", "3000"]);
+            let mut sys = run_load(&hot, &["syscall", "400000"]);
+            let mut oth = run_load(&other, &["split", "1000"]);
+            pids = (split.id(), sys.id(), oth.id());
+            for c in [&mut split, &mut sys, &mut oth] {
+                assert!(c.wait().unwrap().success());
+            }
+        },
+    );
+    let all = samples(&run);
+    let (split_pid, sys_pid, other_pid) = pids;
+    assert!(
+        all.iter().all(|s| s.0 != other_pid),
+        "a sample of a process out of scope"
+    );
+    assert!(
+        all.iter().all(|s| s.0 == split_pid || s.0 == sys_pid),
+        "only perf_scope_hot processes are in scope"
+    );
+    // The 3:1 split, by stacks that contain each function.
+    let has = |s: &(u32, u32, u32, Vec<String>), f: &str| s.3.iter().any(|n| n == f);
+    let split: Vec<_> = all.iter().filter(|s| s.0 == split_pid).collect();
+    let three = split.iter().filter(|s| has(s, "hot_three")).count() as f64;
+    let one = split.iter().filter(|s| has(s, "hot_one")).count() as f64;
+    assert!(three + one > 200.0, "too few samples: {three} + {one}");
+    let share = three / (three + one);
+    assert!(
+        (share - 0.75).abs() < 0.05,
+        "hot_three has {share:.3} of the samples (want 0.75): {three} vs {one}"
+    );
+    // Names of the whole chain: main thread function above the hot one.
+    assert!(split.iter().any(|s| {
+        let i = s.3.iter().position(|n| n == "three_main");
+        let j = s.3.iter().position(|n| n == "hot_three");
+        matches!((i, j), (Some(i), Some(j)) if i < j)
+    }));
+    assert!(split
+        .iter()
+        .any(|s| s.3.last().is_some_and(|n| n == "work_unit")));
+    // Kernel frames of the read(2) loop, under the user frames (libc's
+    // read has no frame of its own, so its caller's caller, main, shows).
+    let sys: Vec<_> = all.iter().filter(|s| s.0 == sys_pid).collect();
+    let kernel_read = sys
+        .iter()
+        .filter(|s| {
+            let user = s.3.iter().position(|n| n == "main");
+            let kernel = s.3.iter().position(|n| n == "ksys_read" || n == "vfs_read");
+            matches!((user, kernel), (Some(u), Some(k)) if u < k)
+        })
+        .count();
+    assert!(
+        kernel_read * 4 > sys.len(),
+        "{kernel_read} of {} samples show read's kernel functions: {:?}",
+        sys.len(),
+        &sys[..sys.len().min(5)]
+    );
+    // Mappings carry build ids read from the ELF notes.
+    let hot_path = hot.to_str().unwrap();
+    assert!(
+        run.lines
+            .iter()
+            .any(|l| l.starts_with(&format!("mapping {hot_path} ")) && !l.ends_with(" -")),
+        "no build id for {hot_path}"
+    );
+    assert!(run.lines.iter().any(|l| l.starts_with("mapping /kernel ")));
+}
+
+#[test]
+fn a_tiny_ring_reports_lost_samples_and_names_can_be_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hot = build_load(dir, "perf_hot");
+    let run = record(
+        dir,
+        "timebase { frequency: 4000 counter: SW_CPU_CLOCK } \
+         callstack_sampling { kernel_frames: true } \
+         ring_buffer_pages: 1 ring_buffer_read_period_ms: 2000 \
+         tracebox_function_names: false",
+        || {
+            let mut c = run_load(&hot, &["split", "2000"]);
+            assert!(c.wait().unwrap().success());
+            std::thread::sleep(Duration::from_millis(2500));
+        },
+    );
+    let lost: u64 = run
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("lost "))
+        .map(|l| l.split(' ').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(lost > 0, "no PerfSample.kernel_records_lost in the trace");
+    // Names were turned off: frames carry none.
+    let all = samples(&run);
+    assert!(!all.is_empty());
+    assert!(all.iter().all(|s| s.3.iter().all(|n| n == "?" || n == "-")));
+    assert!(
+        run.end_line
+            .contains(&format!("LOST {lost} perf samples in the kernel")),
+        "end line: {:?} (trace says {lost})",
+        run.end_line
+    );
+}
+
+#[test]
+fn a_missing_hardware_counter_is_a_clear_setup_error() {
+    if Path::new("/sys/bus/event_source/devices/cpu").exists() {
+        eprintln!("this machine has hardware counters; nothing to check");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
+    let perf_log = dir.join("perf.log");
+    let _perf = start_perf(&socks.producer, &perf_log);
+    let cfg = dir.join("config.txt");
+    std::fs::write(
+        &cfg,
+        "duration_ms: 1000\nbuffers { size_kb: 1024 }\n\
+         data_sources { config { name: \"linux.perf\" perf_event_config { \
+         timebase { frequency: 100 counter: HW_CPU_CYCLES } } } }\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["perfetto", "--txt", "-c"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(dir.join("trace.pb"))
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let log = std::fs::read_to_string(&perf_log).unwrap();
+    assert!(
+        log.contains("cannot set up linux.perf")
+            && log.contains("perf_event_open(cpu-cycles)")
+            && log.contains("no such event"),
+        "{log}"
+    );
+}
+
+#[test]
+fn perfettos_own_traced_takes_our_samples() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hot = build_load(dir, "perf_hot");
+    let mut pid = 0;
+    let run = record_with(
+        dir,
+        "timebase { frequency: 500 counter: SW_CPU_CLOCK } \
+         callstack_sampling { scope { target_cmdline: \"perf_hot\" } }",
+        true,
+        || {
+            let mut c = run_load(&hot, &["split", "1000"]);
+            pid = c.id();
+            assert!(c.wait().unwrap().success());
+        },
+    );
+    let all = samples(&run);
+    assert!(all
+        .iter()
+        .any(|s| s.0 == pid && s.3.iter().any(|n| n == "hot_three")));
+}
