@@ -13,6 +13,7 @@ struct TracedArgs {
     #[argh(switch)]
     version: bool,
     /// chgrp/chmod the sockets: PRODUCER_GROUP:PRODUCER_MODE:CONSUMER_GROUP:CONSUMER_MODE
+    /// (default: producer 0666, any user; consumer 0600, this user only)
     #[argh(option)]
     set_socket_permissions: Option<String>,
 }

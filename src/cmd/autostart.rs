@@ -56,8 +56,12 @@ pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
         pgid: 0,
         daemons: Vec::new(),
     };
-    if service_answers(consumer_socket) {
-        return Ok(started);
+    match SockAddr::parse(consumer_socket).map(|a| UnixStream::connect(&a)) {
+        Ok(Ok(_)) => return Ok(started),
+        // A service runs but does not admit this user: starting another
+        // would only fail to take over its socket.
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => return Err(e.to_string()),
+        _ => {}
     }
     // The client reports what matters; daemons we start for it only speak
     // up about problems unless the user asked for more.

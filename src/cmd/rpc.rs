@@ -42,7 +42,10 @@ impl Port {
             )
         };
         let addr = SockAddr::parse(socket).map_err(|e| format!("{}: {e}", hint()))?;
-        let mut client = BlockingClient::connect(&addr).map_err(|_| hint())?;
+        let mut client = BlockingClient::connect(&addr).map_err(|e| match e {
+            ClientError::Io(e) if e.kind() == std::io::ErrorKind::PermissionDenied => e.to_string(),
+            _ => hint(),
+        })?;
         let service = client
             .bind_service(service)
             .map_err(|e| format!("{}: {e}", hint()))?;
