@@ -12,7 +12,7 @@ if [ $# -ge 1 ]; then
     bin="$1"
 else
     cargo build --locked --bin tracebox
-    bin="$PWD/target/debug/tracebox"
+    bin="${CARGO_TARGET_DIR:-$PWD/target}/debug/tracebox"
 fi
 scripts/ensure-tracefs.sh
 scripts/setup-python.sh
