@@ -149,3 +149,41 @@ fn trigger_perfetto_needs_names_and_ignores_unknown_flags() {
     // Nobody listens: it gives up with status 1 (after its connect timeout).
     assert_eq!(code, 1, "{err}");
 }
+
+#[test]
+fn lists_events_and_categories_from_the_live_tracefs() {
+    let tracefs = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .into_iter()
+        .map(std::path::Path::new)
+        .find(|p| p.join("events").is_dir())
+        .expect("tracefs mounted (scripts/ensure-tracefs.sh)");
+    let (code, out, err) = perfetto(&["--list-events"]);
+    assert_eq!(code, 0, "{err}");
+    let listed: Vec<&str> = out.lines().collect();
+    // Exactly the kernel's events, in the form light mode takes.
+    let mut kernel = Vec::new();
+    for g in std::fs::read_dir(tracefs.join("events")).unwrap().flatten() {
+        if !g.path().is_dir() {
+            continue;
+        }
+        for e in std::fs::read_dir(g.path()).unwrap().flatten() {
+            if e.path().is_dir() {
+                kernel.push(format!(
+                    "{}/{}",
+                    g.file_name().to_string_lossy(),
+                    e.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    kernel.sort();
+    assert_eq!(listed, kernel);
+    assert!(listed.contains(&"sched/sched_switch"));
+
+    let (code, out, err) = perfetto(&["--list-categories"]);
+    assert_eq!(code, 0, "{err}");
+    let sched = out.lines().find(|l| l.starts_with("sched ")).unwrap();
+    assert!(sched.contains("sched/sched_switch"), "{sched}");
+    assert!(out.lines().any(|l| l.starts_with("freq ")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("hyp ")), "{out}");
+}

@@ -94,6 +94,8 @@ pub fn main(args: &[String], via: Via) -> i32 {
             println!("{}", super::VERSION);
             0
         }
+        Action::ListCategories => crate::cmd::list::list_categories(),
+        Action::ListEvents => crate::cmd::list::list_events(),
         Action::Query { raw, long } => query::run(&consumer, raw, long),
         Action::IsDetached { key } => attach::is_detached(&consumer, &key),
         Action::Attach { key, stop } => match StopSignals::install() {

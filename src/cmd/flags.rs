@@ -89,6 +89,12 @@ pub struct RawFlags {
     /// autostart: start private daemons on private sockets, like upstream tracebox
     #[argh(switch)]
     pub private_sockets: bool,
+    /// list the categories light mode takes, with their events on this kernel
+    #[argh(switch)]
+    pub list_categories: bool,
+    /// list this kernel's ftrace events (group/event)
+    #[argh(switch)]
+    pub list_events: bool,
     /// print the version and exit
     #[argh(switch)]
     pub version: bool,

@@ -59,6 +59,8 @@ pub enum CloneTarget {
 #[derive(Debug, Clone)]
 pub enum Action {
     Version,
+    ListCategories,
+    ListEvents,
     Query {
         raw: bool,
         long: bool,
@@ -151,6 +153,12 @@ pub fn plan(
 ) -> Result<Action, String> {
     if flags.version {
         return Ok(Action::Version);
+    }
+    if flags.list_categories {
+        return Ok(Action::ListCategories);
+    }
+    if flags.list_events {
+        return Ok(Action::ListEvents);
     }
     let light = LightOptions {
         time: flags.time.clone(),
