@@ -116,10 +116,11 @@ pub struct EnumDesc {
     num_values: u16,
 }
 
-/// One enum value.
+/// One enum value. Its name may lie past 64 KiB into the blob (statsd's
+/// AtomId alone has 40 KB of names), so its offset is 32-bit.
 #[derive(Debug)]
 pub struct EnumValueDesc {
-    name_off: u16,
+    name_off: u32,
     number: i32,
     name_len: u8,
 }
@@ -151,7 +152,7 @@ const fn e(name_off: u16, name_len: u8, first_value: u16, num_values: u16) -> En
         num_values,
     }
 }
-const fn v(name_off: u16, name_len: u8, number: i32) -> EnumValueDesc {
+const fn v(name_off: u32, name_len: u8, number: i32) -> EnumValueDesc {
     EnumValueDesc {
         name_off,
         number,
@@ -161,7 +162,8 @@ const fn v(name_off: u16, name_len: u8, number: i32) -> EnumValueDesc {
 
 include!(concat!(env!("OUT_DIR"), "/schema_table.rs"));
 
-fn name_at(off: u16, len: u8) -> &'static str {
+fn name_at(off: impl Into<u32>, len: u8) -> &'static str {
+    let off = off.into();
     &NAMES[off as usize..off as usize + len as usize]
 }
 
