@@ -120,9 +120,9 @@ pub struct EnumDesc {
 /// AtomId alone has 40 KB of names), so its offset is 32-bit.
 #[derive(Debug)]
 pub struct EnumValueDesc {
-    name_off: u32,
+    /// Name offset (low 24 bits) and length (high 8 bits).
+    name: u32,
     number: i32,
-    name_len: u8,
 }
 
 const fn m(name_off: u16, name_len: u8, first_field: u16, num_fields: u16) -> MessageDesc {
@@ -153,10 +153,10 @@ const fn e(name_off: u16, name_len: u8, first_value: u16, num_values: u16) -> En
     }
 }
 const fn v(name_off: u32, name_len: u8, number: i32) -> EnumValueDesc {
+    assert!(name_off < 1 << 24);
     EnumValueDesc {
-        name_off,
+        name: name_off | (name_len as u32) << 24,
         number,
-        name_len,
     }
 }
 
@@ -300,7 +300,7 @@ impl EnumDesc {
 
 impl EnumValueDesc {
     pub fn name(&self) -> &'static str {
-        name_at(self.name_off, self.name_len)
+        name_at(self.name & 0xff_ffff, (self.name >> 24) as u8)
     }
 
     pub fn number(&self) -> i32 {
