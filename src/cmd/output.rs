@@ -35,10 +35,11 @@ pub fn open(output: &Output) -> Result<File, String> {
 }
 
 /// Removes an output file that ended up empty (service error, nothing
-/// written), as upstream does.
+/// written), as upstream does. Only regular files: `-o /dev/null` or a
+/// FIFO is never removed.
 pub fn remove_if_empty(output: &Output) {
     if let Output::File { path, .. } = output {
-        if std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+        if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -47,6 +48,23 @@ pub fn remove_if_empty(output: &Output) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_empty_regular_files_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        for p in [&fifo, &empty] {
+            remove_if_empty(&Output::File {
+                path: p.to_str().unwrap().into(),
+                no_clobber: false,
+            });
+        }
+        assert!(fifo.exists(), "a FIFO (like /dev/null) was removed");
+        assert!(!empty.exists());
+    }
 
     #[test]
     fn no_clobber_refuses_existing_files() {
