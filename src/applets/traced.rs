@@ -19,6 +19,7 @@ struct TracedArgs {
 }
 
 pub fn main(args: &[String], _via: Via) -> i32 {
+    crate::base::log::set_tag("traced");
     let args: TracedArgs = match parse_args("traced", args) {
         Ok(a) => a,
         Err(code) => return code,
@@ -61,6 +62,9 @@ pub fn main(args: &[String], _via: Via) -> i32 {
                     for fd in [1, 2] {
                         let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd);
                     }
+                }
+                if let Some(to) = crate::base::log::use_background_sink() {
+                    crate::log_info!("started in the background, logging to {to}");
                 }
                 status = Some(s)
             }

@@ -54,7 +54,12 @@ pub fn main(args: &[String], _via: Via) -> i32 {
                 return 0;
             }
             // The daemon's stdio is /dev/null from here on.
-            Ok(Side::Child { status }) => daemonize::report_status(status, 0),
+            Ok(Side::Child { status }) => {
+                if let Some(to) = crate::base::log::use_background_sink() {
+                    crate::log_info!("started in the background, logging to {to}");
+                }
+                daemonize::report_status(status, 0)
+            }
             Err(e) => {
                 crate::log_error!("cannot go to the background: {e}");
                 return 1;
