@@ -154,3 +154,40 @@ fn background_daemons_log_to_syslog_or_a_file() {
     }
     kill(daemon);
 }
+
+/// systemd `Type=notify`: READY=1 arrives on NOTIFY_SOCKET once traced
+/// listens (traced_probes reports the same way once connected).
+#[test]
+fn notify_socket_gets_ready_once_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify = dir.path().join("notify");
+    let rx = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    rx.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let csock = format!("@tbx-notify-c-{}", std::process::id());
+    let mut child = Command::new(BIN)
+        .arg("traced")
+        .env("PERFETTO_PRODUCER_SOCK_NAME", dir.path().join("p.sock"))
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &csock)
+        .env("NOTIFY_SOCKET", &notify)
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = rx.recv(&mut buf).expect("no READY=1");
+    assert_eq!(&buf[..n], b"READY=1");
+    assert!(tracebox::cmd::autostart::service_answers(&csock));
+
+    let mut probes = Command::new(BIN)
+        .arg("traced_probes")
+        .env("PERFETTO_PRODUCER_SOCK_NAME", dir.path().join("p.sock"))
+        .env("TRACED_PROBES_STATE_FILE", dir.path().join("state"))
+        .env("NOTIFY_SOCKET", &notify)
+        .spawn()
+        .unwrap();
+    let n = rx.recv(&mut buf).expect("no READY=1 from traced_probes");
+    assert_eq!(&buf[..n], b"READY=1");
+    let _ = probes.kill();
+    let _ = probes.wait();
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -15,7 +15,7 @@ struct ProbesArgs {
     /// reset ftrace to a clean state before starting
     #[argh(switch)]
     reset_ftrace: bool,
-    /// reset ftrace after a crash, then exit
+    /// undo what a killed traced_probes left in ftrace (per its state file), then exit
     #[argh(switch)]
     cleanup_after_crash: bool,
     /// print the version and exit
@@ -38,13 +38,18 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         return 1;
     }
     let state_file = crash_state::default_path();
-    if args.cleanup_after_crash || args.reset_ftrace {
+    if args.cleanup_after_crash {
+        // Only what our state file says we touched: init systems run this
+        // at every stop, and ftrace may be in use by others. Best effort,
+        // always exit 0, like upstream.
+        if let Ok(root) = crate::traced_probes::ftrace::Tracefs::discover() {
+            crash_state::cleanup(&state_file, &root);
+        }
+        return 0;
+    }
+    if args.reset_ftrace {
         if let Err(e) = traced_probes::hard_reset(&state_file) {
             crate::log_error!("ftrace reset failed: {e}");
-        }
-        if args.cleanup_after_crash {
-            // Like upstream: a best-effort cleanup, always exit 0.
-            return 0;
         }
     }
     if args.background {
