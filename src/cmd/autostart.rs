@@ -31,6 +31,21 @@ impl Drop for Autostarted {
     }
 }
 
+/// Autostart re-executes this binary. Under qemu-user without binfmt_misc
+/// the kernel cannot run it (ENOEXEC): say what to do instead.
+fn explain(e: std::io::Error) -> String {
+    if e.raw_os_error() == Some(nix::errno::Errno::ENOEXEC as i32) {
+        return format!(
+            "{e}: this binary cannot start itself again, as happens under an emulator \
+             (qemu-user) without binfmt_misc. Register the emulator with binfmt_misc, or \
+             start the daemons by hand under it (`tracebox traced --background` and \
+             `tracebox traced_probes --background`) and run the client with `tracebox \
+             perfetto ...`"
+        );
+    }
+    e.to_string()
+}
+
 /// True if something accepts connections on `name`.
 pub fn service_answers(name: &str) -> bool {
     SockAddr::parse(name).is_ok_and(|a| UnixStream::connect(&a).is_ok())
@@ -68,8 +83,8 @@ pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
     if std::env::var_os("TRACEBOX_LOG").is_none() {
         std::env::set_var("TRACEBOX_LOG", "warn");
     }
-    let traced = spawn_applet("traced", &[], 0, "TRACED_NOTIFY_FD", READY_TIMEOUT)
-        .map_err(|e| e.to_string())?;
+    let traced =
+        spawn_applet("traced", &[], 0, "TRACED_NOTIFY_FD", READY_TIMEOUT).map_err(explain)?;
     started.pgid = traced.child.id() as i32;
     started.daemons.push(traced);
     let probes = spawn_applet(
@@ -79,7 +94,20 @@ pub fn ensure_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
         "TRACED_PROBES_NOTIFY_FD",
         READY_TIMEOUT,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(explain)?;
     started.daemons.push(probes);
     Ok(started)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn exec_format_error_is_explained() {
+        let e = std::io::Error::from_raw_os_error(nix::errno::Errno::ENOEXEC as i32);
+        let text = super::explain(e);
+        assert!(text.contains("Exec format error"), "{text}");
+        assert!(text.contains("binfmt_misc") && text.contains("traced --background"));
+        let other = super::explain(std::io::Error::other("boom"));
+        assert_eq!(other, "boom");
+    }
 }
