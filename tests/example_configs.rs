@@ -4,7 +4,6 @@
 //! a second or two. The trace is checked with the official descriptors.
 
 mod cli_support;
-#[allow(dead_code)]
 mod traced_probes_common;
 
 use std::path::PathBuf;

@@ -4,7 +4,6 @@
 //! and read with the official descriptors.
 
 mod cli_support;
-#[allow(dead_code)]
 mod traced_probes_common;
 
 use std::process::Command;
