@@ -54,7 +54,14 @@ fn busybox_image_with_a_consumer_group() {
     std::fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:999:\n").unwrap();
     ok(&install(
         Some(root),
-        &["--init", "busybox", "--create-group", "tracing", "/usr", BIN],
+        &[
+            "--init",
+            "busybox",
+            "--create-group",
+            "tracing",
+            "/usr",
+            BIN,
+        ],
     ));
     let bin = root.join("usr/bin");
     assert!(bin.join("tracebox").is_file());
@@ -72,8 +79,14 @@ fn busybox_image_with_a_consumer_group() {
         0o111
     );
     let defaults = read(&root.join("etc/default/tracebox"));
-    assert!(defaults.contains("\nTRACEBOX_BIN_DIR=/usr/bin\n"), "{defaults}");
-    assert!(defaults.contains("\nTRACEBOX_GROUP=tracing\n"), "{defaults}");
+    assert!(
+        defaults.contains("\nTRACEBOX_BIN_DIR=/usr/bin\n"),
+        "{defaults}"
+    );
+    assert!(
+        defaults.contains("\nTRACEBOX_GROUP=tracing\n"),
+        "{defaults}"
+    );
     assert_eq!(
         read(&root.join("etc/group")),
         "root:x:0:\nnogroup:x:999:\ntracing:x:998:\n"
@@ -82,7 +95,15 @@ fn busybox_image_with_a_consumer_group() {
     std::fs::write(root.join("etc/default/tracebox"), "TRACED_ARGS=mine\n").unwrap();
     let out = ok(&install(
         Some(root),
-        &["--init=busybox", "--init-name", "S99tb", "--create-group", "tracing", "/usr", BIN],
+        &[
+            "--init=busybox",
+            "--init-name",
+            "S99tb",
+            "--create-group",
+            "tracing",
+            "/usr",
+            BIN,
+        ],
     ));
     assert!(out.contains("kept existing"), "{out}");
     assert!(root.join("etc/init.d/S99tb").exists());
@@ -103,16 +124,25 @@ fn systemd_and_android_layouts() {
     assert!(read(&root.join("etc/default/tracebox")).contains("TRACEBOX_BIN_DIR=/opt/tb/bin"));
 
     let a = tempfile::tempdir().unwrap();
-    ok(&install(Some(a.path()), &["--init", "android-replace", "/system", BIN]));
+    ok(&install(
+        Some(a.path()),
+        &["--init", "android-replace", "/system", BIN],
+    ));
     // Real files at the platform's paths (SELinux labels them), not links.
     for applet in ["traced", "traced_probes"] {
         let p = a.path().join("system/bin").join(applet);
         assert!(std::fs::symlink_metadata(&p).unwrap().is_file(), "{applet}");
     }
     let rc = read(&a.path().join("system/etc/init/tracebox.rc"));
-    assert!(!rc.contains("\n    socket "), "the platform declares the sockets: {rc}");
+    assert!(
+        !rc.contains("\n    socket "),
+        "the platform declares the sockets: {rc}"
+    );
     let b = tempfile::tempdir().unwrap();
-    ok(&install(Some(b.path()), &["--init", "android-beside", "/system", BIN]));
+    ok(&install(
+        Some(b.path()),
+        &["--init", "android-beside", "/system", BIN],
+    ));
     let rc = read(&b.path().join("system/etc/init/tracebox.rc"));
     assert!(rc.contains("/dev/socket/tracebox_producer"), "{rc}");
     assert!(!rc.contains("socket traced_"), "{rc}");
@@ -150,5 +180,8 @@ fn refuses_to_replace_a_hosts_perfetto() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(out.contains("rc=1"), "{out}{err}");
     assert!(out.contains("host perfetto"), "{out}{err}");
-    assert!(err.contains("/usr/bin/perfetto exists and is not tracebox's"), "{err}");
+    assert!(
+        err.contains("/usr/bin/perfetto exists and is not tracebox's"),
+        "{err}"
+    );
 }
