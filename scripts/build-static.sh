@@ -51,7 +51,7 @@ command -v file >/dev/null || apt_install file
 cargo build --locked --release --config cross/config.toml --target "$built_as" --bin tracebox
 mkdir -p dist
 out="dist/tracebox-$built_as"
-cp "target/$built_as/release/tracebox" "$out"
+cp "${CARGO_TARGET_DIR:-target}/$built_as/release/tracebox" "$out"
 
 # Static means: no program interpreter and no shared library dependencies.
 if readelf -lW "$out" | grep -q 'INTERP'; then

@@ -12,7 +12,7 @@ if [ $# -ge 1 ]; then
     bin="$1"
 else
     cargo build --locked --bin tracebox
-    bin="$PWD/target/debug/tracebox"
+    bin="${CARGO_TARGET_DIR:-$PWD/target}/debug/tracebox"
 fi
 scripts/ensure-tracefs.sh
 scripts/setup-python.sh
@@ -96,9 +96,9 @@ fi
 [ "$(cat "$tracefs/tracing_on")" = 0 ] || fail "tracing_on is 1 at the tracefs root"
 echo "== init.d script ok"
 
-# What tracebox.rc relies on: init's listening sockets, inherited by traced
+# What tracebox-replace.rc relies on: init's listening sockets, inherited by traced
 # as ANDROID_SOCKET_traced_{producer,consumer}.
-echo "== Android init sockets (tracebox.rc): traced adopts inherited listeners"
+echo "== Android init sockets (tracebox-replace.rc): traced adopts inherited listeners"
 "$py" - "$tmp" "$tmp/prefix/bin/traced" "$tmp/prefix/bin/perfetto" <<'PY'
 import os, socket, subprocess, sys
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb

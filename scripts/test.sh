@@ -29,7 +29,7 @@ trap 'rm -f "$log"' EXIT
 cargo test --locked -- --test-threads=2 2>&1 | tee "$log"
 
 echo "== interop: real SDK producer and consumer, real and our traced, our perfetto"
-ours="$PWD/target/debug/tracebox"
+ours="${CARGO_TARGET_DIR:-$PWD/target}/debug/tracebox"
 scripts/sdk-interop.sh all
 TRACED_CMD="$ours traced" scripts/sdk-interop.sh all
 CONSUMER_KIND=perfetto CONSUMER_CMD="$ours perfetto" scripts/sdk-interop.sh all

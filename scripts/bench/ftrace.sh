@@ -61,9 +61,9 @@ command -v trace-cmd >/dev/null || {
 }
 cargo build --quiet --release
 cargo build --quiet --profile bench-release --example bench_load --example bench_count_ftrace
-TB="$REPO/target/release/tracebox"
-LOAD="$REPO/target/bench-release/examples/bench_load"
-COUNT="$REPO/target/bench-release/examples/bench_count_ftrace"
+TB="${CARGO_TARGET_DIR:-$REPO/target}/release/tracebox"
+LOAD="${CARGO_TARGET_DIR:-$REPO/target}/bench-release/examples/bench_load"
+COUNT="${CARGO_TARGET_DIR:-$REPO/target}/bench-release/examples/bench_count_ftrace"
 
 WORK=$(mktemp -d /tmp/tbx-bench-ftrace.XXXXXX)
 REC_PID="" SAMPLER_PID="" CG=""

@@ -24,7 +24,7 @@ if ! CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
     cat /tmp/bench-proc-scan-build.log >&2
     exit 1
 fi
-bench=target/release/examples/bench_proc_scan
+bench=${CARGO_TARGET_DIR:-target}/release/examples/bench_proc_scan
 # Optional syscall floors (per syscall set, no parsing) in C.
 floor=""
 if command -v cc >/dev/null && cc -O2 -o target/bench-proc-floor scripts/bench/proc-floor.c 2>/dev/null; then

@@ -19,7 +19,7 @@ phase=${1:-readback}
 : "${PERF_ARGS:=-g}"
 : "${OUT:=/tmp/tbx-service-$phase.perf.txt}"
 export PRODUCER_API
-: "${TRACED_CMD:=$REPO/target/bench-release/tracebox traced}"
+: "${TRACED_CMD:=${CARGO_TARGET_DIR:-$REPO/target}/bench-release/tracebox traced}"
 : "${PRODUCER_CMD:=$BIN/sdk-producer}" "${CONSUMER_CMD:=$BIN/sdk-consumer}"
 
 perf_pid=""

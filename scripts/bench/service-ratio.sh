@@ -32,7 +32,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 : "${PRODUCER_API:=c}"
 export PRODUCER_API
 (cd "$REPO" && cargo build --release --quiet)
-: "${OURS_CMD:=$REPO/target/release/tracebox traced}"
+: "${OURS_CMD:=${CARGO_TARGET_DIR:-$REPO/target}/release/tracebox traced}"
 if [ "${INTEROP_BUILD:-1}" = 1 ]; then
     interop_build
 else

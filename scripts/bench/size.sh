@@ -18,8 +18,8 @@ cd "$(dirname "$0")/../.."
 : "${TOP:=15}"
 cargo build --quiet --release --bin tracebox
 cargo build --quiet --profile bench-release --bin tracebox
-stripped=target/release/tracebox
-unstripped=target/bench-release/tracebox
+stripped=${CARGO_TARGET_DIR:-target}/release/tracebox
+unstripped=${CARGO_TARGET_DIR:-target}/bench-release/tracebox
 bytes=$(stat -c %s "$stripped")
 target=$(rustc -vV | sed -n 's/^host: //p')
 awk -v t="$target" -v b="$bytes" -v u="$UPSTREAM_BYTES" \

@@ -8,4 +8,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --quiet --profile bench-release --example bench_trace_writer
-exec target/bench-release/examples/bench_trace_writer "$@"
+exec "${CARGO_TARGET_DIR:-target}"/bench-release/examples/bench_trace_writer "$@"

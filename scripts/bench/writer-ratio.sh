@@ -27,7 +27,7 @@ cd "$REPO"
 : "${SIZES:=16 100 4096}"
 
 cargo build --quiet --profile bench-release --example bench_trace_writer_sdk
-OURS="$REPO/target/bench-release/examples/bench_trace_writer_sdk"
+OURS="${CARGO_TARGET_DIR:-$REPO/target}/bench-release/examples/bench_trace_writer_sdk"
 # Builds the interop crate once (the SDK script rebuilds nothing after this).
 (cd tests/sdk-interop && cargo build --release --locked --quiet --target-dir "$PWD/target")
 

@@ -26,7 +26,9 @@ fn usage() -> String {
 }
 
 fn read_config(path: &str) -> Result<ConfigInput, String> {
-    let bytes = if path == "-" {
+    let bytes = if path == ":test" {
+        options::test_config()
+    } else if path == "-" {
         let mut b = Vec::new();
         std::io::stdin()
             .read_to_end(&mut b)
@@ -41,9 +43,11 @@ fn read_config(path: &str) -> Result<ConfigInput, String> {
     })
 }
 
-fn text_config(name: &str, bytes: &[u8]) -> Result<Vec<u8>, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| format!("{name}: not UTF-8 text"))?;
-    pbtx::trace_config_txt_to_pb(name, text).map_err(|e| e.to_string())
+fn text_config(name: &str, bytes: &[u8], lossy: bool) -> Result<Vec<u8>, String> {
+    let opts = pbtx::ParseOptions {
+        allow_unknown: lossy,
+    };
+    pbtx::bytes_to_proto(pbtx::TRACE_CONFIG, name, bytes, opts).map_err(|e| e.to_string())
 }
 
 /// A version-4 UUID from the kernel's random pool.
@@ -78,7 +82,9 @@ pub fn main(args: &[String], via: Via) -> i32 {
             return 1;
         }
     };
-    let action = match options::plan(&flags, config, &text_config, random_uuid()) {
+    let lossy = flags.txt_lossy;
+    let parser = move |name: &str, bytes: &[u8]| text_config(name, bytes, lossy);
+    let action = match options::plan(&flags, config, &parser, random_uuid()) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");
@@ -94,6 +100,8 @@ pub fn main(args: &[String], via: Via) -> i32 {
             println!("{}", crate::VERSION);
             0
         }
+        Action::ListCategories => crate::cmd::list::list_categories(),
+        Action::ListEvents => crate::cmd::list::list_events(),
         Action::Query { raw, long } => query::run(&consumer, raw, long),
         Action::IsDetached { key } => attach::is_detached(&consumer, &key),
         Action::Attach { key, stop } => match StopSignals::install() {
@@ -158,6 +166,22 @@ pub fn main(args: &[String], via: Via) -> i32 {
                     return 1;
                 }
             };
+            crate::cmd::status_line::set_limits(crate::cmd::status_line::Limits {
+                max_file_bytes: plan.config.max_file_size_bytes.unwrap_or(0),
+                trigger_timeout_ms: plan
+                    .config
+                    .trigger_config
+                    .as_ref()
+                    .and_then(|t| t.trigger_timeout_ms)
+                    .unwrap_or(0) as u64,
+            });
+            if let Some(delay) = options::start_delay(&plan.config, random_uuid().0 as u64) {
+                eprintln!(
+                    "Delaying the trace start by {} ms (cmd_trace_start_delay)",
+                    delay.as_millis()
+                );
+                std::thread::sleep(delay);
+            }
             session::run(&plan, &consumer, &mut signals, ready)
         }
     }

@@ -17,11 +17,13 @@ struct TracedArgs {
     #[argh(switch)]
     exit_when_idle: bool,
     /// chgrp/chmod the sockets: PRODUCER_GROUP:PRODUCER_MODE:CONSUMER_GROUP:CONSUMER_MODE
+    /// (default: producer 0666, any user; consumer 0600, this user only)
     #[argh(option)]
     set_socket_permissions: Option<String>,
 }
 
 pub fn main(args: &[String], _via: Via) -> i32 {
+    crate::base::log::set_tag("traced");
     let args: TracedArgs = match parse_args("traced", args) {
         Ok(a) => a,
         Err(code) => return code,
@@ -67,6 +69,9 @@ pub fn main(args: &[String], _via: Via) -> i32 {
                     for fd in [1, 2] {
                         let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd);
                     }
+                }
+                if let Some(to) = crate::base::log::use_background_sink() {
+                    crate::log_info!("started in the background, logging to {to}");
                 }
                 status = Some(s)
             }

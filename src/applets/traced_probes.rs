@@ -15,7 +15,7 @@ struct ProbesArgs {
     /// reset ftrace to a clean state before starting
     #[argh(switch)]
     reset_ftrace: bool,
-    /// reset ftrace after a crash, then exit
+    /// undo what a killed traced_probes left in ftrace (per its state file), then exit
     #[argh(switch)]
     cleanup_after_crash: bool,
     /// exit (ftrace restored) when the connection to traced closes
@@ -43,13 +43,18 @@ pub fn main(args: &[String], _via: Via) -> i32 {
     }
     let socket = producer_socket_name();
     let state_file = crash_state::default_path(&socket);
-    if args.cleanup_after_crash || args.reset_ftrace {
+    if args.cleanup_after_crash {
+        // Only what our state file says we touched: init systems run this
+        // at every stop, and ftrace may be in use by others. Best effort,
+        // always exit 0, like upstream.
+        if let Ok(root) = crate::traced_probes::ftrace::Tracefs::discover() {
+            crash_state::cleanup(&state_file, &root);
+        }
+        return 0;
+    }
+    if args.reset_ftrace {
         if let Err(e) = traced_probes::hard_reset(&state_file) {
             crate::log_error!("ftrace reset failed: {e}");
-        }
-        if args.cleanup_after_crash {
-            // Like upstream: a best-effort cleanup, always exit 0.
-            return 0;
         }
     }
     if args.background {
@@ -59,7 +64,12 @@ pub fn main(args: &[String], _via: Via) -> i32 {
                 return 0;
             }
             // The daemon's stdio is /dev/null from here on.
-            Ok(Side::Child { status }) => daemonize::report_status(status, 0),
+            Ok(Side::Child { status }) => {
+                if let Some(to) = crate::base::log::use_background_sink() {
+                    crate::log_info!("started in the background, logging to {to}");
+                }
+                daemonize::report_status(status, 0)
+            }
             Err(e) => {
                 crate::log_error!("cannot go to the background: {e}");
                 return 1;

@@ -109,9 +109,36 @@ pub fn stop_daemons(daemons: &mut [Daemon], grace: Duration) {
     }
 }
 
+/// systemd's readiness protocol (`Type=notify`): one `READY=1` datagram
+/// to `$NOTIFY_SOCKET` (a path, or `@name` for an abstract socket). The
+/// variable is removed so that children do not report for us.
+fn notify_systemd() {
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    std::env::remove_var("NOTIFY_SOCKET");
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str());
+    let sent = match bytes.strip_prefix(b"@") {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            std::os::unix::net::SocketAddr::from_abstract_name(name)
+                .and_then(|a| sock.send_to_addr(b"READY=1", &a))
+        }
+        None => sock.send_to(b"READY=1", &target),
+    };
+    if let Err(e) = sent {
+        crate::log_warn!("NOTIFY_SOCKET {}: {e}", target.to_string_lossy());
+    }
+}
+
 /// Writes "1" to the fd named by `env` (if set) and closes it: the
-/// readiness protocol of the daemon side.
+/// readiness protocol of the daemon side. Also tells systemd when it
+/// started us (`NOTIFY_SOCKET`).
 pub fn notify_ready(env: &str) {
+    notify_systemd();
     let Some(fd) = std::env::var(env).ok().and_then(|v| v.parse::<i32>().ok()) else {
         return;
     };

@@ -10,6 +10,8 @@
 //! ```
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
@@ -78,8 +80,101 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
         Level::Debug => 'D',
     };
     let tag = TAG.get().copied().unwrap_or("tracebox");
+    if let Some(sink) = SINK.get() {
+        if let Ok(mut sink) = sink.lock() {
+            return sink.write(level, tag, letter, args);
+        }
+    }
     // One write_fmt on a locked handle keeps lines from interleaving.
     let _ = writeln!(std::io::stderr().lock(), "[{tag}] {letter}: {args}");
+}
+
+/// Where a daemon started with `--background` logs (its stderr is
+/// /dev/null then).
+enum Sink {
+    /// syslogd's datagram socket: one message per line.
+    Syslog(UnixDatagram),
+    /// A file that never grows past `max` bytes: when a line would cross
+    /// the bound, the file starts over with a note saying so.
+    File { file: std::fs::File, max: u64 },
+}
+
+static SINK: OnceLock<std::sync::Mutex<Sink>> = OnceLock::new();
+
+/// syslog severities (RFC 5424) with facility `daemon` (3).
+fn syslog_priority(level: Level) -> u8 {
+    3 * 8
+        + match level {
+            Level::Error => 3,
+            Level::Warn => 4,
+            Level::Info => 6,
+            Level::Debug => 7,
+        }
+}
+
+impl Sink {
+    fn write(&mut self, level: Level, tag: &str, letter: char, args: std::fmt::Arguments<'_>) {
+        match self {
+            Sink::Syslog(sock) => {
+                let msg = format!(
+                    "<{}>{tag}[{}]: {letter}: {args}",
+                    syslog_priority(level),
+                    std::process::id()
+                );
+                let _ = sock.send(msg.as_bytes());
+            }
+            Sink::File { file, max } => {
+                let line = format!("[{tag}] {letter}: {args}\n");
+                let len = file.metadata().map_or(0, |m| m.len());
+                if len + line.len() as u64 > *max {
+                    let _ = file.set_len(0);
+                    let _ = writeln!(
+                        file,
+                        "[{tag}] I: log restarted: it reached its {} KB bound \
+                         (TRACEBOX_LOG_MAX_KB)",
+                        *max / 1024
+                    );
+                }
+                let _ = file.write_all(line.as_bytes());
+            }
+        }
+    }
+}
+
+/// Default bound of the log file.
+const DEFAULT_LOG_MAX_KB: u64 = 256;
+
+/// For a daemon gone to the background: log to syslog when its socket
+/// (`$TRACEBOX_SYSLOG_SOCKET`, default /dev/log) answers, else append to
+/// `$TRACEBOX_LOG_FILE` (bounded by `$TRACEBOX_LOG_MAX_KB`), else nowhere.
+/// Returns where, for a first log line.
+pub fn use_background_sink() -> Option<String> {
+    let syslog = std::env::var("TRACEBOX_SYSLOG_SOCKET").unwrap_or_else(|_| "/dev/log".into());
+    if let Ok(sock) = UnixDatagram::unbound() {
+        if sock.connect(&syslog).is_ok() {
+            let _ = SINK.set(std::sync::Mutex::new(Sink::Syslog(sock)));
+            return Some(format!("syslog ({syslog})"));
+        }
+    }
+    let path = std::env::var("TRACEBOX_LOG_FILE")
+        .ok()
+        .filter(|p| !p.is_empty())?;
+    let max = std::env::var("TRACEBOX_LOG_MAX_KB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(DEFAULT_LOG_MAX_KB)
+        .max(1)
+        * 1024;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .open(&path)
+        .ok()?;
+    // Panics and stray prints land there too.
+    let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&file), 2);
+    let _ = SINK.set(std::sync::Mutex::new(Sink::File { file, max }));
+    Some(path)
 }
 
 /// Logs at [`Level::Error`].
@@ -106,6 +201,25 @@ macro_rules! log_debug {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_sink_stays_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let mut sink = Sink::File { file, max: 300 };
+        for i in 0..50 {
+            sink.write(Level::Info, "t", 'I', format_args!("line number {i}"));
+            assert!(std::fs::metadata(&path).unwrap().len() <= 300);
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("log restarted"), "{text}");
+        assert!(text.ends_with("[t] I: line number 49\n"), "{text}");
+    }
 
     #[test]
     fn parses_threshold_names_and_numbers() {

@@ -28,9 +28,44 @@ pub fn ignore_sigxfsz() -> nix::Result<()> {
     unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) }.map(|_| ())
 }
 
+/// Minutes east of UTC of the local time zone now (TZ, /etc/localtime).
+pub fn utc_offset_minutes() -> Option<i32> {
+    // SAFETY: time(NULL) only returns the clock; localtime_r writes the
+    // zeroed `tm` we own and reads the `now` we pass, nothing else.
+    let tm = unsafe {
+        let now = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&now, &mut tm).is_null() {
+            return None;
+        }
+        tm
+    };
+    i32::try_from(tm.tm_gmtoff / 60).ok()
+}
+
+/// CPUs the kernel configured (online or not), as upstream counts them.
+pub fn cpus_configured() -> Option<u32> {
+    let n = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_CONF).ok()??;
+    u32::try_from(n).ok()
+}
+
+/// USER_HZ: the unit of /proc's tick counters.
+pub fn clock_ticks_per_second() -> Option<i64> {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn system_figures() {
+        let n = cpus_configured().unwrap();
+        assert!(n >= 1 && n as usize >= std::thread::available_parallelism().unwrap().get());
+        assert!(clock_ticks_per_second().unwrap() > 0);
+        let off = utc_offset_minutes().unwrap();
+        assert!((-14 * 60..=14 * 60).contains(&off), "{off}");
+    }
 
     #[test]
     fn root_is_searchable_and_missing_dirs_are_not() {

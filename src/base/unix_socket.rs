@@ -254,6 +254,16 @@ impl UnixStream {
             match socket::connect(fd.as_raw_fd(), &unix_addr) {
                 Ok(()) => break,
                 Err(Errno::EINTR) => continue,
+                Err(Errno::EACCES) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!(
+                            "permission denied connecting to {addr}: its owner, group and \
+                             mode do not admit uid {}",
+                            nix::unistd::geteuid()
+                        ),
+                    ))
+                }
                 Err(e) => {
                     return Err(io::Error::new(
                         io::Error::from(e).kind(),

@@ -37,6 +37,21 @@ pub struct Autostarted {
     pub first_line: String,
 }
 
+/// Autostart re-executes this binary. Under qemu-user without binfmt_misc
+/// the kernel cannot run it (ENOEXEC): say what to do instead.
+fn explain(e: std::io::Error) -> String {
+    if e.raw_os_error() == Some(nix::errno::Errno::ENOEXEC as i32) {
+        return format!(
+            "{e}: this binary cannot start itself again, as happens under an emulator \
+             (qemu-user) without binfmt_misc. Register the emulator with binfmt_misc, or \
+             start the daemons by hand under it (`tracebox traced --background` and \
+             `tracebox traced_probes --background`) and run the client with `tracebox \
+             perfetto ...`"
+        );
+    }
+    e.to_string()
+}
+
 /// True if something accepts connections on `name`.
 pub fn service_answers(name: &str) -> bool {
     SockAddr::parse(name).is_ok_and(|a| UnixStream::connect(&a).is_ok())
@@ -107,7 +122,7 @@ fn start_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
         "TRACED_NOTIFY_FD",
         READY_TIMEOUT,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(explain)?;
     let pgid = traced.child.id() as i32;
     // Bound before traced_probes starts: from here on traced waits for us.
     let port = match Port::connect(consumer_socket, "ConsumerPort") {
@@ -124,7 +139,7 @@ fn start_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
         "TRACED_PROBES_NOTIFY_FD",
         READY_TIMEOUT,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(explain)?;
     let perf = spawn_applet(
         "traced_perf",
         &["--exit-with-traced"],
@@ -132,7 +147,7 @@ fn start_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
         "TRACED_PERF_NOTIFY_FD",
         READY_TIMEOUT,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(explain)?;
     Ok(Autostarted {
         _keepalive: port,
         first_line: format!(
@@ -142,4 +157,17 @@ fn start_daemons(consumer_socket: &str) -> Result<Autostarted, String> {
             perf.child.id()
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn exec_format_error_is_explained() {
+        let e = std::io::Error::from_raw_os_error(nix::errno::Errno::ENOEXEC as i32);
+        let text = super::explain(e);
+        assert!(text.contains("Exec format error"), "{text}");
+        assert!(text.contains("binfmt_misc") && text.contains("traced --background"));
+        let other = super::explain(std::io::Error::other("boom"));
+        assert_eq!(other, "boom");
+    }
 }

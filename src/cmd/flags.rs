@@ -11,12 +11,16 @@ use argh::FromArgs;
 /// [--txt] -o OUT.
 #[derive(FromArgs, Debug, Default, PartialEq)]
 pub struct RawFlags {
-    /// trace config file (binary TraceConfig, or text with --txt); - reads stdin
+    /// trace config file (binary TraceConfig, or text with --txt); - reads stdin; :test is a
+    /// built-in 2 s scheduling trace
     #[argh(option, short = 'c')]
     pub config: Option<String>,
     /// the config is protobuf text format
     #[argh(switch)]
     pub txt: bool,
+    /// like --txt, but fields and enum values this build does not know are dropped
+    #[argh(switch)]
+    pub txt_lossy: bool,
     /// output file; - writes to stdout
     #[argh(option, short = 'o')]
     pub out: Option<String>,
@@ -77,7 +81,7 @@ pub struct RawFlags {
     /// add key[=value] to the trace's attributes (repeatable)
     #[argh(option)]
     pub add_attribute: Vec<String>,
-    /// disable guardrails
+    /// accepted like upstream; its guardrails limit uploads, which tracebox does not do
     #[argh(switch)]
     pub no_guardrails: bool,
     /// accepted for compatibility; does nothing
@@ -89,6 +93,12 @@ pub struct RawFlags {
     /// autostart: start private daemons on private sockets, like upstream tracebox
     #[argh(switch)]
     pub private_sockets: bool,
+    /// list the categories light mode takes, with their events on this kernel
+    #[argh(switch)]
+    pub list_categories: bool,
+    /// list this kernel's ftrace events (group/event)
+    #[argh(switch)]
+    pub list_events: bool,
     /// print the version and exit
     #[argh(switch)]
     pub version: bool,

@@ -46,8 +46,13 @@ fn push(cfg: &mut TraceConfig, ds: DataSourceConfig) {
 pub fn build(opts: &LightOptions) -> Result<TraceConfig, String> {
     let time = opts.time.as_deref().unwrap_or("10s");
     let duration_ms = parse_time_ms(time)
-        .filter(|ms| *ms <= u32::MAX as u64)
         .ok_or_else(|| format!("--time argument is invalid: '{time}' (use e.g. 10s, 500ms, 2m)"))?;
+    if duration_ms > u32::MAX as u64 {
+        return Err(format!(
+            "--time argument is too large: '{time}' (at most {}h)",
+            u32::MAX as u64 / 3_600_000
+        ));
+    }
     let buffer = opts.buffer.as_deref().unwrap_or("32mb");
     let buffer_kb = parse_size_kb(buffer)
         .filter(|kb| *kb <= u32::MAX as u64)

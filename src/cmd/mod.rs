@@ -5,6 +5,7 @@ pub mod autostart;
 pub mod flags;
 pub mod kernel_loss;
 pub mod light_config;
+pub mod list;
 pub mod options;
 pub mod output;
 pub mod packet_writer;

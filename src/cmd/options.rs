@@ -59,6 +59,8 @@ pub enum CloneTarget {
 #[derive(Debug, Clone)]
 pub enum Action {
     Version,
+    ListCategories,
+    ListEvents,
     Query {
         raw: bool,
         long: bool,
@@ -141,6 +143,36 @@ pub fn uuid_string(msb: i64, lsb: i64) -> String {
     )
 }
 
+/// `-c :test`: upstream's built-in smoke-test config; here 2 s of
+/// scheduling, CPU frequency and idle with process names (binary).
+pub fn test_config() -> Vec<u8> {
+    let light = LightOptions {
+        time: Some("2s".into()),
+        buffer: Some("4mb".into()),
+        categories: [
+            "sched/sched_switch",
+            "power/cpu_frequency",
+            "power/cpu_idle",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Default::default()
+    };
+    encode(&light_config::build(&light).expect("built-in config"))
+}
+
+/// How long to wait before starting, per `cmd_trace_start_delay` (a
+/// uniformly drawn delay in [min_delay_ms, max_delay_ms]), like upstream.
+pub fn start_delay(cfg: &TraceConfig, random: u64) -> Option<std::time::Duration> {
+    let d = cfg.cmd_trace_start_delay.as_ref()?;
+    let (min, max) = (d.min_delay_ms?, d.max_delay_ms?);
+    if max < min {
+        return None;
+    }
+    let span = (max - min) as u64 + 1;
+    Some(std::time::Duration::from_millis(min as u64 + random % span))
+}
+
 /// Checks flag combinations and builds the plan. Errors are the message
 /// to print; the exit status for all of them is 1.
 pub fn plan(
@@ -151,6 +183,12 @@ pub fn plan(
 ) -> Result<Action, String> {
     if flags.version {
         return Ok(Action::Version);
+    }
+    if flags.list_categories {
+        return Ok(Action::ListCategories);
+    }
+    if flags.list_events {
+        return Ok(Action::ListEvents);
     }
     let light = LightOptions {
         time: flags.time.clone(),
@@ -220,7 +258,7 @@ pub fn plan(
         if config.is_some() || light.any() {
             return Err("Cannot specify a trace config with --clone".into());
         }
-        let output = output_of(flags).ok_or("Either --out or --upload is required")?;
+        let output = output_of(flags).ok_or("--out is required (-o FILE, or -o - for stdout)")?;
         let target = match (&flags.clone, &flags.clone_by_name) {
             (Some(id), _) => CloneTarget::Id(*id),
             (None, Some(name)) => CloneTarget::Name(name.clone()),
@@ -243,7 +281,9 @@ pub fn plan(
         }
         (None, true) => encode(&light_config::build(&light)?),
         (None, false) => return Err("The TraceConfig is empty".into()),
-        (Some(input), false) if flags.txt => text_parser(&input.name, &input.bytes)?,
+        (Some(input), false) if (flags.txt || flags.txt_lossy) && input.name != ":test" => {
+            text_parser(&input.name, &input.bytes)?
+        }
         (Some(input), false) => {
             if decode(&input.bytes).is_none() || input.bytes.is_empty() {
                 let mut msg = String::from("The trace config is invalid, bailing out.");
@@ -314,13 +354,11 @@ pub fn plan(
         && cfg.output_path.as_deref().is_some_and(|p| !p.is_empty());
     let output = if cfg.output_path.as_deref().is_some_and(|p| !p.is_empty()) {
         if flags.out.is_some() {
-            return Err(
-                "Can't pass --out or --upload if output_path is set in the trace config".into(),
-            );
+            return Err("Can't pass --out if output_path is set in the trace config".into());
         }
         None
     } else {
-        Some(output_of(flags).ok_or("Either --out or --upload is required")?)
+        Some(output_of(flags).ok_or("--out is required (-o FILE, or -o - for stdout)")?)
     };
     if service_writes_file && output.is_some() {
         unreachable!("output_path excludes --out above");

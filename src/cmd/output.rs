@@ -35,7 +35,8 @@ pub fn open(output: &Output) -> Result<File, String> {
 }
 
 /// Removes an output file that ended up empty (service error, nothing
-/// written), as upstream does.
+/// written), as upstream does. Only regular files: `-o /dev/null` or a
+/// FIFO is never removed.
 pub fn remove_if_empty(output: &Output) {
     if let Output::File { path, .. } = output {
         // Only a regular file: `-o /dev/null` (or a FIFO) is empty too, and

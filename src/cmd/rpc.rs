@@ -44,9 +44,10 @@ impl Port {
         let addr = SockAddr::parse(socket).map_err(|e| format!("{}: {e}", hint()))?;
         let mut client = BlockingClient::connect(&addr).map_err(|e| match e {
             ClientError::Io(e) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
-                "Permission denied (EACCES) connecting to the traced socket {socket}: it exists, \
-                 but this user may not connect to it (run as root, or see traced \
-                 --set-socket-permissions)"
+                "Permission denied (EACCES) connecting to the traced socket {socket}: its owner, \
+                 group and mode do not admit uid {} (run as root, or see traced \
+                 --set-socket-permissions)",
+                nix::unistd::getuid()
             ),
             _ => hint(),
         })?;

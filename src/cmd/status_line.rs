@@ -56,7 +56,11 @@ pub fn render(elapsed_ms: u64, total_ms: u64, f: Figures) -> String {
     } else {
         format!("LOST {} chunks, {} packets", f.chunks_lost, f.packets_lost)
     };
-    format!("[{time}] {} recorded, {lost}", human_bytes(f.bytes_written))
+    let limits = limits_text(LIMITS.get().copied().unwrap_or_default());
+    format!(
+        "[{time}{limits}] {} recorded, {lost}",
+        human_bytes(f.bytes_written)
+    )
 }
 
 /// The end-of-trace line. Overwritten chunks are named apart: in a ring
@@ -80,11 +84,49 @@ pub fn summary(f: Figures, kernel_events_lost: u64) -> String {
         0 => (String::new(), "trace_stats"),
         _ => (format!(", {kernel}"), "trace_stats and ftrace_stats"),
     };
-    format!(
+    let mut line = format!(
         "Trace stats: LOST {dropped} chunks dropped, {} chunks overwritten, {} packets\
          {kernel} (details: {details} in the trace)",
         f.chunks_overwritten, f.packets_lost
-    )
+    );
+    if f.chunks_overwritten > 0 {
+        line.push_str(WRAP_HINT);
+    }
+    line
+}
+
+/// Second line when a ring buffer wrapped.
+pub const WRAP_HINT: &str = "\nThe ring buffer wrapped and its oldest data made room: a larger \
+                             -b (or buffers { size_kb }) keeps more.";
+
+/// What the user asked that the live line shows besides the time.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Limits {
+    /// `-s` / max_file_size_bytes.
+    pub max_file_bytes: u64,
+    /// trigger_config.trigger_timeout_ms.
+    pub trigger_timeout_ms: u64,
+}
+
+static LIMITS: std::sync::OnceLock<Limits> = std::sync::OnceLock::new();
+
+/// Set once by the client before the session starts.
+pub fn set_limits(l: Limits) {
+    let _ = LIMITS.set(l);
+}
+
+fn limits_text(l: Limits) -> String {
+    let mut s = String::new();
+    if l.max_file_bytes > 0 {
+        s.push_str(&format!(", stops at {}", human_bytes(l.max_file_bytes)));
+    }
+    if l.trigger_timeout_ms > 0 {
+        s.push_str(&format!(
+            ", trigger timeout {:.0}s",
+            l.trigger_timeout_ms as f64 / 1000.0
+        ));
+    }
+    s
 }
 
 /// The end-of-trace line: the losses, then everything asked for and not
@@ -139,13 +181,18 @@ mod tests {
         );
         assert_eq!(
             summary(f, 0),
-            "Trace stats: LOST 0 chunks dropped, 2 chunks overwritten, 5 packets \
-             (details: trace_stats in the trace)"
+            format!(
+                "Trace stats: LOST 0 chunks dropped, 2 chunks overwritten, 5 packets \
+                 (details: trace_stats in the trace){WRAP_HINT}"
+            )
         );
         assert_eq!(
             summary(f, 7),
-            "Trace stats: LOST 0 chunks dropped, 2 chunks overwritten, 5 packets, \
-             7 ftrace events in the kernel (details: trace_stats and ftrace_stats in the trace)"
+            format!(
+                "Trace stats: LOST 0 chunks dropped, 2 chunks overwritten, 5 packets, \
+                 7 ftrace events in the kernel (details: trace_stats and ftrace_stats in the \
+                 trace){WRAP_HINT}"
+            )
         );
         let clean = Figures {
             bytes_written: 100,
@@ -185,5 +232,11 @@ mod tests {
             render(0, 0, Figures::default()),
             "[0.0s] 0 B recorded, nothing lost"
         );
+        let l = Limits {
+            max_file_bytes: 1 << 30,
+            trigger_timeout_ms: 30_000,
+        };
+        assert_eq!(limits_text(l), ", stops at 1.0 GB, trigger timeout 30s");
+        assert_eq!(limits_text(Limits::default()), "");
     }
 }

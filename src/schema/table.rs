@@ -116,12 +116,13 @@ pub struct EnumDesc {
     num_values: u16,
 }
 
-/// One enum value.
+/// One enum value. Its name may lie past 64 KiB into the blob (statsd's
+/// AtomId alone has 40 KB of names), so its offset is 32-bit.
 #[derive(Debug)]
 pub struct EnumValueDesc {
-    name_off: u16,
+    /// Name offset (low 24 bits) and length (high 8 bits).
+    name: u32,
     number: i32,
-    name_len: u8,
 }
 
 const fn m(name_off: u16, name_len: u8, first_field: u16, num_fields: u16) -> MessageDesc {
@@ -151,17 +152,18 @@ const fn e(name_off: u16, name_len: u8, first_value: u16, num_values: u16) -> En
         num_values,
     }
 }
-const fn v(name_off: u16, name_len: u8, number: i32) -> EnumValueDesc {
+const fn v(name_off: u32, name_len: u8, number: i32) -> EnumValueDesc {
+    assert!(name_off < 1 << 24);
     EnumValueDesc {
-        name_off,
+        name: name_off | (name_len as u32) << 24,
         number,
-        name_len,
     }
 }
 
 include!(concat!(env!("OUT_DIR"), "/schema_table.rs"));
 
-fn name_at(off: u16, len: u8) -> &'static str {
+fn name_at(off: impl Into<u32>, len: u8) -> &'static str {
+    let off = off.into();
     &NAMES[off as usize..off as usize + len as usize]
 }
 
@@ -298,7 +300,7 @@ impl EnumDesc {
 
 impl EnumValueDesc {
     pub fn name(&self) -> &'static str {
-        name_at(self.name_off, self.name_len)
+        name_at(self.name & 0xff_ffff, (self.name >> 24) as u8)
     }
 
     pub fn number(&self) -> i32 {

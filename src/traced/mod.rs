@@ -42,6 +42,10 @@ struct IdleExit {
     timer: Option<TimerId>,
 }
 
+/// Socket file modes without `--set-socket-permissions`.
+pub const DEFAULT_PRODUCER_MODE: u32 = 0o666;
+pub const DEFAULT_CONSUMER_MODE: u32 = 0o600;
+
 /// Send-queue bound per consumer connection (ReadBuffers is streamed at
 /// the consumer's pace, so little more than one read step is ever queued).
 const MAX_CONSUMER_QUEUED_BYTES: usize = 16 << 20;
@@ -157,7 +161,8 @@ fn listen_all(
     ctl: &mut LoopCtl<'_, ()>,
     android_name: &str,
     names: &[String],
-    perms: Option<(&str, u32)>,
+    group: Option<&str>,
+    mode: u32,
 ) -> io::Result<()> {
     if let Some(inherited) = adopt_android_socket(android_name) {
         return host.add_listener(ctl, inherited?);
@@ -167,7 +172,7 @@ fn listen_all(
             io::Error::new(io::ErrorKind::InvalidInput, format!("socket {name:?}: {e}"))
         })?;
         let listener = UnixListener::bind(&addr)?;
-        if let (Some((group, mode)), SockAddr::Path(p)) = (perms, &addr) {
+        if let SockAddr::Path(p) = &addr {
             socket_permissions::apply(p, group, mode)?;
         }
         host.add_listener(ctl, listener)?;
@@ -191,21 +196,23 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
     let perms = opts.socket_permissions.as_ref();
     {
         let mut ctl = el.ctl();
-        let p = perms.map(|p| (p.producer_group.as_str(), p.producer_mode));
+        // Without --set-socket-permissions: any local user may produce
+        // (the service stamps the trusted fields), only our user consumes.
         listen_all(
             &mut producer_host,
             &mut ctl,
             "traced_producer",
             &producer_socket_names(),
-            p,
+            perms.map(|p| p.producer_group.as_str()),
+            perms.map_or(DEFAULT_PRODUCER_MODE, |p| p.producer_mode),
         )?;
-        let c = perms.map(|p| (p.consumer_group.as_str(), p.consumer_mode));
         listen_all(
             &mut consumer_host,
             &mut ctl,
             "traced_consumer",
             &[consumer_socket_name()],
-            c,
+            perms.map(|p| p.consumer_group.as_str()),
+            perms.map_or(DEFAULT_CONSUMER_MODE, |p| p.consumer_mode),
         )?;
     }
     let uid = nix::unistd::geteuid().as_raw();

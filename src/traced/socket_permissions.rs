@@ -38,17 +38,23 @@ impl SocketPermissions {
     }
 }
 
-/// chgrp + chmod of a socket file.
-pub fn apply(path: &Path, group: &str, mode: u32) -> io::Result<()> {
+/// chgrp (when a group is named) + chmod of a socket file.
+pub fn apply(path: &Path, group: Option<&str>, mode: u32) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let gid = nix::unistd::Group::from_name(group)
-        .map_err(io::Error::from)?
-        .ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, format!("no group named {group:?}"))
-        })?
-        .gid;
-    nix::unistd::chown(path, None, Some(gid)).map_err(io::Error::from)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    let what = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    if let Some(group) = group {
+        let gid = nix::unistd::Group::from_name(group)
+            .map_err(io::Error::from)?
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("--set-socket-permissions: no group named {group:?}"),
+                )
+            })?
+            .gid;
+        nix::unistd::chown(path, None, Some(gid)).map_err(|e| what(e.into()))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(what)
 }
 
 #[cfg(test)]
@@ -70,12 +76,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("sock");
         std::fs::write(&f, b"").unwrap();
-        apply(&f, "root", 0o640).unwrap();
+        apply(&f, Some("root"), 0o640).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777,
             0o640
         );
-        assert!(apply(&f, "no-such-group-xyz", 0o600).is_err());
+        let err = apply(&f, Some("no-such-group-xyz"), 0o600).unwrap_err();
+        assert!(err.to_string().contains("no-such-group-xyz"), "{err}");
+        apply(&f, None, 0o666).unwrap();
+        assert_eq!(
+            std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777,
+            0o666
+        );
     }
 }

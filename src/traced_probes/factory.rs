@@ -24,7 +24,7 @@ pub fn create(
             config, writer,
         )),
         data_source::SYSTEM_INFO => Box::new(
-            super::system_info::data_source::SystemInfoSource::new(writer),
+            super::system_info::data_source::SystemInfoSource::new(config, writer),
         ),
         data_source::SYSFS_POWER => Box::new(super::power::data_source::PowerSource::new(writer)),
         other => return Err(format!("unknown data source {other:?}")),

@@ -73,7 +73,19 @@ pub fn run(opts: ProducerOptions) -> i32 {
     if opts.state_file.exists() {
         if let Ok(root) = Tracefs::discover() {
             let cleaned = ftrace::crash_state::cleanup(&opts.state_file, &root);
-            crate::log_warn!("cleaned ftrace state left by a previous run: {cleaned:?}");
+            let names: Vec<String> = cleaned
+                .iter()
+                .map(|t| match t {
+                    ftrace::crash_state::Touched::Root => "the top-level buffer".to_owned(),
+                    ftrace::crash_state::Touched::Instance { name, .. } => {
+                        format!("instance {name}")
+                    }
+                })
+                .collect();
+            crate::log_warn!(
+                "cleaned ftrace state left by a previous run: {}",
+                names.join(", ")
+            );
         }
     }
     let mut el = match EventLoop::new() {

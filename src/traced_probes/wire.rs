@@ -192,6 +192,16 @@ pub enum CommandError {
     MissingId,
 }
 
+impl std::fmt::Display for CommandError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CommandError::Malformed => "malformed",
+            CommandError::Unknown => "unknown or empty command",
+            CommandError::MissingId => "no data source id",
+        })
+    }
+}
+
 fn config_ok(config_untrusted: Option<DataSourceConfig>) -> DataSourceConfig {
     config_untrusted.unwrap_or_default()
 }

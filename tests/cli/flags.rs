@@ -38,7 +38,11 @@ fn rejected_combinations_exit_1_with_a_reason() {
             &["-s", "1x", "-o", "/dev/null"],
             "--size argument is invalid",
         ),
-        (&["-t", "1s"], "Either --out or --upload is required"),
+        (&["-t", "1s"], "--out is required"),
+        (
+            &["-t", "10000h", "-o", "/dev/null"],
+            "--time argument is too large",
+        ),
         (&["--query", "--background"], "--query cannot be combined"),
         (&["--long"], "--long can only be used with --query"),
         (&["--attach=a", "--detach=b"], "mutually exclusive"),
@@ -64,7 +68,39 @@ fn rejected_combinations_exit_1_with_a_reason() {
         let (code, _, err) = perfetto(args);
         assert_eq!(code, 1, "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: expected {want:?} in {err:?}");
+        assert!(
+            !err.contains("--upload"),
+            "{args:?}: no --upload here: {err}"
+        );
     }
+}
+
+/// Configs that parse get as far as connecting (nothing listens here).
+fn parses(args: &[&str]) {
+    let (code, _, err) = perfetto(args);
+    assert_eq!(code, 1, "{args:?}: {err}");
+    assert!(err.contains("Could not connect"), "{args:?}: {err}");
+}
+
+#[test]
+fn upstream_config_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.pbtx");
+    std::fs::write(
+        &cfg,
+        "duration_ms: 1000\nbuffers { size_kb: 1024 }\nfield_from_the_future: 3\n\
+         data_sources { config { name: \"x\" future_block { a: 1 } } }\n",
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (code, _, err) = perfetto(&["--txt", "-c", cfg, "-o", "/dev/null"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("field_from_the_future"), "{err}");
+    parses(&["--txt-lossy", "-c", cfg, "-o", "/dev/null"]);
+    // upstream's built-in test config, with or without --txt
+    parses(&["-c", ":test", "-o", "/dev/null"]);
+    parses(&["--txt", "-c", ":test", "-o", "/dev/null"]);
+    parses(&["--no-guardrails", "-t", "1s", "-o", "/dev/null"]);
 }
 
 #[test]
@@ -148,4 +184,42 @@ fn trigger_perfetto_needs_names_and_ignores_unknown_flags() {
     );
     // Nobody listens: it gives up with status 1 (after its connect timeout).
     assert_eq!(code, 1, "{err}");
+}
+
+#[test]
+fn lists_events_and_categories_from_the_live_tracefs() {
+    let tracefs = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .into_iter()
+        .map(std::path::Path::new)
+        .find(|p| p.join("events").is_dir())
+        .expect("tracefs mounted (scripts/ensure-tracefs.sh)");
+    let (code, out, err) = perfetto(&["--list-events"]);
+    assert_eq!(code, 0, "{err}");
+    let listed: Vec<&str> = out.lines().collect();
+    // Exactly the kernel's events, in the form light mode takes.
+    let mut kernel = Vec::new();
+    for g in std::fs::read_dir(tracefs.join("events")).unwrap().flatten() {
+        if !g.path().is_dir() {
+            continue;
+        }
+        for e in std::fs::read_dir(g.path()).unwrap().flatten() {
+            if e.path().is_dir() {
+                kernel.push(format!(
+                    "{}/{}",
+                    g.file_name().to_string_lossy(),
+                    e.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    kernel.sort();
+    assert_eq!(listed, kernel);
+    assert!(listed.contains(&"sched/sched_switch"));
+
+    let (code, out, err) = perfetto(&["--list-categories"]);
+    assert_eq!(code, 0, "{err}");
+    let sched = out.lines().find(|l| l.starts_with("sched ")).unwrap();
+    assert!(sched.contains("sched/sched_switch"), "{sched}");
+    assert!(out.lines().any(|l| l.starts_with("freq ")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("hyp ")), "{out}");
 }

@@ -114,3 +114,26 @@ fn symlinked_applet_sees_its_own_flags() {
     });
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn closed_stdout_is_success() {
+    // `tracebox --list | grep -q traced`: the reader is gone before we write.
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
+    let out = tracebox()
+        .arg("--list")
+        .stdout(std::process::Stdio::from(write_end))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

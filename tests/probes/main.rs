@@ -20,3 +20,4 @@ mod real_traced;
 mod sys_stats_poller;
 mod syscall_sessions;
 mod system_info_power;
+mod system_info_trace;

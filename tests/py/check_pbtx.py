@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares tracebox's text-format parser with Python protobuf's.
 
-For every config in tests/data/pbtx/, parses the text with
+For every config in tests/data/pbtx/ and configs/, parses the text with
 google.protobuf.text_format into Perfetto's published TraceConfig type and
 checks that it equals our binary output decoded with the same type.
 
@@ -17,6 +17,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "data", "pbtx")
+EXAMPLES = os.path.join(ROOT, "configs")
 
 
 def main():
@@ -31,9 +32,10 @@ def main():
         subprocess.check_call(["cargo", "test", "-q", "--test", "pbtx_configs", "dump_for_python"],
                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     failures = 0
-    names = sorted(n for n in os.listdir(FIXTURES) if n.endswith(".pbtx"))
-    for name in names:
-        with open(os.path.join(FIXTURES, name)) as f:
+    names = [(d, n) for d in (FIXTURES, EXAMPLES) for n in sorted(os.listdir(d))
+             if n.endswith(".pbtx")]
+    for fixture_dir, name in names:
+        with open(os.path.join(fixture_dir, name)) as f:
             want = text_format.Parse(f.read(), TraceConfig())
         with open(os.path.join(out, name + ".bin"), "rb") as f:
             got = TraceConfig.FromString(f.read())

@@ -289,6 +289,36 @@ def compare(ours, ref_msgs, ref_enums, from_source):
     return errors, checked
 
 
+def completeness(ours, ref_msgs, ref_enums, root):
+    """Every message and enum a config can reach from `root` upstream must be
+    declared here with every field and value (name and number): any config
+    upstream accepts then parses here, even parts only passed through."""
+    errors, seen, todo = [], set(), [root]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in ref_enums:
+            mine = ours["enums"].get(name)
+            if mine is None:
+                errors.append(f"enum {name}: missing (reachable from {root})")
+                continue
+            for v, num in ref_enums[name].items():
+                if mine.get(v) != num:
+                    errors.append(f"{name}.{v} = {num}: missing")
+            continue
+        mine = {f["name"]: f["number"] for f in ours["messages"].get(name, [])}
+        if name not in ours["messages"]:
+            errors.append(f"message {name}: missing (reachable from {root})")
+        for fname, (num, typ, _, tn, _) in ref_msgs[name].items():
+            if name in ours["messages"] and mine.get(fname) != num:
+                errors.append(f"{name}.{fname} = {num}: missing")
+            if typ in (11, 14) and tn:
+                todo.append(tn)
+    return errors, seen
+
+
 def self_test(ours, ref_msgs, ref_enums):
     """The comparison must notice a wrong number, type, label, enum value."""
     import copy
@@ -306,7 +336,15 @@ def self_test(ours, ref_msgs, ref_enums):
         corrupt(bad)
         errors, _ = compare(bad, ref_msgs, ref_enums, from_source=False)
         assert errors, f"self-test corruption {i} went unnoticed"
-    print(f"check_schema: self-test ok ({len(corruptions)} corruptions caught)")
+    # A field or a message a config can reach, dropped, must be noticed.
+    for drop in ("perfetto.protos.DataSourceConfig", "perfetto.protos.StatsdTracingConfig"):
+        bad = copy.deepcopy(ours)
+        bad["messages"][drop] = bad["messages"][drop][1:]
+        assert completeness(bad, ref_msgs, ref_enums, "perfetto.protos.TraceConfig")[0], drop
+    bad = copy.deepcopy(ours)
+    del bad["messages"]["perfetto.protos.ProcessSmapsConfig.Scope"]
+    assert completeness(bad, ref_msgs, ref_enums, "perfetto.protos.TraceConfig")[0]
+    print(f"check_schema: self-test ok ({len(corruptions) + 3} corruptions caught)")
 
 
 def main():
@@ -334,6 +372,10 @@ def main():
         errs2, checked2 = compare(rest, msgs, enums, from_source=True)
         errors += errs2
         checked |= checked2
+    errs, reached = completeness(ours, *reference_from_pypi(), "perfetto.protos.TraceConfig")
+    print(f"check_schema: {len(reached)} types reachable from TraceConfig upstream, "
+          f"{len(errs)} fields or types missing here")
+    errors += errs
     names = set(ours["messages"]) | set(ours["enums"])
     unchecked = sorted(names - checked)
     nfields = sum(len(v) for k, v in ours["messages"].items() if k in checked)

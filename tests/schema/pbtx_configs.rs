@@ -244,13 +244,15 @@ fn dump_for_python() {
     let Ok(out) = std::env::var("TRACEBOX_PBTX_OUT") else {
         return;
     };
-    let dir = format!("{}/tests/data/pbtx", env!("CARGO_MANIFEST_DIR"));
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let bytes = pbtx::trace_config_txt_to_pb("f", &text).unwrap();
-        let name = path.file_name().unwrap().to_str().unwrap();
-        std::fs::write(format!("{out}/{name}.bin"), bytes).unwrap();
+    for sub in ["tests/data/pbtx", "configs"] {
+        let dir = format!("{}/{sub}", env!("CARGO_MANIFEST_DIR"));
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let bytes = pbtx::trace_config_txt_to_pb("f", &text).unwrap();
+            let name = path.file_name().unwrap().to_str().unwrap();
+            std::fs::write(format!("{out}/{name}.bin"), bytes).unwrap();
+        }
     }
 }
 

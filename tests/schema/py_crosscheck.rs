@@ -57,8 +57,9 @@ fn schema_matches_perfetto_descriptors() {
 fn pbtx_matches_python_text_format() {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let fixtures = Path::new(ROOT).join("tests/data/pbtx");
-    for entry in std::fs::read_dir(fixtures).unwrap() {
+    let fixtures = std::fs::read_dir(Path::new(ROOT).join("tests/data/pbtx")).unwrap();
+    let examples = std::fs::read_dir(Path::new(ROOT).join("configs")).unwrap();
+    for entry in fixtures.chain(examples) {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
         let bytes = tracebox::cmd::pbtx::trace_config_txt_to_pb("f", &text).unwrap();

@@ -83,3 +83,111 @@ fn background_prints_the_pid_once_listening() {
     )
     .unwrap();
 }
+
+/// `--background` keeps the log: syslog when its socket answers (one
+/// datagram per line, facility daemon), else the file of TRACEBOX_LOG_FILE.
+#[test]
+fn background_daemons_log_to_syslog_or_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let syslog = dir.path().join("dev-log");
+    let rx = std::os::unix::net::UnixDatagram::bind(&syslog).unwrap();
+    rx.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let pid = std::process::id();
+    let out = Command::new(BIN)
+        .args(["traced", "--background"])
+        .env(
+            "PERFETTO_PRODUCER_SOCK_NAME",
+            format!("@tbx-bg-log-p-{pid}"),
+        )
+        .env(
+            "PERFETTO_CONSUMER_SOCK_NAME",
+            format!("@tbx-bg-log-c-{pid}"),
+        )
+        .env("TRACEBOX_SYSLOG_SOCKET", &syslog)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let daemon: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let mut buf = [0u8; 512];
+    let n = rx.recv(&mut buf).expect("no syslog message");
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(
+        msg.starts_with(&format!(
+            "<30>traced[{daemon}]: I: started in the background"
+        )),
+        "{msg}"
+    );
+    let kill = |p: i32| {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    };
+    kill(daemon);
+
+    // No syslog: the file named by the defaults, with what the daemon says.
+    let log = dir.path().join("probes.log");
+    let out = Command::new(BIN)
+        .args(["traced_probes", "--background"])
+        .env(
+            "PERFETTO_PRODUCER_SOCK_NAME",
+            format!("@tbx-bg-log-none-{pid}"),
+        )
+        .env("TRACED_PROBES_STATE_FILE", dir.path().join("state"))
+        .env("TRACEBOX_SYSLOG_SOCKET", dir.path().join("no-syslog"))
+        .env("TRACEBOX_LOG_FILE", &log)
+        .env("TRACEBOX_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let daemon: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("cannot connect") {
+            assert!(text.contains("started in the background"), "{text}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "log: {text}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    kill(daemon);
+}
+
+/// systemd `Type=notify`: READY=1 arrives on NOTIFY_SOCKET once traced
+/// listens (traced_probes reports the same way once connected).
+#[test]
+fn notify_socket_gets_ready_once_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify = dir.path().join("notify");
+    let rx = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    rx.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let csock = format!("@tbx-notify-c-{}", std::process::id());
+    let mut child = Command::new(BIN)
+        .arg("traced")
+        .env("PERFETTO_PRODUCER_SOCK_NAME", dir.path().join("p.sock"))
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &csock)
+        .env("NOTIFY_SOCKET", &notify)
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = rx.recv(&mut buf).expect("no READY=1");
+    assert_eq!(&buf[..n], b"READY=1");
+    assert!(tracebox::cmd::autostart::service_answers(&csock));
+
+    let mut probes = Command::new(BIN)
+        .arg("traced_probes")
+        .env("PERFETTO_PRODUCER_SOCK_NAME", dir.path().join("p.sock"))
+        .env("TRACED_PROBES_STATE_FILE", dir.path().join("state"))
+        .env("NOTIFY_SOCKET", &notify)
+        .spawn()
+        .unwrap();
+    let n = rx.recv(&mut buf).expect("no READY=1 from traced_probes");
+    assert_eq!(&buf[..n], b"READY=1");
+    let _ = probes.kill();
+    let _ = probes.wait();
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -104,7 +104,7 @@ fn text_config_without_txt_gets_a_hint() {
 fn output_is_required() {
     assert_eq!(
         run(&["-t", "1s"], None).unwrap_err(),
-        "Either --out or --upload is required"
+        "--out is required (-o FILE, or -o - for stdout)"
     );
 }
 
@@ -245,4 +245,33 @@ fn background_modes() {
         trace(&["-D", "-t", "1s", "-o", "x"], None).background,
         Background::Wait
     );
+}
+
+#[test]
+fn start_delay_is_drawn_between_min_and_max() {
+    use crate::pb::protos::mod_TraceConfig::CmdTraceStartDelay;
+    let cfg = |min, max| TraceConfig {
+        cmd_trace_start_delay: Some(CmdTraceStartDelay {
+            min_delay_ms: min,
+            max_delay_ms: max,
+        }),
+        ..Default::default()
+    };
+    let ms = |c: &TraceConfig, r| start_delay(c, r).map(|d| d.as_millis() as u64);
+    assert_eq!(ms(&cfg(Some(100), Some(200)), 0), Some(100));
+    assert_eq!(ms(&cfg(Some(100), Some(200)), 100), Some(200));
+    assert_eq!(ms(&cfg(Some(100), Some(200)), 101), Some(100));
+    assert_eq!(ms(&cfg(Some(5), Some(5)), 12345), Some(5));
+    assert_eq!(ms(&TraceConfig::default(), 1), None);
+}
+
+#[test]
+fn test_config_is_a_short_sched_trace() {
+    let bytes = test_config();
+    let cfg = decode(&bytes).unwrap();
+    assert_eq!(cfg.duration_ms, Some(2000));
+    assert!(cfg
+        .data_sources
+        .iter()
+        .any(|d| { d.config.as_ref().and_then(|c| c.name.as_deref()) == Some("linux.ftrace") }));
 }

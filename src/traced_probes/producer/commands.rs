@@ -22,7 +22,7 @@ impl Producer {
             Ok(c) => c,
             Err(e) => {
                 self.stats.commands_ignored += 1;
-                crate::log_warn!("ignoring async command: {e:?}");
+                crate::log_warn!("ignoring async command: {e}");
                 return;
             }
         };
@@ -61,7 +61,7 @@ impl Producer {
         let page_size = (page_size_kb as usize).saturating_mul(1024);
         let abi = match SmbAbi::new(shm.mem().clone(), page_size) {
             Ok(a) => a,
-            Err(e) => return crate::log_error!("unusable shared memory buffer: {e:?}"),
+            Err(e) => return crate::log_error!("unusable shared memory buffer: {e}"),
         };
         let arbiter = Arbiter::new(abi, wire::arbiter_config(), Arc::new(self.link.clone()));
         arbiter.set_direct_smb_patching(self.direct_patching);

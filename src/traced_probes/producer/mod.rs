@@ -150,7 +150,11 @@ impl Producer {
         let client = match Client::connect(ctl, &addr) {
             Ok(c) => c,
             Err(e) => {
-                crate::log_debug!("cannot connect to {}: {e}", self.opts.socket);
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    crate::log_warn!("{e}");
+                } else {
+                    crate::log_debug!("cannot connect to {}: {e}", self.opts.socket);
+                }
                 return self.schedule_reconnect(ctl);
             }
         };

@@ -75,6 +75,17 @@ impl ServiceEnv for RealEnv {
             // page_size (6)
             put_varint(&mut s, 6, ps.unwrap_or(4096) as u64);
         }
+        use crate::base::sys;
+        // hz (3), timezone_off_mins (7, int32: negative as 64-bit), num_cpus (8)
+        if let Some(hz) = sys::clock_ticks_per_second() {
+            put_varint(&mut s, 3, hz as u64);
+        }
+        if let Some(tz) = sys::utc_offset_minutes() {
+            put_varint(&mut s, 7, tz as i64 as u64);
+        }
+        if let Some(n) = sys::cpus_configured() {
+            put_varint(&mut s, 8, n as u64);
+        }
         Some(s.into_bytes())
     }
 

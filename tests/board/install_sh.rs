@@ -1,0 +1,187 @@
+//! scripts/install.sh under BusyBox sh (a board has no bash), staged with
+//! DESTDIR for each init system; and its refusal to replace a build
+//! host's own perfetto (in a private mount namespace whose /usr/bin holds
+//! a foreign `perfetto`).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+fn shell() -> &'static str {
+    if Path::new("/usr/bin/busybox").exists() || Path::new("/bin/busybox").exists() {
+        "busybox"
+    } else {
+        "sh"
+    }
+}
+
+fn install(destdir: Option<&Path>, args: &[&str]) -> Output {
+    let mut c = Command::new(shell());
+    if shell() == "busybox" {
+        c.arg("sh");
+    }
+    c.arg(format!("{REPO}/scripts/install.sh"))
+        .args(args)
+        .env_remove("DESTDIR");
+    if let Some(d) = destdir {
+        c.env("DESTDIR", d);
+    }
+    c.output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    text
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_tracebox");
+
+#[test]
+fn busybox_image_with_a_consumer_group() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:999:\n").unwrap();
+    ok(&install(
+        Some(root),
+        &[
+            "--init",
+            "busybox",
+            "--create-group",
+            "tracing",
+            "/usr",
+            BIN,
+        ],
+    ));
+    let bin = root.join("usr/bin");
+    assert!(bin.join("tracebox").is_file());
+    for a in ["traced", "traced_probes", "perfetto", "trigger_perfetto"] {
+        assert_eq!(
+            std::fs::read_link(bin.join(a)).unwrap(),
+            Path::new("tracebox")
+        );
+    }
+    // BusyBox's rcS runs /etc/init.d/S??* only.
+    let script = root.join("etc/init.d/S60tracebox");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&script).unwrap().permissions().mode() & 0o111,
+        0o111
+    );
+    let defaults = read(&root.join("etc/default/tracebox"));
+    assert!(
+        defaults.contains("\nTRACEBOX_BIN_DIR=/usr/bin\n"),
+        "{defaults}"
+    );
+    assert!(
+        defaults.contains("\nTRACEBOX_GROUP=tracing\n"),
+        "{defaults}"
+    );
+    assert_eq!(
+        read(&root.join("etc/group")),
+        "root:x:0:\nnogroup:x:999:\ntracing:x:998:\n"
+    );
+    // Again: the defaults a user edited are kept, the group not added twice.
+    std::fs::write(root.join("etc/default/tracebox"), "TRACED_ARGS=mine\n").unwrap();
+    let out = ok(&install(
+        Some(root),
+        &[
+            "--init=busybox",
+            "--init-name",
+            "S99tb",
+            "--create-group",
+            "tracing",
+            "/usr",
+            BIN,
+        ],
+    ));
+    assert!(out.contains("kept existing"), "{out}");
+    assert!(root.join("etc/init.d/S99tb").exists());
+    assert!(read(&root.join("etc/default/tracebox")).starts_with("TRACED_ARGS=mine\n"));
+    assert_eq!(read(&root.join("etc/group")).matches("tracing:").count(), 1);
+}
+
+#[test]
+fn systemd_and_android_layouts() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    ok(&install(Some(root), &["--init", "systemd", "/opt/tb", BIN]));
+    let unit = read(&root.join("lib/systemd/system/traced.service"));
+    assert!(unit.contains("Type=notify"), "{unit}");
+    assert!(unit.contains("ExecStart=/opt/tb/bin/traced "), "{unit}");
+    let probes = read(&root.join("lib/systemd/system/traced-probes.service"));
+    assert!(probes.contains("ExecStopPost=/opt/tb/bin/traced_probes --cleanup-after-crash"));
+    assert!(read(&root.join("etc/default/tracebox")).contains("TRACEBOX_BIN_DIR=/opt/tb/bin"));
+
+    let a = tempfile::tempdir().unwrap();
+    ok(&install(
+        Some(a.path()),
+        &["--init", "android-replace", "/system", BIN],
+    ));
+    // Real files at the platform's paths (SELinux labels them), not links.
+    for applet in ["traced", "traced_probes"] {
+        let p = a.path().join("system/bin").join(applet);
+        assert!(std::fs::symlink_metadata(&p).unwrap().is_file(), "{applet}");
+    }
+    let rc = read(&a.path().join("system/etc/init/tracebox.rc"));
+    assert!(
+        !rc.contains("\n    socket "),
+        "the platform declares the sockets: {rc}"
+    );
+    let b = tempfile::tempdir().unwrap();
+    ok(&install(
+        Some(b.path()),
+        &["--init", "android-beside", "/system", BIN],
+    ));
+    let rc = read(&b.path().join("system/etc/init/tracebox.rc"));
+    assert!(rc.contains("/dev/socket/tracebox_producer"), "{rc}");
+    assert!(!rc.contains("socket traced_"), "{rc}");
+    assert!(rc.contains("seclabel"), "{rc}");
+
+    let bad = install(Some(root), &["--init", "upstart", "/usr", BIN]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown --init upstart"));
+}
+
+#[test]
+fn refuses_to_replace_a_hosts_perfetto() {
+    let d = tempfile::tempdir().unwrap();
+    let top = d.path().join("top");
+    std::fs::create_dir(&top).unwrap();
+    std::fs::write(top.join("perfetto"), "#!/bin/sh\necho host perfetto\n").unwrap();
+    // The default binary, found through CARGO_TARGET_DIR.
+    let target = d.path().join("target");
+    std::fs::create_dir_all(target.join("release")).unwrap();
+    std::os::unix::fs::symlink(BIN, target.join("release/tracebox")).unwrap();
+    // A mount namespace whose /usr/bin shows a foreign perfetto on top of
+    // the real one; nothing leaves it.
+    let script = format!(
+        "mount -t overlay overlay -o lowerdir={}:/usr/bin /usr/bin && \
+         sh {REPO}/scripts/install.sh; echo rc=$?; cat /usr/bin/perfetto",
+        top.display()
+    );
+    let o = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env_remove("DESTDIR")
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(out.contains("rc=1"), "{out}{err}");
+    assert!(out.contains("host perfetto"), "{out}{err}");
+    assert!(
+        err.contains("/usr/bin/perfetto exists and is not tracebox's"),
+        "{err}"
+    );
+}

@@ -1,0 +1,8 @@
+//! Integration tests: board (install, sockets and users, example configs). One binary; each module was its own file.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod example_configs;
+mod install_sh;
+mod socket_users;
