@@ -172,16 +172,16 @@ fn a_producer_killed_mid_trace_keeps_its_data_and_is_named() {
     });
     // write_into_file with no periodic write before the kill: what
     // traced_probes had not committed is only in its shared memory.
+    let ftrace = format!(
+        "data_sources {{ config {{ name: \"linux.ftrace\" ftrace_config {{\
+         ftrace_events: \"ftrace/print\" atrace_categories: \"sched\"\
+         symbolize_ksyms: true instance_name: \"{name}\" }} }} }}\n"
+    );
     let cfg = format!(
         "duration_ms: 6000\nwrite_into_file: true\nfile_write_period_ms: 10000\n\
-         flush_period_ms: 30000\nbuffers {{ size_kb: 16384 }}\n{}\
+         flush_period_ms: 30000\nbuffers {{ size_kb: 16384 }}\n{ftrace}\
          data_sources {{ config {{ name: \"linux.process_stats\" process_stats_config {{\
-         scan_all_processes_on_start: true }} }} }}\n",
-        format!(
-            "data_sources {{ config {{ name: \"linux.ftrace\" ftrace_config {{\
-             ftrace_events: \"ftrace/print\" atrace_categories: \"sched\"\
-             symbolize_ksyms: true instance_name: \"{name}\" }} }} }}\n"
-        )
+         scan_all_processes_on_start: true }} }} }}\n"
     );
     let out = dir.join("trace.pb");
     let mut c = client(&socks, &cfg, dir, &out)

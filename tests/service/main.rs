@@ -6,7 +6,6 @@ mod support;
 mod daemon;
 mod hostile_args;
 mod limits;
-mod perf;
 mod session;
 mod smb_to_trace_buffer;
 mod smb_trace_writer;

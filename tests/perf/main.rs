@@ -1,0 +1,6 @@
+//! Integration tests: perf. One binary; each module was its own file.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod traced_perf;
