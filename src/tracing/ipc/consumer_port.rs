@@ -9,8 +9,9 @@ use quick_protobuf::{MessageWrite, Writer};
 use crate::ipc::host::{Call, ClientId, Reply, ReplySink, Services};
 use crate::pb::protos::mod_CloneSessionRequest::OneOfselector;
 use crate::pb::protos::*;
-use crate::protozero::decode::{decode_message, FieldIter};
+use crate::protozero::decode::FieldIter;
 use crate::protozero::{put_bytes, put_str, put_varint, VecStream};
+use crate::schema::services::ConsumerPortCall;
 use crate::tracing::service::session::ReceivedTrigger;
 use crate::tracing::service::{CloneOptions, CloneSelector};
 
@@ -45,13 +46,14 @@ fn enable_error(e: &str) -> Reply {
 
 impl Services for ConsumerPort<'_> {
     fn invoke(&mut self, call: Call<'_>, out: &mut dyn ReplySink) {
-        // quick-protobuf trusts nested lengths; check the framing of the
-        // untrusted arguments against the schema before anything decodes them.
-        if let Err(e) = crate::ipc::wire_check::check_method_args(call.method_name, &call.args) {
-            crate::log_debug!("{}: malformed arguments: {e}", call.method_name);
-            out.reply(&call.reply_to, Reply::fail());
-            return;
-        }
+        let request = match ConsumerPortCall::decode(call.method_name, &call.args) {
+            Ok(r) => r,
+            Err(e) => {
+                crate::log_debug!("{}: {e}", call.method_name);
+                out.reply(&call.reply_to, Reply::fail());
+                return;
+            }
+        };
         let st = &mut *self.0;
         let now = TracedState::now();
         let to = call.reply_to;
@@ -78,8 +80,8 @@ impl Services for ConsumerPort<'_> {
                 Reply::fail()
             }
         };
-        let reply = match call.method_name {
-            "EnableTracing" => match enable_tracing(st, cid, args, call.fd) {
+        let reply = match request {
+            ConsumerPortCall::EnableTracing(r) => match enable_tracing(st, cid, r, args, call.fd) {
                 Some(r) => r,
                 None => {
                     st.consumers
@@ -89,51 +91,37 @@ impl Services for ConsumerPort<'_> {
                     return;
                 }
             },
-            "DisableTracing" => unit(st.core.disable_tracing(now, cid)),
+            ConsumerPortCall::DisableTracing(_) => unit(st.core.disable_tracing(now, cid)),
             // Streamed by TracedState::pump_reads as the consumer reads.
-            "ReadBuffers" => {
+            ConsumerPortCall::ReadBuffers(_) => {
                 st.pending_reads.push(PendingRead::new(client, cid, to));
                 return;
             }
-            "FreeBuffers" => unit(st.core.free_buffers(now, cid)),
-            "Flush" => match decode_message::<FlushRequest>(args) {
-                Ok(r) => {
-                    let token = st.park(to);
-                    if st
-                        .core
-                        .flush(
-                            now,
-                            cid,
-                            r.timeout_ms.unwrap_or(0),
-                            r.flags.unwrap_or(0),
-                            token,
-                        )
-                        .is_ok()
-                    {
-                        return;
-                    }
-                    st.pending.remove(&token);
-                    Reply::fail()
+            ConsumerPortCall::FreeBuffers(_) => unit(st.core.free_buffers(now, cid)),
+            ConsumerPortCall::Flush(r) => {
+                let token = st.park(to);
+                let (timeout, flags) = (r.timeout_ms.unwrap_or(0), r.flags.unwrap_or(0));
+                if st.core.flush(now, cid, timeout, flags, token).is_ok() {
+                    return;
                 }
-                Err(_) => Reply::fail(),
-            },
-            "StartTracing" => unit(st.core.start_tracing(now, cid)),
-            "Detach" => match decode_message::<DetachRequest>(args) {
-                Ok(r) => unit(st.core.detach(cid, r.key.as_deref().unwrap_or(""))),
-                Err(_) => Reply::fail(),
-            },
-            "Attach" => match decode_message::<AttachRequest>(args) {
-                Ok(r) => match st.core.attach(cid, r.key.as_deref().unwrap_or("")) {
+                st.pending.remove(&token);
+                Reply::fail()
+            }
+            ConsumerPortCall::StartTracing(_) => unit(st.core.start_tracing(now, cid)),
+            ConsumerPortCall::Detach(r) => {
+                unit(st.core.detach(cid, r.key.as_deref().unwrap_or("")))
+            }
+            ConsumerPortCall::Attach(r) => {
+                match st.core.attach(cid, r.key.as_deref().unwrap_or("")) {
                     Ok(cfg) => {
                         let mut s = VecStream::new();
                         put_bytes(&mut s, 1, &cfg);
                         Reply::ok(s.into_bytes())
                     }
                     Err(_) => Reply::fail(),
-                },
-                Err(_) => Reply::fail(),
-            },
-            "GetTraceStats" => match st.core.get_trace_stats(cid) {
+                }
+            }
+            ConsumerPortCall::GetTraceStats(_) => match st.core.get_trace_stats(cid) {
                 Ok(stats) => {
                     let mut s = VecStream::new();
                     put_bytes(&mut s, 1, &stats);
@@ -141,32 +129,24 @@ impl Services for ConsumerPort<'_> {
                 }
                 Err(_) => Reply::fail(),
             },
-            "ObserveEvents" => match decode_message::<ObserveEventsRequest>(args) {
-                Ok(r) => {
-                    let mask = r
-                        .events_to_observe
-                        .iter()
-                        .fold(0u32, |m, t| m | (*t as u32));
-                    let conn = st.consumers.get_mut(&client).expect("inserted");
-                    if let Some(old) = conn.observe_reply.take() {
-                        out.reply(&old, Reply::ok(Vec::new()));
-                    }
-                    if mask == 0 {
-                        st.core.observe_events(cid, 0);
-                        ok
-                    } else {
-                        conn.observe_reply = Some(to);
-                        st.core.observe_events(cid, mask);
-                        return;
-                    }
+            ConsumerPortCall::ObserveEvents(r) => {
+                let events = r.events_to_observe.iter();
+                let mask = events.fold(0u32, |m, t| m | (*t as u32));
+                let conn = st.consumers.get_mut(&client).expect("inserted");
+                if let Some(old) = conn.observe_reply.take() {
+                    out.reply(&old, Reply::ok(Vec::new()));
                 }
-                Err(_) => Reply::fail(),
-            },
-            "QueryServiceState" => {
-                let sessions_only = decode_message::<QueryServiceStateRequest>(args)
-                    .ok()
-                    .and_then(|r| r.sessions_only)
-                    .unwrap_or(false);
+                if mask == 0 {
+                    st.core.observe_events(cid, 0);
+                    ok
+                } else {
+                    conn.observe_reply = Some(to);
+                    st.core.observe_events(cid, mask);
+                    return;
+                }
+            }
+            ConsumerPortCall::QueryServiceState(r) => {
+                let sessions_only = r.sessions_only.unwrap_or(false);
                 let state = encode(&st.core.query_service_state(cid, sessions_only));
                 let chunks: Vec<&[u8]> = if state.is_empty() {
                     vec![&[]]
@@ -189,61 +169,57 @@ impl Services for ConsumerPort<'_> {
                 }
                 return;
             }
-            "QueryCapabilities" => {
+            ConsumerPortCall::QueryCapabilities(_) => {
                 let mut s = VecStream::new();
                 put_bytes(&mut s, 1, &encode(&st.core.query_capabilities()));
                 Reply::ok(s.into_bytes())
             }
-            "SaveTraceForBugreport" => {
+            ConsumerPortCall::SaveTraceForBugreport(_) => {
                 let mut s = VecStream::new();
                 put_varint(&mut s, 1, 0);
                 put_str(&mut s, 2, "SaveTraceForBugreport is not supported");
                 Reply::ok(s.into_bytes())
             }
-            "CloneSession" => match decode_message::<CloneSessionRequest>(args) {
-                Ok(r) => {
-                    let selector = match r.selector {
-                        OneOfselector::session_id(id) => CloneSelector::Id(id),
-                        OneOfselector::unique_session_name(n) => CloneSelector::UniqueName(n),
-                        OneOfselector::None => CloneSelector::Id(0),
-                    };
-                    let token = st.park(to);
-                    // Sent just in case (the client cannot know whether the
-                    // session writes into a file); used only if it does.
-                    let file = call.fd.map(File::from);
-                    let opts = CloneOptions {
-                        with_file: file.is_some(),
-                        trigger: r.clone_trigger_name.map(|name| ReceivedTrigger {
-                            name,
-                            producer_name: r.clone_trigger_producer_name.unwrap_or_default(),
-                            producer_uid: r.clone_trigger_trusted_producer_uid.unwrap_or(0) as u32,
-                            boot_time_ns: r.clone_trigger_boot_time_ns.unwrap_or(0),
-                            stop_delay_ms: r.clone_trigger_delay_ms.unwrap_or(0) as u32,
-                        }),
-                    };
-                    match st.core.clone_session(now, cid, selector, token, opts) {
-                        Ok(()) => {
-                            if let Some(f) = file {
-                                st.clone_files.insert(token, f);
-                            }
-                            return;
+            ConsumerPortCall::CloneSession(r) => {
+                let selector = match r.selector {
+                    OneOfselector::session_id(id) => CloneSelector::Id(id),
+                    OneOfselector::unique_session_name(n) => CloneSelector::UniqueName(n),
+                    OneOfselector::None => CloneSelector::Id(0),
+                };
+                let token = st.park(to);
+                // Sent just in case (the client cannot know whether the
+                // session writes into a file); used only if it does.
+                let file = call.fd.map(File::from);
+                let opts = CloneOptions {
+                    with_file: file.is_some(),
+                    trigger: r.clone_trigger_name.map(|name| ReceivedTrigger {
+                        name,
+                        producer_name: r.clone_trigger_producer_name.unwrap_or_default(),
+                        producer_uid: r.clone_trigger_trusted_producer_uid.unwrap_or(0) as u32,
+                        boot_time_ns: r.clone_trigger_boot_time_ns.unwrap_or(0),
+                        stop_delay_ms: r.clone_trigger_delay_ms.unwrap_or(0) as u32,
+                    }),
+                };
+                match st.core.clone_session(now, cid, selector, token, opts) {
+                    Ok(()) => {
+                        if let Some(f) = file {
+                            st.clone_files.insert(token, f);
                         }
-                        Err(e) => {
-                            st.pending.remove(&token);
-                            let mut s = VecStream::new();
-                            put_varint(&mut s, 1, 0);
-                            put_str(&mut s, 2, &e);
-                            Reply::ok(s.into_bytes())
-                        }
+                        return;
+                    }
+                    Err(e) => {
+                        st.pending.remove(&token);
+                        let mut s = VecStream::new();
+                        put_varint(&mut s, 1, 0);
+                        put_str(&mut s, 2, &e);
+                        Reply::ok(s.into_bytes())
                     }
                 }
-                Err(_) => Reply::fail(),
-            },
-            "ChangeTraceConfig" => {
+            }
+            ConsumerPortCall::ChangeTraceConfig(_) => {
                 let raw = raw_field(args, 1).unwrap_or(&[]);
                 unit(st.core.change_trace_config(now, cid, raw))
             }
-            _ => Reply::fail(),
         };
         out.reply(&to, reply);
     }
@@ -257,12 +233,10 @@ impl Services for ConsumerPort<'_> {
 fn enable_tracing(
     st: &mut TracedState,
     cid: u64,
+    req: EnableTracingRequest,
     args: &[u8],
     fd: Option<OwnedFd>,
 ) -> Option<Reply> {
-    let Ok(req) = decode_message::<EnableTracingRequest>(args) else {
-        return Some(Reply::fail());
-    };
     if req.attach_notification_only.unwrap_or(false) {
         return match st.core.enable_tracing_notification_only(cid) {
             Ok(()) => None,
