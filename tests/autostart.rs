@@ -31,6 +31,16 @@ fn tracing_on() -> String {
         .to_owned()
 }
 
+/// A child killed and reaped when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn our_daemons() -> Vec<String> {
     let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -381,8 +391,16 @@ fn autostart_records_and_shares_the_system_sockets() {
     assert!(st.success(), "stale socket files blocked autostart");
     assert!(summary(&out).contains("\"trace_config\""));
 
-    // A traced that already answers is reused, and left running.
-    let mut traced = tracebox().arg("traced").spawn().unwrap();
+    // The daemons of the run above exit once idle; wait for that, or the
+    // traced below would not be the one that answers.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !our_daemons().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", our_daemons());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A traced that already answers is reused, and left running (killed
+    // when this test ends, even by a failed assertion).
+    let mut traced = KillOnDrop(tracebox().arg("traced").spawn().unwrap());
     let deadline = Instant::now() + Duration::from_secs(10);
     while !tracebox::cmd::autostart::service_answers(consumer) {
         assert!(Instant::now() < deadline, "traced did not come up");
@@ -397,7 +415,7 @@ fn autostart_records_and_shares_the_system_sockets() {
     assert!(st.success());
     assert!(summary(&out).contains("\"trace_config\""));
     assert!(
-        traced.try_wait().unwrap().is_none(),
+        traced.0.try_wait().unwrap().is_none(),
         "autostart stopped a traced it did not start"
     );
     // No traced_probes was started for the reused service.
@@ -406,6 +424,5 @@ fn autostart_records_and_shares_the_system_sockets() {
         "{:?}",
         our_daemons()
     );
-    traced.kill().unwrap();
-    traced.wait().unwrap();
+    drop(traced);
 }
