@@ -13,7 +13,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use super::trace_faults::{Missing, TraceFaults};
-use crate::protozero::decode::{read_varint, FieldIter};
+use crate::protozero::decode::{
+    field_header, read_varint, FieldHeader, FieldIter, MAX_FIELD_HEADER,
+};
 
 /// `Trace.packet`, `TracePacket.trusted_packet_sequence_id`,
 /// `TracePacket.ftrace_stats`.
@@ -386,50 +388,10 @@ impl TraceBytes for FileWindow<'_> {
     }
 }
 
-/// One field header: where its value starts and where the field ends.
-struct Field {
-    number: u64,
-    wire_type: u8,
-    value: u64,
-    value_start: u64,
-    end: u64,
-}
-
 /// The field at `pos`, or `None` if it is malformed or runs past `limit`.
-fn field_at(b: &mut dyn TraceBytes, pos: u64, limit: u64) -> io::Result<Option<Field>> {
-    let head = b.at(pos, 20)?;
-    let Some((tag, n)) = read_varint(head) else {
-        return Ok(None);
-    };
-    let wire_type = (tag & 7) as u8;
-    // (varint value, bytes between the tag and the value, value bytes)
-    let (value, prefix, len) = match wire_type {
-        0 => match read_varint(&head[n..]) {
-            Some((v, m)) => (v, 0, m as u64),
-            None => return Ok(None),
-        },
-        1 => (0, 0, 8),
-        5 => (0, 0, 4),
-        2 => match read_varint(&head[n..]) {
-            Some((l, m)) => (0, m as u64, l),
-            None => return Ok(None),
-        },
-        _ => return Ok(None),
-    };
-    let value_start = pos + n as u64 + prefix;
-    let Some(end) = value_start.checked_add(len) else {
-        return Ok(None);
-    };
-    if end > limit {
-        return Ok(None);
-    }
-    Ok(Some(Field {
-        number: tag >> 3,
-        wire_type,
-        value,
-        value_start,
-        end,
-    }))
+fn field_at(b: &mut dyn TraceBytes, pos: u64, limit: u64) -> io::Result<Option<FieldHeader>> {
+    let head = b.at(pos, MAX_FIELD_HEADER)?;
+    Ok(field_header(head, pos, limit).ok())
 }
 
 /// What the client wants of one packet.

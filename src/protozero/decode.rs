@@ -84,41 +84,82 @@ impl<'a> FieldIter<'a> {
     }
 
     fn parse_one(&self) -> Result<(RawField<'a>, usize), DecodeError> {
-        use DecodeError::*;
         let b = self.rest;
-        let (tag, n) = read_varint(b).ok_or(BadVarint)?;
-        let number = u32::try_from(tag >> 3)
-            .ok()
-            .filter(|&n| n != 0)
-            .ok_or(BadFieldNumber)?;
-        let wire_type = (tag & 7) as u8;
-        let (start, end) = match wire_type {
-            0 => {
-                let (_, m) = read_varint(&b[n..]).ok_or(BadVarint)?;
-                (n, n + m)
-            }
-            1 => (n, n + 8),
-            5 => (n, n + 4),
-            2 => {
-                let (len_untrusted, m) = read_varint(&b[n..]).ok_or(BadVarint)?;
-                let len = usize::try_from(len_untrusted).map_err(|_| Overrun)?;
-                (n + m, (n + m).checked_add(len).ok_or(Overrun)?)
-            }
-            t => return Err(BadWireType(t)),
-        };
-        if end > b.len() {
-            return Err(Overrun);
-        }
+        let h = field_header(b, 0, b.len() as u64)?;
+        let number = u32::try_from(h.number).map_err(|_| DecodeError::BadFieldNumber)?;
+        let (start, end) = (h.value_start as usize, h.end as usize);
         Ok((
             RawField {
                 number,
-                wire_type,
+                wire_type: h.wire_type,
                 value: &b[start..end],
                 whole: &b[..end],
             },
             end,
         ))
     }
+}
+
+/// A field's header, with positions in the enclosing bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldHeader {
+    pub number: u64,
+    pub wire_type: u8,
+    /// The value of a varint field (0 for the other wire types).
+    pub value: u64,
+    /// Where the value (or a length-delimited payload) starts.
+    pub value_start: u64,
+    /// Where the field ends.
+    pub end: u64,
+}
+
+/// Longest field header: a 10-byte tag and a 10-byte varint or length.
+pub const MAX_FIELD_HEADER: usize = 20;
+
+/// Parses the header of the field whose first bytes are `head_untrusted`
+/// (at least [`MAX_FIELD_HEADER`] bytes unless the data ends sooner) and
+/// which starts at `pos`; the field must end by `limit`. Both [`FieldIter`]
+/// and readers that walk a file through a window use it, so there is one
+/// parser of field headers.
+pub fn field_header(
+    head_untrusted: &[u8],
+    pos: u64,
+    limit: u64,
+) -> Result<FieldHeader, DecodeError> {
+    use DecodeError::*;
+    let b = head_untrusted;
+    let (tag, n) = read_varint(b).ok_or(BadVarint)?;
+    let number = tag >> 3;
+    if number == 0 || number > u64::from(u32::MAX) {
+        return Err(BadFieldNumber);
+    }
+    let wire_type = (tag & 7) as u8;
+    // (varint value, bytes between the tag and the value, value bytes)
+    let (value, prefix, len) = match wire_type {
+        0 => {
+            let (v, m) = read_varint(&b[n..]).ok_or(BadVarint)?;
+            (v, 0, m as u64)
+        }
+        1 => (0, 0, 8),
+        5 => (0, 0, 4),
+        2 => {
+            let (l, m) = read_varint(&b[n..]).ok_or(BadVarint)?;
+            (0, m as u64, l)
+        }
+        t => return Err(BadWireType(t)),
+    };
+    let value_start = pos + n as u64 + prefix;
+    let end = value_start.checked_add(len).ok_or(Overrun)?;
+    if end > limit {
+        return Err(Overrun);
+    }
+    Ok(FieldHeader {
+        number,
+        wire_type,
+        value,
+        value_start,
+        end,
+    })
 }
 
 impl<'a> Iterator for FieldIter<'a> {
