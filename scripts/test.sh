@@ -26,7 +26,7 @@ cargo build --locked --all-targets
 echo "== cargo test"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --locked -- --test-threads=2 2>&1 | tee "$log"
+cargo test --locked --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
 
 echo "== interop: real SDK producer and consumer, real and our traced, our perfetto"
 ours="${CARGO_TARGET_DIR:-$PWD/target}/debug/tracebox"
