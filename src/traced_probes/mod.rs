@@ -44,6 +44,11 @@ pub fn hard_reset(state_file: &std::path::Path) -> std::io::Result<()> {
     match ftrace::ownership::claim("") {
         Ok(_claim) => Tracefs::hard_reset_all().map_err(explain_reset_error),
         Err(why) => {
+            // Without root the claim fails first: say why the reset cannot
+            // happen, not only that it was skipped.
+            if let Some(denied) = tracefs_denied() {
+                return Err(denied);
+            }
             crate::log_warn!("not resetting ftrace: {why}");
             Ok(())
         }
@@ -53,18 +58,21 @@ pub fn hard_reset(state_file: &std::path::Path) -> std::io::Result<()> {
 /// tracefs mount points are root-only: to anyone else the files inside
 /// look missing. Says "permission denied" (and where) instead of ENOENT.
 fn explain_reset_error(e: std::io::Error) -> std::io::Error {
+    tracefs_denied().unwrap_or(e)
+}
+
+/// "permission denied" for the first tracefs root this user may not read.
+fn tracefs_denied() -> Option<std::io::Error> {
     use std::io::{Error, ErrorKind};
-    for root in ftrace::tracefs::TRACEFS_ROOTS {
-        if let Err(x) = std::fs::read_dir(root) {
-            if x.kind() == ErrorKind::PermissionDenied {
-                return Error::new(
-                    ErrorKind::PermissionDenied,
-                    format!("{root}: permission denied (ftrace needs root)"),
-                );
-            }
-        }
-    }
-    e
+    ftrace::tracefs::TRACEFS_ROOTS.iter().find_map(|root| {
+        let denied = std::fs::read_dir(root).err()?.kind() == ErrorKind::PermissionDenied;
+        denied.then(|| {
+            Error::new(
+                ErrorKind::PermissionDenied,
+                format!("{root}: permission denied (ftrace needs root)"),
+            )
+        })
+    })
 }
 
 /// Runs the daemon until SIGINT/SIGTERM. Returns the exit status.
