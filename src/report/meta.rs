@@ -18,7 +18,6 @@ const TRACE_CONFIG: u32 = 33;
 const FTRACE_STATS: u32 = 34;
 const TRACE_STATS: u32 = 35;
 const SYSTEM_INFO: u32 = 45;
-const COMPRESSED: u32 = 50;
 const CPU_INFO: u32 = 67;
 /// Fields every packet may carry besides its payload (timestamps,
 /// sequence, interning, loss flags); not counted as unknown.
@@ -33,6 +32,7 @@ pub struct Meta {
     pub malformed_packets: u64,
     /// Packets whose payload the report does not know: (field, count).
     pub unknown: Vec<(u32, u64)>,
+    /// `compressed_packets` inflated (their packets are read like the rest).
     pub compressed: u64,
     pub first_ts: Option<u64>,
     pub last_ts: u64,
@@ -119,7 +119,6 @@ impl Meta {
                         .unwrap_or_default();
                     self.cpu_model = Some((cpus.len(), model));
                 }
-                COMPRESSED => self.compressed += 1,
                 n if COMMON.contains(&n) || KNOWN.contains(&n) => {}
                 n => {
                     let room = self.unknown.len() < MAX_MESSAGES;

@@ -19,6 +19,8 @@ pub mod sorter;
 
 use std::io::Read;
 
+use crate::protozero::decode::FieldIter;
+
 use analysis::Analysis;
 use ftrace::{BundleStats, Rec};
 use meta::Meta;
@@ -45,31 +47,35 @@ impl Walk {
     }
 }
 
+/// `TracePacket.compressed_packets`: a zlib stream of `Trace` packets.
+const COMPRESSED_PACKETS: u32 = 50;
+/// What one `compressed_packets` may inflate to (the service makes them
+/// from read passes of about 1 MiB).
+const MAX_INFLATED: usize = 64 << 20;
+
 /// Reads the whole trace, handing every ftrace event to `sink` in time
 /// order. `keep_raw` keeps event payloads (for printing their fields).
+/// Packets compressed by the service are inflated and read like the rest.
 pub fn walk<R: Read>(src: R, keep_raw: bool, sink: &mut dyn FnMut(&Rec, &Walk)) -> Walk {
     let mut w = Walk::default();
     let mut rd = PacketReader::new(src);
     let mut sorter = Sorter::default();
-    let mut recs = Vec::new();
     while let Some(p) = rd.next_packet() {
-        let Some(b) = w.meta.packet(p) else { continue };
-        let meta = &mut w.meta;
-        let mut comm = |tid: i32, name: &[u8]| {
-            if tid <= 0 || name.is_empty() {
-                return;
-            }
-            if let Some(t) = meta.task(tid) {
-                if t.comm.as_bytes() != name {
-                    t.comm = String::from_utf8_lossy(name).into_owned();
-                }
-            }
+        let z = FieldIter::new(p).find(|f| f.number == COMPRESSED_PACKETS && f.wire_type == 2);
+        let Some(z) = z else {
+            take_packet(p, keep_raw, &mut w, &mut sorter, sink);
+            continue;
         };
-        ftrace::decode_bundle(b, keep_raw, &mut w.bundles, &mut comm, &mut |r| {
-            recs.push(r)
-        });
-        for r in recs.drain(..) {
-            sorter.push(r, &mut |r| sink(&r, &w));
+        w.meta.compressed += 1;
+        match miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(z.value, MAX_INFLATED) {
+            Ok(raw) => {
+                let mut inner = FieldIter::new(&raw);
+                for f in (&mut inner).filter(|f| f.number == 1 && f.wire_type == 2) {
+                    take_packet(f.value, keep_raw, &mut w, &mut sorter, sink);
+                }
+                w.meta.malformed_packets += inner.error as u64;
+            }
+            Err(_) => w.meta.malformed_packets += 1,
         }
     }
     sorter.finish(&mut |r| sink(&r, &w));
@@ -80,6 +86,36 @@ pub fn walk<R: Read>(src: R, keep_raw: bool, sink: &mut dyn FnMut(&Rec, &Walk)) 
     w
 }
 
+/// One (uncompressed) packet: its metadata, and its ftrace events into the
+/// time-ordering window.
+fn take_packet(
+    p: &[u8],
+    keep_raw: bool,
+    w: &mut Walk,
+    sorter: &mut Sorter,
+    sink: &mut dyn FnMut(&Rec, &Walk),
+) {
+    let Some(b) = w.meta.packet(p) else { return };
+    let meta = &mut w.meta;
+    let mut comm = |tid: i32, name: &[u8]| {
+        if tid <= 0 || name.is_empty() {
+            return;
+        }
+        if let Some(t) = meta.task(tid) {
+            if t.comm.as_bytes() != name {
+                t.comm = String::from_utf8_lossy(name).into_owned();
+            }
+        }
+    };
+    let mut recs = Vec::new();
+    ftrace::decode_bundle(b, keep_raw, &mut w.bundles, &mut comm, &mut |r| {
+        recs.push(r)
+    });
+    for r in recs {
+        sorter.push(r, &mut |r| sink(&r, w));
+    }
+}
+
 /// The summary of a trace, events between `since` and `until` (trace
 /// timestamps, ns).
 pub fn summarize<R: Read>(src: R, since: u64, until: u64) -> (Walk, Analysis) {
@@ -87,4 +123,33 @@ pub fn summarize<R: Read>(src: R, since: u64, until: u64) -> (Walk, Analysis) {
     let w = walk(src, false, &mut |r, _| a.feed(r));
     a.finish();
     (w, a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protozero::{put_bytes, VecStream};
+
+    /// A trace and the same trace with all its packets in one
+    /// `compressed_packets` (as traced writes with deflate) give the same
+    /// events in the same order.
+    #[test]
+    fn compressed_packets_are_read_like_the_rest() {
+        let plain = include_bytes!("../../fuzz/corpus/report/compact_sched");
+        let z = miniz_oxide::deflate::compress_to_vec_zlib(plain, 6);
+        let mut packet = VecStream::new();
+        put_bytes(&mut packet, COMPRESSED_PACKETS, &z);
+        let mut trace = VecStream::new();
+        put_bytes(&mut trace, 1, &packet.into_bytes());
+        let events = |bytes: &[u8]| {
+            let mut out = Vec::new();
+            let w = walk(bytes, false, &mut |r, _| out.push((r.ts, r.cpu)));
+            (out, w.meta.compressed)
+        };
+        let (a, none) = events(plain);
+        let (b, one) = events(&trace.into_bytes());
+        assert!(a.len() > 100, "{}", a.len());
+        assert_eq!(a, b);
+        assert_eq!((none, one), (0, 1));
+    }
 }

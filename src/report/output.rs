@@ -113,7 +113,6 @@ fn view(w: &Walk, a: &Analysis) -> View {
         ("events_out_of_order", w.late),
         ("malformed_packets", m.malformed_packets),
         ("malformed_trace_config", m.bad_config),
-        ("compressed_packets_skipped", m.compressed),
         ("non_packet_fields", w.stray_fields),
         ("atrace_over_limit", a.atrace_dropped),
         ("atrace_unmatched_ends", a.atrace_unmatched),
