@@ -3,7 +3,7 @@
 #   scripts/install.sh PREFIX [BINARY]
 # BINARY defaults to target/release/tracebox. Result:
 #   PREFIX/bin/tracebox, and PREFIX/bin/{traced,traced_probes,perfetto,
-#   trigger_perfetto,websocket_bridge} -> tracebox
+#   trigger_perfetto,websocket_bridge,traced_relay} -> tracebox
 set -euo pipefail
 prefix="${1:?usage: scripts/install.sh PREFIX [BINARY]}"
 bin="${2:-$(dirname "$0")/../target/release/tracebox}"
@@ -13,7 +13,7 @@ mkdir -p "$prefix/bin"
 cp "$bin" "$prefix/bin/.tracebox.new"
 chmod 0755 "$prefix/bin/.tracebox.new"
 mv -f "$prefix/bin/.tracebox.new" "$prefix/bin/tracebox"
-for applet in traced traced_probes perfetto trigger_perfetto websocket_bridge; do
+for applet in traced traced_probes perfetto trigger_perfetto websocket_bridge traced_relay; do
     ln -sfn tracebox "$prefix/bin/$applet"
 done
 echo "installed $prefix/bin/tracebox and its applets"

@@ -92,3 +92,70 @@ fn tcp_producer_socket_takes_identity_first() {
     assert_eq!(relayed.pid, Some(4242), "{relayed:?}");
     assert_eq!(relayed.uid, Some(1234), "{relayed:?}");
 }
+
+struct Relay(std::process::Child);
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn traced_relay_forwards_a_local_producer_with_its_identity() {
+    let id = std::process::id();
+    let tcp = format!("127.0.0.1:{}", free_tcp_port());
+    let consumer = format!("@tracebox-test-relay2-c-{id}");
+    let relay_local = format!("@tracebox-test-relay2-local-{id}");
+    let _traced = start_traced(&format!("@tracebox-test-relay2-p-{id},{tcp}"), &consumer);
+    let _relay = Relay(
+        std::process::Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .arg("traced_relay")
+            .env("PERFETTO_PRODUCER_SOCK_NAME", &relay_local)
+            .env("PERFETTO_RELAY_SOCK_NAME", &tcp)
+            .env("PERFETTO_MACHINE_NAME", "board-b")
+            .spawn()
+            .unwrap(),
+    );
+    // The relay's socket appears once it listens.
+    let (mut prod, pport) = (0..200)
+        .find_map(|_| {
+            let addr = tracebox::base::sock_addr::SockAddr::parse(&relay_local).unwrap();
+            match tracebox::ipc::client::BlockingClient::connect(&addr) {
+                Ok(mut c) => {
+                    c.set_timeout(Some(std::time::Duration::from_secs(20)));
+                    let s = c.bind_service("ProducerPort").unwrap();
+                    Some((c, s))
+                }
+                Err(_) => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    None
+                }
+            }
+        })
+        .expect("traced_relay did not listen");
+    let init = InitializeConnectionRequest {
+        producer_name: Some("behind.relay".into()),
+        ..Default::default()
+    };
+    crate::support::traced::call(
+        &mut prod,
+        &pport,
+        "InitializeConnection",
+        &crate::support::traced::encode(&init),
+    );
+
+    let (mut cons, cport) = connect(&consumer, "ConsumerPort");
+    let mut producers = HashMap::new();
+    for r in cons.invoke(&cport, "QueryServiceState", &[], None).unwrap() {
+        let resp: QueryServiceStateResponse = decode_message(&r.payload).unwrap();
+        for p in resp.service_state.unwrap_or_default().producers {
+            producers.insert(p.name.clone().unwrap_or_default(), p);
+        }
+    }
+    let p = &producers["behind.relay"];
+    // The relay read our pid/uid with SO_PEERCRED and named them upstream.
+    assert_eq!(p.pid, Some(id as i32), "{p:?}");
+    assert_eq!(p.uid, Some(nix::unistd::geteuid().as_raw() as i32), "{p:?}");
+}

@@ -3,12 +3,13 @@
 use std::os::unix::fs::symlink;
 use std::process::{Command, Output};
 
-const APPLETS: [&str; 5] = [
+const APPLETS: [&str; 6] = [
     "traced",
     "traced_probes",
     "perfetto",
     "trigger_perfetto",
     "websocket_bridge",
+    "traced_relay",
 ];
 
 fn tracebox() -> Command {
