@@ -72,7 +72,7 @@ use super::conn::{Conn, ReadStatus, Received, SendError, DEFAULT_MAX_QUEUED_BYTE
 use super::frame::put_reply_header;
 pub use super::frame::REPLY_HEADER_MAX;
 pub use super::service::{
-    Call, ClientId, ExposeService, Reply, ReplySink, ReplyTo, ServiceId, Services,
+    Call, ClientId, ExposeService, RemoteMachine, Reply, ReplySink, ReplyTo, ServiceId, Services,
 };
 
 impl ExposeService for Host {
@@ -103,15 +103,6 @@ pub struct HostStats {
 
 /// Longest machine hint or name accepted in SetPeerIdentity.
 pub const MAX_MACHINE_STRING: usize = 256;
-
-/// The machine a relayed peer says it runs on (from SetPeerIdentity).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RemoteMachine {
-    /// Tells machines apart (upstream: derived from the boot id).
-    pub machine_id_hint: String,
-    /// Human-readable name, may be empty.
-    pub machine_name: String,
-}
 
 /// Default bound on connected clients in all (with traced's consumer
 /// limits, kept under the usual 1024 open files with room for files and
@@ -571,9 +562,11 @@ impl Host {
             self.clients.reply(&forced, Reply::fail());
             return;
         };
+        let remote = self.peer_machine(client).cloned();
         let call = Call {
             client,
             peer,
+            remote,
             service: ServiceId(service_id_untrusted as u32),
             method_id: method_id_untrusted as u32,
             method_name,

@@ -159,3 +159,108 @@ fn traced_relay_forwards_a_local_producer_with_its_identity() {
     assert_eq!(p.pid, Some(id as i32), "{p:?}");
     assert_eq!(p.uid, Some(nix::unistd::geteuid().as_raw() as i32), "{p:?}");
 }
+
+/// A relayed producer is told to use shared-memory emulation, gets its
+/// commands without an fd, and its chunks, sent inline in CommitData,
+/// reach the consumer.
+#[test]
+fn relayed_producer_commits_inline_chunks() {
+    use tracebox::pb::protos::mod_CommitDataRequest::ChunksToMove;
+    use tracebox::pb::protos::mod_GetAsyncCommandResponse::OneOfcmd;
+    use tracebox::pb::protos::mod_IPCFrame::InvokeMethod;
+
+    let id = std::process::id();
+    let tcp = format!("127.0.0.1:{}", free_tcp_port());
+    let consumer = format!("@tracebox-test-emu-c-{id}");
+    let _traced = start_traced(&format!("@tracebox-test-emu-p-{id},{tcp}"), &consumer);
+
+    let mut p = TcpIpc::connect(&tcp, Some(&remote(5151)));
+    let (sid, methods) = p.bind("ProducerPort");
+    let invoke = |p: &mut TcpIpc, method: &str, args: Vec<u8>| {
+        p.send(OneOfmsg::msg_invoke_method(InvokeMethod {
+            service_id: Some(sid),
+            method_id: Some(methods[method]),
+            args_proto: Some(args),
+            drop_reply: None,
+        }))
+    };
+    let reply = |p: &mut TcpIpc, rid: u64| match p.recv(rid).msg {
+        OneOfmsg::msg_invoke_method_reply(r) => {
+            assert_eq!(r.success, Some(true));
+            r.reply_proto.unwrap_or_default()
+        }
+        other => panic!("{other:?}"),
+    };
+    let init = InitializeConnectionRequest {
+        producer_name: Some("emulated.producer".into()),
+        ..Default::default()
+    };
+    let rid = invoke(
+        &mut p,
+        "InitializeConnection",
+        crate::support::traced::encode(&init),
+    );
+    let resp: InitializeConnectionResponse = decode_message(&reply(&mut p, rid)).unwrap();
+    assert_eq!(resp.use_shmem_emulation, Some(true), "{resp:?}");
+
+    let reg = RegisterDataSourceRequest {
+        data_source_descriptor: Some(DataSourceDescriptor {
+            name: Some("test.ds".into()),
+            ..Default::default()
+        }),
+    };
+    let rid = invoke(
+        &mut p,
+        "RegisterDataSource",
+        crate::support::traced::encode(&reg),
+    );
+    reply(&mut p, rid);
+    let stream = invoke(&mut p, "GetAsyncCommand", Vec::new());
+
+    let (mut cons, cport) = connect(&consumer, "ConsumerPort");
+    let mut req = tracebox::protozero::VecStream::new();
+    tracebox::protozero::put_bytes(&mut req, 1, &crate::support::traced::trace_config());
+    let enable = cons
+        .start_invoke(&cport, "EnableTracing", req.as_bytes(), None)
+        .unwrap();
+
+    let target = loop {
+        let cmd: GetAsyncCommandResponse = decode_message(&reply(&mut p, stream)).unwrap();
+        if let OneOfcmd::start_data_source(s) = cmd.cmd {
+            break s.config.unwrap().target_buffer.unwrap();
+        }
+    };
+    // One complete chunk: header (chunk id, writer id, 1 packet, no
+    // fragment flags), then the packet with its size prefix.
+    let packet = [0x40, 0xe7, 0x8a, 0x8d, 0x09]; // TracePacket.timestamp = 19088743
+    let mut chunk = Vec::new();
+    chunk.extend_from_slice(&0u32.to_le_bytes());
+    chunk.extend_from_slice(&1u16.to_le_bytes());
+    chunk.extend_from_slice(&1u16.to_le_bytes());
+    chunk.push(packet.len() as u8);
+    chunk.extend_from_slice(&packet);
+    let commit = CommitDataRequest {
+        chunks_to_move: vec![ChunksToMove {
+            target_buffer: Some(target),
+            data: Some(chunk),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let rid = invoke(
+        &mut p,
+        "CommitData",
+        crate::support::traced::encode(&commit),
+    );
+    reply(&mut p, rid);
+
+    crate::support::traced::call(&mut cons, &cport, "DisableTracing", &[]);
+    cons.next_reply(enable).unwrap().unwrap();
+    let packets = crate::support::traced::packets_from_replies(
+        &cons.invoke(&cport, "ReadBuffers", &[], None).unwrap(),
+    );
+    assert!(
+        packets.iter().any(|p| p.starts_with(&packet)),
+        "the inline chunk's packet is in the trace"
+    );
+}

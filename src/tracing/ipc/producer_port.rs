@@ -42,7 +42,16 @@ impl Services for ProducerPort<'_> {
         let core = &mut st.core;
         let reply = match request {
             ProducerPortCall::InitializeConnection(r) => {
-                initialize(st, client, call.peer.uid, call.peer.pid, r, call.fd)
+                let emulate = call.remote.is_some();
+                initialize(
+                    st,
+                    client,
+                    call.peer.uid,
+                    call.peer.pid,
+                    r,
+                    call.fd,
+                    emulate,
+                )
             }
             ProducerPortCall::RegisterDataSource(r) => {
                 let res = core.register_data_source(
@@ -116,11 +125,15 @@ fn initialize(
     pid: i32,
     req: InitializeConnectionRequest,
     fd: Option<std::os::fd::OwnedFd>,
+    shmem_emulation: bool,
 ) -> Reply {
     if st.producers.get(&client).is_some_and(|c| c.id.is_some()) {
         return Reply::fail(); // InitializeConnection only once
     }
-    let mut conn = ProducerConn::default();
+    let mut conn = ProducerConn {
+        shmem_emulation,
+        ..Default::default()
+    };
     let mut provided = None;
     if let (Some(fd), true) = (fd, req.producer_provided_shmem.unwrap_or(false)) {
         match Shm::attach(
@@ -161,6 +174,9 @@ fn initialize(
             let mut s = VecStream::new();
             put_varint(&mut s, 1, using_provided as u64);
             put_varint(&mut s, 2, 1); // direct_smb_patching_supported
+            if shmem_emulation {
+                put_varint(&mut s, 3, 1); // use_shmem_emulation
+            }
             Reply::ok(s.into_bytes())
         }
         Err(e) => {
