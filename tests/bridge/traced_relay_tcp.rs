@@ -264,3 +264,74 @@ fn relayed_producer_commits_inline_chunks() {
         "the inline chunk's packet is in the trace"
     );
 }
+
+/// traced_probes behind traced_relay: told to emulate shared memory, it
+/// sends its chunks inline, and its packets reach the central trace with
+/// its own pid (taken by the relay from SO_PEERCRED).
+#[test]
+fn traced_probes_through_the_relay_records() {
+    use crate::support::probes::{registered_data_sources, start_probes, wait_until};
+    use std::time::Duration;
+    use tracebox::protozero::decode::FieldIter;
+    use tracebox::protozero::{put_bytes, put_str, put_varint, VecStream};
+
+    let id = std::process::id();
+    let dir = tempfile::tempdir().unwrap();
+    let tcp = format!("127.0.0.1:{}", free_tcp_port());
+    let consumer = format!("@tracebox-test-e2e-c-{id}");
+    let relay_local = format!("@tracebox-test-e2e-local-{id}");
+    let _traced = start_traced(&format!("@tracebox-test-e2e-p-{id},{tcp}"), &consumer);
+    let _relay = Relay(
+        std::process::Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .arg("traced_relay")
+            .env("PERFETTO_PRODUCER_SOCK_NAME", &relay_local)
+            .env("PERFETTO_RELAY_SOCK_NAME", &tcp)
+            .spawn()
+            .unwrap(),
+    );
+    let log = dir.path().join("probes.log");
+    let probes = start_probes(&relay_local, &dir.path().join("state"), &[], &log, true);
+    wait_until(Duration::from_secs(20), "registration", || {
+        registered_data_sources(&consumer)
+            .iter()
+            .any(|d| d == "linux.system_info")
+    });
+
+    let mut dsc = VecStream::new();
+    put_str(&mut dsc, 1, "linux.system_info");
+    let mut ds = VecStream::new();
+    put_bytes(&mut ds, 1, dsc.as_bytes());
+    let mut buf = VecStream::new();
+    put_varint(&mut buf, 1, 1024);
+    let mut tc = VecStream::new();
+    put_bytes(&mut tc, 1, buf.as_bytes());
+    put_bytes(&mut tc, 2, ds.as_bytes());
+    let mut req = VecStream::new();
+    put_bytes(&mut req, 1, tc.as_bytes());
+    let (mut cons, cport) = connect(&consumer, "ConsumerPort");
+    let enable = cons
+        .start_invoke(&cport, "EnableTracing", req.as_bytes(), None)
+        .unwrap();
+    let from_probes = |packets: &[Vec<u8>]| {
+        packets.iter().any(|p| {
+            FieldIter::new(p).any(|f| {
+                f.number == 79
+                    && tracebox::protozero::decode::read_varint(f.value).map(|v| v.0)
+                        == Some(probes.pid() as u64)
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    crate::support::traced::call(&mut cons, &cport, "DisableTracing", &[]);
+    cons.next_reply(enable).unwrap().unwrap();
+    let packets = crate::support::traced::packets_from_replies(
+        &cons.invoke(&cport, "ReadBuffers", &[], None).unwrap(),
+    );
+    assert!(
+        from_probes(&packets),
+        "no packet of traced_probes (pid {}) in {} packets; log:\n{}",
+        probes.pid(),
+        packets.len(),
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
