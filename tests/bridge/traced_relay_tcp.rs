@@ -91,6 +91,8 @@ fn tcp_producer_socket_takes_identity_first() {
     let relayed = &producers["relayed.producer"];
     assert_eq!(relayed.pid, Some(4242), "{relayed:?}");
     assert_eq!(relayed.uid, Some(1234), "{relayed:?}");
+    // The first relayed machine hint gets machine id 1.
+    assert_eq!(relayed.machine_id, Some(1), "{relayed:?}");
 }
 
 struct Relay(std::process::Child);
@@ -259,10 +261,17 @@ fn relayed_producer_commits_inline_chunks() {
     let packets = crate::support::traced::packets_from_replies(
         &cons.invoke(&cport, "ReadBuffers", &[], None).unwrap(),
     );
-    assert!(
-        packets.iter().any(|p| p.starts_with(&packet)),
-        "the inline chunk's packet is in the trace"
-    );
+    let ours = packets
+        .iter()
+        .find(|p| p.starts_with(&packet))
+        .expect("the inline chunk's packet is in the trace");
+    // Stamped with its machine's id (TracePacket.machine_id = 98).
+    let machine = tracebox::protozero::decode::FieldIter::new(ours)
+        .filter(|f| f.number == 98)
+        .filter_map(|f| tracebox::protozero::decode::read_varint(f.value))
+        .map(|v| v.0)
+        .last();
+    assert_eq!(machine, Some(1), "{ours:?}");
 }
 
 /// traced_probes behind traced_relay: told to emulate shared memory, it

@@ -42,16 +42,8 @@ impl Services for ProducerPort<'_> {
         let core = &mut st.core;
         let reply = match request {
             ProducerPortCall::InitializeConnection(r) => {
-                let emulate = call.remote.is_some();
-                initialize(
-                    st,
-                    client,
-                    call.peer.uid,
-                    call.peer.pid,
-                    r,
-                    call.fd,
-                    emulate,
-                )
+                let remote = call.remote.map(|m| m.machine_id_hint);
+                initialize(st, client, call.peer.uid, call.peer.pid, r, call.fd, remote)
             }
             ProducerPortCall::RegisterDataSource(r) => {
                 let res = core.register_data_source(
@@ -125,8 +117,10 @@ fn initialize(
     pid: i32,
     req: InitializeConnectionRequest,
     fd: Option<std::os::fd::OwnedFd>,
-    shmem_emulation: bool,
+    remote_machine: Option<String>,
 ) -> Reply {
+    // No fd reaches a relayed producer: chunks come inline.
+    let shmem_emulation = remote_machine.is_some();
     if st.producers.get(&client).is_some_and(|c| c.id.is_some()) {
         return Reply::fail(); // InitializeConnection only once
     }
@@ -165,6 +159,7 @@ fn initialize(
         page_size_hint_bytes: req.shared_memory_page_size_hint_bytes.unwrap_or(0) as u64,
         smb_scraping_enabled: req.smb_scraping_mode
             == Some(ProducerSMBScrapingMode::SMB_SCRAPING_ENABLED),
+        machine_id_hint: remote_machine,
     };
     match st.core.connect_producer(info, provided) {
         Ok(id) => {
