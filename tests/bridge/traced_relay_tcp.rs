@@ -344,3 +344,85 @@ fn traced_probes_through_the_relay_records() {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
+
+/// The real Perfetto SDK producer behind traced_relay: it emulates shared
+/// memory itself when told, and all its packets reach the central trace
+/// stamped with machine id 1.
+#[test]
+fn sdk_producer_through_the_relay_records() {
+    use crate::support::probes::{interop_bin, registered_data_sources, wait_until};
+    use std::time::Duration;
+    use tracebox::protozero::decode::{read_varint, FieldIter};
+    use tracebox::protozero::{put_bytes, put_str, put_varint, VecStream};
+
+    let Some(sdk_producer) = interop_bin("sdk-producer") else {
+        return;
+    };
+    let id = std::process::id();
+    let tcp = format!("127.0.0.1:{}", free_tcp_port());
+    let consumer = format!("@tracebox-test-sdk-c-{id}");
+    let relay_local = format!("@tracebox-test-sdk-local-{id}");
+    let ds_name = format!("tbx.relay.{id}");
+    let _traced = start_traced(&format!("@tracebox-test-sdk-p-{id},{tcp}"), &consumer);
+    let _relay = Relay(
+        std::process::Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .arg("traced_relay")
+            .env("PERFETTO_PRODUCER_SOCK_NAME", &relay_local)
+            .env("PERFETTO_RELAY_SOCK_NAME", &tcp)
+            .spawn()
+            .unwrap(),
+    );
+    let _producer = Relay(
+        std::process::Command::new(sdk_producer)
+            .args([
+                "--data-source",
+                &ds_name,
+                "--packets",
+                "200",
+                "--size",
+                "100",
+            ])
+            .args(["--threads", "1", "--timeout-s", "30"])
+            .env("PERFETTO_PRODUCER_SOCK_NAME", &relay_local)
+            .spawn()
+            .unwrap(),
+    );
+    wait_until(Duration::from_secs(20), "sdk registration", || {
+        registered_data_sources(&consumer).contains(&ds_name)
+    });
+
+    let mut dsc = VecStream::new();
+    put_str(&mut dsc, 1, &ds_name);
+    let mut ds = VecStream::new();
+    put_bytes(&mut ds, 1, dsc.as_bytes());
+    let mut buf = VecStream::new();
+    put_varint(&mut buf, 1, 4096);
+    let mut tc = VecStream::new();
+    put_bytes(&mut tc, 1, buf.as_bytes());
+    put_bytes(&mut tc, 2, ds.as_bytes());
+    let mut req = VecStream::new();
+    put_bytes(&mut req, 1, tc.as_bytes());
+    let (mut cons, cport) = connect(&consumer, "ConsumerPort");
+    let enable = cons
+        .start_invoke(&cport, "EnableTracing", req.as_bytes(), None)
+        .unwrap();
+    // The producer writes and flushes its packets as soon as it starts.
+    std::thread::sleep(Duration::from_millis(1000));
+    crate::support::traced::call(&mut cons, &cport, "DisableTracing", &[]);
+    cons.next_reply(enable).unwrap().unwrap();
+    let packets = crate::support::traced::packets_from_replies(
+        &cons.invoke(&cport, "ReadBuffers", &[], None).unwrap(),
+    );
+    let on_machine_1 = packets
+        .iter()
+        .filter(|p| {
+            FieldIter::new(p)
+                .filter(|f| f.number == 98)
+                .filter_map(|f| read_varint(f.value))
+                .map(|v| v.0)
+                .last()
+                == Some(1)
+        })
+        .count();
+    assert!(on_machine_1 >= 200, "{on_machine_1} packets on machine 1");
+}
