@@ -8,11 +8,14 @@
 //! * No fd crosses: an fd a local producer sends (its own shared memory)
 //!   is closed and logged; the central traced must then use shared-memory
 //!   emulation for that producer.
+//! * At most [`MAX_CONNECTIONS`] producers at once; more are closed at
+//!   accept (logged).
 //! * Connecting upstream retries with backoff (100 ms doubling to 3.2 s,
 //!   six tries); after that the local connection is closed and the
 //!   producer's own reconnect logic takes over.
 
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +25,8 @@ use crate::base::unix_socket::{wait_ready, PeerCred, UnixListener, UnixStream};
 use crate::{log_info, log_warn};
 
 const BUF: usize = 64 * 1024;
+/// Producers forwarded at once (two threads and 128 KiB each).
+pub const MAX_CONNECTIONS: usize = 64;
 const CONNECT_TRIES: u32 = 6;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -36,14 +41,24 @@ pub struct Machine {
 pub fn run(listen: &SockAddr, central: &SockAddr, machine: Machine) -> io::Result<()> {
     let listener = UnixListener::bind(listen)?;
     log_info!("relaying {listen} to {central} as {:?}", machine.name);
+    let live = Arc::new(AtomicUsize::new(0));
     loop {
         wait_ready(std::os::fd::AsFd::as_fd(&listener), true, false, None)?;
         while let Some((local, cred)) = listener.accept()? {
-            let (central, machine) = (central.clone(), machine.clone());
+            if live.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                log_warn!(
+                    "refusing pid {}: {MAX_CONNECTIONS} producers already relayed",
+                    cred.pid
+                );
+                continue;
+            }
+            live.fetch_add(1, Ordering::Relaxed);
+            let (central, machine, live) = (central.clone(), machine.clone(), Arc::clone(&live));
             std::thread::spawn(move || {
                 if let Err(e) = forward(local, cred, &central, &machine) {
                     log_warn!("relay of pid {}: {e}", cred.pid);
                 }
+                live.fetch_sub(1, Ordering::Relaxed);
             });
         }
     }
