@@ -76,7 +76,7 @@ mkdir -p "$bindir"
 cp "$bin" "$bindir/.tracebox.new"
 chmod 0755 "$bindir/.tracebox.new"
 mv -f "$bindir/.tracebox.new" "$bindir/tracebox"
-for applet in traced traced_probes traced_perf perfetto report trigger_perfetto websocket_bridge; do
+for applet in traced traced_probes traced_perf perfetto report trigger_perfetto websocket_bridge traced_relay; do
     ln -sfn tracebox "$bindir/$applet"
 done
 echo "installed $bindir/tracebox and its applets"

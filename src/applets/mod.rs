@@ -11,6 +11,7 @@ mod report;
 mod traced;
 mod traced_perf;
 mod traced_probes;
+mod traced_relay;
 mod trigger_perfetto;
 mod websocket_bridge;
 
@@ -60,6 +61,11 @@ pub const APPLETS: &[(&str, &str, AppletMain)] = &[
         "websocket_bridge",
         "lets the Perfetto UI record over ws://127.0.0.1:8037",
         websocket_bridge::main,
+    ),
+    (
+        "traced_relay",
+        "forwards a remote machine's producers to a central traced",
+        traced_relay::main,
     ),
 ];
 

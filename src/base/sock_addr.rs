@@ -4,9 +4,11 @@
 //!   `name`, and its length is `offsetof(sun_path) + 1 + len(name)`: the
 //!   leading NUL counts, there is no trailing NUL. Any other length names a
 //!   different socket.
-//! * `vsock://CID:PORT` and `host:port` / `[v6]:port` — recognised so that
-//!   callers get a clear "not supported" error rather than a file named
-//!   `127.0.0.1:32278`.
+//! * `host:port` / `[v6]:port` (no `/`, digits after the last colon) — TCP,
+//!   as upstream's multi-machine setups spell it; the host is resolved when
+//!   binding or connecting.
+//! * `vsock://CID:PORT` — recognised so that callers get a clear "not
+//!   supported" error rather than a file of that name.
 //! * anything else — a filesystem path (at most 107 bytes).
 
 use std::fmt;
@@ -25,6 +27,8 @@ pub enum SockAddr {
     Path(PathBuf),
     /// Abstract AF_UNIX socket; holds the name without `@` or NUL.
     Abstract(Vec<u8>),
+    /// TCP `host:port` (brackets kept around an IPv6 host), as written.
+    Tcp(String),
 }
 
 /// Why an address string was rejected.
@@ -36,8 +40,8 @@ pub enum SockAddrError {
     TooLong(String),
     /// `vsock://` addresses are not supported yet.
     VsockUnsupported(String),
-    /// TCP `host:port` addresses are not supported yet.
-    TcpUnsupported(String),
+    /// A TCP address whose host did not resolve.
+    TcpUnresolved(String),
 }
 
 impl fmt::Display for SockAddrError {
@@ -48,7 +52,7 @@ impl fmt::Display for SockAddrError {
                 write!(f, "socket address too long (max {MAX_SUN_PATH} bytes): {s}")
             }
             SockAddrError::VsockUnsupported(s) => write!(f, "vsock sockets are not supported: {s}"),
-            SockAddrError::TcpUnsupported(s) => write!(f, "TCP sockets are not supported: {s}"),
+            SockAddrError::TcpUnresolved(s) => write!(f, "cannot resolve TCP address {s}"),
         }
     }
 }
@@ -82,13 +86,14 @@ impl SockAddr {
         } else if s.starts_with("vsock://") {
             return Err(SockAddrError::VsockUnsupported(s.to_string()));
         } else if !s.contains('/') && looks_like_tcp(s) {
-            return Err(SockAddrError::TcpUnsupported(s.to_string()));
+            return Ok(SockAddr::Tcp(s.to_string()));
         } else {
             SockAddr::Path(PathBuf::from(s))
         };
         let len = match &addr {
             SockAddr::Abstract(n) => n.len(),
             SockAddr::Path(p) => p.as_os_str().len(),
+            SockAddr::Tcp(_) => 0,
         };
         if len > MAX_SUN_PATH {
             return Err(SockAddrError::TooLong(s.to_string()));
@@ -96,13 +101,34 @@ impl SockAddr {
         Ok(addr)
     }
 
+    /// True for a TCP address: no credentials, no fd passing.
+    pub fn is_tcp(&self) -> bool {
+        matches!(self, SockAddr::Tcp(_))
+    }
+
     /// The kernel address (see module docs for the abstract length rule).
     pub fn to_unix_addr(&self) -> std::io::Result<UnixAddr> {
         let r = match self {
             SockAddr::Path(p) => UnixAddr::new(p.as_path()),
             SockAddr::Abstract(n) => UnixAddr::new_abstract(n),
+            SockAddr::Tcp(s) => return Err(SockAddrError::TcpUnresolved(s.clone()).into()),
         };
         r.map_err(std::io::Error::from)
+    }
+
+    /// The first address a TCP `host:port` resolves to.
+    pub fn to_inet_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        use std::net::ToSocketAddrs;
+        let SockAddr::Tcp(s) = self else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("not a TCP address: {self}"),
+            ));
+        };
+        s.to_socket_addrs()
+            .ok()
+            .and_then(|mut it| it.next())
+            .ok_or_else(|| SockAddrError::TcpUnresolved(s.clone()).into())
     }
 }
 
@@ -111,6 +137,7 @@ impl fmt::Display for SockAddr {
         match self {
             SockAddr::Path(p) => write!(f, "{}", p.display()),
             SockAddr::Abstract(n) => write!(f, "@{}", String::from_utf8_lossy(n)),
+            SockAddr::Tcp(s) => f.write_str(s),
         }
     }
 }
@@ -135,14 +162,22 @@ mod tests {
             SockAddr::parse("vsock://2:1234"),
             Err(SockAddrError::VsockUnsupported(_))
         ));
-        assert!(matches!(
+        assert_eq!(
             SockAddr::parse("127.0.0.1:32278"),
-            Err(SockAddrError::TcpUnsupported(_))
-        ));
-        assert!(matches!(
+            Ok(SockAddr::Tcp("127.0.0.1:32278".into()))
+        );
+        assert_eq!(
             SockAddr::parse("[::1]:32278"),
-            Err(SockAddrError::TcpUnsupported(_))
-        ));
+            Ok(SockAddr::Tcp("[::1]:32278".into()))
+        );
+        assert_eq!(
+            SockAddr::parse("[::1]:32278")
+                .unwrap()
+                .to_inet_addr()
+                .unwrap(),
+            "[::1]:32278".parse().unwrap()
+        );
+        assert!(SockAddr::parse("localhost:1").unwrap().is_tcp());
         // A path containing a colon is still a path.
         assert_eq!(
             SockAddr::parse("/tmp/a:1"),

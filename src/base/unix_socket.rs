@@ -9,6 +9,9 @@
 //!   `MSG_TRUNC`) closes everything received and is an error. Received fds
 //!   carry `FD_CLOEXEC` (`MSG_CMSG_CLOEXEC`).
 //! * [`UnixListener::accept`] reads `SO_PEERCRED` at accept time.
+//! * The same types also carry TCP (a [`SockAddr::Tcp`] address, for
+//!   multi-machine links): no fds cross, and the peer's credentials are
+//!   [`PeerCred::REMOTE`] until it names itself (SetPeerIdentity).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -17,6 +20,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::socket::{
     self, sockopt, AddressFamily, Backlog, ControlMessage, MsgFlags, SockFlag, SockType,
+    SockaddrLike,
 };
 
 use super::sock_addr::SockAddr;
@@ -33,17 +37,51 @@ pub struct PeerCred {
     pub gid: u32,
 }
 
-fn new_socket(nonblocking: bool) -> io::Result<OwnedFd> {
+impl PeerCred {
+    /// A TCP peer: the kernel vouches for no pid or uid.
+    pub const REMOTE: PeerCred = PeerCred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+}
+
+fn new_socket(family: AddressFamily, nonblocking: bool) -> io::Result<OwnedFd> {
     let mut flags = SockFlag::SOCK_CLOEXEC;
     if nonblocking {
         flags |= SockFlag::SOCK_NONBLOCK;
     }
-    Ok(socket::socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        flags,
-        None,
-    )?)
+    Ok(socket::socket(family, SockType::Stream, flags, None)?)
+}
+
+/// Socket and kernel address for `addr` (TCP hosts are resolved here).
+fn socket_for(
+    addr: &SockAddr,
+    nonblocking: bool,
+) -> io::Result<(OwnedFd, socket::SockaddrStorage)> {
+    if addr.is_tcp() {
+        let inet = addr.to_inet_addr()?;
+        let family = if inet.is_ipv4() {
+            AddressFamily::Inet
+        } else {
+            AddressFamily::Inet6
+        };
+        let fd = new_socket(family, nonblocking)?;
+        // Frames are small and latency matters more than packet count.
+        socket::setsockopt(&fd, sockopt::TcpNoDelay, &true)?;
+        Ok((fd, socket::SockaddrStorage::from(inet)))
+    } else {
+        let unix = addr.to_unix_addr()?;
+        let fd = new_socket(AddressFamily::Unix, nonblocking)?;
+        // SAFETY:
+        // - `unix` is a valid sockaddr_un of length `unix.len()`.
+        let storage =
+            unsafe { socket::SockaddrStorage::from_raw(unix.as_ptr().cast(), Some(unix.len())) }
+                .ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, format!("bad address {addr}"))
+                })?;
+        Ok((fd, storage))
+    }
 }
 
 fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
@@ -122,13 +160,18 @@ fn poll_until(fds: &mut [nix::poll::PollFd<'_>], timeout: Option<Duration>) -> i
 pub struct UnixListener {
     fd: OwnedFd,
     addr: Option<SockAddr>,
+    tcp: bool,
 }
 
 impl UnixListener {
     /// Binds and listens on `addr`. A stale filesystem socket at that path
     /// is removed first (abstract names need no cleanup).
     pub fn bind(addr: &SockAddr) -> io::Result<Self> {
-        let fd = new_socket(true)?;
+        let (fd, kernel_addr) = socket_for(addr, true)?;
+        if addr.is_tcp() {
+            // A restarted traced must not wait out TIME_WAIT to rebind.
+            socket::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+        }
         if let SockAddr::Path(p) = addr {
             match std::fs::remove_file(p) {
                 Ok(()) => {}
@@ -141,13 +184,13 @@ impl UnixListener {
                 }
             }
         }
-        let unix_addr = addr.to_unix_addr()?;
-        socket::bind(fd.as_raw_fd(), &unix_addr)
+        socket::bind(fd.as_raw_fd(), &kernel_addr)
             .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("bind {addr}: {e}")))?;
         socket::listen(&fd, Backlog::MAXCONN)?;
         Ok(UnixListener {
             fd,
             addr: Some(addr.clone()),
+            tcp: addr.is_tcp(),
         })
     }
 
@@ -156,7 +199,15 @@ impl UnixListener {
     pub fn from_fd(fd: OwnedFd) -> io::Result<Self> {
         set_nonblocking(fd.as_fd(), true)?;
         set_cloexec(fd.as_fd())?;
-        Ok(UnixListener { fd, addr: None })
+        let tcp = socket::getsockname::<socket::SockaddrStorage>(fd.as_raw_fd())
+            .ok()
+            .and_then(|a| a.family())
+            .is_some_and(|f| f != AddressFamily::Unix);
+        Ok(UnixListener {
+            fd,
+            addr: None,
+            tcp,
+        })
     }
 
     /// Adopts a listening socket inherited by fd number (e.g. Android
@@ -213,7 +264,7 @@ impl UnixListener {
                     // - accept4 just returned `raw` as a new descriptor that
                     //   nothing else owns; OwnedFd takes sole ownership.
                     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-                    let stream = UnixStream { fd };
+                    let stream = UnixStream { fd, tcp: self.tcp };
                     let cred = stream.peer_cred()?;
                     return Ok(Some((stream, cred)));
                 }
@@ -242,16 +293,16 @@ impl AsRawFd for UnixListener {
 #[derive(Debug)]
 pub struct UnixStream {
     fd: OwnedFd,
+    tcp: bool,
 }
 
 impl UnixStream {
     /// Connects to `addr` (the connect itself blocks only while the
     /// listener's backlog is full), then switches to non-blocking mode.
     pub fn connect(addr: &SockAddr) -> io::Result<Self> {
-        let fd = new_socket(false)?;
-        let unix_addr = addr.to_unix_addr()?;
+        let (fd, kernel_addr) = socket_for(addr, false)?;
         loop {
-            match socket::connect(fd.as_raw_fd(), &unix_addr) {
+            match socket::connect(fd.as_raw_fd(), &kernel_addr) {
                 Ok(()) => break,
                 Err(Errno::EINTR) => continue,
                 Err(Errno::EACCES) => {
@@ -273,7 +324,10 @@ impl UnixStream {
             }
         }
         set_nonblocking(fd.as_fd(), true)?;
-        Ok(UnixStream { fd })
+        Ok(UnixStream {
+            fd,
+            tcp: addr.is_tcp(),
+        })
     }
 
     /// A connected pair (socketpair), both non-blocking.
@@ -284,13 +338,24 @@ impl UnixStream {
             None,
             SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
         )?;
-        Ok((UnixStream { fd: a }, UnixStream { fd: b }))
+        Ok((
+            UnixStream { fd: a, tcp: false },
+            UnixStream { fd: b, tcp: false },
+        ))
     }
 
     /// Sends bytes from `data`, with `fd` as `SCM_RIGHTS` if given. Returns
     /// how many bytes went out (the fd went with them if > 0).
     /// `WouldBlock` when the send buffer is full. Never raises SIGPIPE.
+    /// Over TCP an fd is refused (`InvalidInput`): the kernel would drop it
+    /// without a word.
     pub fn send(&self, data: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<usize> {
+        if self.tcp && fd.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot pass an fd over TCP",
+            ));
+        }
         let iov = [io::IoSlice::new(data)];
         let raw_fds;
         let cmsgs: &[ControlMessage<'_>] = match fd {
@@ -326,8 +391,16 @@ impl UnixStream {
         }
     }
 
-    /// `SO_PEERCRED` of the connected peer.
+    /// True for a TCP connection (see the module docs).
+    pub fn is_tcp(&self) -> bool {
+        self.tcp
+    }
+
+    /// `SO_PEERCRED` of the connected peer ([`PeerCred::REMOTE`] over TCP).
     pub fn peer_cred(&self) -> io::Result<PeerCred> {
+        if self.tcp {
+            return Ok(PeerCred::REMOTE);
+        }
         let c = socket::getsockopt(&self.fd, sockopt::PeerCredentials)?;
         Ok(PeerCred {
             pid: c.pid(),
@@ -464,6 +537,35 @@ mod tests {
             }
         }
         (out, fds)
+    }
+
+    /// A loopback port nobody listens on right now.
+    pub(crate) fn free_tcp_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn tcp_listen_connect_and_remote_creds() {
+        let addr = SockAddr::parse(&format!("127.0.0.1:{}", free_tcp_port())).unwrap();
+        let l = UnixListener::bind(&addr).unwrap();
+        let c = UnixStream::connect(&addr).unwrap();
+        assert!(c.is_tcp());
+        wait_ready(l.as_fd(), true, false, None).unwrap();
+        let (s, cred) = l.accept().unwrap().unwrap();
+        assert!(s.is_tcp());
+        assert_eq!(cred, PeerCred::REMOTE);
+        c.send(b"hello", None).unwrap();
+        assert_eq!(recv_all(&s, 5).0, b"hello");
+        // No fd crosses TCP: the send fails instead of the kernel dropping it.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        assert!(s.send(b"x", Some(f.as_fd())).is_err());
+        // An adopted TCP listener knows it is TCP.
+        let dup = l.fd.try_clone().unwrap();
+        assert!(UnixListener::from_fd(dup).unwrap().tcp);
     }
 
     #[test]

@@ -45,6 +45,12 @@
 //!   carry one fd.
 //! * A client whose send queue exceeds the bound is dropped (logged); an
 //!   oversized frame from a client drops it too.
+//! * On a TCP connection (a relay forwarding a remote producer) the first
+//!   frame must be `SetPeerIdentity`; anything else first, a second
+//!   identity or an invalid one drops the connection (counted in
+//!   [`HostStats::clients_dropped_identity`], logged). The identity's pid
+//!   and uid become the peer's credentials, its machine hint and name the
+//!   peer's [`RemoteMachine`]. On UNIX sockets the frame is ignored.
 //!
 //! [`Handler`]: crate::base::event_loop::Handler
 
@@ -66,7 +72,7 @@ use super::conn::{Conn, ReadStatus, Received, SendError, DEFAULT_MAX_QUEUED_BYTE
 use super::frame::put_reply_header;
 pub use super::frame::REPLY_HEADER_MAX;
 pub use super::service::{
-    Call, ClientId, ExposeService, Reply, ReplySink, ReplyTo, ServiceId, Services,
+    Call, ClientId, ExposeService, RemoteMachine, Reply, ReplySink, ReplyTo, ServiceId, Services,
 };
 
 impl ExposeService for Host {
@@ -90,7 +96,13 @@ pub struct HostStats {
     pub unknown_requests: u64,
     /// Connections closed at once because a client limit was reached.
     pub clients_refused: u64,
+    /// TCP connections dropped for a missing, repeated or invalid
+    /// SetPeerIdentity.
+    pub clients_dropped_identity: u64,
 }
+
+/// Longest machine hint or name accepted in SetPeerIdentity.
+pub const MAX_MACHINE_STRING: usize = 256;
 
 /// Default bound on connected clients in all (with traced's consumer
 /// limits, kept under the usual 1024 open files with room for files and
@@ -108,7 +120,12 @@ struct ServiceDesc {
 #[derive(Debug)]
 struct Client {
     id: ClientId,
+    /// As accepted (keys the per-uid count).
     cred: PeerCred,
+    /// TCP: no frame but SetPeerIdentity until `identity` is set.
+    tcp: bool,
+    /// What a TCP peer's SetPeerIdentity said.
+    identity: Option<(PeerCred, RemoteMachine)>,
     conn: Conn,
     /// Set when dropped from inside a reply; reaped on the next event.
     dead: bool,
@@ -226,10 +243,18 @@ impl Host {
         s
     }
 
-    /// Credentials of a connected client.
+    /// Credentials of a connected client (a relayed one's from its
+    /// SetPeerIdentity).
     pub fn peer_cred(&self, client: ClientId) -> Option<PeerCred> {
         let token = self.clients.by_id.get(&client)?;
-        self.clients.by_token.get(token).map(|c| c.cred)
+        self.clients.by_token.get(token).map(Client::effective_cred)
+    }
+
+    /// The machine a relayed client named; `None` for local clients.
+    pub fn peer_machine(&self, client: ClientId) -> Option<&RemoteMachine> {
+        let token = self.clients.by_id.get(&client)?;
+        let c = self.clients.by_token.get(token)?;
+        c.identity.as_ref().map(|(_, m)| m)
     }
 
     /// Number of connected clients.
@@ -352,11 +377,14 @@ impl Host {
         self.clients.stats.clients_accepted += 1;
         *self.clients_per_uid.entry(cred.uid).or_default() += 1;
         self.clients.by_id.insert(id, token);
+        let tcp = stream.is_tcp();
         self.clients.by_token.insert(
             token,
             Client {
                 id,
                 cred,
+                tcp,
+                identity: None,
                 conn: Conn::new(stream, self.max_queued),
                 dead: false,
             },
@@ -384,7 +412,10 @@ impl Host {
             let status = c.conn.read_some(&mut frames);
             let (id, cred) = (c.id, c.cred);
             for r in frames.drain(..) {
-                self.handle_frame(id, cred, r, services);
+                let Some(peer) = self.gate_identity(token, &r) else {
+                    return;
+                };
+                self.handle_frame(id, peer, r, services);
             }
             match status {
                 Ok(ReadStatus::Progress) => continue,
@@ -399,6 +430,48 @@ impl Host {
                     self.clients.kill(token);
                     return;
                 }
+            }
+        }
+    }
+
+    /// Applies the identity-first rule of TCP connections (module docs).
+    /// Returns the caller's credentials, or `None` if it was dropped.
+    fn gate_identity(&mut self, token: Token, r: &Received) -> Option<PeerCred> {
+        let c = self.clients.by_token.get_mut(&token)?;
+        if c.dead {
+            return None;
+        }
+        let is_identity = matches!(r.frame.msg, OneOfmsg::set_peer_identity(_));
+        if !c.tcp {
+            return Some(c.cred);
+        }
+        let verdict = match (&c.identity, &r.frame.msg) {
+            (None, OneOfmsg::set_peer_identity(m)) => match check_identity(m) {
+                Ok(ident) => {
+                    log_info!(
+                        "client {}: relayed peer pid {} uid {} on machine {:?} ({:?})",
+                        c.id.0,
+                        ident.0.pid,
+                        ident.0.uid,
+                        ident.1.machine_id_hint,
+                        ident.1.machine_name
+                    );
+                    c.identity = Some(ident);
+                    Ok(())
+                }
+                Err(why) => Err(why),
+            },
+            (None, _) => Err("a frame before SetPeerIdentity"),
+            (Some(_), _) if is_identity => Err("a second SetPeerIdentity"),
+            (Some(_), _) => Ok(()),
+        };
+        match verdict {
+            Ok(()) => Some(c.effective_cred()),
+            Err(why) => {
+                log_warn!("client {} (TCP): {why}; dropping it", c.id.0);
+                self.clients.stats.clients_dropped_identity += 1;
+                self.clients.kill(token);
+                None
             }
         }
     }
@@ -448,11 +521,9 @@ impl Host {
                 self.invoke(client, peer, request_id, inv, r.fd, services)
             }
             OneOfmsg::set_peer_identity(_) => {
-                // Only meaningful through a relay on TCP/vsock.
-                log_debug!(
-                    "client {}: ignoring SetPeerIdentity on a UNIX socket",
-                    client.0
-                );
+                // TCP identities were taken by `gate_identity`; on a UNIX
+                // socket the kernel's credentials stand.
+                log_debug!("client {}: SetPeerIdentity handled or ignored", client.0);
             }
             _ => {
                 self.clients.stats.unknown_requests += 1;
@@ -503,9 +574,11 @@ impl Host {
             self.clients.reply(&forced, Reply::fail());
             return;
         };
+        let remote = self.peer_machine(client).cloned();
         let call = Call {
             client,
             peer,
+            remote,
             service: ServiceId(service_id_untrusted as u32),
             method_id: method_id_untrusted as u32,
             method_name,
@@ -552,6 +625,37 @@ impl Host {
             }
         }
     }
+}
+
+impl Client {
+    fn effective_cred(&self) -> PeerCred {
+        self.identity.as_ref().map_or(self.cred, |(c, _)| *c)
+    }
+}
+
+/// Validates an untrusted SetPeerIdentity: a machine hint present (it is
+/// what tells machines apart), strings bounded.
+fn check_identity(
+    m: &crate::pb::protos::mod_IPCFrame::SetPeerIdentity,
+) -> Result<(PeerCred, RemoteMachine), &'static str> {
+    let hint_untrusted = m.machine_id_hint.clone().unwrap_or_default();
+    let name_untrusted = m.machine_name.clone().unwrap_or_default();
+    if hint_untrusted.is_empty() {
+        return Err("SetPeerIdentity without a machine_id_hint");
+    }
+    if hint_untrusted.len() > MAX_MACHINE_STRING || name_untrusted.len() > MAX_MACHINE_STRING {
+        return Err("SetPeerIdentity string too long");
+    }
+    let cred = PeerCred {
+        pid: m.pid.unwrap_or(0),
+        uid: m.uid.map_or(PeerCred::REMOTE.uid, |u| u as u32),
+        gid: PeerCred::REMOTE.gid,
+    };
+    let machine = RemoteMachine {
+        machine_id_hint: hint_untrusted,
+        machine_name: name_untrusted,
+    };
+    Ok((cred, machine))
 }
 
 impl Clients {

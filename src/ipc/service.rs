@@ -91,13 +91,25 @@ impl Reply {
     }
 }
 
+/// The machine a relayed peer says it runs on (from SetPeerIdentity).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteMachine {
+    /// Tells machines apart (upstream: derived from the boot id).
+    pub machine_id_hint: String,
+    /// Human-readable name, may be empty.
+    pub machine_name: String,
+}
+
 /// A validated method call.
 #[derive(Debug)]
 pub struct Call<'a> {
     /// The calling client.
     pub client: ClientId,
-    /// Its credentials (`SO_PEERCRED` at accept).
+    /// Its credentials (`SO_PEERCRED` at accept, or a relayed peer's
+    /// SetPeerIdentity).
     pub peer: PeerCred,
+    /// Set for a relayed (TCP) peer: no fds reach it.
+    pub remote: Option<RemoteMachine>,
     /// Which exposed service.
     pub service: ServiceId,
     /// Method id, 1..=N.
@@ -246,6 +258,7 @@ mod tests {
                 uid: 0,
                 gid: 0,
             },
+            remote: None,
             service,
             method_id: 2,
             method_name,

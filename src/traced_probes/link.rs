@@ -51,6 +51,11 @@ pub struct LinkState {
     service: Option<BoundService>,
     /// Calls dropped because the connection was gone or the send failed.
     pub send_failures: u64,
+    /// Under shared-memory emulation: our private SMB, whose chunks go
+    /// inline in CommitData.
+    pub emulated_smb: Option<crate::tracing::core::smb_abi::SmbAbi>,
+    /// Chunks that could not be sent inline (not Complete).
+    pub emulated_chunks_skipped: u64,
 }
 
 impl LinkState {
@@ -122,8 +127,16 @@ impl Link {
 impl ProducerTransport for Link {
     fn commit_data(&self, batch: CommitBatch) {
         // The reply is an empty ack; nothing waits on it.
-        self.lock()
-            .invoke(Method::CommitData, &wire::commit_data(&batch), true);
+        let mut link = self.lock();
+        let args = match &link.emulated_smb {
+            Some(smb) => {
+                let (args, skipped) = wire::commit_data_inline(&batch, smb);
+                link.emulated_chunks_skipped += skipped;
+                args
+            }
+            None => wire::commit_data(&batch),
+        };
+        link.invoke(Method::CommitData, &args, true);
     }
 
     fn register_trace_writer(&self, writer_id: WriterId, target_buffer: BufferId) {

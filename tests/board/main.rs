@@ -1,4 +1,4 @@
-//! Integration tests: board (install, sockets and users, example configs). One binary; each module was its own file.
+//! Integration tests: board. One binary; each module was its own file.
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -3,5 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod traced_relay_netns;
+mod traced_relay_tcp;
 mod traced_relay_wire_real;
 mod websocket_bridge;

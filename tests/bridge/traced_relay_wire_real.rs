@@ -65,14 +65,14 @@ fn start_real_traced(producer: &str, consumer: &str) -> Daemon {
 }
 
 /// IPC client over TCP (no fds cross this link).
-struct TcpIpc {
-    s: TcpStream,
+pub(crate) struct TcpIpc {
+    pub(crate) s: TcpStream,
     dec: FrameDecoder,
     next_id: u64,
 }
 
 impl TcpIpc {
-    fn connect(addr: &str, identity: Option<&PeerIdentity>) -> TcpIpc {
+    pub(crate) fn connect(addr: &str, identity: Option<&PeerIdentity>) -> TcpIpc {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         if let Some(id) = identity {
@@ -85,7 +85,7 @@ impl TcpIpc {
         }
     }
 
-    fn send(&mut self, msg: OneOfmsg) -> u64 {
+    pub(crate) fn send(&mut self, msg: OneOfmsg) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         let f = IPCFrame {
@@ -97,7 +97,7 @@ impl TcpIpc {
         id
     }
 
-    fn recv(&mut self, id: u64) -> IPCFrame {
+    pub(crate) fn recv(&mut self, id: u64) -> IPCFrame {
         loop {
             if let Some(f) = self.dec.next_frame().unwrap() {
                 if f.request_id == Some(id) {
@@ -112,7 +112,7 @@ impl TcpIpc {
         }
     }
 
-    fn bind(&mut self, service: &str) -> (u32, HashMap<String, u32>) {
+    pub(crate) fn bind(&mut self, service: &str) -> (u32, HashMap<String, u32>) {
         let id = self.send(OneOfmsg::msg_bind_service(BindService {
             service_name: Some(service.into()),
         }));
@@ -128,7 +128,12 @@ impl TcpIpc {
         (r.service_id.unwrap(), methods)
     }
 
-    fn call(&mut self, service: (u32, &HashMap<String, u32>), method: &str, args: &[u8]) -> bool {
+    pub(crate) fn call(
+        &mut self,
+        service: (u32, &HashMap<String, u32>),
+        method: &str,
+        args: &[u8],
+    ) -> bool {
         let id = self.send(OneOfmsg::msg_invoke_method(InvokeMethod {
             service_id: Some(service.0),
             method_id: Some(service.1[method]),
@@ -142,7 +147,7 @@ impl TcpIpc {
     }
 }
 
-fn register_producer(addr: &str, name: &str, identity: Option<&PeerIdentity>) -> TcpIpc {
+pub(crate) fn register_producer(addr: &str, name: &str, identity: Option<&PeerIdentity>) -> TcpIpc {
     let mut c = TcpIpc::connect(addr, identity);
     let (sid, methods) = c.bind("ProducerPort");
     let init = InitializeConnectionRequest {
@@ -153,7 +158,7 @@ fn register_producer(addr: &str, name: &str, identity: Option<&PeerIdentity>) ->
     c
 }
 
-fn free_tcp_port() -> u16 {
+pub(crate) fn free_tcp_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

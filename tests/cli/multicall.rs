@@ -3,7 +3,7 @@
 use std::os::unix::fs::symlink;
 use std::process::{Command, Output};
 
-const APPLETS: [&str; 7] = [
+const APPLETS: [&str; 8] = [
     "traced",
     "traced_probes",
     "traced_perf",
@@ -11,6 +11,7 @@ const APPLETS: [&str; 7] = [
     "report",
     "trigger_perfetto",
     "websocket_bridge",
+    "traced_relay",
 ];
 
 fn tracebox() -> Command {

@@ -50,19 +50,29 @@ impl Producer {
             self.stats.commands_ignored += 1;
             return crate::log_warn!("SetupTracing again on one connection; ignored");
         }
-        let Some(fd) = fd else {
-            self.stats.commands_ignored += 1;
-            return crate::log_error!("SetupTracing without a shared memory fd");
-        };
-        let shm = match Shm::attach(fd, AttachOptions::default()) {
-            Ok(s) => s,
-            Err(e) => return crate::log_error!("cannot map the shared memory buffer: {e}"),
+        let shm = match (fd, self.shmem_emulation) {
+            // Emulation: a private buffer; chunks leave inline in CommitData.
+            (_, true) => match Shm::create(wire::SMB_SIZE_HINT as usize) {
+                Ok(s) => s,
+                Err(e) => return crate::log_error!("cannot create the emulated buffer: {e}"),
+            },
+            (Some(fd), false) => match Shm::attach(fd, AttachOptions::default()) {
+                Ok(s) => s,
+                Err(e) => return crate::log_error!("cannot map the shared memory buffer: {e}"),
+            },
+            (None, false) => {
+                self.stats.commands_ignored += 1;
+                return crate::log_error!("SetupTracing without a shared memory fd");
+            }
         };
         let page_size = (page_size_kb as usize).saturating_mul(1024);
         let abi = match SmbAbi::new(shm.mem().clone(), page_size) {
             Ok(a) => a,
             Err(e) => return crate::log_error!("unusable shared memory buffer: {e}"),
         };
+        if self.shmem_emulation {
+            self.link.lock().emulated_smb = Some(abi.clone());
+        }
         let arbiter = Arbiter::new(abi, wire::arbiter_config(), Arc::new(self.link.clone()));
         arbiter.set_direct_smb_patching(self.direct_patching);
         self.arbiter = Some(arbiter);

@@ -84,6 +84,8 @@ pub struct Producer {
     reconnect_timer: Option<TimerId>,
     notified: bool,
     direct_patching: bool,
+    /// traced asked for chunks inline in CommitData (we are relayed).
+    shmem_emulation: bool,
     arbiter: Option<Arc<Arbiter>>,
     shm: Option<Shm>,
     instances: BTreeMap<u64, Instance>,
@@ -110,6 +112,7 @@ impl Producer {
             reconnect_timer: None,
             notified: false,
             direct_patching: false,
+            shmem_emulation: false,
             arbiter: None,
             shm: None,
             instances: BTreeMap::new(),
@@ -220,6 +223,7 @@ impl Producer {
                 return self.disconnect(ctl);
             }
             self.direct_patching = wire::direct_patching_supported(&r.payload);
+            self.shmem_emulation = wire::shmem_emulation(&r.payload);
         } else if id == self.requests.sync {
             self.connected = true;
             self.stats.connections += 1;
@@ -262,6 +266,8 @@ impl Producer {
         self.arbiter = None;
         self.shm = None;
         self.stashed_fd = None;
+        self.shmem_emulation = false;
+        self.link.lock().emulated_smb = None;
     }
 
     fn disconnect<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {

@@ -42,7 +42,8 @@ impl Services for ProducerPort<'_> {
         let core = &mut st.core;
         let reply = match request {
             ProducerPortCall::InitializeConnection(r) => {
-                initialize(st, client, call.peer.uid, call.peer.pid, r, call.fd)
+                let remote = call.remote.map(|m| m.machine_id_hint);
+                initialize(st, client, call.peer.uid, call.peer.pid, r, call.fd, remote)
             }
             ProducerPortCall::RegisterDataSource(r) => {
                 let res = core.register_data_source(
@@ -116,11 +117,17 @@ fn initialize(
     pid: i32,
     req: InitializeConnectionRequest,
     fd: Option<std::os::fd::OwnedFd>,
+    remote_machine: Option<String>,
 ) -> Reply {
+    // No fd reaches a relayed producer: chunks come inline.
+    let shmem_emulation = remote_machine.is_some();
     if st.producers.get(&client).is_some_and(|c| c.id.is_some()) {
         return Reply::fail(); // InitializeConnection only once
     }
-    let mut conn = ProducerConn::default();
+    let mut conn = ProducerConn {
+        shmem_emulation,
+        ..Default::default()
+    };
     let mut provided = None;
     if let (Some(fd), true) = (fd, req.producer_provided_shmem.unwrap_or(false)) {
         match Shm::attach(
@@ -152,6 +159,7 @@ fn initialize(
         page_size_hint_bytes: req.shared_memory_page_size_hint_bytes.unwrap_or(0) as u64,
         smb_scraping_enabled: req.smb_scraping_mode
             == Some(ProducerSMBScrapingMode::SMB_SCRAPING_ENABLED),
+        machine_id_hint: remote_machine,
     };
     match st.core.connect_producer(info, provided) {
         Ok(id) => {
@@ -161,6 +169,9 @@ fn initialize(
             let mut s = VecStream::new();
             put_varint(&mut s, 1, using_provided as u64);
             put_varint(&mut s, 2, 1); // direct_smb_patching_supported
+            if shmem_emulation {
+                put_varint(&mut s, 3, 1); // use_shmem_emulation
+            }
             Reply::ok(s.into_bytes())
         }
         Err(e) => {

@@ -26,6 +26,9 @@ pub struct ProducerConn {
     pub queued: Vec<ProducerCommand>,
     /// A producer-provided SMB (kept mapped for the connection's life).
     pub provided_smb: Option<Shm>,
+    /// A relayed producer: no fd reaches it, its chunks come inline in
+    /// CommitData (upstream's shared-memory emulation).
+    pub shmem_emulation: bool,
 }
 
 /// A consumer connection.
@@ -144,7 +147,10 @@ impl TracedState {
             return;
         };
         let mut reply = Reply::more(cmd.encode());
-        if let ProducerCommand::SetupTracing {
+        let emulated = conn.shmem_emulation;
+        if emulated {
+            // The producer keeps its own buffer; nothing to send.
+        } else if let ProducerCommand::SetupTracing {
             service_created_smb: true,
             ..
         } = cmd

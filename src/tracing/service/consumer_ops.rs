@@ -82,6 +82,7 @@ impl TracingService {
                     uid: Some(p.info.uid as i32),
                     pid: p.info.pid,
                     sdk_version: Some(p.info.sdk_version.clone()).filter(|v| !v.is_empty()),
+                    machine_id: Some(p.machine_id).filter(|&m| m != 0),
                     ..Default::default()
                 });
                 for d in p.data_sources.values() {

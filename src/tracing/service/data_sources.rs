@@ -156,6 +156,22 @@ impl TracingService {
             p.info.shm_size_hint_bytes,
             p.info.page_size_hint_bytes,
         );
+        if p.info.machine_id_hint.is_some() {
+            // Relayed: no memory can be shared; the producer keeps its own
+            // buffer and sends chunks inline, so only the page size goes.
+            if !p.setup_tracing_sent {
+                let p = self.producers.get_mut(&producer).expect("checked above");
+                p.setup_tracing_sent = true;
+                self.send_to_producer(
+                    producer,
+                    ProducerCommand::SetupTracing {
+                        page_size_kb: (page / 1024) as u32,
+                        service_created_smb: false,
+                    },
+                );
+            }
+            return true;
+        }
         let Some(mem) = self.env.create_smb(producer, size, page) else {
             return false;
         };

@@ -11,6 +11,8 @@ use super::types::{BufferId, ProducerInfo};
 #[derive(Debug)]
 pub struct Producer {
     pub info: ProducerInfo,
+    /// 0 on the host machine, else the id of its machine hint.
+    pub machine_id: u32,
     /// Registered data sources by name (a name registered twice keeps the
     /// latest descriptor).
     pub data_sources: BTreeMap<String, DataSourceDescriptor>,
@@ -32,6 +34,7 @@ impl Producer {
     pub fn new(info: ProducerInfo) -> Self {
         Producer {
             info,
+            machine_id: 0,
             data_sources: BTreeMap::new(),
             smb: None,
             smb_provided: false,
@@ -46,7 +49,7 @@ impl Producer {
         ClientIdentity {
             uid: self.info.uid,
             pid: self.info.pid,
-            machine_id: 0,
+            machine_id: self.machine_id,
         }
     }
 }

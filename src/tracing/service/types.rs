@@ -38,6 +38,9 @@ pub struct ProducerInfo {
     pub page_size_hint_bytes: u64,
     /// The producer asked for SMB scraping (see `scrape.rs`).
     pub smb_scraping_enabled: bool,
+    /// A relayed producer's machine (SetPeerIdentity's hint); `None` on
+    /// the host machine.
+    pub machine_id_hint: Option<String>,
 }
 
 /// An SMB the producer brought (InitializeConnection with an fd). The
