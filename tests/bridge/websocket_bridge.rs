@@ -594,5 +594,11 @@ fn a_client_that_stops_reading_is_dropped_without_stalling_others() {
         recorded_at < dropped_at,
         "the recording waited for the stalled client"
     );
+    // The log line travels through a pipe and a reader thread: give it a
+    // moment to arrive.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !bridge.log_has("client stopped reading") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(bridge.log_has("client stopped reading"));
 }
