@@ -8,7 +8,7 @@ echo "== setup"
 scripts/ensure-tracefs.sh
 scripts/setup-python.sh
 export TRACEBOX_PYTHON="$PWD/.venv/bin/python"
-# tests/report.rs compares `tracebox report --events` with `trace-cmd report`.
+# tests/report/report.rs compares `tracebox report --events` with `trace-cmd report`.
 command -v trace-cmd >/dev/null || { apt-get update -qq && apt-get install -y -qq trace-cmd >/dev/null; }
 
 echo "== build the real Perfetto peers (tests/sdk-interop: SDK producer/consumer, real traced)"

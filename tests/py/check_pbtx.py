@@ -7,7 +7,7 @@ checks that it equals our binary output decoded with the same type.
 
 Usage (same venv as check_schema.py):
   .venv/bin/python tests/py/check_pbtx.py [--bins DIR]
-With --bins, DIR already holds `<fixture>.bin` files (tests/py_crosscheck.rs
+With --bins, DIR already holds `<fixture>.bin` files (tests/schema/py_crosscheck.rs
 writes them); otherwise `cargo test` is run to produce them.
 """
 import os

@@ -2,7 +2,7 @@
 """Cross-checks tracebox's schemas against Perfetto's published descriptors.
 
 Our side: every message and enum in proto/ (parsed here), plus the JSON
-dump of the generated runtime schema table (tests/schema_json.rs), which
+dump of the generated runtime schema table (tests/schema/schema_json.rs), which
 must match proto/ exactly.
 Reference: the descriptors shipped in PyPI's `perfetto` package
 (perfetto.protos.perfetto.trace.perfetto_trace_pb2), which cover the trace
@@ -19,7 +19,7 @@ Usage:
   python3 -m venv .venv && .venv/bin/pip install perfetto protobuf
   .venv/bin/python tests/py/check_schema.py [--json schema.json]
       [--upstream-git /path/to/perfetto] [-v]
-Without --json the dump is produced with `cargo test --test schema_json`.
+Without --json the dump is produced with `cargo test --test schema schema_json`.
 """
 import argparse
 import json
@@ -44,7 +44,7 @@ def load_ours(path):
         fd, path = tempfile.mkstemp(suffix=".json")
         os.close(fd)
         env = dict(os.environ, TRACEBOX_SCHEMA_JSON=path)
-        subprocess.check_call(["cargo", "test", "-q", "--test", "schema_json"], cwd=ROOT, env=env,
+        subprocess.check_call(["cargo", "test", "-q", "--test", "schema", "schema_json"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL)
     with open(path) as f:
         return json.load(f)

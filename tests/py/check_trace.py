@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks a trace written by traced (tests/traced_session.rs) with PyPI
+"""Checks a trace written by traced (tests/service/session.rs) with PyPI
 perfetto's own TracePacket descriptors: the file parses as a Trace, the
 service packets come in the documented order, and every producer packet
 carries the trusted fields.
