@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 
-use super::ftrace::{Ev, Rec, CPU_FREQUENCY, GENERIC_BASE, MAX_CPUS, SCHED_SWITCH};
+use super::ftrace::{
+    Ev, Rec, CPU_FREQUENCY, GENERIC_BASE, MAX_CPUS, MAX_GENERIC_NAMES, SCHED_SWITCH,
+};
 use super::ftrace::{SCHED_WAKEUP, SCHED_WAKING};
 use crate::protozero::decimal::parse_decimal;
 use crate::protozero::decode::{read_varint, FieldIter};
@@ -131,10 +133,13 @@ pub struct Analysis {
 }
 
 /// Count slot of an event id; ids past the table share the last slot.
+/// The count slot of an event id. Generic events have at most
+/// `MAX_GENERIC_NAMES` slots; any other id (an untrusted field number)
+/// shares the last fixed slot, so no input can grow the table.
 fn slot(id: u32) -> usize {
-    match id {
-        id if id >= GENERIC_BASE => (ID_SLOTS + (id - GENERIC_BASE)) as usize,
-        id => id.min(ID_SLOTS - 1) as usize,
+    match id.checked_sub(GENERIC_BASE) {
+        Some(g) if (g as usize) < MAX_GENERIC_NAMES => ID_SLOTS as usize + g as usize,
+        _ => id.min(ID_SLOTS - 1) as usize,
     }
 }
 
@@ -415,6 +420,23 @@ impl Analysis {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn any_event_id_has_a_bounded_slot() {
+        let top = ID_SLOTS as usize + MAX_GENERIC_NAMES;
+        for id in [
+            0,
+            5,
+            ID_SLOTS,
+            GENERIC_BASE,
+            GENERIC_BASE + 3,
+            GENERIC_BASE + 5000,
+            u32::MAX,
+        ] {
+            assert!(slot(id) < top, "{id}");
+        }
+        assert_eq!(slot(GENERIC_BASE + 3), ID_SLOTS as usize + 3);
+    }
 
     fn rec(ts: u64, cpu: u32, ev: Ev) -> Rec {
         Rec {

@@ -14,7 +14,7 @@ pub const TASK_NEWTASK: u32 = 235;
 pub const TASK_RENAME: u32 = 236;
 /// Generic events get ids from here on, one per distinct name.
 pub const GENERIC_BASE: u32 = 1 << 20;
-const MAX_GENERIC_NAMES: usize = 1024;
+pub const MAX_GENERIC_NAMES: usize = 1024;
 /// Bundles of higher cpu numbers are counted as malformed.
 pub const MAX_CPUS: u32 = 4096;
 
