@@ -146,6 +146,11 @@ CFG
         echo "test-cross: ftrace instance $instance left behind" >&2
         exit 1
     fi
+    # Autostarted daemons exit by themselves once idle (slower under qemu).
+    for _ in $(seq 300); do
+        pgrep -f "$bin" >/dev/null || break
+        sleep 0.1
+    done
     if pgrep -f "$bin" >/dev/null; then
         echo "test-cross: processes of $bin left running:" >&2
         pgrep -af "$bin" >&2
