@@ -50,8 +50,11 @@ pub fn cpus_configured() -> Option<u32> {
 }
 
 /// USER_HZ: the unit of /proc's tick counters.
+// `c_long` is i32 on 32-bit targets (armv7, i686): the conversion is real there.
+#[allow(clippy::useless_conversion)]
 pub fn clock_ticks_per_second() -> Option<i64> {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()?
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    Some(i64::from(hz))
 }
 
 #[cfg(test)]
