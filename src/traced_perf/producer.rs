@@ -389,14 +389,9 @@ impl Handler for Producer {
                 return;
             }
         }
-        let mut events = Vec::new();
-        {
-            let mut link = self.link.lock();
-            if link.token() != Some(token) {
-                return;
-            }
-            link.on_io(ctl, ready, &mut events);
-        }
+        let Some(events) = self.link.events_for(ctl, token, ready) else {
+            return;
+        };
         for ev in events {
             match ev {
                 ClientEvent::Bound {

@@ -121,6 +121,24 @@ impl Link {
     pub fn lock(&self) -> MutexGuard<'_, LinkState> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The connection's events for an I/O readiness on `token`; `None`
+    /// if the token is not the connection's. The lock is released before
+    /// the caller handles them (handlers commit through the link).
+    pub fn events_for<M>(
+        &self,
+        ctl: &mut LoopCtl<'_, M>,
+        token: Token,
+        ready: Ready,
+    ) -> Option<Vec<ClientEvent>> {
+        let mut link = self.lock();
+        if link.token() != Some(token) {
+            return None;
+        }
+        let mut events = Vec::new();
+        link.on_io(ctl, ready, &mut events);
+        Some(events)
+    }
 }
 
 /// The arbiter's way out: IPC calls on the shared link.
