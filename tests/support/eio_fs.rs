@@ -223,6 +223,18 @@ pub struct EioMount {
     _session: fuser::BackgroundSession,
 }
 
+impl Drop for EioMount {
+    fn drop(&mut self) {
+        // Lazily, so that it goes even while a file on it is still open
+        // (a test that failed half way); the session's own unmount then
+        // finds nothing to do.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
 /// Mounts at `dir` (created) a file system where the bytes of a file past
 /// `room` cannot be written: a write is cut short there, the next one
 /// fails with EIO. `None` if this kernel has no
