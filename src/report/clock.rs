@@ -24,6 +24,10 @@ const MAX_SETS: usize = 64;
 const MAX_ROWS: usize = 1 << 16;
 const MAX_HOPS: usize = 4;
 
+/// One hop of a conversion: (clock set, column of the source clock,
+/// column of the next clock).
+type Path = Vec<(usize, usize, usize)>;
+
 /// A clock's unit and delta state.
 #[derive(Debug)]
 struct Domain {
@@ -41,7 +45,7 @@ pub struct Clocks {
     sets: Vec<(Vec<u64>, Vec<Vec<i64>>)>,
     domains: Vec<Domain>,
     /// Last path found per source clock: (set, from column, to column).
-    paths: Vec<(u64, Vec<(usize, usize, usize)>)>,
+    paths: Vec<(u64, Path)>,
     /// Timestamps with no path to the trace clock.
     pub failed: u64,
     pub over_limit: u64,
@@ -142,7 +146,7 @@ impl Clocks {
     }
 
     /// Shortest chain of clock sets from `src` to the trace clock.
-    fn path(&mut self, src: u64) -> Option<Vec<(usize, usize, usize)>> {
+    fn path(&mut self, src: u64) -> Option<Path> {
         if let Some(p) = self.paths.iter().find(|p| p.0 == src) {
             return Some(p.1.clone());
         }
@@ -160,7 +164,7 @@ impl Clocks {
                         if seen.contains(k) {
                             continue;
                         }
-                        let mut p: Vec<(usize, usize, usize)> = path.clone();
+                        let mut p: Path = path.clone();
                         p.push((si, from, to));
                         if *k == dst {
                             self.paths.push((src, p.clone()));
