@@ -10,6 +10,8 @@ Prints, one per line:
   sample PID TID MODE NAMES  (NAMES: function names root first, ';'-joined,
                               '?' for unnamed frames, '-' for no callstack)
   mapping PATH BUILDID_HEX   (each distinct mapping)
+  counts CPU TIMEBASE F1..   (samples with follower_counts: the group read)
+  stopped REASON             (PerfSample.producer_event.source_stop_reason)
 """
 import sys
 
@@ -52,6 +54,11 @@ def main(path):
         if s.HasField("kernel_records_lost"):
             print("lost", s.cpu, s.kernel_records_lost)
             continue
+        if s.HasField("producer_event"):
+            print("stopped", s.producer_event.source_stop_reason)
+            continue
+        if s.follower_counts:
+            print("counts", s.cpu, s.timebase_count, *s.follower_counts)
         if not p.sequence_flags & 2:
             print("error sample without SEQ_NEEDS_INCREMENTAL_STATE")
         st = seqs.get(seq_id)
