@@ -18,8 +18,8 @@ pub const MONOTONIC_RAW: u64 = 5;
 /// Key of the per-sequence ftrace clock (`global`/`local`), out of the
 /// 64..127 range a producer may use.
 const FTRACE_SEQ_CLOCK: u64 = 128;
-/// Distinct clock sets and snapshots kept (a trace has a handful of sets
-/// and one snapshot per read pass or flush).
+/// Distinct clock sets kept (a trace has a handful), and snapshots per set
+/// (one per read pass or flush).
 const MAX_SETS: usize = 64;
 const MAX_ROWS: usize = 1 << 16;
 const MAX_HOPS: usize = 4;
@@ -129,20 +129,29 @@ impl Clocks {
             return;
         }
         let keys: Vec<u64> = row.iter().map(|c| c.0).collect();
-        let rows: usize = self.sets.iter().map(|s| s.1.len()).sum();
+        let ts: Vec<i64> = row.iter().map(|c| c.1).collect();
         let at = match self.sets.iter().position(|s| s.0 == keys) {
-            Some(i) if rows < MAX_ROWS => i,
-            None if rows < MAX_ROWS && self.sets.len() < MAX_SETS => {
+            Some(i) => i,
+            None if self.sets.len() < MAX_SETS => {
                 self.sets.push((keys, Vec::new()));
                 self.paths.clear();
                 self.sets.len() - 1
             }
-            _ => {
+            None => {
                 self.over_limit += 1;
                 return;
             }
         };
-        self.sets[at].1.push(row.iter().map(|c| c.1).collect());
+        // Bundles of one read pass repeat its snapshot. A full series keeps
+        // its latest snapshot current instead of growing (the stream's
+        // timestamps only move forward, so older ones are rarely needed).
+        let rows = &mut self.sets[at].1;
+        let full = rows.len() >= MAX_ROWS;
+        match rows.last_mut() {
+            Some(last) if *last == ts => {}
+            Some(last) if full => *last = ts,
+            _ => rows.push(ts),
+        }
     }
 
     /// Shortest chain of clock sets from `src` to the trace clock.

@@ -29,6 +29,8 @@ const FTRACE_STATS: u32 = 34;
 const TRACE_STATS: u32 = 35;
 const SYSTEM_INFO: u32 = 45;
 const CPU_INFO: u32 = 67;
+/// traced_perf's samples: their loss and stop records feed the end line.
+const PERF_SAMPLE: u32 = 66;
 /// Fields every packet may carry besides its payload (timestamps,
 /// sequence, interning, loss flags); not counted as unknown.
 const COMMON: &[u32] = &[3, 41, 42, 79, 87, 98];
@@ -136,6 +138,8 @@ impl Meta {
                     self.kernel_loss.observe_packet(&[p]);
                     self.ftrace_stats(f.value);
                 }
+                // Kernel losses and guardrail stops, for the end line.
+                PERF_SAMPLE => self.kernel_loss.observe_packet(&[p]),
                 TRACE_STATS => match decode_checked::<TraceStats>(f.value) {
                     Ok(s) => self.stats = Some(s),
                     Err(_) => self.malformed_packets += 1,
@@ -339,7 +343,8 @@ impl Meta {
     pub fn stats_line(&self) -> Option<String> {
         let figures = status_line::figures(self.stats.as_ref()?);
         let lost = self.kernel_loss.events_lost().unwrap_or(0);
-        Some(status_line::summary(figures, lost))
+        let line = status_line::summary(figures, lost);
+        Some(self.kernel_loss.with_perf_loss(line))
     }
 
     /// A thread's name: the process tree's, else the sched comm.

@@ -389,6 +389,14 @@ fn the_daemon_memory_guardrail_stops_sampling_and_says_so() {
         "end line: {:?}",
         run.end_line
     );
+    // `tracebox report` repeats it from the trace alone.
+    let report = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .arg("report")
+        .arg(dir.join("trace.pb"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(report.contains("linux.perf STOPPED early 1x"), "{report}");
 }
 
 /// Software followers (task-clock, context-switches) read with each
