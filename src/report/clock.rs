@@ -73,6 +73,14 @@ impl Clocks {
         }
     }
 
+    /// The clock the trace's timestamps are put on (0: BOOTTIME).
+    pub fn set_trace_clock(&mut self, c: u64) {
+        if c != self.trace_clock {
+            self.trace_clock = c;
+            self.paths.clear();
+        }
+    }
+
     fn domain(&mut self, key: u64) -> &mut Domain {
         let i = match self.domains.iter().position(|d| d.key == key) {
             Some(i) => i,
@@ -114,7 +122,7 @@ impl Clocks {
                     }
                     row.push((k, ns));
                 }
-                2 => self.trace_clock = varint(f.value),
+                2 => self.set_trace_clock(varint(f.value)),
                 _ => {}
             }
         }
@@ -255,5 +263,9 @@ mod tests {
         c.add(vec![(key(7, 65), 0), (BOOTTIME, 3000)]);
         assert_eq!(c.convert(key(7, 65), 2), Some(5000));
         assert_eq!(c.convert(key(7, 65), 1), Some(6000));
+        // Another trace clock (ClockSnapshot.primary_trace_clock).
+        c.set_trace_clock(3);
+        assert_eq!(c.convert(BOOTTIME, 2100), Some(1500));
+        assert_eq!(c.convert(3, 7), Some(7));
     }
 }

@@ -31,8 +31,8 @@ const SYSTEM_INFO: u32 = 45;
 const CPU_INFO: u32 = 67;
 /// traced_perf's samples: their loss and stop records feed the end line.
 const PERF_SAMPLE: u32 = 66;
-/// Fields every packet may carry besides its payload (timestamps,
-/// sequence, interning, loss flags); not counted as unknown.
+/// Fields every packet may carry besides its payload (trusted uid and
+/// pid, loss and first-packet flags, machine id); not counted as unknown.
 const COMMON: &[u32] = &[3, 41, 42, 79, 87, 98];
 /// Payloads the report knows and does not use (process_stats, sys_stats,
 /// track_event, sync marker, trigger, service_event, uuid, ...).
@@ -128,7 +128,7 @@ impl Meta {
                             .and_then(|b| b.primary_trace_clock)
                             .map_or(0, |c| c as u64);
                         if self.clocks.trace_clock == 0 {
-                            self.clocks.trace_clock = primary;
+                            self.clocks.set_trace_clock(primary);
                         }
                         self.config = Some(c)
                     }
