@@ -131,7 +131,15 @@ impl Clocks {
 
     /// Adds one snapshot: clocks read at the same moment (ns).
     pub fn add(&mut self, mut row: Vec<(u64, i64)>) {
-        row.sort_unstable();
+        // Keys in order, each once (an insertion sort: a snapshot has a
+        // handful of clocks, and a sort instantiation costs binary size).
+        for i in 1..row.len() {
+            let mut j = i;
+            while j > 0 && row[j - 1].0 > row[j].0 {
+                row.swap(j - 1, j);
+                j -= 1;
+            }
+        }
         row.dedup_by_key(|c| c.0);
         if row.len() < 2 {
             return;

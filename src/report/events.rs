@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::ftrace::{event_name, Ev, Rec, NO_CPU};
+use super::meta::Task;
 use super::Walk;
 use crate::protozero::decode::{read_varint, FieldIter};
 use crate::traced_probes::ftrace::parse::table::{ProtoType, EVENTS};
@@ -25,7 +26,8 @@ pub struct Filter {
 pub struct Printer {
     running: Vec<i32>,
     prio: HashMap<i32, i32>,
-    comm: HashMap<i32, Box<str>>,
+    /// `Task.comm` only (the map type Meta has: no new instantiation).
+    comm: HashMap<i32, Task>,
     pub printed: u64,
 }
 
@@ -82,7 +84,7 @@ impl Printer {
     /// trace when no event named it yet).
     fn name(&self, tid: i32, w: &Walk) -> String {
         match self.comm.get(&tid) {
-            Some(n) => n.to_string(),
+            Some(t) => t.comm.clone(),
             None if tid < 0 => "<...>".into(),
             None => w.name(tid),
         }
@@ -92,7 +94,7 @@ impl Printer {
     pub fn line(&mut self, r: &Rec, w: &Walk, f: &Filter) -> Option<String> {
         if let Ev::Comm(name) = &r.ev {
             if self.comm.len() < super::meta::MAX_ENTRIES || self.comm.contains_key(&r.pid) {
-                self.comm.insert(r.pid, name.clone());
+                self.comm.entry(r.pid).or_default().comm = name.to_string();
             }
             return None;
         }

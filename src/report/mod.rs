@@ -100,20 +100,22 @@ fn take_packet(
     let mut recs = Vec::new();
     let (bundle, seq) = w.meta.packet(p, &mut recs);
     if let Some(b) = bundle {
-        let (meta, mut events) = (&mut w.meta, Vec::new());
-        let mut comm = |ts, tid, name: &[u8], renamed| meta.comm(ts, tid, name, renamed, &mut recs);
+        // Name changes first: at equal times they apply to the event.
+        let (meta, mut changes, mut events) = (&mut w.meta, Vec::new(), Vec::new());
+        let mut comm =
+            |ts, tid, name: &[u8], renamed| meta.comm(ts, tid, name, renamed, &mut changes);
         ftrace::decode_bundle(b, keep_raw, &mut w.bundles, &mut comm, &mut |r| {
             events.push(r)
         });
         let (clock, snap) = w.bundles.bundle_clock;
         let key = meta.clocks.ftrace(seq, clock, snap);
-        let ftrace = std::mem::take(&mut recs).into_iter().chain(events);
-        recs = ftrace
-            .filter_map(|mut r| {
-                r.ts = meta.clocks.convert(key, r.ts)?;
-                Some(r)
-            })
-            .collect();
+        changes.append(&mut events);
+        for mut r in changes {
+            if let Some(ts) = meta.clocks.convert(key, r.ts) {
+                r.ts = ts;
+                recs.push(r);
+            }
+        }
     }
     for r in recs {
         sorter.push(r, &mut |r| sink(&r, w));

@@ -1,23 +1,28 @@
 //! Per-sequence state of SDK producers: packet defaults (clock, track),
 //! interned event names, and which thread each track belongs to; and their
 //! TrackEvents as records. Reset with the sequence's incremental state.
+//! (Vecs and a `HashMap<u64, String>` the binary already has: every new
+//! map type costs binary size.)
 
 use std::collections::HashMap;
 
 use super::ftrace::{Ev, Rec, NO_CPU};
 use crate::protozero::decode::{read_varint, FieldIter};
 
-/// Entries kept (names, defaults, tracks); more are counted.
+/// Entries kept per table; more are counted. Sequences are searched
+/// linearly per packet and tracks kept sorted by insertion: both stay small.
 const MAX_ENTRIES: usize = 1 << 20;
-/// Keys of `vals`: (seq, DEFAULT_CLOCK), (seq, DEFAULT_TRACK), (TRACKS, uuid).
-const DEFAULT_CLOCK: u64 = u64::MAX;
-const DEFAULT_TRACK: u64 = u64::MAX - 1;
-const TRACKS: u32 = u32::MAX;
+const MAX_SEQS: usize = 1 << 12;
+const MAX_TRACKS: usize = 1 << 16;
 
 #[derive(Debug, Default)]
 pub struct Seqs {
-    names: HashMap<(u32, u64), Box<str>>,
-    vals: HashMap<(u32, u64), u64>,
+    /// Event names by `seq << 32 | iid` (iids past 32 bits are counted).
+    names: HashMap<u64, String>,
+    /// (sequence, default timestamp_clock_id, default track uuid).
+    defaults: Vec<(u32, u64, u64)>,
+    /// (track uuid, its thread or process), sorted.
+    tracks: Vec<(u64, i32)>,
     pub over_limit: u64,
 }
 
@@ -26,42 +31,40 @@ fn varint(v: &[u8]) -> u64 {
 }
 
 impl Seqs {
-    fn room(&mut self) -> bool {
-        let ok = self.names.len() + self.vals.len() < MAX_ENTRIES;
-        self.over_limit += !ok as u64;
-        ok
-    }
-
-    fn set(&mut self, k: (u32, u64), v: u64) {
-        if self.vals.contains_key(&k) || self.room() {
-            self.vals.insert(k, v);
-        }
-    }
-
     /// `SEQ_INCREMENTAL_STATE_CLEARED`: the sequence starts over.
     pub fn clear(&mut self, seq: u32) {
-        self.names.retain(|k, _| k.0 != seq);
-        self.vals.retain(|k, _| k.0 != seq);
+        self.names.retain(|k, _| (k >> 32) as u32 != seq);
+        self.defaults.retain(|d| d.0 != seq);
+    }
+
+    fn defaults_of(&self, seq: u32) -> (u64, u64) {
+        let d = self.defaults.iter().find(|d| d.0 == seq);
+        d.map_or((0, 0), |d| (d.1, d.2))
     }
 
     /// The sequence's default `timestamp_clock_id` (0: none).
     pub fn clock(&self, seq: u32) -> u64 {
-        self.vals.get(&(seq, DEFAULT_CLOCK)).copied().unwrap_or(0)
+        self.defaults_of(seq).0
     }
 
     /// `TracePacketDefaults`.
     pub fn defaults(&mut self, seq: u32, b: &[u8]) {
+        let (mut clock, mut track) = (0, 0);
         for f in FieldIter::new(b) {
             match f.number {
-                58 => self.set((seq, DEFAULT_CLOCK), varint(f.value)),
+                58 => clock = varint(f.value),
                 11 => {
                     let t = FieldIter::new(f.value).find(|g| g.number == 11);
-                    if let Some(t) = t {
-                        self.set((seq, DEFAULT_TRACK), varint(t.value));
-                    }
+                    track = t.map_or(0, |t| varint(t.value));
                 }
                 _ => {}
             }
+        }
+        self.defaults.retain(|d| d.0 != seq);
+        if self.defaults.len() < MAX_SEQS {
+            self.defaults.push((seq, clock, track));
+        } else {
+            self.over_limit += 1;
         }
     }
 
@@ -76,10 +79,13 @@ impl Seqs {
                     _ => {}
                 }
             }
-            if self.names.contains_key(&(seq, iid)) || self.room() {
-                let n = String::from_utf8_lossy(name).into();
-                self.names.insert((seq, iid), n);
+            let k = (seq as u64) << 32 | iid;
+            if iid >> 32 != 0 || (self.names.len() >= MAX_ENTRIES && !self.names.contains_key(&k)) {
+                self.over_limit += 1;
+                continue;
             }
+            self.names
+                .insert(k, String::from_utf8_lossy(name).into_owned());
         }
     }
 
@@ -93,13 +99,16 @@ impl Seqs {
                     let want = if f.number == 4 { 2 } else { 1 };
                     tid = FieldIter::new(f.value)
                         .find(|g| g.number == want)
-                        .map(|g| varint(g.value));
+                        .map(|g| varint(g.value) as i32);
                 }
                 _ => {}
             }
         }
-        if let Some(tid) = tid {
-            self.set((TRACKS, uuid), tid);
+        let Some(tid) = tid else { return };
+        match self.tracks.binary_search_by_key(&uuid, |t| t.0) {
+            Ok(i) => self.tracks[i].1 = tid,
+            Err(i) if self.tracks.len() < MAX_TRACKS => self.tracks.insert(i, (uuid, tid)),
+            Err(_) => self.over_limit += 1,
         }
     }
 
@@ -116,14 +125,18 @@ impl Seqs {
                 _ => {}
             }
         }
-        let uuid = uuid.or_else(|| self.vals.get(&(seq, DEFAULT_TRACK)).copied());
-        let tid = uuid.and_then(|u| self.vals.get(&(TRACKS, u)));
-        let name = name.or_else(|| self.names.get(&(seq, iid)).cloned());
+        let uuid = uuid.unwrap_or_else(|| self.defaults_of(seq).1);
+        let tid = self.tracks.binary_search_by_key(&uuid, |t| t.0);
+        let key = (iid >> 32 == 0).then_some((seq as u64) << 32 | iid);
+        let named = || {
+            key.and_then(|k| self.names.get(&k))
+                .map(|n| n.as_str().into())
+        };
         Rec {
             ts,
             cpu: NO_CPU,
-            pid: tid.map_or(-1, |t| *t as i32),
-            ev: Ev::Track(kind, name.unwrap_or_default()),
+            pid: tid.map_or(-1, |i| self.tracks[i].1),
+            ev: Ev::Track(kind, name.or_else(named).unwrap_or_default()),
         }
     }
 }

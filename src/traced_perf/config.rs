@@ -63,8 +63,11 @@ pub struct PerfConfig {
     /// Stop the source when the daemon's RssAnon + VmSwap exceeds this
     /// (0: no limit).
     pub max_daemon_memory_kb: u64,
-    /// Counters read with every sample (a perf group led by the timebase).
+    /// Counters read with every sample (a perf group led by the timebase),
+    /// and their FollowerEvent messages as the config carried them (for the
+    /// PerfSampleDefaults that name them).
     pub followers: Vec<Event>,
+    pub followers_raw: Vec<Vec<u8>>,
     /// tracebox: names of functions resolved on the device (default on).
     pub function_names: bool,
 }
@@ -195,6 +198,7 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
         max_enqueued_footprint_kb: DEFAULT_FOOTPRINT_KB,
         max_daemon_memory_kb: 0,
         followers: Vec::new(),
+        followers_raw: Vec::new(),
         function_names: true,
     };
     let mut legacy_freq = None;
@@ -251,6 +255,7 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
                 parse_event_fields(f.value, [1, 2, 3], &mut e)?;
                 let e = e.ok_or("a follower event names no counter, tracepoint or raw event")?;
                 push(&mut c.followers, e, "followers")?;
+                c.followers_raw.push(f.value.to_vec());
             }
             // Deprecated flat fields, still honoured as upstream does.
             1 => {}

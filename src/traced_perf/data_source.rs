@@ -190,13 +190,13 @@ impl PerfSource {
         };
         // Members of a group need the leader's clock (the kernel refuses
         // others) and read format.
-        let followers = cfg.followers.iter().map(|e| {
+        let mut followers = Vec::with_capacity(cfg.followers.len());
+        for e in &cfg.followers {
             let (mut a, name) = event_attr(e)?;
             a.set_clockid(CLOCK_BOOTTIME);
             a.set_read_format(sys::FORMAT_GROUP);
-            Ok::<_, String>((a, name))
-        });
-        let followers = followers.collect::<Result<Vec<_>, _>>()?;
+            followers.push((a, name));
+        }
         let mut rings = Vec::with_capacity(cpus.len());
         for cpu in cpus {
             let fd = sys::open_cpu(&attr, cpu, None).map_err(|e| open_error(&what, e))?;
@@ -388,6 +388,9 @@ impl PerfSource {
         if let Some((n, chosen)) = self.scope.shard {
             put_varint(&mut p, 2, n as u64);
             put_varint(&mut p, 3, chosen as u64);
+        }
+        for f in &self.cfg.followers_raw {
+            put_bytes(&mut p, 4, f);
         }
         end_nested(&mut p, psd);
         end_nested(&mut p, d);

@@ -430,6 +430,12 @@ fn follower_counters_are_read_with_every_sample() {
         .map(|l| l.split(' ').map(|v| v.parse().unwrap()).collect())
         .collect();
     assert!(n_samples > 100, "{n_samples} samples");
+    // The defaults name the followers for trace_processor (counter enums).
+    assert!(
+        run.lines.iter().any(|l| l == "followers 3 4"),
+        "{:?}",
+        &run.lines[..5]
+    );
     assert_eq!(counts.len(), n_samples, "a sample without follower counts");
     assert!(
         counts.iter().all(|c| c.len() == 4),

@@ -12,6 +12,7 @@ Prints, one per line:
   mapping PATH BUILDID_HEX   (each distinct mapping)
   counts CPU TIMEBASE F1..   (samples with follower_counts: the group read)
   stopped REASON             (PerfSample.producer_event.source_stop_reason)
+  followers COUNTER..        (PerfSampleDefaults.followers, once per sequence)
 """
 import sys
 
@@ -27,6 +28,9 @@ def main(path):
     mappings_seen = set()
     for p in trace.packet:
         seq_id = p.trusted_packet_sequence_id
+        fol = p.trace_packet_defaults.perf_sample_defaults.followers
+        if fol and seq_id not in seqs:
+            print("followers", *[f.counter for f in fol])
         if p.sequence_flags & 1 or p.incremental_state_cleared:
             seqs[seq_id] = {k: {} for k in ("names", "bids", "paths", "maps", "frames", "stacks")}
         if p.HasField("interned_data"):
