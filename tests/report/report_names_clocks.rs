@@ -35,18 +35,10 @@ fn py(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// A process renames itself twice (prctl PR_SET_NAME) between markers that
-/// carry its own reading of /proc/self/comm: each marker's line names the
-/// task as the kernel called it when it wrote the marker.
-#[test]
-fn events_name_tasks_as_they_were_called_then() {
-    let tmp = tempfile::tempdir().unwrap();
-    let instance = "tbx_report_rename";
-    let ev = r#"ftrace_events: "task/task_rename" ftrace_events: "ftrace/print"
-        ftrace_events: "sched/sched_switch""#;
-    let rec = start_recording(tmp.path(), instance, ev, false);
-    let marker = instance_dir(instance).join("trace_marker");
-    let script = format!(
+/// The renaming load: writes markers carrying its own /proc/self/comm to
+/// `marker`, renaming itself (prctl PR_SET_NAME) twice in between.
+fn rename_script(marker: &Path) -> String {
+    format!(
         "import ctypes\n\
          f = open('{}', 'w')\n\
          comm = lambda: open('/proc/self/comm').read().strip()\n\
@@ -54,8 +46,37 @@ fn events_name_tasks_as_they_were_called_then() {
          \x20   if n: ctypes.CDLL(None).prctl(15, n, 0, 0, 0)\n\
          \x20   f.write('tbxname %d %s' % (i, comm())); f.flush()\n",
         marker.display()
-    );
-    py(&["-c", &script]);
+    )
+}
+
+/// (oldcomm, newcomm) of the task_rename lines of a dump that rename to
+/// the load's names.
+fn renames(dump: &str) -> Vec<String> {
+    let lines = dump.lines().filter(|l| l.contains(" task_rename: "));
+    let fields = lines.filter_map(|l| {
+        let old = l.split(" oldcomm=").nth(1)?.split(' ').next()?;
+        let new = l.split(" newcomm=").nth(1)?.split(' ').next()?;
+        new.starts_with("tbx").then(|| format!("{old}->{new}"))
+    });
+    fields.collect()
+}
+
+/// A process renames itself twice (prctl PR_SET_NAME) between markers that
+/// carry its own reading of /proc/self/comm: each marker's line names the
+/// task as the kernel called it when it wrote the marker. trace-cmd records
+/// the same renames (its task column shows the final name on every line,
+/// so only the task_rename fields compare).
+#[test]
+fn events_name_tasks_as_they_were_called_then() {
+    let tmp = tempfile::tempdir().unwrap();
+    let instance = "tbx_report_rename";
+    let ev = r#"ftrace_events: "task/task_rename" ftrace_events: "ftrace/print"
+        ftrace_events: "sched/sched_switch""#;
+    let rec = start_recording(tmp.path(), instance, ev, false);
+    py(&[
+        "-c",
+        &rename_script(&instance_dir(instance).join("trace_marker")),
+    ]);
     let trace = stop_recording(rec, tmp.path());
     let dump = report_ok(&["--events", trace.to_str().unwrap()]);
     let mut names = Vec::new();
@@ -68,7 +89,44 @@ fn events_name_tasks_as_they_were_called_then() {
     }
     assert_eq!(&names[1..], ["tbxrenamed", "tbxagain"]);
     assert_ne!(names[0], "tbxagain");
-    assert!(dump.contains("task_rename:"), "{dump}");
+    let ours = renames(&dump);
+    assert_eq!(
+        ours,
+        [
+            format!("{}->tbxrenamed", names[0]),
+            "tbxrenamed->tbxagain".into()
+        ]
+    );
+
+    let tc_instance = "tbx_report_rename_tc";
+    let _ = std::fs::remove_dir(instance_dir(tc_instance));
+    let dat = tmp.path().join("t.dat");
+    let script = tmp.path().join("rename.py");
+    std::fs::write(
+        &script,
+        rename_script(&instance_dir(tc_instance).join("trace_marker")),
+    )
+    .unwrap();
+    // trace-cmd exits 1 after recording here (see the dump test); the data
+    // is written.
+    Command::new("trace-cmd")
+        .args(["record", "-d", "--no-filter", "-B", tc_instance])
+        .args(["-e", "task:task_rename", "-o"])
+        .arg(&dat)
+        .arg(python().unwrap())
+        .arg(&script)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("trace-cmd is not installed (scripts/test.sh installs it)");
+    let _ = std::fs::remove_dir(instance_dir(tc_instance));
+    let tc = Command::new("trace-cmd")
+        .arg("report")
+        .arg("-i")
+        .arg(&dat)
+        .output();
+    let tc = String::from_utf8_lossy(&tc.unwrap().stdout).into_owned();
+    assert_eq!(renames(&tc), ours, "trace-cmd:\n{tc}");
 }
 
 /// SDK events stamped on a sequence's own clock (microseconds, declared by
