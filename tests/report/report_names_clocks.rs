@@ -184,3 +184,47 @@ fn sdk_events_on_other_clocks_line_up_with_ftrace() {
         "{summary}"
     );
 }
+
+fn boottime_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// ftrace on its `mono_raw` clock (here about 250 ms off BOOTTIME): the
+/// markers come out at the BOOTTIME the writer read around each write,
+/// converted through the service's ClockSnapshots (within 1 ms, for the
+/// two clocks' rate difference over the recording).
+#[test]
+fn mono_raw_ftrace_events_come_out_on_boottime() {
+    let tmp = tempfile::tempdir().unwrap();
+    let instance = "tbx_report_monoraw";
+    let ev = r#"ftrace_events: "ftrace/print" ftrace_events: "sched/sched_waking"
+        use_monotonic_raw_clock: true"#;
+    let rec = start_recording(tmp.path(), instance, ev, false);
+    let mut marker = std::fs::OpenOptions::new()
+        .write(true)
+        .open(instance_dir(instance).join("trace_marker"))
+        .unwrap();
+    let mut around = Vec::new();
+    for i in 0..5 {
+        let before = boottime_ns();
+        std::io::Write::write_all(&mut marker, format!("tbxraw {i}").as_bytes()).unwrap();
+        around.push((before, boottime_ns()));
+    }
+    drop(marker);
+    let trace = stop_recording(rec, tmp.path());
+    let t = trace.to_str().unwrap();
+    let dump = report_ok(&["--events", t]);
+    for (i, (before, after)) in around.iter().enumerate() {
+        let (_, at) = task_and_time(&dump, &format!("tbxraw {i}"));
+        let (s, us) = at.split_once('.').unwrap();
+        let ns = s.parse::<u64>().unwrap() * 1_000_000_000 + us.parse::<u64>().unwrap() * 1000;
+        assert!(
+            ns + 1_000_000 >= *before && ns <= after + 1_000_000,
+            "marker {i} at {at}, written between {} and {}",
+            micros(*before),
+            micros(*after)
+        );
+    }
+    assert!(report_ok(&[t]).contains("clock boot (ftrace clock mono_raw)"));
+}
