@@ -105,6 +105,20 @@ impl Instance {
         self.try_mark(text).unwrap();
     }
 
+    /// Retries while tracing is off (EBADF), as while the data source sets
+    /// the instance up.
+    fn mark_retrying(&self, text: &str) {
+        for _ in 0..500 {
+            match self.try_mark(text) {
+                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                r => return r.unwrap(),
+            }
+        }
+        panic!("tracing stayed off in {}", self.0.display());
+    }
+
     /// Fails (EBADF) once the session stopped the instance.
     fn try_mark(&self, text: &str) -> std::io::Result<()> {
         use std::io::Write;
@@ -192,10 +206,11 @@ fn a_producer_killed_mid_trace_keeps_its_data_and_is_named() {
         read_trim(instance_dir(name).join("tracing_on")) == "1"
     });
     // A new instance traces from its creation, before the data source
-    // started (which clears it): markers go over a second, then a second
-    // passes for traced_probes to read them all.
+    // started (which clears it, with tracing off for a moment: a marker
+    // written then fails with EBADF and is written again): markers go over
+    // a second, then a second passes for traced_probes to read them all.
     for i in 0..50 {
-        inst.mark(&format!("tbx-kill {i:02}"));
+        inst.mark_retrying(&format!("tbx-kill {i:02}"));
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(1000));
