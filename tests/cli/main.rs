@@ -10,6 +10,7 @@ mod flags;
 mod kernel_loss;
 mod multicall;
 mod permissions;
+mod rotation;
 mod session;
 mod signals;
 mod snapshots;
