@@ -5,6 +5,7 @@ mod support;
 
 mod clone;
 mod compression;
+mod crash;
 mod faults;
 mod flags;
 mod kernel_loss;
