@@ -27,6 +27,13 @@ pub const METHOD: &str = "RotateOutputFile";
 /// session's flush timeout, then drains its buffers into the old file).
 const CUT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How traced refuses a cut because the session ended meanwhile.
+const SESSION_ENDED: [&str; 3] = [
+    "no longer writing",
+    "stopped before the rotation",
+    "destroyed while rotating",
+];
+
 pub struct Rotation {
     plan: RotatePlan,
     base: String,
@@ -137,10 +144,14 @@ impl Rotation {
             .is_some_and(|max| self.current.metadata().is_ok_and(|m| m.len() >= max));
         if old || full {
             if let Err(e) = self.cut(port) {
-                eprintln!(
-                    "Rotation stopped, the trace goes on in {}: {e}",
-                    self.current_name()
-                );
+                // A session that just ended (duration, trigger) is not a
+                // failure: its last file is complete.
+                if !SESSION_ENDED.iter().any(|w| e.contains(w)) {
+                    eprintln!(
+                        "Rotation stopped, the trace goes on in {}: {e}",
+                        self.current_name()
+                    );
+                }
                 self.failed = Some(e);
             }
         }

@@ -72,6 +72,8 @@ mod service_tests_faults;
 #[cfg(test)]
 mod service_tests_filter;
 #[cfg(test)]
+mod service_tests_rotate;
+#[cfg(test)]
 mod service_tests_timing;
 #[cfg(test)]
 mod test_env;
