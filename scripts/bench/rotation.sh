@@ -5,8 +5,9 @@
 #   scripts/bench/rotation.sh [MARKERS] [ROTATE_SIZE]   (default 300000 1mb)
 # Prints, per mode: CPU (user+sys) of traced + traced_probes + the client
 # per marker event, the files and bytes per event, and for rotation the
-# bytes each file spends on its own header (trace config, clock snapshots,
-# system info, process tree, trace stats and other service packets).
+# bytes each file spends on its own header (trace config, first clock
+# snapshot, system info, uuid, sync markers, the full process tree scan and
+# the trace stats).
 # Uses target/release/tracebox (else target/debug), private sockets and a
 # private tracefs instance per mode; reads the traces with perfetto_trace_pb2.
 set -euo pipefail
@@ -31,16 +32,23 @@ def cpu_s(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / tick
 
-HEADER = ("trace_config", "clock_snapshot", "system_info", "process_tree",
-          "trace_stats", "synchronization_marker", "trace_uuid", "service_event")
+# What each file starts (or ends) with on its own: the service's header
+# packets, the full process tree scan (on-demand dumps of a few new pids
+# are not header) and the trace stats.
+HEADER = ("trace_config", "system_info", "trace_stats",
+          "synchronization_marker", "trace_uuid")
 
 def read(files):
     markers = header = total = 0
     for name in files:
         t = pb.Trace(); t.ParseFromString(open(name, "rb").read())
+        clocks = 0
         for p in t.packet:
-            if any(p.HasField(h) for h in HEADER):
-                header += p.ByteSize() + 2
+            full_scan = p.HasField("process_tree") and len(p.process_tree.processes) >= 20
+            first_clock = p.HasField("clock_snapshot") and clocks == 0
+            clocks += p.HasField("clock_snapshot")
+            if full_scan or first_clock or any(p.HasField(h) for h in HEADER):
+                header += p.ByteSize() + 3
             for e in p.ftrace_events.event:
                 markers += e.HasField("print") and e.print.buf.startswith("tbx rot ")
         total += os.path.getsize(name)
@@ -105,6 +113,10 @@ for tag, r in (("plain", plain), ("rotate", rot)):
           f"{r['total'] / max(r['markers'], 1):.2f} B/event, "
           f"header {r['header'] / r['files']:.0f} B/file")
 print(f"cpu_ratio (rotate/plain, per event): {rot['cpu'] / max(rot['markers'], 1) / (plain['cpu'] / max(plain['markers'], 1)):.2f}")
+cuts = rot['files'] - 1
+if cuts:
+    extra = rot['cpu'] / max(rot['markers'], 1) * plain['markers'] - plain['cpu']
+    print(f"extra CPU per cut (same number of events): {extra * 1e3 / cuts:.1f} ms")
 print(f"size_ratio (rotate/plain, per event): {rot['total'] / max(rot['markers'], 1) / (plain['total'] / max(plain['markers'], 1)):.3f}")
 print(f"header overhead per rotated file: {rot['header'] / rot['files']:.0f} B "
       f"= {100 * rot['header'] / rot['total']:.2f} % of the rotated bytes")
