@@ -14,6 +14,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::kernel_loss::KernelLoss;
 use super::options::Output;
 use super::output;
 use super::rotate_plan::RotatePlan;
@@ -50,6 +51,9 @@ pub struct Rotation {
     /// Why rotation stopped (the trace goes on in the current file).
     pub failed: Option<String>,
     pub removed: u64,
+    /// The kernel's loss counters read from the first file before
+    /// `--rotate-keep` removed it (it holds ftrace's start-of-trace stats).
+    pub kernel: KernelLoss,
 }
 
 pub fn file_name(base: &str, index: u64) -> String {
@@ -109,6 +113,7 @@ impl Rotation {
             next_size_check: now + size_check,
             failed: None,
             removed: 0,
+            kernel: KernelLoss::default(),
         };
         r.relink()?;
         Ok((r, first))
@@ -210,6 +215,13 @@ impl Rotation {
         };
         while self.kept.len() > keep as usize {
             let oldest = self.kept.pop_front().expect("longer than keep >= 1");
+            if oldest == 0 {
+                // Read once: without its start stats the end line could
+                // not tell what the kernel lost.
+                if let Ok(f) = File::open(file_name(&self.base, 0)) {
+                    let _ = self.kernel.scan_file(&f);
+                }
+            }
             match std::fs::remove_file(file_name(&self.base, oldest)) {
                 Ok(()) => self.removed += 1,
                 Err(e) => eprintln!("Could not remove {}: {e}", file_name(&self.base, oldest)),

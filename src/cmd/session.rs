@@ -328,9 +328,10 @@ pub fn wait_and_collect(
         }
     }
     if let Some(r) = rotation {
-        // Every file, oldest first: the kernel's losses are read from the
-        // ftrace_stats the files carry.
-        let mut kernel = KernelLoss::default();
+        // Every file, oldest first (and the first one, if removed, as read
+        // before): the kernel's losses are read from the ftrace_stats the
+        // files carry.
+        let mut kernel = std::mem::take(&mut r.kernel);
         let mut size = 0;
         for name in r.files() {
             if let Ok(f) = File::open(&name) {

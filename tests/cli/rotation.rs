@@ -52,6 +52,7 @@ fn rotate_keep_leaves_only_the_newest_files() {
         .unwrap();
     assert!(last >= 3, "too few cuts to prove anything: {log}");
     assert!(log.contains("older removed by --rotate-keep"), "{log}");
+    assert!(log.contains("Trace stats: nothing lost"), "{log}");
     // The survivors still open on their own.
     check_files(&files, "tbx-rotk");
 }
