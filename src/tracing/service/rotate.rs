@@ -31,6 +31,14 @@ impl TracingService {
         if s.state != SessionState::Started || s.file_closed {
             return Err("The session is no longer writing its file".into());
         }
+        // One at a time: each parks a file descriptor in the adapter.
+        let rotating = self
+            .flushes
+            .values()
+            .any(|f| f.session == sid && matches!(f.origin, FlushOrigin::Rotate { .. }));
+        if rotating {
+            return Err("A rotation of this session is already in progress".into());
+        }
         let timeout = s.flush_timeout_ms();
         let flags = flush_flags::REASON_PERIODIC | flush_flags::INITIATOR_TRACED;
         let origin = FlushOrigin::Rotate { consumer, token };

@@ -53,6 +53,8 @@ fn rotation_moves_on_to_the_new_file_with_its_own_header() {
     h.commit_packets(p, 1, buf, &[test_packet(1, 0), test_packet(2, 0)]);
 
     h.svc.rotate_file(h.now, c, 5).unwrap();
+    let e = h.svc.rotate_file(h.now, c, 6).unwrap_err();
+    assert!(e.contains("already in progress"), "{e}");
     let flush_id = cmds_for(&h.outputs(), p)
         .into_iter()
         .find_map(|c| match c {
