@@ -69,7 +69,7 @@ impl DataSource for ProcessStatsSource {
         self.writer.flush();
     }
 
-    fn clear_incremental_state(&mut self) {
+    fn clear_incremental_state(&mut self, _env: &mut Env<'_>) {
         self.poller.clear_incremental_state();
         // A rotated-in file (or a reader joining at a clear) gets the
         // whole tree again, not only the processes that show up later.
