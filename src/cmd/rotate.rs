@@ -89,6 +89,10 @@ impl Rotation {
         };
         if !no_clobber {
             remove_numbered(path);
+        } else if std::fs::symlink_metadata(path).is_ok() {
+            return Err(format!(
+                "Failed to open {path}: it already exists (--no-clobber)"
+            ));
         }
         let first = output::open(&Output::File {
             path: file_name(path, 0),
@@ -288,6 +292,64 @@ fn remove_numbered(path: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rotation_in(dir: &Path, keep: Option<u32>) -> Rotation {
+        let base = dir.join("t").to_string_lossy().into_owned();
+        let now = Instant::now();
+        Rotation {
+            plan: RotatePlan {
+                max_bytes: Some(1 << 20),
+                period_ms: None,
+                keep,
+            },
+            no_clobber: false,
+            index: 0,
+            current: File::create(file_name(&base, 0)).unwrap(),
+            base,
+            kept: VecDeque::from([0]),
+            file_started: now,
+            size_check: Duration::from_secs(1),
+            next_size_check: now,
+            failed: None,
+            removed: 0,
+            kernel: KernelLoss::default(),
+        }
+    }
+
+    #[test]
+    fn keep_n_removes_the_oldest_and_the_link_follows() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = rotation_in(dir.path(), Some(2));
+        for next in 1..=4 {
+            File::create(file_name(&r.base, next)).unwrap();
+            r.index = next;
+            r.kept.push_back(next);
+            r.relink().unwrap();
+            r.remove_beyond_keep();
+        }
+        assert_eq!(r.files(), [file_name(&r.base, 3), file_name(&r.base, 4)]);
+        assert_eq!(r.removed, 3);
+        assert!(!Path::new(&file_name(&r.base, 2)).exists());
+        let link = std::fs::read_link(&r.base).unwrap();
+        assert_eq!(link, Path::new("t.004"));
+    }
+
+    #[test]
+    fn an_earlier_runs_numbered_files_go_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["t.000", "t.1234", "t.0x", "tt.001", "t.pftrace", "t"] {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        remove_numbered(&dir.path().join("t").to_string_lossy());
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        // Only numbered files and a link go here (a regular file at the
+        // link's path is replaced by the link, as -o truncates a file).
+        assert_eq!(left, ["t", "t.0x", "t.pftrace", "tt.001"]);
+    }
 
     #[test]
     fn numbered_names() {
