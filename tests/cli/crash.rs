@@ -31,6 +31,9 @@ fn a_trace_killed_mid_flood_reads_up_to_the_last_write() {
     if r.is_err() {
         dump(dir);
     }
+    // Nobody is left to take the killed traced_probes' instance down.
+    let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
+    let _ = std::fs::remove_dir(instance_dir(instance));
     r.unwrap_or_else(|e| std::panic::resume_unwind(e));
 }
 
