@@ -90,6 +90,9 @@ fn run(instance: &str, prefix: &str, rotate: &[&str]) -> (tempfile::TempDir, Vec
     if r.is_err() {
         dump(dir);
     }
+    // Its 8 MB per CPU go back to the kernel.
+    let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
+    let _ = std::fs::remove_dir(instance_dir(instance));
     let (files, log) = r.unwrap_or_else(|e| std::panic::resume_unwind(e));
     (tmp, files, log)
 }
