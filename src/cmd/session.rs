@@ -305,7 +305,10 @@ pub fn wait_and_collect(
             // The session ran and its file is cut at the last whole packet.
             eprintln!("Service error: {e}");
             let mut kernel = KernelLoss::default();
-            if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
+            if let Some(r) = rotation {
+                kernel = rotated_files(r).0;
+                r.report();
+            } else if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
                 let _ = kernel.scan_file(&f);
             }
             print_summary(port, &kernel, plan, None, true);
@@ -328,20 +331,8 @@ pub fn wait_and_collect(
         }
     }
     if let Some(r) = rotation {
-        // Every file, oldest first (and the first one, if removed, as read
-        // before): the kernel's losses are read from the ftrace_stats the
-        // files carry.
-        let mut kernel = std::mem::take(&mut r.kernel);
-        let mut size = 0;
-        for name in r.files() {
-            if let Ok(f) = File::open(&name) {
-                size += f.metadata().map_or(0, |m| m.len());
-                if let Err(e) = kernel.scan_file(&f) {
-                    eprintln!("Could not read {name} back for its ftrace stats: {e}");
-                }
-            }
-        }
-        print_summary(port, &kernel, plan, Some(size));
+        let (kernel, size) = rotated_files(r);
+        print_summary(port, &kernel, plan, Some(size), false);
         r.report();
         return 0;
     }
@@ -418,6 +409,23 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss
         .finish()
         .map_err(|e| format!("Failed to write packets: {e}"))?;
     Ok((bytes, packets, kernel))
+}
+
+/// The kernel's losses read from the ftrace_stats of every rotated file,
+/// oldest first (the first one as read before `--rotate-keep` removed
+/// it), and their total size.
+fn rotated_files(r: &mut Rotation) -> (KernelLoss, u64) {
+    let mut kernel = std::mem::take(&mut r.kernel);
+    let mut size = 0;
+    for name in r.files() {
+        if let Ok(f) = File::open(&name) {
+            size += f.metadata().map_or(0, |m| m.len());
+            if let Err(e) = kernel.scan_file(&f) {
+                eprintln!("Could not read {name} back for its ftrace stats: {e}");
+            }
+        }
+    }
+    (kernel, size)
 }
 
 /// The session's totals and losses (GetTraceStats, waiting at most 2 s).
