@@ -21,7 +21,12 @@ const BATCH: u64 = 200;
 
 #[test]
 fn rotation_by_size_loses_and_repeats_nothing() {
-    let (_dir, files, log) = run("tbx_cli_rot_size", "tbx-rots", &["--rotate-size", "64kb"]);
+    let (_dir, files, log) = run(
+        "tbx_cli_rot_size",
+        "tbx-rots",
+        &["--rotate-size", "64kb"],
+        "",
+    );
     assert!(files.len() >= 3, "only {} files: {log}", files.len());
     check_union(&files, "tbx-rots");
     assert!(log.contains("Trace stats: nothing lost"), "{log}");
@@ -29,9 +34,24 @@ fn rotation_by_size_loses_and_repeats_nothing() {
 
 #[test]
 fn rotation_by_time_loses_and_repeats_nothing() {
-    let (_dir, files, log) = run("tbx_cli_rot_time", "tbx-rott", &["--rotate-time", "1s"]);
+    let (_dir, files, log) = run("tbx_cli_rot_time", "tbx-rott", &["--rotate-time", "1s"], "");
     assert!(files.len() >= 2, "only {} files: {log}", files.len());
     check_union(&files, "tbx-rott");
+    assert!(log.contains("Trace stats: nothing lost"), "{log}");
+}
+
+#[test]
+fn rotation_of_a_deflate_trace_loses_and_repeats_nothing() {
+    let (_dir, files, log) = run(
+        "tbx_cli_rot_zip",
+        "tbx-rotz",
+        &["--rotate-time", "1s"],
+        "compression_type: COMPRESSION_TYPE_DEFLATE",
+    );
+    assert!(files.len() >= 2, "only {} files: {log}", files.len());
+    for f in check_union(&files, "tbx-rotz") {
+        assert!(f["zipped"] > 0, "{f:?}");
+    }
     assert!(log.contains("Trace stats: nothing lost"), "{log}");
 }
 
@@ -41,6 +61,7 @@ fn rotate_keep_leaves_only_the_newest_files() {
         "tbx_cli_rot_keep",
         "tbx-rotk",
         &["--rotate-size", "64kb", "--rotate-keep", "2"],
+        "",
     );
     assert_eq!(files.len(), 2, "{log}");
     let last: u64 = files[1]
@@ -82,11 +103,16 @@ fn a_perfetto_traced_is_refused_clearly() {
 /// Runs a flood under rotation; returns the directory (dropping it removes
 /// the files), the numbered files left, oldest first, and the client's
 /// stderr.
-fn run(instance: &str, prefix: &str, rotate: &[&str]) -> (tempfile::TempDir, Vec<PathBuf>, String) {
+fn run(
+    instance: &str,
+    prefix: &str,
+    rotate: &[&str],
+    extra_config: &str,
+) -> (tempfile::TempDir, Vec<PathBuf>, String) {
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let r = std::panic::catch_unwind(|| flood(dir, instance, prefix, rotate));
+    let r = std::panic::catch_unwind(|| flood(dir, instance, prefix, rotate, extra_config));
     if r.is_err() {
         dump(dir);
     }
@@ -97,7 +123,13 @@ fn run(instance: &str, prefix: &str, rotate: &[&str]) -> (tempfile::TempDir, Vec
     (tmp, files, log)
 }
 
-fn flood(dir: &Path, instance: &str, prefix: &str, rotate: &[&str]) -> (Vec<PathBuf>, String) {
+fn flood(
+    dir: &Path,
+    instance: &str,
+    prefix: &str,
+    rotate: &[&str],
+    extra_config: &str,
+) -> (Vec<PathBuf>, String) {
     let daemons = start_our_daemons(dir);
     let cfg = dir.join("config.txt");
     std::fs::write(
@@ -114,6 +146,7 @@ data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
     drain_period_ms: 100 }} }} }}
 data_sources {{ config {{ name: "linux.process_stats"
     process_stats_config {{ scan_all_processes_on_start: true }} }} }}
+{extra_config}
 "#
         ),
     )
@@ -186,8 +219,11 @@ fn numbered(dir: &Path) -> Vec<PathBuf> {
     v.into_iter().map(|(_, p)| p).collect()
 }
 
-/// Per-file counts and the union line of tests/py/check_rotation.py.
-fn check_files(files: &[PathBuf], prefix: &str) -> BTreeMap<String, u64> {
+type Counts = BTreeMap<String, u64>;
+
+/// The union line and the per-file counts of tests/py/check_rotation.py,
+/// each file checked for its own header.
+fn check_files(files: &[PathBuf], prefix: &str) -> (Counts, Vec<Counts>) {
     let out = Command::new(python())
         .arg(Path::new(ROOT).join("tests/py/check_rotation.py"))
         .arg(prefix)
@@ -202,6 +238,7 @@ fn check_files(files: &[PathBuf], prefix: &str) -> BTreeMap<String, u64> {
     );
     eprintln!("{text}");
     let mut union = BTreeMap::new();
+    let mut per_file = Vec::new();
     for line in text.lines() {
         let fields: BTreeMap<String, u64> = line
             .split_whitespace()
@@ -219,12 +256,13 @@ fn check_files(files: &[PathBuf], prefix: &str) -> BTreeMap<String, u64> {
         }
         assert_eq!(fields["config"], 1, "{line}");
         assert_eq!(fields["sysinfo"], 1, "{line}");
+        per_file.push(fields);
     }
-    union
+    (union, per_file)
 }
 
-fn check_union(files: &[PathBuf], prefix: &str) {
-    let u = check_files(files, prefix);
+fn check_union(files: &[PathBuf], prefix: &str) -> Vec<Counts> {
+    let (u, per_file) = check_files(files, prefix);
     assert_eq!(u["dups"], 0, "{u:?}");
     assert_eq!(u["gaps"], 0, "{u:?}");
     assert_eq!(
@@ -232,4 +270,5 @@ fn check_union(files: &[PathBuf], prefix: &str) {
         (0, MARKERS - 1, MARKERS),
         "{u:?}"
     );
+    per_file
 }

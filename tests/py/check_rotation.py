@@ -2,15 +2,28 @@
 """Checks rotated trace files with Perfetto's official descriptors.
 
 Usage: check_rotation.py PREFIX FILE...
-For each file prints one line of counts: trace_config, clock_snapshot,
+For each file (deflate compressed_packets opened) prints one line of counts: trace_config, clock_snapshot,
 system_info packets, processes in process_tree packets, sched_switch events
-(compact or not), and markers (ftrace print buffers "PREFIX NNNNNN").
+(compact or not), markers (ftrace print buffers "PREFIX NNNNNN") and
+compressed_packets.
 Then: union=N dups=D gaps=G lo=L hi=H over all files (a marker number in
 two files is a duplicate; a number missing between lo and hi is a gap).
 Exit status 1 if a file does not parse.
 """
 import sys
+import zlib
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+
+def expand(packets):
+    """The packets, with deflate compressed_packets opened in place."""
+    for p in packets:
+        if p.HasField("compressed_packets"):
+            inner = pb.Trace()
+            inner.ParseFromString(zlib.decompress(p.compressed_packets))
+            yield from expand(inner.packet)
+        else:
+            yield p
 
 
 def main():
@@ -21,8 +34,9 @@ def main():
         t = pb.Trace()
         with open(name, "rb") as f:
             t.ParseFromString(f.read())
-        c = dict(config=0, clocks=0, sysinfo=0, procs=0, sched=0, markers=0)
-        for p in t.packet:
+        c = dict(config=0, clocks=0, sysinfo=0, procs=0, sched=0, markers=0,
+                 zipped=sum(p.HasField("compressed_packets") for p in t.packet))
+        for p in expand(t.packet):
             if p.HasField("trace_config"):
                 c["config"] += 1
             if p.HasField("clock_snapshot"):
