@@ -28,6 +28,10 @@ pub const METHOD: &str = "RotateOutputFile";
 /// session's flush timeout, then drains its buffers into the old file).
 const CUT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How traced refuses a cut before the session started (its
+/// `rotate::NOT_STARTED`).
+const NOT_STARTED: &str = "has not started yet";
+
 /// How traced refuses a cut because the session ended meanwhile.
 const SESSION_ENDED: [&str; 3] = [
     "no longer writing",
@@ -152,18 +156,26 @@ impl Rotation {
             .max_bytes
             .is_some_and(|max| self.current.metadata().is_ok_and(|m| m.len() >= max));
         if old || full {
-            if let Err(e) = self.cut(port) {
-                // A session that just ended (duration, trigger) is not a
-                // failure: its last file is complete.
-                if !SESSION_ENDED.iter().any(|w| e.contains(w)) {
-                    eprintln!(
-                        "Rotation stopped, the trace goes on in {}: {e}",
-                        self.current_name()
-                    );
-                }
-                self.failed = Some(e);
+            match self.cut(port) {
+                Ok(()) => {}
+                // Nothing to cut yet (deferred start, START_TRACING
+                // trigger): the file's age counts from now.
+                Err(e) if e.contains(NOT_STARTED) => self.file_started = Instant::now(),
+                Err(e) => self.stop_rotating(e),
             }
         }
+    }
+
+    fn stop_rotating(&mut self, e: String) {
+        // A session that just ended (duration, trigger) is not a failure:
+        // its last file is complete.
+        if !SESSION_ENDED.iter().any(|w| e.contains(w)) {
+            eprintln!(
+                "Rotation stopped, the trace goes on in {}: {e}",
+                self.current_name()
+            );
+        }
+        self.failed = Some(e);
     }
 
     fn cut(&mut self, port: &mut Port) -> Result<(), String> {

@@ -11,6 +11,11 @@ use super::service::TracingService;
 use super::session::SessionState;
 use super::types::*;
 
+/// Why a cut is refused before the session started (deferred start, or a
+/// START_TRACING trigger not yet hit): the client (`cmd/rotate.rs`) tries
+/// again later.
+const NOT_STARTED: &str = "The session has not started yet";
+
 impl TracingService {
     /// Starts a rotation: a flush, then [`Self::finish_rotate`]. Answered
     /// with [`Output::RotateResult`]; the adapter holds the new file under
@@ -27,6 +32,9 @@ impl TracingService {
         let s = &self.sessions[&sid];
         if !s.write_into_file {
             return Err("Rotation needs a write_into_file session".into());
+        }
+        if s.state == SessionState::Configured {
+            return Err(NOT_STARTED.into());
         }
         if s.state != SessionState::Started || s.file_closed {
             return Err("The session is no longer writing its file".into());

@@ -131,4 +131,12 @@ fn rotation_is_refused_without_a_streamed_file() {
     h.enable(c, &basic_config("ds", 64)).unwrap();
     let e = h.svc.rotate_file(h.now, c, 1).unwrap_err();
     assert!(e.contains("write_into_file"), "{e}");
+    // Before the start there is nothing to cut; the client tries later.
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.write_into_file = Some(true);
+    cfg.deferred_start = Some(true);
+    h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let e = h.svc.rotate_file(h.now, c, 2).unwrap_err();
+    assert!(e.contains("has not started yet"), "{e}");
 }
