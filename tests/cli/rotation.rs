@@ -55,6 +55,26 @@ fn rotation_of_a_deflate_trace_loses_and_repeats_nothing() {
     assert!(log.contains("Trace stats: nothing lost"), "{log}");
 }
 
+const START_TRIGGER: Option<&str> = Some("tbx_rot_go");
+const START_TRIGGER_CONFIG: &str = r#"trigger_config {
+    trigger_mode: START_TRACING
+    trigger_timeout_ms: 120000
+    triggers { name: "tbx_rot_go" stop_delay_ms: 120000 }
+}"#;
+
+#[test]
+fn rotation_by_time_waits_for_a_start_trigger() {
+    let (_dir, files, log) = run(
+        "tbx_cli_rot_trig",
+        "tbx-rotg",
+        &["--rotate-time", "1s"],
+        START_TRIGGER_CONFIG,
+    );
+    assert!(files.len() >= 2, "only {} files: {log}", files.len());
+    assert!(!log.contains("Rotation stopped"), "{log}");
+    check_union(&files, "tbx-rotg");
+}
+
 #[test]
 fn rotate_keep_leaves_only_the_newest_files() {
     let (_dir, files, log) = run(
@@ -156,6 +176,17 @@ data_sources {{ config {{ name: "linux.process_stats"
         .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
         .spawn()
         .unwrap();
+    if let Some(name) = START_TRIGGER.filter(|_| extra_config.contains(START_TRIGGER_CONFIG)) {
+        // The client's age timer runs out twice before the start: those
+        // cuts are refused (not started yet) and rotation goes on after.
+        std::thread::sleep(Duration::from_millis(2500));
+        let t = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .args(["trigger_perfetto", name])
+            .env("PERFETTO_PRODUCER_SOCK_NAME", &daemons.socks.producer)
+            .output()
+            .unwrap();
+        assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    }
     let idir = instance_dir(instance);
     let started = format!("started on \"{instance}\"");
     wait_until(Duration::from_secs(30), "ftrace start", || {
