@@ -55,7 +55,7 @@ fn rotation_of_a_deflate_trace_loses_and_repeats_nothing() {
     assert!(log.contains("Trace stats: nothing lost"), "{log}");
 }
 
-const START_TRIGGER: Option<&str> = Some("tbx_rot_go");
+const START_TRIGGER: &str = "tbx_rot_go";
 const START_TRIGGER_CONFIG: &str = r#"trigger_config {
     trigger_mode: START_TRACING
     trigger_timeout_ms: 120000
@@ -176,12 +176,12 @@ data_sources {{ config {{ name: "linux.process_stats"
         .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
         .spawn()
         .unwrap();
-    if let Some(name) = START_TRIGGER.filter(|_| extra_config.contains(START_TRIGGER_CONFIG)) {
+    if extra_config == START_TRIGGER_CONFIG {
         // The client's age timer runs out twice before the start: those
         // cuts are refused (not started yet) and rotation goes on after.
         std::thread::sleep(Duration::from_millis(2500));
         let t = Command::new(env!("CARGO_BIN_EXE_tracebox"))
-            .args(["trigger_perfetto", name])
+            .args(["trigger_perfetto", START_TRIGGER])
             .env("PERFETTO_PRODUCER_SOCK_NAME", &daemons.socks.producer)
             .output()
             .unwrap();
