@@ -4,7 +4,7 @@
 use super::{parse_args, Via};
 use crate::base::sock_addr::SockAddr;
 use crate::ipc::default_sockets::producer_socket_name;
-use crate::traced_relay::{forward, machine};
+use crate::traced_relay::{forward, machine, relay_port};
 use argh::FromArgs;
 
 /// Listens on the producer socket (PERFETTO_PRODUCER_SOCK_NAME or the
@@ -45,6 +45,10 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         hint,
         name: machine::machine_name(),
     };
+    {
+        let (central, me) = (central.clone(), me.clone());
+        std::thread::spawn(move || relay_port::run(&central, &me));
+    }
     match forward::run(&listen, &central, me) {
         Ok(()) => 0,
         Err(e) => {

@@ -221,7 +221,9 @@ fn relayed_producer_commits_inline_chunks() {
 
     let (mut cons, cport) = connect(&consumer, "ConsumerPort");
     let mut req = tracebox::protozero::VecStream::new();
-    tracebox::protozero::put_bytes(&mut req, 1, &crate::support::traced::trace_config());
+    // trace_all_machines (43): remote data sources start only when asked.
+    let config = crate::support::traced::trace_config_with(4096, &[0xd8, 0x02, 0x01]);
+    tracebox::protozero::put_bytes(&mut req, 1, &config);
     let enable = cons
         .start_invoke(&cport, "EnableTracing", req.as_bytes(), None)
         .unwrap();
@@ -315,6 +317,7 @@ fn traced_probes_through_the_relay_records() {
     let mut tc = VecStream::new();
     put_bytes(&mut tc, 1, buf.as_bytes());
     put_bytes(&mut tc, 2, ds.as_bytes());
+    put_varint(&mut tc, 43, 1); // trace_all_machines
     let mut req = VecStream::new();
     put_bytes(&mut req, 1, tc.as_bytes());
     let (mut cons, cport) = connect(&consumer, "ConsumerPort");
@@ -400,6 +403,7 @@ fn sdk_producer_through_the_relay_records() {
     let mut tc = VecStream::new();
     put_bytes(&mut tc, 1, buf.as_bytes());
     put_bytes(&mut tc, 2, ds.as_bytes());
+    put_varint(&mut tc, 43, 1); // trace_all_machines
     let mut req = VecStream::new();
     put_bytes(&mut req, 1, tc.as_bytes());
     let (mut cons, cport) = connect(&consumer, "ConsumerPort");

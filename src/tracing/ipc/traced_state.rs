@@ -56,6 +56,8 @@ pub struct TracedState {
     clone_errors: BTreeMap<RequestToken, String>,
     /// ReadBuffers streams in progress, fed as the consumer drains them.
     pub pending_reads: Vec<PendingRead>,
+    /// RelayPort's id on the producer host, when exposed.
+    pub relay_service: Option<crate::ipc::host::ServiceId>,
 }
 
 /// A ReadBuffers being streamed to a consumer.
@@ -115,6 +117,7 @@ impl TracedState {
             clone_files: BTreeMap::new(),
             clone_errors: BTreeMap::new(),
             pending_reads: Vec::new(),
+            relay_service: None,
         }
     }
 

@@ -46,6 +46,7 @@ mod enable;
 pub mod faults;
 mod filter_sink;
 mod flush;
+pub mod machines;
 pub mod name_matcher;
 pub mod producer;
 pub mod read_frames;
@@ -69,6 +70,8 @@ mod service_tests_acl;
 mod service_tests_faults;
 #[cfg(test)]
 mod service_tests_filter;
+#[cfg(test)]
+mod service_tests_machines;
 #[cfg(test)]
 mod service_tests_timing;
 #[cfg(test)]

@@ -87,6 +87,8 @@ pub struct ReadState {
     pub file_backlog: bool,
     /// What the session asked for and did not get.
     pub faults: super::faults::Faults,
+    /// What was written about remote machines.
+    pub machines_seen: super::machines::MachinesSeen,
 }
 
 #[derive(Debug, Default, Clone, Copy)]

@@ -41,6 +41,8 @@ pub struct ProducerInfo {
     /// A relayed producer's machine (SetPeerIdentity's hint); `None` on
     /// the host machine.
     pub machine_id_hint: Option<String>,
+    /// A relayed producer's machine name (SetPeerIdentity's).
+    pub machine_name: String,
 }
 
 /// An SMB the producer brought (InitializeConnection with an fd). The
