@@ -60,6 +60,8 @@ pub struct TraceFaults {
     pub not_started: Vec<String>,
     pub refused: Vec<String>,
     pub ignored_fields: Vec<String>,
+    /// Relay connections traced dropped for their identity frame.
+    pub relay_drops: u64,
     pub tracing_started_ts: Option<u64>,
     /// `trigger` packets in the trace.
     pub triggers: u64,
@@ -146,6 +148,10 @@ impl TraceFaults {
                 (field::CONFIG_FIELDS_IGNORED, 2) => {
                     push_unique(&mut self.ignored_fields, text(f.value));
                 }
+                (field::RELAY_CONNECTIONS_DROPPED, 0) => {
+                    let n = read_varint(f.value).map_or(0, |v| v.0);
+                    self.relay_drops = self.relay_drops.saturating_add(n);
+                }
                 _ => {}
             }
         }
@@ -205,6 +211,13 @@ impl TraceFaults {
         }
         for f in &self.ignored_fields {
             out.push(format!("config fields traced does not honour: {f}"));
+        }
+        if self.relay_drops > 0 {
+            out.push(format!(
+                "{} relay connections dropped for a missing, repeated or invalid \
+                 SetPeerIdentity (nothing they sent was recorded)",
+                self.relay_drops
+            ));
         }
         out
     }

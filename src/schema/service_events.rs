@@ -13,6 +13,9 @@ pub mod field {
     pub const DATA_SOURCES_NOT_OFFERED: u32 = 1002;
     pub const DATA_SOURCES_NOT_SET_UP: u32 = 1003;
     pub const CONFIG_FIELDS_IGNORED: u32 = 1004;
+    /// Relay (TCP/vsock) connections traced dropped during the session
+    /// for a missing, repeated or invalid SetPeerIdentity (varint count).
+    pub const RELAY_CONNECTIONS_DROPPED: u32 = 1005;
 }
 
 /// One `(producer, data source)` of a `DataSources` event.

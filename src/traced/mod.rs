@@ -66,6 +66,8 @@ struct TracedApp {
     /// The loop timer armed for the core's next deadline.
     timer: Option<(u64, TimerId)>,
     idle_exit: Option<IdleExit>,
+    /// The producer host's `clients_dropped_identity` already reported.
+    identity_drops: u64,
 }
 
 impl TracedApp {
@@ -134,6 +136,13 @@ impl Handler for TracedApp {
         if self.producer_host.owns(token) {
             self.producer_host
                 .on_io(ctl, token, ready, &mut ProducerPort(&mut self.state));
+            let dropped = self.producer_host.stats().clients_dropped_identity;
+            if dropped > self.identity_drops {
+                let n = dropped - self.identity_drops;
+                self.identity_drops = dropped;
+                let now = TracedState::now();
+                self.state.core.note_relay_connections_dropped(now, n);
+            }
         } else if self.consumer_host.owns(token) {
             self.consumer_host
                 .on_io(ctl, token, ready, &mut ConsumerPort(&mut self.state));
@@ -245,6 +254,7 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
         state: TracedState::new(uid),
         timer: None,
         idle_exit: None,
+        identity_drops: 0,
     };
     app.state.relay_service = relay_service;
     if opts.exit_when_idle {

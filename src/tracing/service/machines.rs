@@ -69,6 +69,23 @@ impl Machines {
 }
 
 impl TracingService {
+    /// The IPC host dropped `n` more relay connections for their identity
+    /// frame; every running session names them (nothing they sent was
+    /// recorded).
+    pub fn note_relay_connections_dropped(&mut self, now: u64, n: u64) {
+        use crate::schema::service_events::field::RELAY_CONNECTIONS_DROPPED;
+        self.relay_drops += n;
+        for s in self.sessions.values_mut().filter(|s| s.is_active()) {
+            let delta = self.relay_drops - s.read.relay_drops_seen;
+            if delta > 0 {
+                s.read.relay_drops_seen = self.relay_drops;
+                let mut e = VecStream::new();
+                put_varint(&mut e, RELAY_CONNECTIONS_DROPPED, delta);
+                s.read.faults.pending.push((now, e.into_bytes()));
+            }
+        }
+    }
+
     /// The machine id of a relayed peer (see [`Machines::id_for`]).
     pub fn machine_id_for(&mut self, hint: &str, name: &str) -> Result<u32, String> {
         self.machines.id_for(hint, name)

@@ -51,6 +51,8 @@ pub struct TracingService {
     next_instance_id: DataSourceInstanceId,
     pub(super) next_flush_id: FlushRequestId,
     pub(super) producers_seen: u64,
+    /// Relay connections dropped for their identity frame, ever.
+    pub(super) relay_drops: u64,
     /// Relayed machines (ids 1..), their system info and clock syncs.
     pub(super) machines: super::machines::Machines,
     /// TraceConfig.lockdown_mode: only producers of the service's uid.
@@ -84,6 +86,7 @@ impl TracingService {
             next_flush_id: 1,
             producers_seen: 0,
             machines: Default::default(),
+            relay_drops: 0,
             lockdown: false,
             chunks_discarded: 0,
             patches_discarded: 0,
