@@ -1,5 +1,6 @@
 //! `traced_relay`: local producers' socket on a remote machine, forwarded
-//! to the central traced at PERFETTO_RELAY_SOCK_NAME (`HOST:PORT`).
+//! to the central traced at PERFETTO_RELAY_SOCK_NAME (`HOST:PORT` or
+//! `vsock://CID:PORT`), plus its RelayPort connection (system info, clocks).
 
 use super::{parse_args, Via};
 use crate::base::sock_addr::SockAddr;
@@ -9,7 +10,9 @@ use argh::FromArgs;
 
 /// Listens on the producer socket (PERFETTO_PRODUCER_SOCK_NAME or the
 /// default) and forwards every producer to the central traced named by
-/// PERFETTO_RELAY_SOCK_NAME (HOST:PORT). The link has no authentication:
+/// PERFETTO_RELAY_SOCK_NAME (HOST:PORT or vsock://CID:PORT), and sends this
+/// machine's system info and clock readings on its own connection (RelayPort).
+/// The link has no authentication:
 /// keep it on a private network (vsock, VPN, ssh tunnel).
 #[derive(FromArgs, Debug)]
 struct RelayArgs {}

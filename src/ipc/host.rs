@@ -377,7 +377,7 @@ impl Host {
         self.clients.stats.clients_accepted += 1;
         *self.clients_per_uid.entry(cred.uid).or_default() += 1;
         self.clients.by_id.insert(id, token);
-        let tcp = stream.is_tcp();
+        let tcp = stream.is_network();
         self.clients.by_token.insert(
             token,
             Client {
