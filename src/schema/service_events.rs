@@ -16,6 +16,10 @@ pub mod field {
     /// Relay (TCP/vsock) connections traced dropped during the session
     /// for a missing, repeated or invalid SetPeerIdentity (varint count).
     pub const RELAY_CONNECTIONS_DROPPED: u32 = 1005;
+    /// Chunks of a producer under shared-memory emulation that never
+    /// reached traced (gaps in a writer's chunk ids): `{ producer (1),
+    /// count (2) }`.
+    pub const CHUNKS_NEVER_ARRIVED: u32 = 1006;
 }
 
 /// One `(producer, data source)` of a `DataSources` event.

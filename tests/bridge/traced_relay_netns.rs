@@ -412,7 +412,8 @@ duration_ms: 120000
         .unwrap_or("");
     assert!(
         line.contains("producer perfetto.traced_probes on machine board-b disconnected")
-            && line.contains("s into the trace"),
+            && line.contains("s into the trace")
+            && !line.contains("never reached traced"),
         "{err}"
     );
 }

@@ -429,6 +429,14 @@ fn sdk_producer_through_the_relay_records() {
         })
         .count();
     assert!(on_machine_1 >= 200, "{on_machine_1} packets on machine 1");
+    // The SDK's emulated chunks came in id order: no gap was reported
+    // (TracingServiceEvent 69, chunks_never_arrived 1006).
+    let gaps = packets.iter().any(|p| {
+        FieldIter::new(p)
+            .filter(|f| f.number == 69)
+            .any(|f| FieldIter::new(f.value).any(|g| g.number == 1006))
+    });
+    assert!(!gaps, "a chunk gap was reported for the SDK producer");
 }
 
 #[test]

@@ -132,15 +132,7 @@ impl TracingService {
             .map(|(id, _)| *id)
             .collect();
         // A relayed producer is named with its machine.
-        let machine = self
-            .producers
-            .get(&producer)
-            .filter(|p| p.machine_id != 0)
-            .map(|p| match p.info.machine_name.as_str() {
-                "" => format!(" on machine {}", p.machine_id),
-                name => format!(" on machine {name}"),
-            })
-            .unwrap_or_default();
+        let label = self.producers.get(&producer).map(|p| p.label());
         for sid in sids {
             self.scrape_producer_smb(sid, producer, true);
             let Some(s) = self.sessions.get_mut(&sid) else {
@@ -153,7 +145,12 @@ impl TracingService {
                 .instances
                 .iter()
                 .filter(|i| i.producer == producer && i.state != InstanceState::Stopped)
-                .map(|i| (format!("{}{machine}", i.producer_name), i.name.clone()))
+                .map(|i| {
+                    (
+                        label.clone().unwrap_or(i.producer_name.clone()),
+                        i.name.clone(),
+                    )
+                })
                 .collect();
             if !lost.is_empty() {
                 let e = data_sources_event(field::PRODUCER_DISCONNECTED, &lost);

@@ -7,6 +7,7 @@ use crate::pb::protos::*;
 
 use super::test_env::*;
 use super::types::*;
+use crate::protozero::decode::decode_message;
 
 fn remote(h: &mut H, name: &str, hint: &str, machine: &str) -> ProducerId {
     let info = ProducerInfo {
@@ -109,4 +110,72 @@ fn machines_system_info_and_clock_syncs_are_written_with_their_ids() {
     let got = machine_packets(&h.read(c));
     assert_eq!(got.len(), 1);
     assert!(matches!(got[0].data, OneOfdata::remote_clock_sync(_)));
+}
+
+/// An inline (emulated) chunk: header (id, writer, one packet) + fragment.
+fn inline_chunk(buffer: u32, writer: u16, chunk_id: u32) -> mod_CommitDataRequest::ChunksToMove {
+    let mut data = chunk_id.to_le_bytes().to_vec();
+    data.extend_from_slice(&writer.to_le_bytes());
+    data.extend_from_slice(&1u16.to_le_bytes());
+    data.extend_from_slice(&fragment(&test_packet(u64::from(chunk_id), 0)));
+    mod_CommitDataRequest::ChunksToMove {
+        target_buffer: Some(buffer),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn chunks_an_emulating_producer_never_sent_are_named() {
+    let mut h = H::new();
+    let b = remote(&mut h, "probes", "boot-b", "board-b");
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.trace_all_machines = Some(true);
+    h.enable(c, &cfg).unwrap();
+    let outs = h.outputs();
+    let config = cmds_for(&outs, b)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::SetupDataSource { config, .. } => Some(config),
+            _ => None,
+        })
+        .unwrap();
+    let buffer = decode_message::<DataSourceConfig>(&config)
+        .unwrap()
+        .target_buffer
+        .unwrap();
+    // Ids 0, 1, 4: 2 and 3 never came; a rewrite (4) or a late one (2)
+    // adds nothing.
+    for id in [0, 1, 4, 4, 2] {
+        let req = CommitDataRequest {
+            chunks_to_move: vec![inline_chunk(buffer, 1, id)],
+            ..Default::default()
+        };
+        h.svc.commit_data(h.now, b, &req);
+    }
+    h.svc.disable_tracing(h.now, c).unwrap();
+    let mut faults = crate::cmd::trace_faults::TraceFaults::default();
+    for p in h.read(c) {
+        let d = decode_packet(&p);
+        if let OneOfdata::service_event(_) = d.data {
+            let event = crate::protozero::decode::FieldIter::new(&p)
+                .find(|f| f.number == 69)
+                .unwrap();
+            faults.observe_service_event(d.timestamp.unwrap_or(0), event.value);
+        }
+    }
+    assert_eq!(
+        faults.never_arrived,
+        [("probes on machine board-b".into(), 2)]
+    );
+    let phrases = faults.phrases();
+    assert!(
+        phrases.contains(
+            &"2 chunks of producer probes on machine board-b never reached traced \
+              (it could not send them inline)"
+                .to_string()
+        ),
+        "{phrases:?}"
+    );
 }
