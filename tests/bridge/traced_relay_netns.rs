@@ -313,6 +313,15 @@ fn two_namespaces_one_trace_with_machine_ids() {
     let text = String::from_utf8_lossy(&check.stdout).to_string()
         + &String::from_utf8_lossy(&check.stderr);
     assert!(check.status.success(), "{text}");
+    // The on-board reader names B's system info and knows its clock sync.
+    let report = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .arg("report")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(report.contains("machine_id=1 sysname="), "{report}");
+    assert!(!report.contains("unknown_packets"), "{report}");
 
     // Without trace_all_machines only the host's data sources start; a
     // machine_name_filter picks machines by name.
