@@ -419,6 +419,7 @@ duration_ms: 120000
         .lines()
         .find(|l| l.contains("Trace stats:"))
         .unwrap_or("");
+    eprintln!("{line}");
     assert!(
         line.contains("producer perfetto.traced_probes on machine board-b disconnected")
             && line.contains("s into the trace")
