@@ -272,7 +272,7 @@ pub fn wait_and_collect(
             if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
                 let _ = kernel.scan_file(&f);
             }
-            print_summary(port, &kernel, plan, None);
+            print_summary(port, &kernel, plan, None, true);
             return 1;
         }
         Ok(EnableTracingResponse { error: Some(e), .. }) if !e.is_empty() => {
@@ -301,17 +301,17 @@ pub fn wait_and_collect(
                 eprintln!("Could not read the trace back for its ftrace stats: {e}");
             }
         }
-        print_summary(port, &kernel, plan, size);
+        print_summary(port, &kernel, plan, size, false);
         eprintln!("Trace written into the output file");
         return 0;
     }
     let Some(file) = out_file else {
-        print_summary(port, &KernelLoss::default(), plan, None);
+        print_summary(port, &KernelLoss::default(), plan, None, false);
         return 0;
     };
     match read_buffers(port, file) {
         Ok((bytes, _packets, kernel)) => {
-            print_summary(port, &kernel, plan, Some(bytes));
+            print_summary(port, &kernel, plan, Some(bytes), false);
             let _ = port.start("FreeBuffers", &FreeBuffersRequest::default(), None);
             match &plan.output {
                 Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
@@ -378,8 +378,23 @@ fn session_figures(port: &mut Port) -> Option<status_line::Figures> {
 /// One line on stderr with the session's losses (the session has ended
 /// but still exists, so its stats are final), the kernel's, and what was
 /// asked for and not obtained. `bytes`: the trace's size, if known.
-fn print_summary(port: &mut Port, kernel: &KernelLoss, plan: &TracePlan, bytes: Option<u64>) {
+/// The end-of-trace line. `write_failed`: traced could not write the
+/// output file to the end (it cut it at the last whole packet).
+fn print_summary(
+    port: &mut Port,
+    kernel: &KernelLoss,
+    plan: &TracePlan,
+    bytes: Option<u64>,
+    write_failed: bool,
+) {
     let mut missing = Vec::new();
+    if write_failed {
+        missing.push(
+            "the output file could not be written to the end (it ends at the last whole \
+             packet written)"
+                .to_owned(),
+        );
+    }
     let faults = &kernel.faults;
     let trigger = plan.config.trigger_config.as_ref();
     let mode = trigger.and_then(|t| t.trigger_mode).unwrap_or_default();
@@ -392,7 +407,8 @@ fn print_summary(port: &mut Port, kernel: &KernelLoss, plan: &TracePlan, bytes: 
         };
         let ms = trigger.and_then(|t| t.trigger_timeout_ms).unwrap_or(0);
         missing.push(format!(
-            "the {which} trigger did not fire within trigger_timeout_ms ({ms} ms),              so traced kept no trace"
+            "the {which} trigger did not fire within trigger_timeout_ms ({ms} ms), \
+             so traced kept no trace"
         ));
     } else if bytes == Some(0) {
         missing.push("the trace is empty (0 bytes)".to_owned());

@@ -315,7 +315,10 @@ fn trigger_never_fires(mode: &str, write_into_file: bool) {
     assert!(o.status.success(), "{err}");
     assert_eq!(std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0), 0);
     let line = end_line(&err);
-    let want = format!("the {mode} trigger did not fire within trigger_timeout_ms (1000 ms)");
+    let want = format!(
+        "the {mode} trigger did not fire within trigger_timeout_ms (1000 ms), so traced kept \
+         no trace"
+    );
     assert!(line.contains(&want), "{line}");
 }
 
@@ -486,6 +489,29 @@ fn a_file_size_limit_ends_write_into_file_with_an_error_and_a_whole_file() {
     );
 }
 
+/// A disk that fails: writes past 1 MiB get EIO (a FUSE file system
+/// standing in for a dead block device, see support/eio_fs.rs).
+#[test]
+fn an_io_error_ends_write_into_file_with_an_error_and_a_whole_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let Some(fs) = crate::support::eio_fs::mount(&dir.join("eio"), 1 << 20) else {
+        eprintln!("skipped: no /dev/fuse on this kernel, nothing to fail writes with EIO");
+        return;
+    };
+    let daemons = start_our_daemons(dir);
+    let out = fs.dir.join("trace.pb");
+    fill_until_it_fails(
+        dir,
+        &daemons.socks,
+        &out,
+        "tbx_faults_eio",
+        "Input/output error",
+        1 << 20,
+        200,
+    );
+}
+
 /// Records about 5 MB of markers with write_into_file into `out`, whose
 /// file system or limit holds `room` bytes: the client prints traced's
 /// error, exits 1, and the file parses, cut at a packet boundary.
@@ -528,6 +554,11 @@ fn fill_until_it_fails(
         "{err}"
     );
     assert!(!err.contains("Trace written into the output file"), "{err}");
+    let line = end_line(&err);
+    assert!(
+        line.contains("INCOMPLETE: the output file could not be written to the end"),
+        "{line}"
+    );
     let h = held(out);
     upstream_parses(out);
     let marks = h
@@ -535,7 +566,11 @@ fn fill_until_it_fails(
         .iter()
         .filter(|p| p.starts_with("tbx-full "))
         .count();
-    assert!(marks > 0 && marks < 10_000, "{marks} markers kept");
+    assert!(
+        marks > 0 && marks < 10_000,
+        "{marks} markers kept in {} bytes; {err}",
+        std::fs::metadata(out).unwrap().len()
+    );
     assert!(std::fs::metadata(out).unwrap().len() <= room);
 }
 
