@@ -39,7 +39,7 @@ pub struct PeerCred {
 }
 
 impl PeerCred {
-    /// A TCP peer: the kernel vouches for no pid or uid.
+    /// A TCP or vsock peer: the kernel vouches for no pid or uid.
     pub const REMOTE: PeerCred = PeerCred {
         pid: 0,
         uid: u32::MAX,
@@ -368,7 +368,7 @@ impl UnixStream {
     /// Sends bytes from `data`, with `fd` as `SCM_RIGHTS` if given. Returns
     /// how many bytes went out (the fd went with them if > 0).
     /// `WouldBlock` when the send buffer is full. Never raises SIGPIPE.
-    /// Over TCP an fd is refused (`InvalidInput`): the kernel would drop it
+    /// Over TCP or vsock an fd is refused (`InvalidInput`): the kernel would drop it
     /// without a word.
     pub fn send(&self, data: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<usize> {
         if self.network && fd.is_some() {
@@ -412,12 +412,12 @@ impl UnixStream {
         }
     }
 
-    /// True for a TCP connection (see the module docs).
+    /// True for a TCP or vsock connection (see the module docs).
     pub fn is_network(&self) -> bool {
         self.network
     }
 
-    /// `SO_PEERCRED` of the connected peer ([`PeerCred::REMOTE`] over TCP).
+    /// `SO_PEERCRED` of the connected peer ([`PeerCred::REMOTE`] over TCP and vsock).
     pub fn peer_cred(&self) -> io::Result<PeerCred> {
         if self.network {
             return Ok(PeerCred::REMOTE);
