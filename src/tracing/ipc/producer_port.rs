@@ -162,10 +162,10 @@ fn initialize(
         page_size_hint_bytes: req.shared_memory_page_size_hint_bytes.unwrap_or(0) as u64,
         smb_scraping_enabled: req.smb_scraping_mode
             == Some(ProducerSMBScrapingMode::SMB_SCRAPING_ENABLED),
-        machine_name: remote_machine
-            .as_ref()
-            .map(|m| m.1.clone())
-            .unwrap_or_default(),
+        machine_name: match &remote_machine {
+            Some(m) => m.1.clone(),
+            None => st.machine_name.clone(),
+        },
         machine_id_hint: remote_machine.map(|m| m.0),
     };
     match st.core.connect_producer(info, provided) {

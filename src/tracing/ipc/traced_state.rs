@@ -58,6 +58,9 @@ pub struct TracedState {
     pub pending_reads: Vec<PendingRead>,
     /// RelayPort's id on the producer host, when exposed.
     pub relay_service: Option<crate::ipc::host::ServiceId>,
+    /// This machine's name: local producers' machine in
+    /// `machine_name_filter`.
+    pub machine_name: String,
 }
 
 /// A ReadBuffers being streamed to a consumer.
@@ -118,6 +121,7 @@ impl TracedState {
             clone_errors: BTreeMap::new(),
             pending_reads: Vec::new(),
             relay_service: None,
+            machine_name: super::env::machine_name(),
         }
     }
 

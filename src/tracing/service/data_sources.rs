@@ -12,8 +12,9 @@ use super::session::{event, DsInstance, InstanceState, SessionState};
 use super::types::*;
 
 /// Upstream's machine rule: an explicit `machine_name_filter` picks
-/// machines by name ("host" also names traced's own); without one, only
-/// the host's producers match unless the config sets `trace_all_machines`.
+/// machines by name (traced's own by its name or "host"); without one,
+/// only the host's producers match unless the config sets
+/// `trace_all_machines`.
 fn machine_matches(
     ds: &crate::pb::protos::mod_TraceConfig::DataSource,
     machine_id: u32,

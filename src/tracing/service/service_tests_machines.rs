@@ -42,7 +42,17 @@ fn started(h: &mut H, cfg: &TraceConfig, producers: &[ProducerId]) -> Vec<bool> 
 #[test]
 fn remote_data_sources_start_only_when_the_config_asks() {
     let mut h = H::new();
-    let host = h.producer("probes", 0, &["ds"]);
+    let info = ProducerInfo {
+        name: "probes".into(),
+        machine_name: "central".into(),
+        ..Default::default()
+    };
+    let host = h.svc.connect_producer(info, None).unwrap();
+    let d = DataSourceDescriptor {
+        name: Some("ds".into()),
+        ..Default::default()
+    };
+    h.svc.register_data_source(h.now, host, d).unwrap();
     let b = remote(&mut h, "probes", "boot-b", "board-b");
     let c = remote(&mut h, "probes", "boot-c", "board-c");
     let all = [host, b, c];
@@ -61,6 +71,10 @@ fn remote_data_sources_start_only_when_the_config_asks() {
     let mut host_and_c = every.clone();
     host_and_c.data_sources[0].machine_name_filter = vec!["host".into(), "board-c".into()];
     assert_eq!(started(&mut h, &host_and_c, &all), [true, false, true]);
+    // traced's machine also answers to its own name.
+    let mut central = plain.clone();
+    central.data_sources[0].machine_name_filter = vec!["central".into(), "board-b".into()];
+    assert_eq!(started(&mut h, &central, &all), [true, true, false]);
 }
 
 fn machine_packets(packets: &[Vec<u8>]) -> Vec<TracePacket> {

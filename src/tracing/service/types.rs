@@ -41,7 +41,8 @@ pub struct ProducerInfo {
     /// A relayed producer's machine (SetPeerIdentity's hint); `None` on
     /// the host machine.
     pub machine_id_hint: Option<String>,
-    /// A relayed producer's machine name (SetPeerIdentity's).
+    /// The producer's machine name: SetPeerIdentity's for a relayed one,
+    /// traced's own otherwise.
     pub machine_name: String,
 }
 
