@@ -34,6 +34,8 @@ pub struct KInstance {
     /// Set when the take-over clamped the config's buffer size (told to
     /// the first data source, in its ftrace_stats).
     pub clamped: Option<String>,
+    /// The per-cpu buffer size we set (`None`: the kernel refused it).
+    pub buffer_kb: Option<u64>,
     /// Data sources set up / started on this instance.
     pub users: usize,
     pub started: usize,
@@ -118,6 +120,7 @@ impl KInstance {
             events: EventUnion::default(),
             syscall_filter: None,
             clamped: None,
+            buffer_kb: None,
             users: 0,
             started: 0,
         })
@@ -169,8 +172,9 @@ impl KInstance {
         } else {
             kb
         };
-        if let Err(e) = t.set_buffer_size_kb(kb) {
-            crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}");
+        match t.set_buffer_size_kb(kb) {
+            Ok(()) => self.buffer_kb = Some(kb),
+            Err(e) => crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}"),
         }
         // Readers sleep until this much of a cpu buffer is filled, or a
         // drain period passed: a reader wakes per batch of pages, not per

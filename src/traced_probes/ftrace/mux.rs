@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use super::atrace_runner::{self, AtraceRunner};
 use super::event_union;
+use super::instance::KInstance;
 use super::instances::Instances;
 use super::reading::{self, Reading};
-use super::source::{cpu_stats, print_filter, Source};
+use super::source::{cpu_stats, print_filter, BufferSizes, Source};
 use super::syscall_filter;
 use crate::pb::protos::FtraceConfig;
 use crate::protozero::{put_varint, VecStream};
@@ -175,6 +176,7 @@ impl FtraceMux {
             lost_reported: 0,
             want_ksyms: cfg.symbolize_ksyms.unwrap_or(false),
             ksyms: None,
+            stopping: false,
             syscalls: syscall_want,
             setup_note,
         };
@@ -202,6 +204,13 @@ impl FtraceMux {
             .instances
             .get_mut(&src.key)
             .expect("source has an instance");
+        if inst.started == 0 && !src.preserve {
+            // Nothing from before the session: setup emptied the buffer,
+            // but the instance may have been written to since.
+            if let Err(e) = inst.tracefs.clear_trace() {
+                crate::log_warn!("ftrace: cannot clear the buffer of {:?}: {e}", src.key);
+            }
+        }
         reading::open_reader(inst, src.drain_ms)?;
         if inst.started == 0 {
             inst.tracefs
@@ -259,6 +268,43 @@ impl FtraceMux {
         out
     }
 
+    /// The trace of `ids` is stopping: their next flush is the last.
+    pub fn mark_stopping(&mut self, ids: &[u64]) {
+        for id in ids {
+            if let Some(src) = self.sources.get_mut(id) {
+                src.stopping = true;
+            }
+        }
+    }
+
+    /// Tracing off on every instance of `ids` whose started sources are
+    /// all stopping, so the flush that follows reads its buffers to the
+    /// end (nothing left behind in the end-of-trace stats). An instance
+    /// another session still uses keeps tracing.
+    fn stop_tracing_for_final_flush(&mut self, ids: &[u64]) {
+        let keys: Vec<String> = ids
+            .iter()
+            .filter_map(|id| self.sources.get(id))
+            .filter(|s| s.started && s.stopping)
+            .map(|s| s.key.clone())
+            .collect();
+        for key in keys {
+            let all_stopping = self
+                .sources
+                .values()
+                .filter(|s| s.started && s.key == key)
+                .all(|s| s.stopping);
+            if !all_stopping {
+                continue;
+            }
+            if let Some(inst) = self.instances.get_mut(&key) {
+                if let Err(e) = inst.tracefs.set_tracing_on(false) {
+                    crate::log_warn!("ftrace: cannot turn tracing off on {key:?}: {e}");
+                }
+            }
+        }
+    }
+
     /// Flush of `ids`: drains the kernel buffers completely, writes the
     /// start/end ftrace_stats, returns the writers' chunks.
     pub fn flush(&mut self, ids: &[u64]) {
@@ -270,6 +316,7 @@ impl FtraceMux {
         if !ids.iter().any(|id| self.sources.contains_key(id)) {
             return;
         }
+        self.stop_tracing_for_final_flush(ids);
         self.read_pass(None);
         for id in ids {
             let Some(src) = self.sources.get_mut(id) else {
@@ -282,9 +329,10 @@ impl FtraceMux {
                     .expect("source has an instance");
                 let after = cpu_stats(&inst.tracefs);
                 let before = src.stats_before.clone();
+                let sizes = buffer_sizes(inst);
                 let atrace_errors = self.atrace.errors(*id, ATRACE_FLUSH_WAIT);
-                src.write_stats(Phase::StartOfTrace, &before, None);
-                src.write_stats(Phase::EndOfTrace, &after, atrace_errors);
+                src.write_stats(Phase::StartOfTrace, &before, sizes, None);
+                src.write_stats(Phase::EndOfTrace, &after, sizes, atrace_errors);
                 src.report_kernel_loss(&before, &after);
             }
             src.writer.flush();
@@ -321,6 +369,18 @@ impl FtraceMux {
                 .filter_map(|s| s.syscalls.as_ref()),
         );
         self.instances.release(&key);
+    }
+}
+
+/// (`cpu_buffer_size_pages`, `cached_cpu_buffer_size_pages`): the per-cpu
+/// buffer size tracefs reports now and the one we set, in ring-buffer
+/// pages; they differ if someone resized the buffer under us.
+fn buffer_sizes(inst: &KInstance) -> BufferSizes {
+    let page = inst.layout.page_size.max(1) as u64;
+    let pages = |kb: u64| u32::try_from((kb * 1024).div_ceil(page)).unwrap_or(u32::MAX);
+    BufferSizes {
+        now: inst.tracefs.buffer_size_kb().ok().map(pages),
+        cached: inst.buffer_kb.map(pages),
     }
 }
 

@@ -15,6 +15,13 @@ use crate::traced_probes::ftrace::parse::translate::SharedKernelAddrs;
 use crate::traced_probes::ftrace::{CpuStats, Tracefs};
 use crate::tracing::core::trace_writer::TraceWriter;
 
+/// Per-cpu buffer size in pages: as tracefs reports it now, and as we set it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BufferSizes {
+    pub now: Option<u32>,
+    pub cached: Option<u32>,
+}
+
 pub struct Source {
     /// Its tracefs instance (`""`: the root).
     pub key: String,
@@ -38,6 +45,8 @@ pub struct Source {
     /// `symbolize_ksyms`: loaded at start.
     pub want_ksyms: bool,
     pub ksyms: Option<Rc<KernelSymbols>>,
+    /// Its trace is stopping: the next flush is the last.
+    pub stopping: bool,
     /// What it wants of raw_syscalls (`None`: not enabled).
     pub syscalls: Option<SyscallWant>,
     /// What setup could not give as asked (e.g. a clamped buffer size).
@@ -72,6 +81,7 @@ impl Source {
         &mut self,
         phase: Phase,
         cpu_stats: &[CpuStats],
+        sizes: BufferSizes,
         atrace_errors: Option<&str>,
     ) {
         let end = phase == Phase::EndOfTrace;
@@ -93,6 +103,8 @@ impl Source {
             },
             preserve_ftrace_buffer: self.preserve,
             parse_errors: if end { &parse_errors } else { &[] },
+            cpu_buffer_size_pages: sizes.now,
+            cached_cpu_buffer_size_pages: sizes.cached,
             kernel_symbols: self
                 .ksyms
                 .as_ref()

@@ -34,7 +34,11 @@ impl Producer {
             Command::SetupDataSource { id, config } => self.setup_data_source(ctl, id, &config),
             Command::StartDataSource { id, .. } => self.start_data_source(ctl, id),
             Command::StopDataSource { id } => self.stop_data_source(ctl, id),
-            Command::Flush { ids, request_id } => self.flush(&ids, request_id),
+            Command::Flush {
+                ids,
+                request_id,
+                stopping,
+            } => self.flush(&ids, request_id, stopping),
             Command::ClearIncrementalState { ids } => {
                 for id in ids {
                     if let Some(i) = self.instances.get_mut(&id) {
@@ -179,7 +183,11 @@ impl Producer {
         );
     }
 
-    fn flush(&mut self, ids: &[u64], request_id: u64) {
+    fn flush(&mut self, ids: &[u64], request_id: u64, stopping: bool) {
+        if stopping {
+            // Their kernel buffers can be stopped and read to the end.
+            self.ftrace.mark_stopping(ids);
+        }
         // ftrace first: what it drains now may name pids that process_stats
         // must describe before it flushes in turn.
         for pass_ftrace in [true, false] {
