@@ -215,7 +215,7 @@ fn the_last_flush_leaves_nothing_in_the_kernel_buffers() {
         let seen = read_trace(&dir.join("trace.pb"));
         let want = format!("tbx-tail {last}");
         assert!(
-            seen.markers.iter().any(|m| *m == want),
+            seen.markers.contains(&want),
             "{want} missing; last markers: {:?}",
             &seen.markers[seen.markers.len().saturating_sub(3)..]
         );

@@ -25,9 +25,10 @@ use super::syscall_filter;
 use crate::pb::protos::FtraceConfig;
 use crate::protozero::{put_varint, VecStream};
 use crate::traced_probes::clock::boot_time_ns;
+use crate::traced_probes::ftrace::ksyms_load;
 use crate::traced_probes::ftrace::parse::atrace::AtraceRequest;
 use crate::traced_probes::ftrace::parse::bundle::EventFilter;
-use crate::traced_probes::ftrace::parse::ksyms::KernelSymbols;
+use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
 use crate::traced_probes::ftrace::parse::stats::{self, Phase, StatsSnapshot};
 use crate::traced_probes::ftrace::parse::translate::KernelAddrs;
 use crate::tracing::core::trace_writer::TraceWriter;
@@ -46,7 +47,7 @@ pub struct FtraceMux {
     instances: Instances,
     sources: BTreeMap<u64, Source>,
     /// kallsyms, shared by the sources that symbolize while any holds it.
-    ksyms: Weak<KernelSymbols>,
+    ksyms: Weak<LazySymbols>,
     reading: Reading,
     /// Sources whose setup failed: they write only an ftrace_stats that
     /// says why, so the consumer learns it from the trace.
@@ -174,8 +175,16 @@ impl FtraceMux {
             preserve: cfg.preserve_ftrace_buffer.unwrap_or(false),
             pids: Vec::new(),
             lost_reported: 0,
-            want_ksyms: cfg.symbolize_ksyms.unwrap_or(false),
-            ksyms: None,
+            ksyms: cfg.symbolize_ksyms.unwrap_or(false).then(|| {
+                // Loading starts now, in the background: by the first
+                // drain that needs a name it is usually done.
+                let k = self
+                    .ksyms
+                    .upgrade()
+                    .unwrap_or_else(|| Rc::new(ksyms_load::in_background()));
+                self.ksyms = Rc::downgrade(&k);
+                k
+            }),
             stopping: false,
             syscalls: syscall_want,
             setup_note,
@@ -219,20 +228,6 @@ impl FtraceMux {
         }
         inst.started += 1;
         src.started = true;
-        if src.want_ksyms && src.ksyms.is_none() {
-            let k = self.ksyms.upgrade().unwrap_or_else(|| {
-                let k = KernelSymbols::load().unwrap_or_else(|e| {
-                    crate::log_warn!("ftrace: cannot read /proc/kallsyms: {e}");
-                    KernelSymbols::default()
-                });
-                if k.is_empty() {
-                    crate::log_warn!("ftrace: no kernel symbols (kptr_restrict?)");
-                }
-                Rc::new(k)
-            });
-            self.ksyms = Rc::downgrade(&k);
-            src.ksyms = Some(k);
-        }
         src.stats_before = cpu_stats(&inst.tracefs);
         crate::log_debug!("ftrace: source {id} started on {:?}", src.key);
         Ok(())

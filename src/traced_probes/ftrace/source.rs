@@ -7,7 +7,7 @@ use crate::pb::protos::mod_FtraceConfig::PrintFilter as PrintFilterConfig;
 use crate::protozero::{put_varint, VecStream};
 use crate::traced_probes::clock::boot_time_ns;
 use crate::traced_probes::ftrace::parse::bundle::{CpuState, EventFilter};
-use crate::traced_probes::ftrace::parse::ksyms::KernelSymbols;
+use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
 use crate::traced_probes::ftrace::parse::print_filter::{PrintFilter, PrintMatch, PrintRule};
 use crate::traced_probes::ftrace::parse::stats::{self, Phase, StatsSnapshot};
 use crate::traced_probes::ftrace::parse::syscalls::SyscallWant;
@@ -42,9 +42,8 @@ pub struct Source {
     pub pids: Vec<i32>,
     /// Kernel-lost events already reported in the log.
     pub lost_reported: u64,
-    /// `symbolize_ksyms`: loaded at start.
-    pub want_ksyms: bool,
-    pub ksyms: Option<Rc<KernelSymbols>>,
+    /// `symbolize_ksyms`: the table, loading from setup on.
+    pub ksyms: Option<Rc<LazySymbols>>,
     /// Its trace is stopping: the next flush is the last.
     pub stopping: bool,
     /// What it wants of raw_syscalls (`None`: not enabled).
@@ -105,11 +104,10 @@ impl Source {
             parse_errors: if end { &parse_errors } else { &[] },
             cpu_buffer_size_pages: sizes.now,
             cached_cpu_buffer_size_pages: sizes.cached,
-            kernel_symbols: self
-                .ksyms
-                .as_ref()
-                .map(|k| (k.len() as u32, (k.mem_bytes() / 1024) as u32)),
-            ..Default::default()
+            kernel_symbols: self.ksyms.as_ref().map(|k| {
+                let k = k.get();
+                (k.len() as u32, k.mem_bytes().div_ceil(1024) as u32)
+            }),
         };
         let mut s = VecStream::new();
         put_varint(&mut s, 8, boot_time_ns());
