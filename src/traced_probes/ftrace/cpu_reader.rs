@@ -21,17 +21,23 @@
 //!   for as long as they waited; now the hold is short).
 //!
 //! So a worker sleeps in poll() on the file (and on a waker that main uses
-//! for park, stop and room) with the drain period as timeout, and takes
-//! pages with non-blocking splices: it wakes when the fill level is
-//! reached or once per drain period, never per page. Where poll() proves
-//! to fire on partial pages, the worker naps instead (briefly while data
-//! flows, a drain period when quiet).
+//! for park, stop and room) and takes pages with non-blocking splices: it
+//! wakes when the fill level is reached or after its quiet wait, never per
+//! page. Where poll() proves to fire on partial pages, the worker naps
+//! instead (briefly while data flows, a drain period when quiet).
+//!
+//! Quiet machines: with a [`DataNotify`] (the daemon's readers), the quiet
+//! wait is [`QUIET_WAIT`] rather than the drain period, and main may sleep
+//! as long while its drains find nothing ([`FtraceReader::set_main_idle`]);
+//! a worker woken by the fill level then wakes main through the notify, so
+//! a burst is drained at once and an idle session wakes both rarely.
 //!
 //! If splice is refused (EINVAL and friends) a cpu falls back to
 //! non-blocking `read()` of one page at a time from the main thread.
 
 use std::fs::File;
 use std::io::{self, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -65,6 +71,16 @@ const MAX_BATCH_PAUSE: Duration = Duration::from_millis(10);
 /// Data moved this recently counts as still flowing.
 const FLOWING: Duration = Duration::from_millis(200);
 
+/// Longest sleep of a worker (and of main's drain timer) while its cpu is
+/// quiet, when the reader has a [`DataNotify`]: data leaves the kernel once
+/// `buffer_percent` of a cpu buffer is filled, or at the latest this often
+/// (pids reach process_stats within it).
+pub const QUIET_WAIT: Duration = Duration::from_secs(2);
+
+/// Wakes main (from a worker thread) when pages are staged while main
+/// sleeps its quiet wait.
+pub type DataNotify = Arc<dyn Fn() + Send + Sync>;
+
 /// poll() said "readable" this many times in a row and splice found no
 /// whole page: it fires on partial pages here.
 const PARTIAL_FIRES: u32 = 3;
@@ -90,11 +106,27 @@ struct Shared {
     cv: Condvar,
     /// Rouses a worker sleeping in [`sys::sleep_on`].
     waker: Waker,
-    /// Longest sleep: the drain period.
+    /// Naps while data flows or the staging pipe is full: the drain period.
     idle_wait: Duration,
+    /// Longest sleep on the file while quiet ([`QUIET_WAIT`] or the drain
+    /// period).
+    quiet_wait: Duration,
+    /// Set by main when it sleeps long; the first worker that stages pages
+    /// woken by the fill level clears it and calls `notify`.
+    main_idle: Arc<AtomicBool>,
+    notify: Option<DataNotify>,
 }
 
 impl Shared {
+    /// Pages were staged: wakes main if it sleeps long.
+    fn staged(&self) {
+        if let Some(n) = &self.notify {
+            if self.main_idle.swap(false, Ordering::AcqRel) {
+                n();
+            }
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, WorkerState> {
         // A worker that panicked holding the lock leaves plain flags behind.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -266,10 +298,13 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
                 let now = Instant::now();
                 let since = now - last_pages;
                 last_pages = now;
+                if was_polled_ready || fires_on_partial {
+                    shared.staged();
+                }
                 if !fires_on_partial {
                     // The kernel wakes us at the fill level: pages arrive
-                    // in batches of about that size, or per drain period.
-                    polled_ready = sleep(&shared, Some(&raw), shared.idle_wait) == Woken::File;
+                    // in batches of about that size, or per quiet wait.
+                    polled_ready = sleep(&shared, Some(&raw), shared.quiet_wait) == Woken::File;
                 } else {
                     // Data is flowing: let pages pile up for a moment
                     // instead of waking for a few pages at a time.
@@ -295,7 +330,7 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
                     };
                     sleep(&shared, None, d);
                 } else {
-                    polled_ready = sleep(&shared, Some(&raw), shared.idle_wait) == Woken::File;
+                    polled_ready = sleep(&shared, Some(&raw), shared.quiet_wait) == Woken::File;
                 }
             }
             Take::Refused => {
@@ -324,6 +359,7 @@ fn batch_pause(moved: u64, since: Duration, buffer_pages: usize) -> Duration {
 }
 
 impl CpuReader {
+    #[allow(clippy::too_many_arguments)]
     fn start(
         tracefs: &Tracefs,
         cpu: usize,
@@ -331,6 +367,8 @@ impl CpuReader {
         buffer_pages: usize,
         idle: Duration,
         mode: ReaderMode,
+        main_idle: &Arc<AtomicBool>,
+        notify: Option<DataNotify>,
     ) -> io::Result<Self> {
         let path = tracefs.trace_pipe_raw_path(cpu);
         let raw_nb = sys::open_read(&path, true)?;
@@ -347,6 +385,13 @@ impl CpuReader {
             cv: Condvar::new(),
             waker: Waker::new()?,
             idle_wait: idle,
+            quiet_wait: if notify.is_some() {
+                idle.max(QUIET_WAIT)
+            } else {
+                idle
+            },
+            main_idle: main_idle.clone(),
+            notify,
         });
         let s = shared.clone();
         let thread = match mode {
@@ -565,6 +610,8 @@ pub struct FtraceReader {
     /// flush ends even while the kernel keeps writing.
     flush_max_pages: usize,
     buf: PageArena,
+    main_idle: Arc<AtomicBool>,
+    notifies: bool,
 }
 
 impl FtraceReader {
@@ -577,7 +624,22 @@ impl FtraceReader {
         drain_period: Duration,
         mode: ReaderMode,
     ) -> io::Result<Self> {
+        Self::start_with_notify(tracefs, page_size, drain_period, mode, None)
+    }
+
+    /// [`start`](Self::start) with a way to wake main: workers then sleep
+    /// up to [`QUIET_WAIT`] while quiet, and main may too (see
+    /// [`set_main_idle`](Self::set_main_idle)).
+    pub fn start_with_notify(
+        tracefs: &Tracefs,
+        page_size: usize,
+        drain_period: Duration,
+        mode: ReaderMode,
+        notify: Option<DataNotify>,
+    ) -> io::Result<Self> {
         let buffer_pages = tracefs.buffer_size_kb().unwrap_or(4096) as usize * 1024 / page_size;
+        let main_idle = Arc::new(AtomicBool::new(false));
+        let notifies = notify.is_some();
         let mut cpus = Vec::new();
         for cpu in 0..tracefs.num_cpus()? {
             cpus.push(CpuReader::start(
@@ -587,18 +649,46 @@ impl FtraceReader {
                 buffer_pages,
                 drain_period,
                 mode,
+                &main_idle,
+                notify.clone(),
             )?);
         }
         Ok(FtraceReader {
             flush_max_pages: buffer_pages + 16,
             cpus,
             page_size,
+            main_idle,
+            notifies,
             buf: PageArena::default(),
         })
     }
 
     pub fn num_cpus(&self) -> usize {
         self.cpus.len()
+    }
+
+    /// Main is about to sleep up to [`QUIET_WAIT`] (`true`) or is back at
+    /// its drain pace (`false`). Returns whether main may sleep long: every
+    /// cpu has a worker that will wake it (none reads with read() from
+    /// main, and a notify exists), and no page is staged already (one
+    /// staged before the flag was set would wake nobody).
+    pub fn set_main_idle(&self, idle: bool) -> bool {
+        let can = self.notifies
+            && self.cpus.iter().all(|c| {
+                c.thread.as_ref().is_some_and(|t| !t.is_finished()) && !c.shared.lock().fallback
+            });
+        self.main_idle.store(idle && can, Ordering::Release);
+        if !(idle && can) {
+            return false;
+        }
+        let staged = self
+            .cpus
+            .iter()
+            .any(|c| !c.carry.is_empty() || sys::pipe_bytes(&c.staging_r) > 0);
+        if staged {
+            self.main_idle.store(false, Ordering::Release);
+        }
+        !staged
     }
 
     /// Memory held by the buffer pages are read into.

@@ -16,6 +16,7 @@ use std::rc::{Rc, Weak};
 use std::time::Duration;
 
 use super::atrace_runner::{self, AtraceRunner};
+use super::cpu_reader::DataNotify;
 use super::event_union;
 use super::instance::KInstance;
 use super::instances::Instances;
@@ -54,6 +55,8 @@ pub struct FtraceMux {
     failed: BTreeMap<u64, (TraceWriter, String)>,
     /// Android's atrace (when its binary exists).
     atrace: AtraceRunner,
+    /// Wakes the producer's loop when pages arrive while it sleeps long.
+    notify: Option<DataNotify>,
 }
 
 impl std::fmt::Debug for FtraceMux {
@@ -74,7 +77,14 @@ impl FtraceMux {
             reading: Reading::default(),
             failed: BTreeMap::new(),
             atrace: AtraceRunner::new(atrace_runner::configured_path()),
+            notify: None,
         }
+    }
+
+    /// How readers opened from now on wake the producer's loop (without
+    /// one, the drain timer never sleeps longer than the drain period).
+    pub fn set_notify(&mut self, notify: DataNotify) {
+        self.notify = Some(notify);
     }
 
     /// SetupDataSource: takes over the instance if needed and enables the
@@ -220,7 +230,7 @@ impl FtraceMux {
                 crate::log_warn!("ftrace: cannot clear the buffer of {:?}: {e}", src.key);
             }
         }
-        reading::open_reader(inst, src.drain_ms)?;
+        reading::open_reader(inst, src.drain_ms, self.notify.clone())?;
         if inst.started == 0 {
             inst.tracefs
                 .set_tracing_on(true)

@@ -241,6 +241,14 @@ impl Producer {
         }
     }
 
+    /// A worker staged pages while the drain timer slept long: drain now.
+    pub(super) fn on_ftrace_data<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+        if let Some(t) = self.ftrace_timer.take() {
+            ctl.cancel_timer(t);
+            self.on_ftrace_tick(ctl);
+        }
+    }
+
     pub(super) fn on_ftrace_tick<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
         self.ftrace_timer = None;
         // One CommitData for the whole drain, not one per chunk.
