@@ -47,8 +47,14 @@ pub struct Reading {
     last_tick: Option<Instant>,
 }
 
+/// Workers may sleep long while quiet only if the fill level that wakes
+/// them leaves room: at a high `drain_buffer_percent` the periodic splice
+/// is what keeps a fast writer from overrunning the buffer.
+const MAX_QUIET_BUFFER_PERCENT: u32 = 25;
+
 /// Opens the per-cpu readers of `inst` if not yet open; `notify` wakes
-/// main when pages arrive while it sleeps long.
+/// main when pages arrive while it sleeps long (used only when the fill
+/// level is at most [`MAX_QUIET_BUFFER_PERCENT`]).
 pub fn open_reader(
     inst: &mut KInstance,
     drain_ms: u32,
@@ -62,6 +68,10 @@ pub fn open_reader(
     if mode == ReaderMode::Read {
         crate::log_info!("ftrace: read() mode forced by the environment");
     }
+    let notify = notify.filter(|_| {
+        inst.buffer_percent
+            .is_some_and(|p| (1..=MAX_QUIET_BUFFER_PERCENT).contains(&p))
+    });
     let reader =
         FtraceReader::start_with_notify(&inst.tracefs, inst.layout.page_size, drain, mode, notify)
             .map_err(|e| format!("cannot read trace_pipe_raw: {e}"))?;
