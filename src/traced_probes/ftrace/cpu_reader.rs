@@ -27,10 +27,11 @@
 //! instead (briefly while data flows, a drain period when quiet).
 //!
 //! Quiet machines: with a [`DataNotify`] (the daemon's readers), the quiet
-//! wait is [`QUIET_WAIT`] rather than the drain period, and main may sleep
-//! as long while its drains find nothing ([`FtraceReader::set_main_idle`]);
-//! a worker woken by the fill level then wakes main through the notify, so
-//! a burst is drained at once and an idle session wakes both rarely.
+//! wait is [`QUIET_WAIT`] rather than the drain period (unless a session
+//! set its own period: [`FtraceReader::allow_quiet`]), and main may sleep
+//! as long while its pace is quiet ([`FtraceReader::set_main_idle`]); a
+//! worker that stages pages then wakes main through the notify, so a burst
+//! is drained at once and an idle session wakes both rarely.
 //!
 //! If splice is refused (EINVAL and friends) a cpu falls back to
 //! non-blocking `read()` of one page at a time from the main thread.
@@ -108,9 +109,12 @@ struct Shared {
     waker: Waker,
     /// Naps while data flows or the staging pipe is full: the drain period.
     idle_wait: Duration,
-    /// Longest sleep on the file while quiet ([`QUIET_WAIT`] or the drain
-    /// period).
+    /// Longest sleep on the file while quiet when `quiet_allowed`
+    /// ([`QUIET_WAIT`] or the drain period).
     quiet_wait: Duration,
+    /// Main allows the long quiet wait (no session asked for its own drain
+    /// period); shared by the cpus of a reader.
+    quiet_allowed: Arc<AtomicBool>,
     /// Set by main when it sleeps long; the first worker that stages pages
     /// woken by the fill level clears it and calls `notify`.
     main_idle: Arc<AtomicBool>,
@@ -118,6 +122,15 @@ struct Shared {
 }
 
 impl Shared {
+    /// How long to sleep on the file while quiet.
+    fn quiet(&self) -> Duration {
+        if self.quiet_allowed.load(Ordering::Relaxed) {
+            self.quiet_wait
+        } else {
+            self.idle_wait
+        }
+    }
+
     /// Pages were staged: wakes main if it sleeps long.
     fn staged(&self) {
         if let Some(n) = &self.notify {
@@ -298,13 +311,13 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
                 let now = Instant::now();
                 let since = now - last_pages;
                 last_pages = now;
-                if was_polled_ready || fires_on_partial {
-                    shared.staged();
-                }
+                // Pages staged after a timeout wake main too: data leaves
+                // traced_probes within a quiet wait.
+                shared.staged();
                 if !fires_on_partial {
                     // The kernel wakes us at the fill level: pages arrive
                     // in batches of about that size, or per quiet wait.
-                    polled_ready = sleep(&shared, Some(&raw), shared.quiet_wait) == Woken::File;
+                    polled_ready = sleep(&shared, Some(&raw), shared.quiet()) == Woken::File;
                 } else {
                     // Data is flowing: let pages pile up for a moment
                     // instead of waking for a few pages at a time.
@@ -330,7 +343,7 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
                     };
                     sleep(&shared, None, d);
                 } else {
-                    polled_ready = sleep(&shared, Some(&raw), shared.quiet_wait) == Woken::File;
+                    polled_ready = sleep(&shared, Some(&raw), shared.quiet()) == Woken::File;
                 }
             }
             Take::Refused => {
@@ -368,6 +381,7 @@ impl CpuReader {
         idle: Duration,
         mode: ReaderMode,
         main_idle: &Arc<AtomicBool>,
+        quiet_allowed: &Arc<AtomicBool>,
         notify: Option<DataNotify>,
     ) -> io::Result<Self> {
         let path = tracefs.trace_pipe_raw_path(cpu);
@@ -391,6 +405,7 @@ impl CpuReader {
                 idle
             },
             main_idle: main_idle.clone(),
+            quiet_allowed: quiet_allowed.clone(),
             notify,
         });
         let s = shared.clone();
@@ -611,6 +626,7 @@ pub struct FtraceReader {
     flush_max_pages: usize,
     buf: PageArena,
     main_idle: Arc<AtomicBool>,
+    quiet_allowed: Arc<AtomicBool>,
     notifies: bool,
 }
 
@@ -639,6 +655,7 @@ impl FtraceReader {
     ) -> io::Result<Self> {
         let buffer_pages = tracefs.buffer_size_kb().unwrap_or(4096) as usize * 1024 / page_size;
         let main_idle = Arc::new(AtomicBool::new(false));
+        let quiet_allowed = Arc::new(AtomicBool::new(true));
         let notifies = notify.is_some();
         let mut cpus = Vec::new();
         for cpu in 0..tracefs.num_cpus()? {
@@ -650,6 +667,7 @@ impl FtraceReader {
                 drain_period,
                 mode,
                 &main_idle,
+                &quiet_allowed,
                 notify.clone(),
             )?);
         }
@@ -658,6 +676,7 @@ impl FtraceReader {
             cpus,
             page_size,
             main_idle,
+            quiet_allowed,
             notifies,
             buf: PageArena::default(),
         })
@@ -665,6 +684,12 @@ impl FtraceReader {
 
     pub fn num_cpus(&self) -> usize {
         self.cpus.len()
+    }
+
+    /// Whether workers may sleep [`QUIET_WAIT`] while quiet (`false`: at
+    /// most the drain period, for a session that set its own period).
+    pub fn allow_quiet(&self, allowed: bool) {
+        self.quiet_allowed.store(allowed, Ordering::Relaxed);
     }
 
     /// Main is about to sleep up to [`QUIET_WAIT`] (`true`) or is back at

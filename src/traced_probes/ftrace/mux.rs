@@ -164,8 +164,11 @@ impl FtraceMux {
             .is_some_and(|e| !e);
         let compact = inst.compact.is_some() && switch_wanted && !compact_opt_out;
         let ncpu = inst.tracefs.num_cpus().unwrap_or(1);
+        let drain_explicit = cfg
+            .drain_period_ms
+            .is_some_and(|ms| (1..=MAX_DRAIN_MS).contains(&ms));
         let drain_ms = match cfg.drain_period_ms {
-            Some(ms) if (1..=MAX_DRAIN_MS).contains(&ms) => ms,
+            Some(ms) if drain_explicit => ms,
             _ => DEFAULT_DRAIN_MS,
         };
         let mut src = Source {
@@ -178,6 +181,7 @@ impl FtraceMux {
             kernel: KernelAddrs::shared(),
             started: false,
             drain_ms,
+            drain_explicit,
             session,
             stats_before: Vec::new(),
             unknown_events,

@@ -153,6 +153,23 @@ pub fn read_pass(
     busiest
 }
 
+/// Lets the workers of each started instance sleep long while quiet unless
+/// one of its started sources set its own drain period. Returns whether
+/// any did (main then keeps that period too).
+fn allow_quiet(instances: &Instances, sources: &BTreeMap<u64, Source>) -> bool {
+    let mut any = false;
+    for (key, inst) in instances.iter().filter(|(_, i)| i.started > 0) {
+        let explicit = sources
+            .values()
+            .any(|s| s.started && s.drain_explicit && s.key == *key);
+        if let Some(r) = &inst.reader {
+            r.allow_quiet(!explicit);
+        }
+        any |= explicit;
+    }
+    any
+}
+
 /// Tells the readers of every started instance whether main sleeps long;
 /// true if all of them can wake it (else none is left waiting to).
 fn set_main_idle(instances: &Instances, idle: bool) -> bool {
@@ -193,8 +210,9 @@ impl Reading {
         self.last_tick = Some(now);
         let period = drain_period(sources)?;
         let next = self.pace.next(busiest, since, period);
+        let explicit = allow_quiet(instances, sources);
         // Pages staged from here on wake main.
-        if next == period && set_main_idle(instances, true) {
+        if next == period && !explicit && set_main_idle(instances, true) {
             return Some(period.max(QUIET_WAIT));
         }
         Some(next)

@@ -34,6 +34,9 @@ pub struct Source {
     pub kernel: SharedKernelAddrs,
     pub started: bool,
     pub drain_ms: u32,
+    /// The config set `drain_period_ms`: data leaves the kernel at that
+    /// period even on a quiet machine (no 2 s quiet waits).
+    pub drain_explicit: bool,
     pub session: u64,
     pub stats_before: Vec<CpuStats>,
     pub unknown_events: Vec<String>,
