@@ -698,12 +698,16 @@ impl FtraceReader {
     /// main, and a notify exists), and no page is staged already (one
     /// staged before the flag was set would wake nobody).
     pub fn set_main_idle(&self, idle: bool) -> bool {
+        if !idle {
+            self.main_idle.store(false, Ordering::Release);
+            return false;
+        }
         let can = self.notifies
             && self.cpus.iter().all(|c| {
                 c.thread.as_ref().is_some_and(|t| !t.is_finished()) && !c.shared.lock().fallback
             });
-        self.main_idle.store(idle && can, Ordering::Release);
-        if !(idle && can) {
+        self.main_idle.store(can, Ordering::Release);
+        if !can {
             return false;
         }
         let staged = self
