@@ -115,6 +115,10 @@ struct Shared {
     /// Main allows the long quiet wait (no session asked for its own drain
     /// period); shared by the cpus of a reader.
     quiet_allowed: Arc<AtomicBool>,
+    /// Quiet waits end on multiples of `quiet_wait` since this instant, the
+    /// same for every cpu of a reader: their wakeups come together, and
+    /// main drains them in one pass.
+    quiet_epoch: Instant,
     /// Set by main when it sleeps long; the first worker that stages pages
     /// woken by the fill level clears it and calls `notify`.
     main_idle: Arc<AtomicBool>,
@@ -122,13 +126,20 @@ struct Shared {
 }
 
 impl Shared {
-    /// How long to sleep on the file while quiet.
+    /// How long to sleep on the file while quiet: to the next multiple of
+    /// the quiet wait (at least half a wait away), or the drain period.
     fn quiet(&self) -> Duration {
-        if self.quiet_allowed.load(Ordering::Relaxed) {
-            self.quiet_wait
-        } else {
-            self.idle_wait
+        if !self.quiet_allowed.load(Ordering::Relaxed) || self.quiet_wait <= self.idle_wait {
+            return self.idle_wait;
         }
+        let q = self.quiet_wait.as_nanos();
+        let to_next = q - self.quiet_epoch.elapsed().as_nanos() % q;
+        let to_next = if to_next < q / 2 {
+            to_next + q
+        } else {
+            to_next
+        };
+        Duration::from_nanos(to_next.min(u64::MAX as u128) as u64)
     }
 
     /// Pages were staged: wakes main if it sleeps long.
@@ -382,6 +393,7 @@ impl CpuReader {
         mode: ReaderMode,
         main_idle: &Arc<AtomicBool>,
         quiet_allowed: &Arc<AtomicBool>,
+        quiet_epoch: Instant,
         notify: Option<DataNotify>,
     ) -> io::Result<Self> {
         let path = tracefs.trace_pipe_raw_path(cpu);
@@ -406,6 +418,7 @@ impl CpuReader {
             },
             main_idle: main_idle.clone(),
             quiet_allowed: quiet_allowed.clone(),
+            quiet_epoch,
             notify,
         });
         let s = shared.clone();
@@ -656,6 +669,7 @@ impl FtraceReader {
         let buffer_pages = tracefs.buffer_size_kb().unwrap_or(4096) as usize * 1024 / page_size;
         let main_idle = Arc::new(AtomicBool::new(false));
         let quiet_allowed = Arc::new(AtomicBool::new(true));
+        let quiet_epoch = Instant::now();
         let notifies = notify.is_some();
         let mut cpus = Vec::new();
         for cpu in 0..tracefs.num_cpus()? {
@@ -668,6 +682,7 @@ impl FtraceReader {
                 mode,
                 &main_idle,
                 &quiet_allowed,
+                quiet_epoch,
                 notify.clone(),
             )?);
         }

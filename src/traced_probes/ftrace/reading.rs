@@ -11,7 +11,7 @@ use super::instances::Instances;
 use super::source::Source;
 use crate::protozero::VecStream;
 use crate::traced_probes::clock::boot_time_ns;
-use crate::traced_probes::ftrace::cpu_reader::{DataNotify, FtraceReader, ReaderMode, QUIET_WAIT};
+use crate::traced_probes::ftrace::cpu_reader::{DataNotify, FtraceReader, ReaderMode};
 use crate::traced_probes::ftrace::parse::bundle::{write_pages, BundleContext, PacketWriter};
 use crate::traced_probes::ftrace::parse::stats;
 use crate::tracing::core::trace_writer::TraceWriter;
@@ -46,6 +46,16 @@ pub struct Reading {
     /// When the last periodic drain ran.
     last_tick: Option<Instant>,
 }
+
+/// Main's drain timer while idle: only a safety net, since every worker
+/// wakes at least each [`QUIET_WAIT`](super::cpu_reader::QUIET_WAIT) and
+/// wakes main when it staged pages.
+const MAIN_IDLE_WAIT: Duration = Duration::from_secs(10);
+
+/// A worker's wakeup drains this much later, so pages the other workers
+/// stage meanwhile (their quiet waits end together) come in the same pass
+/// rather than in a second one that would look like a burst to the pace.
+pub const NOTIFY_COALESCE: Duration = Duration::from_millis(10);
 
 /// Workers may sleep long while quiet only if the fill level that wakes
 /// them leaves room: at a high `drain_buffer_percent` the periodic splice
@@ -193,10 +203,10 @@ fn set_main_idle(instances: &Instances, idle: bool) -> bool {
 
 impl Reading {
     /// Periodic tick: one bounded read pass. Returns when to come back
-    /// (`None`: no started source): the pace's delay, or [`QUIET_WAIT`]
-    /// when the pace is quiet and every worker can wake main when pages
-    /// come (an idle machine then wakes us rarely; a burst wakes us at
-    /// once, and its rate makes the pace busy).
+    /// (`None`: no started source): the pace's delay, or
+    /// [`MAIN_IDLE_WAIT`] when the pace is quiet and every worker can wake
+    /// main when pages come (an idle machine then wakes us rarely; a burst
+    /// wakes us at once, and its rate makes the pace busy).
     pub fn tick(
         &mut self,
         instances: &mut Instances,
@@ -213,7 +223,7 @@ impl Reading {
         let explicit = allow_quiet(instances, sources);
         // Pages staged from here on wake main.
         if next == period && !explicit && set_main_idle(instances, true) {
-            return Some(period.max(QUIET_WAIT));
+            return Some(period.max(MAIN_IDLE_WAIT));
         }
         Some(next)
     }

@@ -10,6 +10,7 @@ use crate::base::shm::{AttachOptions, Shm};
 use crate::pb::protos::DataSourceConfig;
 use crate::traced_probes::data_source::{self, Env};
 use crate::traced_probes::factory;
+use crate::traced_probes::ftrace::reading::NOTIFY_COALESCE;
 use crate::traced_probes::link::Method;
 use crate::traced_probes::wire::{self, Command};
 use crate::tracing::core::arbiter::{Arbiter, BufferExhaustedPolicy, CommitBatch};
@@ -241,11 +242,12 @@ impl Producer {
         }
     }
 
-    /// A worker staged pages while the drain timer slept long: drain now.
+    /// A worker staged pages while the drain timer slept long: drain in a
+    /// moment (see [`NOTIFY_COALESCE`]).
     pub(super) fn on_ftrace_data<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
         if let Some(t) = self.ftrace_timer.take() {
             ctl.cancel_timer(t);
-            self.on_ftrace_tick(ctl);
+            self.ftrace_timer = Some(ctl.add_timer(NOTIFY_COALESCE));
         }
     }
 
