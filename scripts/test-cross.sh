@@ -2,7 +2,8 @@
 # Cross builds under emulation: for each TARGET (default aarch64 and armv7)
 # builds the static binary (scripts/build-static.sh), then under
 # qemu-user-static, with real syscalls against this kernel:
-#   1. `--list`;
+#   1. `--list`, and autostart under a private empty binfmt_misc (a new
+#      user namespace's own) fails with the `Exec format error` hint;
 #   2. traced --background + `perfetto --query` on private sockets;
 #   3. an autostart trace: `tracebox --txt -c CFG -o OUT` starts traced and
 #      traced_probes itself (re-exec of the foreign binary needs binfmt_misc,
@@ -79,6 +80,31 @@ for target in "${targets[@]}"; do
     for applet in traced traced_probes perfetto report trigger_perfetto; do
         grep -qx "$applet" <<<"$list" || { echo "test-cross: --list lacks $applet" >&2; exit 1; }
     done
+
+    echo "== $target: autostart without binfmt_misc names the way out"
+    # A private, empty binfmt_misc (Linux >= 6.7 lets a new user namespace
+    # mount its own): the client's re-exec of $bin fails with ENOEXEC as on
+    # a host without binfmt, and the global registrations stay as they are.
+    # shellcheck disable=SC2016
+    if unshare --user --map-root-user --mount sh -c \
+        'mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc' 2>/dev/null; then
+        set +e
+        # shellcheck disable=SC2016
+        unshare --user --map-root-user --mount sh -c \
+            'mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc && exec "$@"' sh \
+            $qemu "$bin" --private-sockets -t 1s sched -o "$dir/noexec.pftrace" 2>"$dir/noexec.err"
+        rc=$?
+        set -e
+        if ! { [ $rc -eq 1 ] && grep -q "Exec format error" "$dir/noexec.err" &&
+            grep -q "Register the emulator with binfmt_misc, or start the daemons by hand" "$dir/noexec.err"; }; then
+            cat "$dir/noexec.err" >&2
+            echo "test-cross: no Exec format error hint (exit $rc)" >&2
+            exit 1
+        fi
+        sed -n 's/^/    /p' "$dir/noexec.err"
+    else
+        echo "(skipped: this kernel ($(uname -r)) lets no user namespace mount its own binfmt_misc; needs Linux >= 6.7)"
+    fi
 
     echo "== $target: traced --background, perfetto --query"
     export PERFETTO_PRODUCER_SOCK_NAME="$dir/producer" PERFETTO_CONSUMER_SOCK_NAME="$dir/consumer"

@@ -3,7 +3,8 @@
 # prefix, starts traced, traced_probes and traced_perf with scripts/init/tracebox.init
 # under BusyBox sh (paths and sockets from a temporary defaults file), records a trace of this
 # kernel with the installed `perfetto`, stops, and checks that no tracebox
-# process is left and ftrace is off.
+# process is left and ftrace is off. Then with TRACEBOX_GROUP set: the
+# consumer socket's group and mode, a member records, a non-member is refused.
 #   scripts/test-initd.sh [BINARY]     (default: a fresh target/debug/tracebox)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +30,13 @@ tmp="$(mktemp -d)"
 init_script="$PWD/scripts/init/tracebox.init"
 run_init() { busybox sh "$init_script" "$@"; }
 export TRACEBOX_DEFAULTS="$tmp/default"
+# The TRACEBOX_GROUP check's group and member (unique names, removed at exit).
+tgroup="tbxinitd$$"
+tmember="tbxinitm$$"
 cleanup() {
     run_init stop >/dev/null 2>&1 || true
+    userdel "$tmember" >/dev/null 2>&1 || true
+    groupdel "$tgroup" >/dev/null 2>&1 || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -95,6 +101,37 @@ fi
 # traced_probes --reset-ftrace turned the root buffer off at start.
 [ "$(cat "$tracefs/tracing_on")" = 0 ] || fail "tracing_on is 1 at the tracefs root"
 echo "== init.d script ok"
+
+echo "== TRACEBOX_GROUP: the group's members may record, other users may not"
+groupadd "$tgroup"
+useradd -M -N -g nogroup -G "$tgroup" -s /bin/sh "$tmember"
+chmod 0755 "$tmp" # members reach the sockets and the installed binary
+mkdir "$tmp/member" && chown "$tmember" "$tmp/member"
+cat >"$tmp/default" <<EOF2
+TRACEBOX_BIN_DIR=$tmp/prefix/bin
+TRACEBOX_PID_DIR=$tmp/run
+PERFETTO_PRODUCER_SOCK_NAME=$tmp/producer.sock
+PERFETTO_CONSUMER_SOCK_NAME=$tmp/consumer.sock
+TRACED_PROBES_STATE_FILE=$tmp/probes.state
+TRACEBOX_GROUP=$tgroup
+EOF2
+run_init start
+[ "$(stat -c '%a %G' "$tmp/consumer.sock")" = "660 $tgroup" ] || fail "consumer socket: $(stat -c '%a %G' "$tmp/consumer.sock")"
+[ "$(stat -c '%a %G' "$tmp/producer.sock")" = "666 $tgroup" ] || fail "producer socket: $(stat -c '%a %G' "$tmp/producer.sock")"
+as_user() { setpriv --reuid="$1" --regid=nogroup --init-groups -- "${@:2}"; }
+as_user "$tmember" "$tmp/prefix/bin/perfetto" --query >"$tmp/member.out" 2>"$tmp/member.err" ||
+    fail "a member of $tgroup cannot query: $(cat "$tmp/member.err")"
+grep -q "^Service: tracebox" "$tmp/member.out" || fail "member's query: $(cat "$tmp/member.out")"
+as_user "$tmember" "$tmp/prefix/bin/perfetto" --txt -c "$tmp/config.txt" -o "$tmp/member/t.pftrace" 2>"$tmp/member.err" ||
+    fail "a member of $tgroup cannot record: $(cat "$tmp/member.err")"
+"$py" tests/py/check_probes_trace.py "$tmp/member/t.pftrace" --sched-switch
+rc=0
+as_user nobody "$tmp/prefix/bin/perfetto" --query >/dev/null 2>"$tmp/nobody.err" || rc=$?
+[ $rc != 0 ] || fail "nobody (not in $tgroup) could query"
+grep -q "Permission denied (EACCES).*$tmp/consumer.sock\|$tmp/consumer.sock.*Permission denied (EACCES)" "$tmp/nobody.err" ||
+    fail "nobody's refusal does not say permission denied on the consumer socket: $(cat "$tmp/nobody.err")"
+run_init stop
+echo "== TRACEBOX_GROUP ok"
 
 # What tracebox-replace.rc relies on: init's listening sockets, inherited by traced
 # as ANDROID_SOCKET_traced_{producer,consumer}.

@@ -9,7 +9,7 @@ pub fn run(data: &[u8]) {
     let Some((&sel, reply)) = data.split_first() else {
         return;
     };
-    match sel % 9 {
+    match sel % 10 {
         0 => drop(decode::<p::EnableTracingResponse>("EnableTracing", reply)),
         1 => drop(decode::<p::ObserveEventsResponse>("ObserveEvents", reply)),
         2 => drop(decode::<p::ReadBuffersResponse>("ReadBuffers", reply)),
@@ -21,6 +21,10 @@ pub fn run(data: &[u8]) {
         5 => drop(decode::<p::FlushResponse>("Flush", reply)),
         6 => drop(decode::<p::CloneSessionResponse>("CloneSession", reply)),
         7 => drop(decode::<p::DetachResponse>("Detach", reply)),
+        8 => drop(decode::<p::RotateOutputFileResponse>(
+            "RotateOutputFile",
+            reply,
+        )),
         _ => drop(decode::<p::AttachResponse>("Attach", reply)),
     }
 }

@@ -11,7 +11,10 @@ pub fn run(data: &[u8]) {
     match sel % 4 {
         0 => {
             let mut scratch = Vec::new();
-            let mut sample = records::Sample::default();
+            let mut sample = records::Sample {
+                group: sel & 4 != 0,
+                ..Default::default()
+            };
             let mut tail = 0u64;
             let head = rest.len() as u64;
             while let Some(r) = records::next(rest, tail, head, &mut scratch) {

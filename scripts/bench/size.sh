@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Binary size of the host build vs upstream tracebox, and what dominates.
 #
-# Size: target/release/tracebox (release profile: opt-level s, LTO, strip).
+# Size: target/release/tracebox (release profile: opt-level z + inline threshold 40, LTO, strip).
 # Upstream reference (no upstream build here): UPSTREAM_BYTES, default the
 # issue's arm64 figure 3.58 MB (3580000); the arm figure is 2.44 MB. The
 # cross engineer measures our per-target sizes; this is the host (x86_64).

@@ -98,6 +98,7 @@ pub fn attach_and_wait(socket: &str, key: &str, stop: bool, signals: &mut StopSi
         notify_fd: None,
         detach_key: None,
         uuid: String::new(),
+        rotate: None,
     };
     session::wait_and_collect(
         &mut port,
@@ -107,6 +108,7 @@ pub fn attach_and_wait(socket: &str, key: &str, stop: bool, signals: &mut StopSi
         None,
         signals,
         &mut ReadyNotifier(None),
+        None,
         None,
     )
 }

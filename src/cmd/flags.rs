@@ -99,6 +99,15 @@ pub struct RawFlags {
     /// list this kernel's ftrace events (group/event)
     #[argh(switch)]
     pub list_events: bool,
+    /// write_into_file: cut the trace into OUT.000, OUT.001, ... at this size (e.g. 256mb)
+    #[argh(option)]
+    pub rotate_size: Option<String>,
+    /// write_into_file: cut the trace into a new file this often (e.g. 10m)
+    #[argh(option)]
+    pub rotate_time: Option<String>,
+    /// with --rotate-*: keep only the newest N files
+    #[argh(option)]
+    pub rotate_keep: Option<u32>,
     /// print the version and exit
     #[argh(switch)]
     pub version: bool,

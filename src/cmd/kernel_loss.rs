@@ -36,6 +36,10 @@ const MAX_INFLATED: usize = 64 << 20;
 /// (traced_perf's perf rings that overran).
 const PERF_SAMPLE: u64 = 66;
 const KERNEL_RECORDS_LOST: u32 = 17;
+/// `PerfSample.producer_event.source_stop_reason` PROFILER_STOP_GUARDRAIL:
+/// traced_perf stopped the source, over max_daemon_memory_kb.
+const PRODUCER_EVENT: u32 = 19;
+const STOP_GUARDRAIL: u64 = 1;
 /// PerfSample packets are tens of bytes; bigger ones are not read.
 const MAX_PERF_SAMPLE: u64 = 256;
 
@@ -92,6 +96,8 @@ pub struct KernelLoss {
     pub faults: TraceFaults,
     /// Sum of PerfSample.kernel_records_lost.
     pub perf_records_lost: u64,
+    /// linux.perf sources stopped by traced_perf's memory guardrail.
+    pub perf_guardrail_stops: u64,
 }
 
 impl KernelLoss {
@@ -123,6 +129,7 @@ impl KernelLoss {
         }
         self.faults.triggers += bits.trigger as u64;
         self.perf_records_lost = self.perf_records_lost.saturating_add(bits.perf_lost);
+        self.perf_guardrail_stops += bits.perf_guardrail as u64;
         match bits.compressed {
             // Packets compressed by the service (compression_type:
             // DEFLATE); never nested in the trace format.
@@ -223,21 +230,33 @@ impl KernelLoss {
         total
     }
 
-    /// The end line with perf samples the kernel lost added to it.
-    pub fn with_perf_loss(&self, line: String) -> String {
+    /// The end line with perf samples the kernel lost, and perf sources
+    /// stopped by traced_perf's memory guardrail, added to it.
+    pub fn with_perf_loss(&self, mut line: String) -> String {
         let n = self.perf_records_lost;
-        if n == 0 {
-            return line;
+        if n > 0 {
+            let what = format!("LOST {n} perf samples in the kernel");
+            line = if line == "Trace stats: nothing lost" {
+                format!(
+                    "Trace stats: {what} (perf ring buffers overran before they were read; \
+                     more ring_buffer_pages or a shorter ring_buffer_read_period_ms keeps them)"
+                )
+            } else {
+                format!("{line}; {what} (PerfSample.kernel_records_lost)")
+            };
         }
-        let what = format!("LOST {n} perf samples in the kernel");
-        if line == "Trace stats: nothing lost" {
-            format!(
-                "Trace stats: {what} (perf ring buffers overran before they were read; \
-                 more ring_buffer_pages or a shorter ring_buffer_read_period_ms keeps them)"
-            )
-        } else {
-            format!("{line}; {what} (PerfSample.kernel_records_lost)")
+        let g = self.perf_guardrail_stops;
+        if g > 0 {
+            let what = format!(
+                "linux.perf STOPPED early {g}x: traced_perf went over max_daemon_memory_kb, \
+                 no samples after that (PerfSample.producer_event)"
+            );
+            line = match line.as_str() {
+                "Trace stats: nothing lost" => format!("Trace stats: {what}"),
+                _ => format!("{line}; {what}"),
+            };
         }
+        line
     }
 }
 
@@ -406,6 +425,8 @@ struct PacketBits {
     compressed: Option<Vec<u8>>,
     /// `PerfSample.kernel_records_lost`.
     perf_lost: u64,
+    /// `PerfSample.producer_event` says the guardrail stopped the source.
+    perf_guardrail: bool,
 }
 
 /// The fields of the packet in `start..end` the client looks at; nothing
@@ -430,9 +451,17 @@ fn stats_in_packet(b: &mut dyn TraceBytes, start: u64, end: u64) -> io::Result<P
             }
             (PERF_SAMPLE, 2) if len <= MAX_PERF_SAMPLE => {
                 for g in FieldIter::new(b.at(f.value_start, len as usize)?) {
-                    if g.number == KERNEL_RECORDS_LOST && g.wire_type == 0 {
-                        let lost = read_varint(g.value).map_or(0, |v| v.0);
-                        bits.perf_lost = bits.perf_lost.saturating_add(lost);
+                    match (g.number, g.wire_type) {
+                        (KERNEL_RECORDS_LOST, 0) => {
+                            let lost = read_varint(g.value).map_or(0, |v| v.0);
+                            bits.perf_lost = bits.perf_lost.saturating_add(lost);
+                        }
+                        (PRODUCER_EVENT, 2) => {
+                            let reason = FieldIter::new(g.value).find(|r| r.number == 1);
+                            let reason = reason.and_then(|r| read_varint(r.value));
+                            bits.perf_guardrail |= reason.map(|r| r.0) == Some(STOP_GUARDRAIL);
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -506,6 +535,19 @@ mod tests {
             line.ends_with("; LOST 12 perf samples in the kernel (PerfSample.kernel_records_lost)")
         );
         assert_eq!(KernelLoss::default().with_perf_loss("x".into()), "x");
+        let mut s = VecStream::new();
+        let n = crate::protozero::begin_nested(&mut s, PERF_SAMPLE as u32);
+        let e = crate::protozero::begin_nested(&mut s, PRODUCER_EVENT);
+        put_varint(&mut s, 1, STOP_GUARDRAIL);
+        crate::protozero::end_nested(&mut s, e);
+        crate::protozero::end_nested(&mut s, n);
+        let mut k = KernelLoss::default();
+        k.observe_packet(&[s.into_bytes()]);
+        let line = k.with_perf_loss("Trace stats: nothing lost".into());
+        assert!(
+            line.starts_with("Trace stats: linux.perf STOPPED early 1x"),
+            "{line}"
+        );
     }
 
     /// A bundle-sized packet without stats.

@@ -11,6 +11,8 @@ pub mod output;
 pub mod packet_writer;
 pub mod pbtx;
 pub mod query;
+pub mod rotate;
+pub mod rotate_plan;
 pub mod rpc;
 pub mod session;
 pub mod signals;

@@ -6,6 +6,7 @@
 
 use super::flags::RawFlags;
 use super::light_config::{self, LightOptions};
+use super::rotate_plan::{self, RotatePlan};
 use crate::pb::protos::{
     mod_TraceAttributes::{mod_Attribute::OneOfvalue, Attribute},
     TraceAttributes, TraceConfig,
@@ -45,6 +46,8 @@ pub struct TracePlan {
     pub notify_fd: Option<i32>,
     pub detach_key: Option<String>,
     pub uuid: String,
+    /// `--rotate-*`: cut the streamed file into numbered files.
+    pub rotate: Option<RotatePlan>,
 }
 
 /// What to clone.
@@ -367,7 +370,17 @@ pub fn plan(
         return Err("TraceConfig's write_into_file must be true when using --detach".into());
     }
 
+    let rotate = rotate_plan::from_flags(
+        flags.rotate_size.as_deref(),
+        flags.rotate_time.as_deref(),
+        flags.rotate_keep,
+        &cfg,
+        output.as_ref(),
+        flags.detach.is_some(),
+    )?;
+
     Ok(Action::Trace(TracePlan {
+        rotate,
         config_bytes,
         config: cfg,
         output,

@@ -11,6 +11,7 @@ use super::kernel_loss::KernelLoss;
 use super::options::{Output, TracePlan};
 use super::output;
 use super::packet_writer::PacketWriter;
+use super::rotate::Rotation;
 use super::rpc::{decode, Port};
 use super::signals::StopSignals;
 use super::snapshots::Snapshots;
@@ -84,7 +85,10 @@ pub fn run(
     mut ready: ReadyNotifier,
 ) -> i32 {
     let write_into_file = plan.config.write_into_file == Some(true);
-    let out_file = match plan.output.as_ref().map(output::open).transpose() {
+    // With rotation the first file is opened once the service is known to
+    // rotate.
+    let direct_output = plan.output.as_ref().filter(|_| plan.rotate.is_none());
+    let out_file = match direct_output.map(output::open).transpose() {
         Ok(f) => f,
         Err(e) => {
             eprintln!("{e}");
@@ -101,6 +105,22 @@ pub fn run(
             return 1;
         }
     };
+    let mut rotation = None;
+    let mut out_file = out_file;
+    if let (Some(r), Some(out)) = (&plan.rotate, &plan.output) {
+        let period = plan.config.file_write_period_ms.unwrap_or(5000) as u64;
+        match Rotation::start(r, out, &port, period) {
+            Ok((rot, first)) => {
+                rotation = Some(rot);
+                out_file = Some(first);
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ready.send(1);
+                return 1;
+            }
+        }
+    }
     // Subscribe before enabling, so no event can slip by.
     let snaps = Snapshots::for_plan(plan, socket);
     let mut events = Vec::new();
@@ -147,7 +167,15 @@ pub fn run(
         };
     }
     wait_and_collect(
-        &mut port, enable_id, observe_id, plan, out_file, signals, &mut ready, snaps,
+        &mut port,
+        enable_id,
+        observe_id,
+        plan,
+        out_file,
+        signals,
+        &mut ready,
+        snaps,
+        rotation.as_mut(),
     )
 }
 
@@ -163,6 +191,7 @@ pub fn wait_and_collect(
     signals: &mut StopSignals,
     ready: &mut ReadyNotifier,
     mut snaps: Option<Snapshots>,
+    mut rotation: Option<&mut Rotation>,
 ) -> i32 {
     let has_snaps = snaps.is_some();
     let observing = |ready: &ReadyNotifier| ready.0.is_some() || has_snaps;
@@ -180,6 +209,10 @@ pub fn wait_and_collect(
         let due = [
             show_status.then_some(next_status),
             failsafe.map(|f| started + f),
+            rotation
+                .as_ref()
+                .filter(|_| !stopping)
+                .and_then(|r| r.due()),
         ];
         let queued = std::iter::once(enable_id)
             .chain(observe_id.filter(|_| observing(ready)))
@@ -245,6 +278,9 @@ pub fn wait_and_collect(
             }
             let _ = port.start("DisableTracing", &DisableTracingRequest {}, None);
         }
+        if let Some(r) = rotation.as_mut().filter(|_| !stopping) {
+            r.poll(port);
+        }
         if failsafe.is_some_and(|f| started.elapsed() > f) {
             clear_status(show_status);
             eprintln!("Timed out while waiting for trace from the service, aborting");
@@ -269,10 +305,13 @@ pub fn wait_and_collect(
             // The session ran and its file is cut at the last whole packet.
             eprintln!("Service error: {e}");
             let mut kernel = KernelLoss::default();
-            if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
+            if let Some(r) = rotation {
+                kernel = rotated_files(r).0;
+                r.report();
+            } else if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
                 let _ = kernel.scan_file(&f);
             }
-            print_summary(port, &kernel, plan, None);
+            print_summary(port, &kernel, plan, None, true);
             return 1;
         }
         Ok(EnableTracingResponse { error: Some(e), .. }) if !e.is_empty() => {
@@ -291,6 +330,12 @@ pub fn wait_and_collect(
             return 1;
         }
     }
+    if let Some(r) = rotation {
+        let (kernel, size) = rotated_files(r);
+        print_summary(port, &kernel, plan, Some(size), false);
+        r.report();
+        return 0;
+    }
     if plan.config.write_into_file == Some(true) {
         // traced has written and closed its side by now.
         let mut kernel = KernelLoss::default();
@@ -301,17 +346,17 @@ pub fn wait_and_collect(
                 eprintln!("Could not read the trace back for its ftrace stats: {e}");
             }
         }
-        print_summary(port, &kernel, plan, size);
+        print_summary(port, &kernel, plan, size, false);
         eprintln!("Trace written into the output file");
         return 0;
     }
     let Some(file) = out_file else {
-        print_summary(port, &KernelLoss::default(), plan, None);
+        print_summary(port, &KernelLoss::default(), plan, None, false);
         return 0;
     };
     match read_buffers(port, file) {
         Ok((bytes, _packets, kernel)) => {
-            print_summary(port, &kernel, plan, Some(bytes));
+            print_summary(port, &kernel, plan, Some(bytes), false);
             let _ = port.start("FreeBuffers", &FreeBuffersRequest::default(), None);
             match &plan.output {
                 Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
@@ -366,6 +411,23 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss
     Ok((bytes, packets, kernel))
 }
 
+/// The kernel's losses read from the ftrace_stats of every rotated file,
+/// oldest first (the first one as read before `--rotate-keep` removed
+/// it), and their total size.
+fn rotated_files(r: &mut Rotation) -> (KernelLoss, u64) {
+    let mut kernel = std::mem::take(&mut r.kernel);
+    let mut size = 0;
+    for name in r.files() {
+        if let Ok(f) = File::open(&name) {
+            size += f.metadata().map_or(0, |m| m.len());
+            if let Err(e) = kernel.scan_file(&f) {
+                eprintln!("Could not read {name} back for its ftrace stats: {e}");
+            }
+        }
+    }
+    (kernel, size)
+}
+
 /// The session's totals and losses (GetTraceStats, waiting at most 2 s).
 fn session_figures(port: &mut Port) -> Option<status_line::Figures> {
     port.client.set_timeout(Some(Duration::from_secs(2)));
@@ -378,8 +440,23 @@ fn session_figures(port: &mut Port) -> Option<status_line::Figures> {
 /// One line on stderr with the session's losses (the session has ended
 /// but still exists, so its stats are final), the kernel's, and what was
 /// asked for and not obtained. `bytes`: the trace's size, if known.
-fn print_summary(port: &mut Port, kernel: &KernelLoss, plan: &TracePlan, bytes: Option<u64>) {
+/// The end-of-trace line. `write_failed`: traced could not write the
+/// output file to the end (it cut it at the last whole packet).
+fn print_summary(
+    port: &mut Port,
+    kernel: &KernelLoss,
+    plan: &TracePlan,
+    bytes: Option<u64>,
+    write_failed: bool,
+) {
     let mut missing = Vec::new();
+    if write_failed {
+        missing.push(
+            "the output file could not be written to the end (it ends at the last whole \
+             packet written)"
+                .to_owned(),
+        );
+    }
     let faults = &kernel.faults;
     let trigger = plan.config.trigger_config.as_ref();
     let mode = trigger.and_then(|t| t.trigger_mode).unwrap_or_default();
@@ -392,7 +469,8 @@ fn print_summary(port: &mut Port, kernel: &KernelLoss, plan: &TracePlan, bytes: 
         };
         let ms = trigger.and_then(|t| t.trigger_timeout_ms).unwrap_or(0);
         missing.push(format!(
-            "the {which} trigger did not fire within trigger_timeout_ms ({ms} ms),              so traced kept no trace"
+            "the {which} trigger did not fire within trigger_timeout_ms ({ms} ms), \
+             so traced kept no trace"
         ));
     } else if bytes == Some(0) {
         missing.push("the trace is empty (0 bytes)".to_owned());

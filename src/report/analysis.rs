@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use super::ftrace::{
-    Ev, Rec, CPU_FREQUENCY, GENERIC_BASE, MAX_CPUS, MAX_GENERIC_NAMES, SCHED_SWITCH,
+    Ev, Rec, CPU_FREQUENCY, GENERIC_BASE, MAX_CPUS, MAX_GENERIC_NAMES, NO_CPU, SCHED_SWITCH,
 };
 use super::ftrace::{SCHED_WAKEUP, SCHED_WAKING};
 use crate::protozero::decimal::parse_decimal;
@@ -257,8 +257,14 @@ impl Analysis {
 
     pub fn feed(&mut self, r: &Rec) {
         let ts = r.ts;
+        if let Ev::Comm(_) = r.ev {
+            return;
+        }
         self.start.get_or_insert(ts);
         self.end = self.end.max(ts);
+        if r.cpu == NO_CPU {
+            return;
+        }
         let inside = self.inside(ts);
         let known = self.cpu(r.cpu).running != UNKNOWN;
         if !known && r.pid >= 0 && !matches!(r.ev, Ev::Switch { .. }) {
@@ -318,6 +324,7 @@ impl Analysis {
                 }
                 *id
             }
+            Ev::Track(..) | Ev::Comm(_) => return,
         };
         if inside {
             self.events += 1;

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::ftrace::{event_name, Ev, Rec};
+use super::ftrace::{event_name, Ev, Rec, NO_CPU};
+use super::meta::Task;
 use super::Walk;
 use crate::protozero::decode::{read_varint, FieldIter};
 use crate::traced_probes::ftrace::parse::table::{ProtoType, EVENTS};
@@ -20,11 +21,13 @@ pub struct Filter {
 }
 
 /// Per-cpu running task and per-thread priority, for compact_sched
-/// events that leave them out.
+/// events that leave them out; each thread's name as of the current event.
 #[derive(Default)]
 pub struct Printer {
     running: Vec<i32>,
     prio: HashMap<i32, i32>,
+    /// `Task.comm` only (the map type Meta has: no new instantiation).
+    comm: HashMap<i32, Task>,
     pub printed: u64,
 }
 
@@ -52,6 +55,7 @@ fn name_of(r: &Rec, generic: &[String]) -> String {
         Ev::Waking { wakeup: true, .. } => "sched_wakeup".into(),
         Ev::Waking { .. } => "sched_waking".into(),
         Ev::Print(_) => "print".into(),
+        Ev::Track(..) | Ev::Comm(_) => "track_event".into(),
         Ev::Other { id, .. } => event_name(*id, generic).into(),
     }
 }
@@ -76,8 +80,24 @@ fn fields(id: u32, raw: &[u8], out: &mut String) {
 }
 
 impl Printer {
+    /// The name `tid` had at the current event (the latest name of the
+    /// trace when no event named it yet).
+    fn name(&self, tid: i32, w: &Walk) -> String {
+        match self.comm.get(&tid) {
+            Some(t) => t.comm.clone(),
+            None if tid < 0 => "<...>".into(),
+            None => w.name(tid),
+        }
+    }
+
     /// The line for `r`, or `None` if the filter drops it.
     pub fn line(&mut self, r: &Rec, w: &Walk, f: &Filter) -> Option<String> {
+        if let Ev::Comm(name) = &r.ev {
+            if self.comm.len() < super::meta::MAX_ENTRIES || self.comm.contains_key(&r.pid) {
+                self.comm.entry(r.pid).or_default().comm = name.to_string();
+            }
+            return None;
+        }
         let mut task = if r.pid >= 0 {
             r.pid
         } else {
@@ -119,15 +139,14 @@ impl Printer {
             return None;
         }
         let mut s = String::with_capacity(128);
-        let comm = if task < 0 {
-            "<...>".into()
-        } else {
-            w.name(task)
+        let comm = self.name(task, w);
+        let cpu = match r.cpu {
+            NO_CPU => "---".into(),
+            c => format!("{c:03}"),
         };
         let _ = write!(
             s,
-            "{comm:>16}-{task:<5} [{:03}] {:>5}.{:06}: {:<21}",
-            r.cpu,
+            "{comm:>16}-{task:<5} [{cpu}] {:>5}.{:06}: {:<21}",
             r.ts / 1_000_000_000,
             r.ts % 1_000_000_000 / 1000,
             name + ":"
@@ -139,17 +158,13 @@ impl Printer {
                 next_prio,
                 ..
             } => {
-                let pc = if task < 0 {
-                    "<...>".into()
-                } else {
-                    w.name(task)
-                };
+                let pc = self.name(task, w);
                 let pp = self.prio.get(&task).copied().unwrap_or(120);
                 write!(
                     s,
                     " {pc}:{task} [{pp}] {} ==> {}:{next_pid} [{next_prio}]",
                     state(*prev_state),
-                    w.name(*next_pid)
+                    self.name(*next_pid, w)
                 )
             }
             Ev::Waking {
@@ -160,13 +175,20 @@ impl Printer {
             } => write!(
                 s,
                 " comm={} pid={pid} prio={prio} target_cpu={target_cpu:03}",
-                w.name(*pid)
+                self.name(*pid, w)
             ),
             Ev::Print(buf) => write!(s, " tracing_mark_write: {}", buf.trim_end_matches('\n')),
             Ev::Other { id, raw } => {
                 fields(*id, raw, &mut s);
                 Ok(())
             }
+            Ev::Track(kind, name) => {
+                let k = ["?", "B", "E", "I", "C"]
+                    .get(*kind as usize)
+                    .unwrap_or(&"?");
+                write!(s, " {k} {name}")
+            }
+            Ev::Comm(_) => Ok(()),
         };
         self.printed += 1;
         Some(s)

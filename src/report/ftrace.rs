@@ -12,6 +12,9 @@ pub const SCHED_WAKEUP: u32 = 17;
 pub const SCHED_WAKING: u32 = 20;
 pub const TASK_NEWTASK: u32 = 235;
 pub const TASK_RENAME: u32 = 236;
+pub const SCHED_PROCESS_EXEC: u32 = 237;
+/// `Rec.cpu` of records that belong to no cpu (SDK events, name changes).
+pub const NO_CPU: u32 = u32::MAX;
 /// Generic events get ids from here on, one per distinct name.
 pub const GENERIC_BASE: u32 = 1 << 20;
 pub const MAX_GENERIC_NAMES: usize = 1024;
@@ -34,6 +37,11 @@ pub enum Ev {
         wakeup: bool,
     },
     Print(Box<str>),
+    /// A TrackEvent of an SDK: type (1 begin, 2 end, 3 instant, 4
+    /// counter) and name.
+    Track(u8, Box<str>),
+    /// `pid` is called this from `ts` on (not an event of its own).
+    Comm(Box<str>),
     /// Any other event: its `FtraceEvent` field id (or a generic id) and
     /// payload bytes (kept only when needed).
     Other {
@@ -59,6 +67,8 @@ pub struct BundleStats {
     pub errors: u64,
     pub malformed: u64,
     pub clock: Option<u64>,
+    /// The last bundle's clock and (ftrace clock, BOOTTIME) reading.
+    pub bundle_clock: (u64, Option<(i64, i64)>),
     /// Names of generic events, in id order.
     pub generic_names: Vec<String>,
     pub generic_overflow: u64,
@@ -93,25 +103,36 @@ pub fn event_name(id: u32, generic: &[String]) -> &str {
         .map_or("unknown", |e| e.name)
 }
 
-/// Decodes one bundle; comms seen go to `comm(tid, name)`.
+/// Where a comm comes from: `comm(ts, tid, name, renamed)`, `renamed`
+/// for the events that change it (the others only show it).
+pub type CommSink<'a> = dyn FnMut(u64, i32, &[u8], bool) + 'a;
+
+/// Decodes one bundle; comms seen go to `comm`.
 pub fn decode_bundle(
     b: &[u8],
     keep_raw: bool,
     st: &mut BundleStats,
-    comm: &mut dyn FnMut(i32, &[u8]),
+    comm: &mut CommSink,
     out: &mut dyn FnMut(Rec),
 ) {
     st.bundles += 1;
     let mut cpu = 0;
+    let (mut clock, mut ftrace_ts, mut boot_ts) = (0, None, 0);
     for f in FieldIter::new(b) {
         match (f.number, f.wire_type) {
             (1, 0) => cpu = varint(f.value) as u32,
             (3, 0) => st.lost_events_bundles += (varint(f.value) != 0) as u64,
-            (5, 0) => st.clock = Some(varint(f.value)),
+            (5, 0) => {
+                clock = varint(f.value);
+                st.clock = Some(clock);
+            }
+            (6, 0) => ftrace_ts = Some(varint(f.value) as i64),
+            (7, 0) => boot_ts = varint(f.value) as i64,
             (8, 2) => st.errors += 1,
             _ => {}
         }
     }
+    st.bundle_clock = (clock, ftrace_ts.map(|f| (f, boot_ts)));
     if cpu >= MAX_CPUS {
         st.malformed += 1;
         return;
@@ -132,7 +153,7 @@ fn decode_event(
     cpu: u32,
     keep_raw: bool,
     st: &mut BundleStats,
-    comm: &mut dyn FnMut(i32, &[u8]),
+    comm: &mut CommSink,
     out: &mut dyn FnMut(Rec),
 ) {
     let (mut ts, mut pid, mut payload) = (0, -1, None);
@@ -164,8 +185,8 @@ fn decode_event(
     let ev = match id {
         ftrace_event::PRINT => Ev::Print(String::from_utf8_lossy(bytes(2)).into()),
         SCHED_SWITCH => {
-            comm(int(2) as i32, bytes(1));
-            comm(int(6) as i32, bytes(5));
+            comm(ts, int(2) as i32, bytes(1), false);
+            comm(ts, int(6) as i32, bytes(5), false);
             Ev::Switch {
                 prev_pid: int(2) as i32,
                 prev_state: int(4),
@@ -174,7 +195,7 @@ fn decode_event(
             }
         }
         SCHED_WAKING | SCHED_WAKEUP => {
-            comm(int(2) as i32, bytes(1));
+            comm(ts, int(2) as i32, bytes(1), false);
             Ev::Waking {
                 pid: int(2) as i32,
                 target_cpu: int(5) as i32,
@@ -202,10 +223,16 @@ fn decode_event(
             }
         }
         _ => {
-            if id == TASK_NEWTASK {
-                comm(int(1) as i32, bytes(2));
-            } else if id == TASK_RENAME {
-                comm(int(1) as i32, bytes(3));
+            match id {
+                TASK_NEWTASK => comm(ts, int(1) as i32, bytes(2), true),
+                TASK_RENAME => comm(ts, int(1) as i32, bytes(3), true),
+                SCHED_PROCESS_EXEC => {
+                    // The kernel names the task after the file, cut to
+                    // TASK_COMM_LEN - 1.
+                    let file = bytes(1).rsplit(|&c| c == b'/').next().unwrap_or(&[]);
+                    comm(ts, int(2) as i32, &file[..file.len().min(15)], true)
+                }
+                _ => {}
             }
             let keep = keep_raw || id == CPU_FREQUENCY;
             Ev::Other {
@@ -222,7 +249,7 @@ fn compact(
     c: &[u8],
     cpu: u32,
     st: &mut BundleStats,
-    comm: &mut dyn FnMut(i32, &[u8]),
+    comm: &mut CommSink,
     out: &mut dyn FnMut(Rec),
 ) {
     let mut intern: Vec<&[u8]> = Vec::new();
@@ -247,7 +274,7 @@ fn compact(
         ts = ts.wrapping_add(*d);
         let next_pid = at(3, i) as i32;
         if let Some(name) = comm_of(6, i) {
-            comm(next_pid, name);
+            comm(ts, next_pid, name, false);
         }
         out(Rec {
             ts,
@@ -266,7 +293,7 @@ fn compact(
         ts = ts.wrapping_add(*d);
         let pid = at(8, i) as i32;
         if let Some(name) = comm_of(11, i) {
-            comm(pid, name);
+            comm(ts, pid, name, false);
         }
         out(Rec {
             ts,

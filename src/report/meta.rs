@@ -3,6 +3,9 @@
 
 use std::collections::HashMap;
 
+use super::clock::{key, Clocks, BOOTTIME};
+use super::ftrace::{Ev, Rec, NO_CPU};
+use super::seq::Seqs;
 use crate::cmd::kernel_loss::KernelLoss;
 use crate::cmd::status_line;
 use crate::pb::protos::{TraceConfig, TraceStats};
@@ -14,17 +17,26 @@ pub const FTRACE_EVENTS: u32 = 1;
 const PROCESS_TREE: u32 = 2;
 const CLOCK_SNAPSHOT: u32 = 6;
 const TIMESTAMP: u32 = 8;
+const TRACK_EVENT: u32 = 11;
+const INTERNED_DATA: u32 = 12;
+const SEQUENCE_FLAGS: u32 = 13;
+const SEQUENCE_ID: u32 = 10;
+const TIMESTAMP_CLOCK_ID: u32 = 58;
+const PACKET_DEFAULTS: u32 = 59;
+const TRACK_DESCRIPTOR: u32 = 60;
 const TRACE_CONFIG: u32 = 33;
 const FTRACE_STATS: u32 = 34;
 const TRACE_STATS: u32 = 35;
 const SYSTEM_INFO: u32 = 45;
 const CPU_INFO: u32 = 67;
-/// Fields every packet may carry besides its payload (timestamps,
-/// sequence, interning, loss flags); not counted as unknown.
-const COMMON: &[u32] = &[3, 8, 10, 12, 13, 41, 42, 58, 59, 79, 87, 98];
+/// traced_perf's samples: their loss and stop records feed the end line.
+const PERF_SAMPLE: u32 = 66;
+/// Fields every packet may carry besides its payload (trusted uid and
+/// pid, loss and first-packet flags, machine id); not counted as unknown.
+const COMMON: &[u32] = &[3, 41, 42, 79, 87, 98];
 /// Payloads the report knows and does not use (process_stats, sys_stats,
 /// track_event, sync marker, trigger, service_event, uuid, ...).
-const KNOWN: &[u32] = &[4, 5, 7, 9, 11, 36, 46, 69, 89, 124, 126, 130, 134];
+const KNOWN: &[u32] = &[4, 5, 7, 9, 36, 46, 69, 89, 124, 126, 130, 134];
 
 #[derive(Debug, Default)]
 pub struct Meta {
@@ -40,7 +52,8 @@ pub struct Meta {
     pub cpu_model: Option<(usize, String)>,
     pub config: Option<TraceConfig>,
     pub bad_config: u64,
-    pub primary_clock: Option<u64>,
+    pub clocks: Clocks,
+    pub seqs: Seqs,
     pub clock_snapshots: u64,
     pub stats: Option<TraceStats>,
     pub kernel_loss: KernelLoss,
@@ -77,34 +90,56 @@ fn text(f: &RawField) -> String {
 }
 
 impl Meta {
-    /// Takes one packet; returns the FtraceEventBundle bytes, if any.
-    pub fn packet<'a>(&mut self, p: &'a [u8]) -> Option<&'a [u8]> {
+    /// Takes one packet; returns the FtraceEventBundle bytes, if any, and
+    /// the packet's sequence. Its SDK events and process-tree names go to
+    /// `out` (on the trace clock).
+    pub fn packet<'a>(&mut self, p: &'a [u8], out: &mut Vec<Rec>) -> (Option<&'a [u8]>, u32) {
         self.packets += 1;
-        let mut bundle = None;
+        let (mut bundle, mut ts, mut clock, mut seq) = (None, None, None, 0);
+        // Payloads that need the sequence or the timestamp, by field number.
+        let mut later: [&[u8]; 7] = [&[]; 7];
         let mut it = FieldIter::new(p);
         for f in &mut it {
+            let slot = [
+                PACKET_DEFAULTS,
+                CLOCK_SNAPSHOT,
+                INTERNED_DATA,
+                TRACK_DESCRIPTOR,
+                PROCESS_TREE,
+                TRACK_EVENT,
+            ]
+            .iter()
+            .position(|&n| n == f.number);
+            if let Some(i) = slot {
+                later[i + 1] = f.value;
+                continue;
+            }
             match f.number {
                 FTRACE_EVENTS => bundle = Some(f.value),
-                TIMESTAMP => {
-                    let ts = varint(&f);
-                    self.first_ts = Some(self.first_ts.map_or(ts, |t| t.min(ts)));
-                    self.last_ts = self.last_ts.max(ts);
-                }
-                PROCESS_TREE => self.process_tree(f.value),
-                CLOCK_SNAPSHOT => {
-                    self.clock_snapshots += 1;
-                    if let Some(c) = FieldIter::new(f.value).find(|f| f.number == 2) {
-                        self.primary_clock = Some(varint(&c));
-                    }
-                }
+                TIMESTAMP => ts = Some(varint(&f)),
+                TIMESTAMP_CLOCK_ID => clock = Some(varint(&f)),
+                SEQUENCE_ID => seq = varint(&f) as u32,
+                SEQUENCE_FLAGS if varint(&f) & 1 != 0 => later[0] = f.value,
+                SEQUENCE_FLAGS => {}
                 TRACE_CONFIG => match decode_checked::<TraceConfig>(f.value) {
-                    Ok(c) => self.config = Some(c),
+                    Ok(c) => {
+                        let b = c.builtin_data_sources.as_ref();
+                        let primary = b
+                            .and_then(|b| b.primary_trace_clock)
+                            .map_or(0, |c| c as u64);
+                        if self.clocks.trace_clock == 0 {
+                            self.clocks.set_trace_clock(primary);
+                        }
+                        self.config = Some(c)
+                    }
                     Err(_) => self.bad_config += 1,
                 },
                 FTRACE_STATS => {
                     self.kernel_loss.observe_packet(&[p]);
                     self.ftrace_stats(f.value);
                 }
+                // Kernel losses and guardrail stops, for the end line.
+                PERF_SAMPLE => self.kernel_loss.observe_packet(&[p]),
                 TRACE_STATS => match decode_checked::<TraceStats>(f.value) {
                     Ok(s) => self.stats = Some(s),
                     Err(_) => self.malformed_packets += 1,
@@ -131,10 +166,57 @@ impl Meta {
             }
         }
         self.malformed_packets += it.error as u64;
-        bundle
+        let [cleared, defaults, snapshot, interned, descriptor, tree, track] = later;
+        if !cleared.is_empty() {
+            self.seqs.clear(seq);
+        }
+        if !defaults.is_empty() {
+            self.seqs.defaults(seq, defaults);
+        }
+        if !snapshot.is_empty() {
+            self.clock_snapshots += 1;
+            self.clocks.snapshot(seq, snapshot);
+        }
+        self.seqs.intern(seq, interned);
+        self.seqs.descriptor(descriptor);
+        // No clock: the sequence's default, else BOOTTIME (trace_processor
+        // takes the trace's default clock, BOOTTIME for proto traces).
+        let clock = clock.unwrap_or_else(|| self.seqs.clock(seq));
+        let clock = if clock == 0 { BOOTTIME } else { clock };
+        let ts = ts.and_then(|t| self.clocks.convert(key(seq, clock), t));
+        if let Some(ts) = ts {
+            self.first_ts = Some(self.first_ts.map_or(ts, |t| t.min(ts)));
+            self.last_ts = self.last_ts.max(ts);
+            if !track.is_empty() {
+                out.push(self.seqs.track_event(seq, ts, track));
+            }
+        }
+        self.process_tree(tree, ts, out);
+        (bundle, seq)
     }
 
-    fn process_tree(&mut self, b: &[u8]) {
+    /// A comm seen at `ts` (trace clock): kept as the latest, and sent to
+    /// `out` as a name change when it differs from the latest seen or
+    /// comes from a renaming event (events are decoded a little out of
+    /// time order; the change records are sorted with them).
+    pub fn comm(&mut self, ts: u64, tid: i32, name: &[u8], renamed: bool, out: &mut Vec<Rec>) {
+        if tid <= 0 || name.is_empty() {
+            return;
+        }
+        let Some(t) = self.task(tid) else { return };
+        if t.comm.as_bytes() == name && !renamed {
+            return;
+        }
+        t.comm = String::from_utf8_lossy(name).into_owned();
+        out.push(Rec {
+            ts,
+            cpu: NO_CPU,
+            pid: tid,
+            ev: Ev::Comm(t.comm.as_str().into()),
+        });
+    }
+
+    fn process_tree(&mut self, b: &[u8], ts: Option<u64>, out: &mut Vec<Rec>) {
         for f in FieldIter::new(b) {
             let (mut id, mut other, mut name) = (0, 0, None);
             for g in FieldIter::new(f.value) {
@@ -162,7 +244,12 @@ impl Meta {
                         t.tgid = other;
                     }
                     if let Some(n) = name {
-                        t.name = n;
+                        if let Some(ts) = ts {
+                            self.comm(ts, id, n.as_bytes(), false, out);
+                        }
+                        if let Some(t) = self.task(id) {
+                            t.name = n;
+                        }
                     }
                 }
                 _ => {}
@@ -256,7 +343,8 @@ impl Meta {
     pub fn stats_line(&self) -> Option<String> {
         let figures = status_line::figures(self.stats.as_ref()?);
         let lost = self.kernel_loss.events_lost().unwrap_or(0);
-        Some(status_line::summary(figures, lost))
+        let line = status_line::summary(figures, lost);
+        Some(self.kernel_loss.with_perf_loss(line))
     }
 
     /// A thread's name: the process tree's, else the sched comm.

@@ -10,11 +10,13 @@
 //! the number of threads and distinct names, never by the trace's length.
 
 pub mod analysis;
+pub mod clock;
 pub mod events;
 pub mod ftrace;
 pub mod meta;
 pub mod output;
 pub mod reader;
+pub mod seq;
 pub mod sorter;
 
 use std::io::Read;
@@ -86,8 +88,8 @@ pub fn walk<R: Read>(src: R, keep_raw: bool, sink: &mut dyn FnMut(&Rec, &Walk)) 
     w
 }
 
-/// One (uncompressed) packet: its metadata, and its ftrace events into the
-/// time-ordering window.
+/// One (uncompressed) packet: its metadata, and its events (ftrace, SDK,
+/// name changes) on the trace clock into the time-ordering window.
 fn take_packet(
     p: &[u8],
     keep_raw: bool,
@@ -95,22 +97,26 @@ fn take_packet(
     sorter: &mut Sorter,
     sink: &mut dyn FnMut(&Rec, &Walk),
 ) {
-    let Some(b) = w.meta.packet(p) else { return };
-    let meta = &mut w.meta;
-    let mut comm = |tid: i32, name: &[u8]| {
-        if tid <= 0 || name.is_empty() {
-            return;
-        }
-        if let Some(t) = meta.task(tid) {
-            if t.comm.as_bytes() != name {
-                t.comm = String::from_utf8_lossy(name).into_owned();
+    let mut recs = Vec::new();
+    let (bundle, seq) = w.meta.packet(p, &mut recs);
+    if let Some(b) = bundle {
+        // Name changes first: at equal times they apply to the event.
+        let (meta, mut changes, mut events) = (&mut w.meta, Vec::new(), Vec::new());
+        let mut comm =
+            |ts, tid, name: &[u8], renamed| meta.comm(ts, tid, name, renamed, &mut changes);
+        ftrace::decode_bundle(b, keep_raw, &mut w.bundles, &mut comm, &mut |r| {
+            events.push(r)
+        });
+        let (clock, snap) = w.bundles.bundle_clock;
+        let key = meta.clocks.ftrace(seq, clock, snap);
+        changes.append(&mut events);
+        for mut r in changes {
+            if let Some(ts) = meta.clocks.convert(key, r.ts) {
+                r.ts = ts;
+                recs.push(r);
             }
         }
-    };
-    let mut recs = Vec::new();
-    ftrace::decode_bundle(b, keep_raw, &mut w.bundles, &mut comm, &mut |r| {
-        recs.push(r)
-    });
+    }
     for r in recs {
         sorter.push(r, &mut |r| sink(&r, w));
     }

@@ -44,15 +44,32 @@ struct View {
     events: Vec<String>,
 }
 
+/// The trace clock, and the ftrace clock when it is another one.
 fn clock_name(w: &Walk) -> String {
+    let builtin = [
+        "?",
+        "realtime",
+        "realtime_coarse",
+        "mono",
+        "mono_coarse",
+        "mono_raw",
+        "boot",
+    ];
+    let c = w.meta.clocks.trace_clock;
+    let name = |c: u64| {
+        builtin
+            .get(c as usize)
+            .map_or(format!("clock {c}"), |s| s.to_string())
+    };
+    let trace = name(if c == 0 { 6 } else { c });
     let ftrace = ["boot", "unknown", "global", "local", "mono_raw"];
-    match w.bundles.clock {
-        Some(c) => ftrace.get(c as usize).unwrap_or(&"?").to_string(),
-        None if w.bundles.bundles > 0 => "boot".into(),
-        None => match w.meta.primary_clock {
-            Some(c) => format!("builtin clock {c}"),
-            None => "boot".into(),
-        },
+    match w
+        .bundles
+        .clock
+        .map(|c| ftrace.get(c as usize).unwrap_or(&"?"))
+    {
+        Some(f) if *f != trace => format!("{trace} (ftrace clock {f})"),
+        _ => trace,
     }
 }
 
@@ -117,7 +134,9 @@ fn view(w: &Walk, a: &Analysis) -> View {
         ("atrace_over_limit", a.atrace_dropped),
         ("atrace_unmatched_ends", a.atrace_unmatched),
         ("events_of_threads_over_limit", a.threads_over_limit),
-        ("names_over_limit", m.over_limit),
+        ("names_over_limit", m.over_limit + m.seqs.over_limit),
+        ("clock_snapshots_over_limit", m.clocks.over_limit),
+        ("timestamps_without_clock_path", m.clocks.failed),
     ];
     for (k, v) in counts {
         if v > 0 {

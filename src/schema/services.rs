@@ -50,10 +50,11 @@ mod tests {
 
     #[test]
     fn consumer_port_order() {
-        assert_eq!(CONSUMER_PORT_METHODS.len(), 15);
+        assert_eq!(CONSUMER_PORT_METHODS.len(), 16);
         assert_eq!(CONSUMER_PORT_METHODS[0], "EnableTracing");
         assert_eq!(CONSUMER_PORT_METHODS[2], "ReadBuffers");
         assert_eq!(CONSUMER_PORT_METHODS[14], "CloneSession");
+        assert_eq!(CONSUMER_PORT_METHODS[15], "RotateOutputFile");
     }
 
     #[test]

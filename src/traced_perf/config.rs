@@ -60,6 +60,14 @@ pub struct PerfConfig {
     pub ring_buffer_pages: usize,
     pub read_period_ms: u32,
     pub max_enqueued_footprint_kb: u64,
+    /// Stop the source when the daemon's RssAnon + VmSwap exceeds this
+    /// (0: no limit).
+    pub max_daemon_memory_kb: u64,
+    /// Counters read with every sample (a perf group led by the timebase),
+    /// and their FollowerEvent messages as the config carried them (for the
+    /// PerfSampleDefaults that name them).
+    pub followers: Vec<Event>,
+    pub followers_raw: Vec<Vec<u8>>,
     /// tracebox: names of functions resolved on the device (default on).
     pub function_names: bool,
 }
@@ -114,11 +122,13 @@ fn push_ints(list: &mut Vec<i32>, wire_type: u8, v: &[u8], what: &str) -> Result
     Ok(())
 }
 
-fn parse_event_fields(tb: &[u8], event: &mut Option<Event>) -> Result<(), String> {
+/// The event of a Timebase (`ids` = field numbers of counter, tracepoint
+/// and raw_event: 4, 3, 5) or of a FollowerEvent (1, 2, 3).
+fn parse_event_fields(tb: &[u8], ids: [u32; 3], event: &mut Option<Event>) -> Result<(), String> {
     for f in FieldIter::new(tb) {
-        match f.number {
-            4 => *event = Some(Event::Counter(varint(f.value) as u32)),
-            3 => {
+        match ids.iter().position(|&n| n == f.number) {
+            Some(0) => *event = Some(Event::Counter(varint(f.value) as u32)),
+            Some(1) => {
                 let (mut name, mut filter) = (String::new(), String::new());
                 for t in FieldIter::new(f.value) {
                     match t.number {
@@ -129,7 +139,7 @@ fn parse_event_fields(tb: &[u8], event: &mut Option<Event>) -> Result<(), String
                 }
                 *event = Some(Event::Tracepoint { name, filter });
             }
-            5 => {
+            Some(2) => {
                 let (mut type_, mut config, mut config1, mut config2) = (0, 0, 0, 0);
                 for t in FieldIter::new(f.value) {
                     match t.number {
@@ -186,6 +196,9 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
         ring_buffer_pages: DEFAULT_RING_PAGES,
         read_period_ms: DEFAULT_READ_PERIOD_MS,
         max_enqueued_footprint_kb: DEFAULT_FOOTPRINT_KB,
+        max_daemon_memory_kb: 0,
+        followers: Vec::new(),
+        followers_raw: Vec::new(),
         function_names: true,
     };
     let mut legacy_freq = None;
@@ -209,7 +222,7 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
                         _ => {}
                     }
                 }
-                parse_event_fields(f.value, &mut event)?;
+                parse_event_fields(f.value, [4, 3, 5], &mut event)?;
             }
             16 => {
                 c.callstacks = true;
@@ -236,6 +249,14 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
             8 => c.read_period_ms = varint(f.value) as u32,
             3 => c.ring_buffer_pages = varint(f.value).min(u32::MAX as u64) as usize,
             17 => c.max_enqueued_footprint_kb = varint(f.value),
+            13 => c.max_daemon_memory_kb = varint(f.value),
+            19 => {
+                let mut e = None;
+                parse_event_fields(f.value, [1, 2, 3], &mut e)?;
+                let e = e.ok_or("a follower event names no counter, tracepoint or raw event")?;
+                push(&mut c.followers, e, "followers")?;
+                c.followers_raw.push(f.value.to_vec());
+            }
             // Deprecated flat fields, still honoured as upstream does.
             1 => {}
             2 => legacy_freq = Some(varint(f.value)),
@@ -391,6 +412,35 @@ mod tests {
         assert_eq!(c.scope.exclude_pids, vec![42]);
         assert_eq!(c.scope.additional_cmdline_count, 2);
         assert_eq!(c.ring_buffer_pages, 8);
+    }
+
+    /// Followers number their event fields unlike the Timebase.
+    #[test]
+    fn followers_and_the_memory_guardrail() {
+        let b = cfg(|s| {
+            for (n, v) in [(1, 3), (1, 4)] {
+                let f = begin_nested(s, 19);
+                put_varint(s, n, v);
+                end_nested(s, f);
+            }
+            let f = begin_nested(s, 19);
+            let tp = begin_nested(s, 2);
+            put_str(s, 1, "sched:sched_switch");
+            end_nested(s, tp);
+            end_nested(s, f);
+            put_varint(s, 13, 2048);
+        });
+        let c = parse(&b).unwrap();
+        assert_eq!(c.max_daemon_memory_kb, 2048);
+        assert_eq!(c.followers[..2], [Event::Counter(3), Event::Counter(4)]);
+        assert!(
+            matches!(&c.followers[2], Event::Tracepoint { name, .. } if name == "sched:sched_switch")
+        );
+        let empty = cfg(|s| {
+            let f = begin_nested(s, 19);
+            end_nested(s, f);
+        });
+        assert!(parse(&empty).is_err());
     }
 
     #[test]

@@ -26,11 +26,19 @@ const KERNEL_MAPPING: &str = "/kernel";
 /// Cached process maps are dropped this often (exec and pid reuse; a miss
 /// re-reads them at once anyway).
 const MAPS_REFRESH: Duration = Duration::from_secs(1);
+/// How often the daemon's memory is held against max_daemon_memory_kb
+/// (upstream's period).
+const MEMORY_CHECK: Duration = Duration::from_secs(1);
+/// PerfSample.producer_event.source_stop_reason PROFILER_STOP_GUARDRAIL.
+const PRODUCER_EVENT: u32 = 19;
+const STOP_GUARDRAIL: u64 = 1;
 
 struct CpuRing {
     cpu: u32,
     fd: OwnedFd,
     ring: Ring,
+    /// Follower events of the group `fd` leads (read with each sample).
+    _followers: Vec<OwnedFd>,
 }
 
 /// Counters of one instance, for logs and tests.
@@ -43,6 +51,9 @@ pub struct PerfStats {
     pub malformed: u64,
     /// Read passes that stopped at the work budget with data left.
     pub budget_hits: u64,
+    /// The daemon's memory (kB) when it went over max_daemon_memory_kb
+    /// and the source stopped.
+    pub stopped_at_kb: u64,
 }
 
 pub struct PerfSource {
@@ -58,6 +69,7 @@ pub struct PerfSource {
     scratch: Vec<u8>,
     frames: Vec<u64>,
     since_maps_refresh: Duration,
+    since_memory_check: Duration,
     pub stats: PerfStats,
 }
 
@@ -94,9 +106,20 @@ fn tracepoint_id(name: &str) -> Result<u64, String> {
     ))
 }
 
-/// The attributes for `cfg`, with the event's name for errors.
-fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
-    let (mut attr, what) = match &cfg.event {
+/// This daemon's anonymous resident memory plus swap (kB), as upstream's
+/// guardrail counts it.
+fn daemon_memory_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .filter(|l| l.starts_with("RssAnon:") || l.starts_with("VmSwap:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The attributes counting `event`, with its name for errors.
+fn event_attr(event: &Event) -> Result<(Attr, String), String> {
+    Ok(match event {
         Event::Counter(c) => {
             let (t, conf, name) =
                 config::counter(*c).ok_or_else(|| format!("unknown counter {c}"))?;
@@ -117,7 +140,12 @@ fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
             a.set_config2(*config2);
             (a, format!("raw event type {type_} config {config:#x}"))
         }
-    };
+    })
+}
+
+/// The attributes of the timebase (the group leader) for `cfg`.
+fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
+    let (mut attr, what) = event_attr(&cfg.event)?;
     match cfg.interval {
         Interval::Frequency(f) => {
             attr.set_flags(sys::FLAG_FREQ);
@@ -126,6 +154,10 @@ fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
         Interval::Period(p) => attr.set_period_or_freq(p),
     }
     let mut st = sys::SAMPLE_TID | sys::SAMPLE_TIME | sys::SAMPLE_CPU | sys::SAMPLE_PERIOD;
+    if !cfg.followers.is_empty() {
+        st |= sys::SAMPLE_READ;
+        attr.set_read_format(sys::FORMAT_GROUP);
+    }
     if cfg.callstacks {
         st |= sys::SAMPLE_CALLCHAIN;
         if !cfg.kernel_frames {
@@ -156,17 +188,37 @@ impl PerfSource {
             Event::Tracepoint { filter, .. } if !filter.is_empty() => Some(filter.clone()),
             _ => None,
         };
+        // Members of a group need the leader's clock (the kernel refuses
+        // others) and read format.
+        let mut followers = Vec::with_capacity(cfg.followers.len());
+        for e in &cfg.followers {
+            let (mut a, name) = event_attr(e)?;
+            a.set_clockid(CLOCK_BOOTTIME);
+            a.set_read_format(sys::FORMAT_GROUP);
+            followers.push((a, name));
+        }
         let mut rings = Vec::with_capacity(cpus.len());
         for cpu in cpus {
-            let fd = sys::open_cpu(&attr, cpu).map_err(|e| open_error(&what, e))?;
+            let fd = sys::open_cpu(&attr, cpu, None).map_err(|e| open_error(&what, e))?;
             if let Some(f) = &filter {
                 sys::set_filter(&fd, f).map_err(|e| format!("tracepoint filter {f:?}: {e}"))?;
             }
+            let mut members = Vec::with_capacity(followers.len());
+            for (a, name) in &followers {
+                let m = sys::open_cpu(a, cpu, Some(&fd));
+                members.push(m.map_err(|e| open_error(&format!("follower {name}"), e))?);
+            }
             let ring = Ring::map(&fd, cfg.ring_buffer_pages)
                 .map_err(|e| format!("mmap of the perf ring of cpu {cpu}: {e}"))?;
-            rings.push(CpuRing { cpu, fd, ring });
+            rings.push(CpuRing {
+                cpu,
+                fd,
+                ring,
+                _followers: members,
+            });
         }
         let resolver = Resolver::new(cfg.function_names, cfg.function_names && cfg.kernel_frames);
+        let group = !cfg.followers.is_empty();
         Ok(PerfSource {
             scope: ScopeFilter::new(
                 cfg.scope.clone(),
@@ -178,10 +230,14 @@ impl PerfSource {
             interner: Interner::default(),
             resolver,
             cleared: true,
-            sample: Sample::default(),
+            sample: Sample {
+                group,
+                ..Default::default()
+            },
             scratch: Vec::new(),
             frames: Vec::new(),
             since_maps_refresh: Duration::ZERO,
+            since_memory_check: Duration::ZERO,
             stats: PerfStats::default(),
         })
     }
@@ -206,7 +262,40 @@ impl PerfSource {
             self.since_maps_refresh = Duration::ZERO;
             self.resolver.forget_processes();
         }
+        self.since_memory_check += self.read_period();
+        if self.cfg.max_daemon_memory_kb > 0 && self.since_memory_check >= MEMORY_CHECK {
+            self.since_memory_check = Duration::ZERO;
+            let kb = daemon_memory_kb();
+            if kb > self.cfg.max_daemon_memory_kb {
+                self.stop_over_memory(kb);
+                return None;
+            }
+        }
         Some(self.read_period())
+    }
+
+    /// The guardrail: the daemon is over max_daemon_memory_kb. Sampling
+    /// stops for good (the rings and caches go), and the trace says why
+    /// in a PerfSample.producer_event, as upstream's traced_perf does.
+    fn stop_over_memory(&mut self, kb: u64) {
+        crate::log_error!(
+            "linux.perf: traced_perf uses {kb} kB, over max_daemon_memory_kb {}; stopping the data source",
+            self.cfg.max_daemon_memory_kb
+        );
+        self.stats.stopped_at_kb = kb;
+        self.rings.clear();
+        self.interner.clear();
+        self.resolver.forget_processes();
+        let mut p = self.writer.new_packet();
+        put_varint(&mut p, 8, crate::traced_probes::clock::boot_time_ns());
+        put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
+        let s = begin_nested(&mut p, PERF_SAMPLE);
+        let e = begin_nested(&mut p, PRODUCER_EVENT);
+        put_varint(&mut p, 1, STOP_GUARDRAIL);
+        end_nested(&mut p, e);
+        end_nested(&mut p, s);
+        drop(p);
+        self.writer.flush();
     }
 
     pub fn flush(&mut self) {
@@ -299,6 +388,9 @@ impl PerfSource {
         if let Some((n, chosen)) = self.scope.shard {
             put_varint(&mut p, 2, n as u64);
             put_varint(&mut p, 3, chosen as u64);
+        }
+        for f in &self.cfg.followers_raw {
+            put_bytes(&mut p, 4, f);
         }
         end_nested(&mut p, psd);
         end_nested(&mut p, d);
@@ -398,7 +490,17 @@ impl PerfSource {
             put_varint(&mut p, 4, c);
         }
         put_varint(&mut p, 5, s.cpu_mode as u64);
-        put_varint(&mut p, 6, s.period);
+        // With followers, the group read: the timebase's count, then
+        // follower_counts in config order (as upstream writes them).
+        match s.counts.split_first() {
+            Some((leader, followers)) => {
+                put_varint(&mut p, 6, *leader);
+                for c in followers {
+                    put_varint(&mut p, 7, *c);
+                }
+            }
+            None => put_varint(&mut p, 6, s.period),
+        }
         end_nested(&mut p, n);
     }
 

@@ -1,6 +1,7 @@
 //! Records of a perf ring buffer (`PERF_RECORD_*`), as written for the
 //! attributes traced_perf opens with: sample_type TID | TIME | CPU |
-//! PERIOD | CALLCHAIN and sample_id_all. Pure code over byte slices; the
+//! PERIOD | CALLCHAIN (| READ with read_format GROUP when there are
+//! follower counters) and sample_id_all. Pure code over byte slices; the
 //! ring's bytes come from the kernel but are checked like untrusted input.
 
 pub const RECORD_LOST: u32 = 2;
@@ -26,7 +27,14 @@ pub struct Sample {
     pub cpu_mode: u8,
     pub kernel_ips: Vec<u64>,
     pub user_ips: Vec<u64>,
+    /// Set by the caller: samples carry a group read (the leader's count,
+    /// then each follower's), decoded into `counts`.
+    pub group: bool,
+    pub counts: Vec<u64>,
 }
+
+/// Members of a group read kept (the leader and its followers).
+pub const MAX_COUNTS: usize = 65;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -68,10 +76,26 @@ pub fn parse(rec_untrusted: &[u8], sample: &mut Sample) -> Option<Record> {
             sample.cpu = u32_at(b, 24)?;
             sample.period = u64_at(b, 32)?;
             sample.cpu_mode = (misc & 7) as u8;
-            let nr = u64_at(b, 40)? as usize;
-            let ips = b.get(48..48usize.checked_add(nr.checked_mul(8)?)?)?;
+            let mut at = 40;
+            sample.counts.clear();
+            if sample.group {
+                let n = u64_at(b, at)? as usize;
+                if n > MAX_COUNTS {
+                    return None;
+                }
+                for i in 0..n {
+                    sample.counts.push(u64_at(b, at + 8 + 8 * i)?);
+                }
+                at += 8 + 8 * n;
+            }
             sample.kernel_ips.clear();
             sample.user_ips.clear();
+            // No bytes left: sampled without callchains (counters only).
+            if at == b.len() {
+                return Some(Record::Sample);
+            }
+            let nr = u64_at(b, at)? as usize;
+            let ips = b.get(at + 8..(at + 8).checked_add(nr.checked_mul(8)?)?)?;
             let mut ctx = CONTEXT_KERNEL;
             for c in ips.chunks_exact(8) {
                 let ip = u64::from_ne_bytes(c.try_into().ok()?);
@@ -173,6 +197,29 @@ mod tests {
         assert_eq!(s.kernel_ips, vec![0xffff1, 0xffff2]);
         assert_eq!(s.user_ips, vec![0x401000]);
         assert_eq!(s.cpu_mode, 2);
+    }
+
+    /// With a group read, the counts sit between the period and the
+    /// callchain.
+    #[test]
+    fn group_read_precedes_the_callchain() {
+        let plain = sample_bytes(&[CONTEXT_USER, 0x401000]);
+        let mut b = plain[..40].to_vec();
+        for v in [2u64, 900, 33] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        b.extend_from_slice(&plain[40..]);
+        let size = b.len() as u16;
+        b[6..8].copy_from_slice(&size.to_ne_bytes());
+        let mut s = Sample {
+            group: true,
+            ..Default::default()
+        };
+        assert_eq!(parse(&b, &mut s), Some(Record::Sample));
+        assert_eq!(s.counts, vec![900, 33]);
+        assert_eq!(s.user_ips, vec![0x401000]);
+        b[40..48].copy_from_slice(&1000u64.to_ne_bytes());
+        assert_eq!(parse(&b, &mut s), None);
     }
 
     #[test]

@@ -20,9 +20,12 @@ pub const TYPE_TRACEPOINT: u32 = 2;
 
 pub const SAMPLE_TID: u64 = 1 << 1;
 pub const SAMPLE_TIME: u64 = 1 << 2;
+pub const SAMPLE_READ: u64 = 1 << 4;
 pub const SAMPLE_CALLCHAIN: u64 = 1 << 5;
 pub const SAMPLE_CPU: u64 = 1 << 7;
 pub const SAMPLE_PERIOD: u64 = 1 << 8;
+/// read_format: the leader's sample reads every member of its group.
+pub const FORMAT_GROUP: u64 = 1 << 3;
 
 // Bits of the flags word at offset 40.
 pub const FLAG_DISABLED: u64 = 1 << 0;
@@ -60,6 +63,9 @@ impl Attr {
     pub fn set_sample_type(&mut self, v: u64) {
         self.put64(24, v);
     }
+    pub fn set_read_format(&mut self, v: u64) {
+        self.put64(32, v);
+    }
     pub fn set_config1(&mut self, v: u64) {
         self.put64(56, v);
     }
@@ -75,20 +81,20 @@ impl Attr {
     }
 }
 
-/// `perf_event_open(attr, pid = -1, cpu, group = -1, FD_CLOEXEC)`: every
-/// task on one CPU.
-pub fn open_cpu(attr: &Attr, cpu: u32) -> io::Result<OwnedFd> {
+/// `perf_event_open(attr, pid = -1, cpu, group, FD_CLOEXEC)`: every task
+/// on one CPU, alone or as a member of `group`'s leader.
+pub fn open_cpu(attr: &Attr, cpu: u32, group: Option<&OwnedFd>) -> io::Result<OwnedFd> {
     const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
     // SAFETY: attr points to ATTR_SIZE readable bytes whose size field says
     // ATTR_SIZE; the kernel only reads them. The other arguments are plain
-    // integers.
+    // integers (the group fd is borrowed, so open for the call).
     let fd = unsafe {
         libc::syscall(
             libc::SYS_perf_event_open,
             attr.0.as_ptr(),
             -1 as libc::pid_t,
             cpu as libc::c_int,
-            -1 as libc::c_int,
+            group.map_or(-1, |g| g.as_raw_fd()) as libc::c_int,
             PERF_FLAG_FD_CLOEXEC,
         )
     };

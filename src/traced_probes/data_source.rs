@@ -33,7 +33,7 @@ pub trait DataSource {
     fn stop(&mut self, env: &mut Env<'_>) {
         self.flush(env);
     }
-    fn clear_incremental_state(&mut self) {}
+    fn clear_incremental_state(&mut self, _env: &mut Env<'_>) {}
     /// Pids seen by ftrace in the same tracing session (process_stats).
     fn on_pids(&mut self, _pids: &[i32]) {}
 }

@@ -1,5 +1,6 @@
 //! Socket permissions as a board runs them: any local user may produce
-//! into root's sessions (the real Perfetto SDK producer runs as `nobody`);
+//! into root's sessions (the real Perfetto SDK producer runs as `nobody`,
+//! into a session root autostarted);
 //! only root consumes unless a group is configured, and then other users
 //! still neither see nor stop root's sessions. Private socket paths in a
 //! tempdir that `nobody` can reach.
@@ -141,34 +142,69 @@ fn for_testing_uids(trace: &Path) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// The pids an autostarting client names on its first line ("started
+/// traced (pid N), traced_probes (pid N) and traced_perf (pid N) on ...").
+fn started_pids(stderr: &str) -> Vec<i32> {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("tracebox: started traced (pid "))
+        .unwrap_or_else(|| panic!("the client started no daemons: {stderr}"));
+    line.split("(pid ")
+        .skip(1)
+        .map(|t| t.split(')').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Root records with autostart (`tracebox --txt -c ... -o ...`, sockets
+/// in a private directory): the real SDK producer, running as nobody,
+/// joins the running session and its packets land in root's trace,
+/// stamped with its uid; nobody can neither see nor stop root's session,
+/// nor autostart a service of its own on those sockets.
 #[test]
-fn nobody_produces_into_roots_session_but_cannot_consume() {
+fn nobody_produces_into_an_autostarted_session_of_root_but_cannot_consume() {
     let b = Board::new();
-    let _traced = b.start_traced(&[]);
+    let consumer = b.sock("consumer");
+    let cfg = b.write_config("sdk.pbtx", "duration_ms: 120000\n");
+    let out = b.dir.path().join("sdk.pftrace");
+    let err_path = b.dir.path().join("root.err");
+    let mut rec = Killed(
+        Command::new(&b.tracebox)
+            .args(["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+            .env("PERFETTO_PRODUCER_SOCK_NAME", b.sock("producer"))
+            .env("PERFETTO_CONSUMER_SOCK_NAME", &consumer)
+            .env(
+                "TRACED_PROBES_STATE_FILE",
+                b.dir.path().join("probes.state"),
+            )
+            .current_dir(b.dir.path())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    // The session runs once the service lists it.
+    b.wait_query("Tracing sessions: 1 (started: 1)");
+    let daemons = started_pids(&std::fs::read_to_string(&err_path).unwrap());
+    assert_eq!(daemons.len(), 3, "{daemons:?}");
     assert_eq!(mode_of(&b.sock("producer")).0, 0o666);
-    assert_eq!(mode_of(&b.sock("consumer")).0, 0o600);
+    assert_eq!(mode_of(&consumer).0, 0o600);
 
     let _producer = b.start_nobody_producer(40);
-    let cfg = b.write_config("sdk.pbtx", "duration_ms: 1500\n");
-    let out = b.dir.path().join("sdk.pftrace");
-    let mut rec = b
-        .cmd("perfetto", false)
-        .args(["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    assert_eq!(wait_exit(&mut rec, Duration::from_secs(60)), 0);
-    let s = summary(&out);
-    assert_eq!(s.num("for_testing"), 40, "{s:?}");
-    assert_eq!(for_testing_uids(&out), format!("[{NOBODY}]"));
+    let done = b.nobody_dir.join("done");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done.exists() {
+        assert!(Instant::now() < deadline, "the SDK producer never wrote");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
-    // The consumer socket refuses nobody, and says so and which socket.
-    let consumer = b.sock("consumer");
+    // The consumer socket refuses nobody, and says so and which socket:
+    // nobody neither lists root's session nor stops it.
     let q = b.perfetto(&["--query"], true);
     assert!(!q.status.success());
     let err = stderr(&q);
     assert!(err.to_lowercase().contains("permission denied"), "{err}");
     assert!(err.contains(consumer.to_str().unwrap()), "{err}");
+    assert!(!String::from_utf8_lossy(&q.stdout).contains("Tracing sessions"));
     // Autostart as nobody does not try to start a second service.
     let t = Command::new(&b.tracebox)
         .args(["-t", "1s", "sched", "-o", "/dev/null"])
@@ -182,10 +218,33 @@ fn nobody_produces_into_roots_session_but_cannot_consume() {
     let err = stderr(&t);
     assert!(err.to_lowercase().contains("permission denied"), "{err}");
     assert!(err.contains(consumer.to_str().unwrap()), "{err}");
-    // traced still owns its socket.
-    assert!(tracebox::cmd::autostart::service_answers(
-        consumer.to_str().unwrap()
-    ));
+    assert!(!err.contains("tracebox: started"), "{err}");
+    b.wait_query("Tracing sessions: 1 (started: 1)");
+
+    // Root ends its session: nobody's packets are in it, stamped with its uid.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(rec.0.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let code = wait_exit(&mut rec.0, Duration::from_secs(60));
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert_eq!(code, 0, "{err}");
+    let s = summary(&out);
+    assert_eq!(s.num("for_testing"), 40, "{s:?}");
+    assert_eq!(for_testing_uids(&out), format!("[{NOBODY}]"));
+    // The autostarted daemons go once idle.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemons
+        .iter()
+        .any(|p| Path::new(&format!("/proc/{p}/exe")).exists())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "autostarted daemons left: {daemons:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]

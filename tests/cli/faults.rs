@@ -105,6 +105,20 @@ impl Instance {
         self.try_mark(text).unwrap();
     }
 
+    /// Retries while tracing is off (EBADF), as while the data source sets
+    /// the instance up.
+    fn mark_retrying(&self, text: &str) {
+        for _ in 0..500 {
+            match self.try_mark(text) {
+                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                r => return r.unwrap(),
+            }
+        }
+        panic!("tracing stayed off in {}", self.0.display());
+    }
+
     /// Fails (EBADF) once the session stopped the instance.
     fn try_mark(&self, text: &str) -> std::io::Result<()> {
         use std::io::Write;
@@ -194,10 +208,11 @@ fn a_producer_killed_mid_trace_keeps_its_data_and_is_named() {
         read_trim(instance_dir(name).join("tracing_on")) == "1"
     });
     // A new instance traces from its creation, before the data source
-    // started (which clears it): markers go over a second, then a second
-    // passes for traced_probes to read them all.
+    // started (which clears it, with tracing off for a moment: a marker
+    // written then fails with EBADF and is written again): markers go over
+    // a second, then a second passes for traced_probes to read them all.
     for i in 0..50 {
-        inst.mark(&format!("tbx-kill {i:02}"));
+        inst.mark_retrying(&format!("tbx-kill {i:02}"));
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(1000));
@@ -317,7 +332,10 @@ fn trigger_never_fires(mode: &str, write_into_file: bool) {
     assert!(o.status.success(), "{err}");
     assert_eq!(std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0), 0);
     let line = end_line(&err);
-    let want = format!("the {mode} trigger did not fire within trigger_timeout_ms (1000 ms)");
+    let want = format!(
+        "the {mode} trigger did not fire within trigger_timeout_ms (1000 ms), so traced kept \
+         no trace"
+    );
     assert!(line.contains(&want), "{line}");
 }
 
@@ -488,6 +506,29 @@ fn a_file_size_limit_ends_write_into_file_with_an_error_and_a_whole_file() {
     );
 }
 
+/// A disk that fails: writes past 1 MiB get EIO (a FUSE file system
+/// standing in for a dead block device, see support/eio_fs.rs).
+#[test]
+fn an_io_error_ends_write_into_file_with_an_error_and_a_whole_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let Some(fs) = crate::support::eio_fs::mount(&dir.join("eio"), 1 << 20) else {
+        eprintln!("skipped: no /dev/fuse on this kernel, nothing to fail writes with EIO");
+        return;
+    };
+    let daemons = start_our_daemons(dir);
+    let out = fs.dir.join("trace.pb");
+    fill_until_it_fails(
+        dir,
+        &daemons.socks,
+        &out,
+        "tbx_faults_eio",
+        "Input/output error",
+        1 << 20,
+        200,
+    );
+}
+
 /// Records about 5 MB of markers with write_into_file into `out`, whose
 /// file system or limit holds `room` bytes: the client prints traced's
 /// error, exits 1, and the file parses, cut at a packet boundary.
@@ -530,6 +571,11 @@ fn fill_until_it_fails(
         "{err}"
     );
     assert!(!err.contains("Trace written into the output file"), "{err}");
+    let line = end_line(&err);
+    assert!(
+        line.contains("INCOMPLETE: the output file could not be written to the end"),
+        "{line}"
+    );
     let h = held(out);
     upstream_parses(out);
     let marks = h
@@ -537,7 +583,11 @@ fn fill_until_it_fails(
         .iter()
         .filter(|p| p.starts_with("tbx-full "))
         .count();
-    assert!(marks > 0 && marks < 10_000, "{marks} markers kept");
+    assert!(
+        marks > 0 && marks < 10_000,
+        "{marks} markers kept in {} bytes; {err}",
+        std::fs::metadata(out).unwrap().len()
+    );
     assert!(std::fs::metadata(out).unwrap().len() <= room);
 }
 

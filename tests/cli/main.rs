@@ -5,11 +5,13 @@ mod support;
 
 mod clone;
 mod compression;
+mod crash;
 mod faults;
 mod flags;
 mod kernel_loss;
 mod multicall;
 mod permissions;
+mod rotation;
 mod session;
 mod signals;
 mod snapshots;

@@ -348,3 +348,118 @@ fn perfettos_own_traced_takes_our_samples() {
         .iter()
         .any(|s| s.0 == pid && s.3.iter().any(|n| n == "hot_three")));
 }
+
+/// A limit the daemon is over at once (1 kB): traced_perf stops sampling at
+/// its first memory check, says so in the trace (PerfSample.producer_event,
+/// as upstream) and the client's end line names it.
+#[test]
+fn the_daemon_memory_guardrail_stops_sampling_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hot = build_load(dir, "perf_guard_hot");
+    let perf_log = dir.join("perf.log");
+    let run = record(
+        dir,
+        "timebase { frequency: 1000 counter: SW_CPU_CLOCK } \
+         callstack_sampling { kernel_frames: true } \
+         ring_buffer_read_period_ms: 50 max_daemon_memory_kb: 1",
+        || {
+            let mut c = run_load(&hot, &["split", "100000"]);
+            wait_until(Duration::from_secs(60), "the guardrail", || {
+                std::fs::read_to_string(&perf_log)
+                    .is_ok_and(|t| t.contains("over max_daemon_memory_kb"))
+            });
+            let _ = c.kill();
+            let _ = c.wait();
+        },
+    );
+    let stop = run.lines.iter().position(|l| l == "stopped 1");
+    let stop = stop.unwrap_or_else(|| panic!("no producer_event in {:?}", run.lines));
+    assert!(
+        run.lines[..stop].iter().any(|l| l.starts_with("sample ")),
+        "samples before the stop"
+    );
+    assert!(
+        !run.lines[stop..].iter().any(|l| l.starts_with("sample ")),
+        "a sample after the stop"
+    );
+    assert!(
+        run.end_line
+            .contains("linux.perf STOPPED early 1x: traced_perf went over max_daemon_memory_kb"),
+        "end line: {:?}",
+        run.end_line
+    );
+    // `tracebox report` repeats it from the trace alone.
+    let report = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .arg("report")
+        .arg(dir.join("trace.pb"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(report.contains("linux.perf STOPPED early 1x"), "{report}");
+}
+
+/// Software followers (task-clock, context-switches) read with each
+/// cpu-clock sample as one perf group: every sample carries both counts in
+/// config order, each cpu's counts only grow, and on a cpu the task-clock
+/// follower advances with the cpu-clock timebase (both count time on it).
+#[test]
+fn follower_counters_are_read_with_every_sample() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hot = build_load(dir, "perf_follow_hot");
+    let run = record(
+        dir,
+        "timebase { frequency: 500 counter: SW_CPU_CLOCK } \
+         followers { counter: SW_TASK_CLOCK } followers { counter: SW_CONTEXT_SWITCHES } \
+         ring_buffer_read_period_ms: 50",
+        || {
+            let mut c = run_load(&hot, &["split", "1500"]);
+            assert!(c.wait().unwrap().success());
+        },
+    );
+    let n_samples = run
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("sample "))
+        .count();
+    let counts: Vec<Vec<u64>> = run
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("counts "))
+        .map(|l| l.split(' ').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert!(n_samples > 100, "{n_samples} samples");
+    // The defaults name the followers for trace_processor (counter enums).
+    assert!(
+        run.lines.iter().any(|l| l == "followers 3 4"),
+        "{:?}",
+        &run.lines[..5]
+    );
+    assert_eq!(counts.len(), n_samples, "a sample without follower counts");
+    assert!(
+        counts.iter().all(|c| c.len() == 4),
+        "cpu, timebase, 2 followers"
+    );
+    let mut cpus: Vec<u64> = counts.iter().map(|c| c[0]).collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    let mut switches = 0;
+    for cpu in cpus {
+        let on: Vec<&Vec<u64>> = counts.iter().filter(|c| c[0] == cpu).collect();
+        for w in on.windows(2) {
+            assert!((1..4).all(|i| w[1][i] >= w[0][i]), "cpu {cpu}: {w:?}");
+        }
+        let (first, last) = (on[0], on[on.len() - 1]);
+        let clock = (last[1] - first[1]) as f64;
+        let task = (last[2] - first[2]) as f64;
+        if clock > 1e8 {
+            assert!(
+                (task / clock - 1.0).abs() < 0.1,
+                "cpu {cpu}: task-clock advanced {task} ns, cpu-clock {clock} ns"
+            );
+        }
+        switches += last[3] - first[3];
+    }
+    assert!(switches > 0, "no context switch counted");
+}

@@ -24,10 +24,22 @@ use traced_probes_common::*;
 /// `tracebox traced_probes ARGS` on `socks`, its crash state where it
 /// puts it by default; waits for "ready" if asked.
 fn probes(socks: &Sockets, args: &[&str], log: &Path, wait_ready: bool) -> Proc {
+    probes_env(socks, args, log, wait_ready, &[])
+}
+
+/// [`probes`] with extra environment variables.
+fn probes_env(
+    socks: &Sockets,
+    args: &[&str],
+    log: &Path,
+    wait_ready: bool,
+    env: &[(&str, &Path)],
+) -> Proc {
     let (r, w) = nix::unistd::pipe().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
         .arg("traced_probes")
         .args(args)
+        .envs(env.iter().copied())
         .env("PERFETTO_PRODUCER_SOCK_NAME", &socks.producer)
         .env("TRACED_PROBES_NOTIFY_FD", w.as_raw_fd().to_string())
         .env_remove("TRACED_PROBES_STATE_FILE")
@@ -275,6 +287,63 @@ fn a_sigkilled_probes_is_cleaned_by_its_successor_only() {
                 .unwrap_or_default()
                 .contains("cleaned ftrace state left by a previous run")
     });
+}
+
+/// `TRACED_PROBES_LOCK_DIR` moves the lock files and the default crash
+/// state (Android has no /run): a second stack pointed at the same
+/// directory is refused the instance the first one owns, naming its pid.
+#[test]
+fn the_lock_dir_override_holds_the_locks_and_the_crash_state() {
+    let inst = format!("tbx_own_lockdir_{}", std::process::id());
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (d1, d2) = (d1.path(), d2.path());
+    let locks = d1.join("locks");
+    let (s1, s2) = (Sockets::in_dir(d1), Sockets::in_dir(d2));
+    let env = [("TRACED_PROBES_LOCK_DIR", locks.as_path())];
+    let _t1 = start_our_traced(&s1, &d1.join("traced.log"));
+    let p1 = probes_env(&s1, &[], &d1.join("probes.log"), true, &env);
+    let (mut c1, _) = client(d1, &s1, &inst, "c1");
+    wait_recording(&inst);
+    let lock = locks.join(format!("instance.{inst}.lock"));
+    assert_eq!(read_trim(&lock), p1.pid().to_string());
+    assert!(!Path::new("/run/tracebox-ftrace")
+        .join(format!("instance.{inst}.lock"))
+        .exists());
+    let state: Vec<_> = std::fs::read_dir(&locks)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("state."))
+        .collect();
+    assert_eq!(state.len(), 1, "{state:?}");
+    let text = std::fs::read_to_string(locks.join(&state[0])).unwrap();
+    assert!(text.contains(&format!("instance {inst} created")), "{text}");
+
+    let _t2 = start_our_traced(&s2, &d2.join("traced.log"));
+    let _p2 = probes_env(&s2, &[], &d2.join("probes.log"), true, &env);
+    let config = format!(
+        "buffers {{ size_kb: 1024 }}\nduration_ms: 500\n\
+         data_sources {{ config {{ name: \"linux.ftrace\" ftrace_config {{ \
+         ftrace_events: \"ftrace/print\" instance_name: \"{inst}\" }} }} }}\n"
+    );
+    let (mut c2, _) = client_with(d2, &s2, &config, "c2");
+    assert!(c2.wait().unwrap().success());
+    let err = std::fs::read_to_string(d2.join("c2.err")).unwrap();
+    assert!(
+        err.contains(&format!(
+            "linux.ftrace setup error: ftrace instance {inst} is in use by another \
+             traced_probes (pid {})",
+            p1.pid()
+        )),
+        "{err}"
+    );
+    sigint(&c1);
+    assert!(c1.wait().unwrap().success());
+    wait_until(
+        Duration::from_secs(10),
+        "the instance and its lock go",
+        || !instance_dir(&inst).exists() && !lock.exists(),
+    );
 }
 
 /// A client running `config` (text) on `socks`.

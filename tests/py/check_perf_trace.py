@@ -10,6 +10,9 @@ Prints, one per line:
   sample PID TID MODE NAMES  (NAMES: function names root first, ';'-joined,
                               '?' for unnamed frames, '-' for no callstack)
   mapping PATH BUILDID_HEX   (each distinct mapping)
+  counts CPU TIMEBASE F1..   (samples with follower_counts: the group read)
+  stopped REASON             (PerfSample.producer_event.source_stop_reason)
+  followers COUNTER..        (PerfSampleDefaults.followers, once per sequence)
 """
 import sys
 
@@ -25,6 +28,9 @@ def main(path):
     mappings_seen = set()
     for p in trace.packet:
         seq_id = p.trusted_packet_sequence_id
+        fol = p.trace_packet_defaults.perf_sample_defaults.followers
+        if fol and seq_id not in seqs:
+            print("followers", *[f.counter for f in fol])
         if p.sequence_flags & 1 or p.incremental_state_cleared:
             seqs[seq_id] = {k: {} for k in ("names", "bids", "paths", "maps", "frames", "stacks")}
         if p.HasField("interned_data"):
@@ -52,6 +58,11 @@ def main(path):
         if s.HasField("kernel_records_lost"):
             print("lost", s.cpu, s.kernel_records_lost)
             continue
+        if s.HasField("producer_event"):
+            print("stopped", s.producer_event.source_stop_reason)
+            continue
+        if s.follower_counts:
+            print("counts", s.cpu, s.timebase_count, *s.follower_counts)
         if not p.sequence_flags & 2:
             print("error sample without SEQ_NEEDS_INCREMENTAL_STATE")
         st = seqs.get(seq_id)

@@ -5,3 +5,4 @@ mod support;
 
 mod report;
 mod report_ftrace_pages;
+mod report_names_clocks;

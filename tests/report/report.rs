@@ -31,7 +31,7 @@ fn ftrace_ready(instance: &str) -> bool {
 
 /// `tracebox --private-sockets --txt -c CFG -o DIR/trace.pftrace`, recording
 /// `events` into ftrace instance `instance` until stopped.
-fn start_recording(dir: &Path, instance: &str, events: &str, compact: bool) -> Child {
+pub(crate) fn start_recording(dir: &Path, instance: &str, events: &str, compact: bool) -> Child {
     let _ = std::fs::remove_dir(instance_dir(instance));
     let config = format!(
         r#"buffers {{ size_kb: 32768 }}
@@ -64,7 +64,7 @@ duration_ms: 60000
 }
 
 /// Stops the recording (SIGTERM: a graceful stop) and returns the trace.
-fn stop_recording(child: Child, dir: &Path) -> PathBuf {
+pub(crate) fn stop_recording(child: Child, dir: &Path) -> PathBuf {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -80,7 +80,7 @@ fn report(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn report_ok(args: &[&str]) -> String {
+pub(crate) fn report_ok(args: &[&str]) -> String {
     let out = report(args);
     assert!(
         out.status.success(),

@@ -58,7 +58,7 @@ fn read_back(compact: bool) -> (Vec<Rec>, HashMap<i32, String>) {
             b,
             false,
             &mut st,
-            &mut |tid, name| {
+            &mut |_, tid, name, _| {
                 comms.insert(tid, String::from_utf8_lossy(name).into_owned());
             },
             &mut |r| recs.push(r),

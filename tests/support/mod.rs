@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod common;
+pub mod eio_fs;
 pub mod ftrace;
 pub mod ipc_peer;
 pub mod probes;

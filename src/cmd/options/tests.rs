@@ -275,3 +275,37 @@ fn test_config_is_a_short_sched_trace() {
         .iter()
         .any(|d| { d.config.as_ref().and_then(|c| c.name.as_deref()) == Some("linux.ftrace") }));
 }
+
+#[test]
+fn rotate_flags_reach_the_plan() {
+    let p = trace(
+        &[
+            "-t",
+            "1h",
+            "-s",
+            "1gb",
+            "sched",
+            "-o",
+            "/tmp/x",
+            "--rotate-size=256mb",
+            "--rotate-time",
+            "10m",
+            "--rotate-keep",
+            "4",
+        ],
+        None,
+    );
+    let r = p.rotate.unwrap();
+    assert_eq!(r.max_bytes, Some(256 << 20));
+    assert_eq!((r.period_ms, r.keep), (Some(600_000), Some(4)));
+    // Without a streamed file there is nothing to rotate.
+    let e = run(
+        &["-t", "1h", "sched", "-o", "/tmp/x", "--rotate-time", "10m"],
+        None,
+    )
+    .unwrap_err();
+    assert!(e.contains("write_into_file"), "{e}");
+    assert!(trace(&["-t", "2s", "sched", "-o", "/tmp/x"], None)
+        .rotate
+        .is_none());
+}

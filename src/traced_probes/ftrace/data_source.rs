@@ -41,4 +41,10 @@ impl DataSource for FtraceSource {
     fn stop(&mut self, env: &mut Env<'_>) {
         env.ftrace.stop(self.id);
     }
+
+    /// Kernel symbols are interned again from the next bundle on (a
+    /// rotated-in file, or a ring buffer that wrapped, gets their names).
+    fn clear_incremental_state(&mut self, env: &mut Env<'_>) {
+        env.ftrace.clear_incremental_state(self.id);
+    }
 }

@@ -18,19 +18,27 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-/// Overrides the lock directory (default: /run/tracebox-ftrace, else
-/// /tmp/tracebox-ftrace).
+/// Overrides the lock directory. Every traced_probes of a machine must
+/// use the same one, or their locks do not see each other.
 pub const LOCK_DIR_ENV: &str = "TRACED_PROBES_LOCK_DIR";
 
 pub fn lock_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os(LOCK_DIR_ENV) {
+    pick_lock_dir(std::env::var_os(LOCK_DIR_ENV), |p| p.is_dir())
+}
+
+/// `$TRACED_PROBES_LOCK_DIR`, else `tracebox-ftrace` in the first of
+/// /run, /tmp and Android's /data/local/tmp that exists (Android has
+/// neither of the first two), else in /tmp (whose failure names it).
+fn pick_lock_dir(env: Option<std::ffi::OsString>, is_dir: impl Fn(&Path) -> bool) -> PathBuf {
+    if let Some(p) = env.filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
-    if Path::new("/run").is_dir() {
-        PathBuf::from("/run/tracebox-ftrace")
-    } else {
-        PathBuf::from("/tmp/tracebox-ftrace")
-    }
+    let base = ["/run", "/tmp", "/data/local/tmp"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| is_dir(p))
+        .unwrap_or(Path::new("/tmp"));
+    base.join("tracebox-ftrace")
 }
 
 /// How an instance is named in messages (`""` is the top-level one).
@@ -115,5 +123,35 @@ fn held_by(mut file: File, what: &str) -> String {
         format!("{what} is in use by another traced_probes")
     } else {
         format!("{what} is in use by another traced_probes (pid {pid})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_dir_is_the_override_else_the_first_existing_base() {
+        let only = |d: &'static str| move |p: &Path| p == Path::new(d);
+        assert_eq!(
+            pick_lock_dir(Some("/x/locks".into()), only("/run")),
+            Path::new("/x/locks")
+        );
+        assert_eq!(
+            pick_lock_dir(Some("".into()), only("/run")),
+            Path::new("/run/tracebox-ftrace")
+        );
+        assert_eq!(
+            pick_lock_dir(None, |p: &Path| p != Path::new("/run")),
+            Path::new("/tmp/tracebox-ftrace")
+        );
+        assert_eq!(
+            pick_lock_dir(None, only("/data/local/tmp")),
+            Path::new("/data/local/tmp/tracebox-ftrace")
+        );
+        assert_eq!(
+            pick_lock_dir(None, |_: &Path| false),
+            Path::new("/tmp/tracebox-ftrace")
+        );
     }
 }

@@ -43,7 +43,10 @@ impl Producer {
             Command::ClearIncrementalState { ids } => {
                 for id in ids {
                     if let Some(i) = self.instances.get_mut(&id) {
-                        i.ds.clear_incremental_state();
+                        let mut env = Env {
+                            ftrace: &mut self.ftrace,
+                        };
+                        i.ds.clear_incremental_state(&mut env);
                     }
                 }
             }

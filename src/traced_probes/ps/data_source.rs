@@ -69,8 +69,14 @@ impl DataSource for ProcessStatsSource {
         self.writer.flush();
     }
 
-    fn clear_incremental_state(&mut self) {
+    fn clear_incremental_state(&mut self, _env: &mut Env<'_>) {
         self.poller.clear_incremental_state();
+        // A rotated-in file (or a reader joining at a clear) gets the
+        // whole tree again, not only the processes that show up later.
+        if self.poller.settings().scan_all_processes_on_start {
+            let (tree, stats) = self.poller.scan_all();
+            self.write(tree, stats);
+        }
     }
 
     fn on_pids(&mut self, pids: &[i32]) {

@@ -36,6 +36,14 @@ fn raw_field(msg: &[u8], n: u32) -> Option<&[u8]> {
         .map(|f| f.value)
 }
 
+/// RotateOutputFileResponse { success: false, error }.
+fn rotate_error(e: &str) -> Reply {
+    let mut s = VecStream::new();
+    put_varint(&mut s, 1, 0);
+    put_str(&mut s, 2, e);
+    Reply::ok(s.into_bytes())
+}
+
 /// EnableTracingResponse { disabled: true, error }.
 fn enable_error(e: &str) -> Reply {
     let mut s = VecStream::new();
@@ -213,6 +221,26 @@ impl Services for ConsumerPort<'_> {
                         put_varint(&mut s, 1, 0);
                         put_str(&mut s, 2, &e);
                         Reply::ok(s.into_bytes())
+                    }
+                }
+            }
+            ConsumerPortCall::RotateOutputFile(_) => {
+                let Some(file) = call.fd.map(File::from) else {
+                    out.reply(
+                        &to,
+                        rotate_error("RotateOutputFile needs the new file's fd"),
+                    );
+                    return;
+                };
+                let token = st.park(to);
+                match st.core.rotate_file(now, cid, token) {
+                    Ok(()) => {
+                        st.rotate_files.insert(token, file);
+                        return;
+                    }
+                    Err(e) => {
+                        st.pending.remove(&token);
+                        rotate_error(&e)
                     }
                 }
             }

@@ -54,6 +54,9 @@ pub struct TracedState {
     /// copying into one failed.
     pub clone_files: BTreeMap<RequestToken, File>,
     clone_errors: BTreeMap<RequestToken, String>,
+    /// Files sent with RotateOutputFile requests, by token.
+    pub rotate_files: BTreeMap<RequestToken, File>,
+    rotate_errors: BTreeMap<RequestToken, String>,
     /// ReadBuffers streams in progress, fed as the consumer drains them.
     pub pending_reads: Vec<PendingRead>,
 }
@@ -114,6 +117,8 @@ impl TracedState {
             files: BTreeMap::new(),
             clone_files: BTreeMap::new(),
             clone_errors: BTreeMap::new(),
+            rotate_files: BTreeMap::new(),
+            rotate_errors: BTreeMap::new(),
             pending_reads: Vec::new(),
         }
     }
@@ -276,6 +281,40 @@ impl TracedState {
                 Output::CloseFile { session } => {
                     if let Some(f) = self.files.remove(&session) {
                         let _ = f.sync_data();
+                    }
+                }
+                Output::SwitchFile { session, token } => {
+                    let Some(new) = self.rotate_files.remove(&token) else {
+                        self.rotate_errors
+                            .insert(token, "no file descriptor".into());
+                        continue;
+                    };
+                    let sync = self.core.session_syncs_file(session);
+                    if let Some(old) = self.files.insert(session, new) {
+                        if sync {
+                            if let Err(e) = old.sync_data() {
+                                log_warn!("traced: syncing the rotated-out file failed: {e}");
+                            }
+                        }
+                    }
+                }
+                Output::RotateResult {
+                    token, mut result, ..
+                } => {
+                    self.rotate_files.remove(&token);
+                    if let Some(e) = self.rotate_errors.remove(&token) {
+                        result = Err(e);
+                    }
+                    if let Some(to) = self.pending.remove(&token) {
+                        let mut s = VecStream::new();
+                        match result {
+                            Ok(()) => put_varint(&mut s, 1, 1),
+                            Err(e) => {
+                                put_varint(&mut s, 1, 0);
+                                put_str(&mut s, 2, &e);
+                            }
+                        }
+                        consumers.reply(&to, Reply::ok(s.into_bytes()));
                     }
                 }
                 Output::ObservableEvents { consumer, events } => {

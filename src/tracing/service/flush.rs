@@ -26,6 +26,11 @@ pub enum FlushOrigin {
         token: RequestToken,
         opts: CloneOptions,
     },
+    /// Flush before switching a write_into_file session's output file.
+    Rotate {
+        consumer: ConsumerId,
+        token: RequestToken,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -159,6 +164,9 @@ impl TracingService {
                 token,
                 opts,
             } => self.finish_clone(now, f.session, consumer, token, opts),
+            FlushOrigin::Rotate { consumer, token } => {
+                self.finish_rotate(now, f.session, consumer, token)
+            }
         }
     }
 
@@ -198,6 +206,11 @@ impl TracingService {
                     token,
                     result: Err("The session was destroyed while cloning".into()),
                 }),
+                FlushOrigin::Rotate { consumer, token } => self.emit(Output::RotateResult {
+                    consumer,
+                    token,
+                    result: Err("The session was destroyed while rotating".into()),
+                }),
                 _ => {}
             }
         }
@@ -230,6 +243,19 @@ impl TracingService {
             .as_ref()
             .and_then(|c| c.clear_period_ms)
             .unwrap_or(0);
+        self.clear_incremental_state_now(sid);
+        if period > 0 {
+            self.timers
+                .add(now + ms(period), Timer::ClearIncrementalState(sid));
+        }
+    }
+
+    /// ClearIncrementalState to every started data source of the session
+    /// that handles it.
+    pub(super) fn clear_incremental_state_now(&mut self, sid: SessionId) {
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
         let mut per_producer: std::collections::BTreeMap<ProducerId, Vec<DataSourceInstanceId>> =
             Default::default();
         for i in &s.instances {
@@ -242,10 +268,6 @@ impl TracingService {
                 producer,
                 ProducerCommand::ClearIncrementalState { instance_ids },
             );
-        }
-        if period > 0 {
-            self.timers
-                .add(now + ms(period), Timer::ClearIncrementalState(sid));
         }
     }
 }

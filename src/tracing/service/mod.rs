@@ -17,7 +17,8 @@
 //! `stop` (DisableTracing, stop acks, FreeBuffers), `triggers`, `scrape`,
 //! `read_pass` (ReadBuffers / write_into_file), `read_frames` (encoding
 //! ReadBuffers responses without per-packet allocations), `service_packets`,
-//! `stats`, `consumer_ops` (stats, queries, observe, detach/attach, clone).
+//! `stats`, `consumer_ops` (stats, queries, observe, detach/attach, clone),
+//! `rotate` (a write_into_file session moving on to a new file).
 //!
 //! What a session asked for and did not get (vanished producers,
 //! unoffered data sources, ignored config fields...) is written into its
@@ -50,6 +51,7 @@ pub mod name_matcher;
 pub mod producer;
 pub mod read_frames;
 pub mod read_pass;
+mod rotate;
 mod scrape;
 #[allow(clippy::module_inception)]
 pub mod service;
@@ -69,6 +71,8 @@ mod service_tests_acl;
 mod service_tests_faults;
 #[cfg(test)]
 mod service_tests_filter;
+#[cfg(test)]
+mod service_tests_rotate;
 #[cfg(test)]
 mod service_tests_timing;
 #[cfg(test)]

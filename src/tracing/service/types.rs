@@ -200,6 +200,17 @@ pub enum Output {
         from: SessionId,
         to: SessionId,
     },
+    /// Rotation: the file sent with rotate request `token` becomes the
+    /// session's output file; the old one is complete.
+    SwitchFile {
+        session: SessionId,
+        token: RequestToken,
+    },
+    RotateResult {
+        consumer: ConsumerId,
+        token: RequestToken,
+        result: Result<(), String>,
+    },
     /// An encoded `ObservableEvents` message for a subscribed consumer.
     ObservableEvents {
         consumer: ConsumerId,

@@ -64,7 +64,7 @@ impl PacketBuf {
     }
 
     /// Makes sure `n` more bytes fit.
-    #[inline]
+    #[inline(always)]
     fn room(&mut self, n: usize) {
         if self.buf.len() - self.len < n {
             self.grow(n);
@@ -126,7 +126,7 @@ impl PacketBuf {
         self.len += i + 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn append(&mut self, bytes: &[u8]) {
         self.room(bytes.len());
         self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
@@ -174,7 +174,7 @@ impl PacketBuf {
     }
 
     /// Opens a nested message with a 4-byte length slot.
-    #[inline]
+    #[inline(always)]
     pub fn begin(&mut self, field: u32) -> Open {
         self.tag(field, WIRE_LEN);
         let slot = self.len;
@@ -184,7 +184,7 @@ impl PacketBuf {
 
     /// Closes `n` keeping the 4-byte (redundant varint) length, as the
     /// shared-memory encoders do.
-    #[inline]
+    #[inline(always)]
     pub fn end(&mut self, n: Open) {
         let len = self.len - n.slot - LEN_FIELD_SIZE;
         self.buf[n.slot..n.slot + LEN_FIELD_SIZE].copy_from_slice(&redundant_varint(len as u32));
@@ -193,7 +193,7 @@ impl PacketBuf {
     /// Opens a nested message expected to be short (one event): its
     /// length takes one byte, growing only if the body reaches 128 bytes.
     /// Close it with [`end_small`](Self::end_small).
-    #[inline]
+    #[inline(always)]
     pub fn begin_small(&mut self, field: u32) -> Open {
         self.tag(field, WIRE_LEN);
         self.room(1);
@@ -206,7 +206,7 @@ impl PacketBuf {
     /// shortest length varint (3 bytes fewer than [`end`](Self::end) for
     /// an event, which every later copy of the trace pays for). Must be
     /// the innermost open message.
-    #[inline]
+    #[inline(always)]
     pub fn end_small(&mut self, n: Open) {
         let body = n.slot + 1;
         let len = self.len - body;
@@ -235,19 +235,19 @@ impl PacketBuf {
 }
 
 impl Stream for PacketBuf {
-    #[inline]
+    #[inline(always)]
     fn write(&mut self, bytes: &[u8]) {
         self.append(bytes);
     }
 
-    #[inline]
+    #[inline(always)]
     fn reserve_len(&mut self) -> LenSlot {
         let at = self.len;
         self.append(&[0x80, 0x80, 0x80, 0]);
         LenSlot(at as u32)
     }
 
-    #[inline]
+    #[inline(always)]
     fn fill_len(&mut self, slot: LenSlot, len: u32) {
         let at = slot.0 as usize;
         self.buf[at..at + LEN_FIELD_SIZE].copy_from_slice(&redundant_varint(len));

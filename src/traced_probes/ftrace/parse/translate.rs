@@ -364,6 +364,7 @@ pub fn read_int(record: &[u8], offset: usize, size: usize) -> Option<i64> {
 }
 
 /// Bytes up to the first NUL.
+#[inline(always)]
 pub fn until_nul(b: &[u8]) -> &[u8] {
     // Eight bytes per step (messages are tens of bytes): a word has a zero
     // byte iff (w - 0x01..) & !w & 0x80.. is non-zero.
@@ -429,7 +430,7 @@ impl KernelAddrs {
 impl Metadata {
     /// Records a pid for the process scrapers. Runs of the same pid (one
     /// busy task) are stored once; the consumer dedups the rest.
-    #[inline]
+    #[inline(always)]
     pub fn push_pid(&mut self, pid: i32) {
         if self.pids.last() != Some(&pid) {
             self.pids.push(pid);

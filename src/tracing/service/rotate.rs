@@ -1,0 +1,120 @@
+//! Rotation of a write_into_file session's output (a tracebox extension of
+//! the consumer port, `RotateOutputFile`): the client sends a new file and
+//! the session goes on in it. Every packet is read out exactly once, so the
+//! files together hold what one unrotated file would; each file starts
+//! with its own trace config, clock snapshot and system info, and the data
+//! sources are asked to clear their incremental state so that interned
+//! data and the process tree are emitted again into the new file.
+
+use super::flush::FlushOrigin;
+use super::service::TracingService;
+use super::session::SessionState;
+use super::types::*;
+
+/// Why a cut is refused before the session started (deferred start, or a
+/// START_TRACING trigger not yet hit): the client (`cmd/rotate.rs`) tries
+/// again later.
+const NOT_STARTED: &str = "The session has not started yet";
+
+impl TracingService {
+    /// Starts a rotation: a flush, then [`Self::finish_rotate`]. Answered
+    /// with [`Output::RotateResult`]; the adapter holds the new file under
+    /// `token` until [`Output::SwitchFile`] names it.
+    pub fn rotate_file(
+        &mut self,
+        now: u64,
+        consumer: ConsumerId,
+        token: RequestToken,
+    ) -> Result<(), String> {
+        let sid = self
+            .consumer_session(consumer)
+            .ok_or("No tracing session for this consumer")?;
+        let s = &self.sessions[&sid];
+        if !s.write_into_file {
+            return Err("Rotation needs a write_into_file session".into());
+        }
+        if s.state == SessionState::Configured {
+            return Err(NOT_STARTED.into());
+        }
+        if s.state != SessionState::Started || s.file_closed {
+            return Err("The session is no longer writing its file".into());
+        }
+        // One at a time: each parks a file descriptor in the adapter.
+        let rotating = self
+            .flushes
+            .values()
+            .any(|f| f.session == sid && matches!(f.origin, FlushOrigin::Rotate { .. }));
+        if rotating {
+            return Err("A rotation of this session is already in progress".into());
+        }
+        let timeout = s.flush_timeout_ms();
+        let flags = flush_flags::REASON_PERIODIC | flush_flags::INITIATOR_TRACED;
+        let origin = FlushOrigin::Rotate { consumer, token };
+        self.start_flush(now, sid, timeout, flags, origin);
+        Ok(())
+    }
+
+    /// The flush is over (acked or timed out: what came late goes into the
+    /// new file, nothing is lost): drain into the old file, switch, and
+    /// start the new file's header afresh.
+    pub(super) fn finish_rotate(
+        &mut self,
+        now: u64,
+        sid: SessionId,
+        consumer: ConsumerId,
+        token: RequestToken,
+    ) {
+        let writing =
+            |s: &super::session::Session| s.state == SessionState::Started && !s.file_closed;
+        let Some(s) = self.sessions.get_mut(&sid).filter(|s| writing(s)) else {
+            let result = Err("The session stopped before the rotation".into());
+            self.emit(Output::RotateResult {
+                consumer,
+                token,
+                result,
+            });
+            return;
+        };
+        // The old file ends with the session's stats as they are now.
+        s.read.stats_due = true;
+        self.write_into_file_pass(now, sid);
+        if !self.sessions.get(&sid).is_some_and(writing) {
+            // The drain reached max_file_size_bytes and ended the session.
+            let result = Err("The session stopped at max_file_size_bytes".into());
+            self.emit(Output::RotateResult {
+                consumer,
+                token,
+                result,
+            });
+            return;
+        }
+        self.emit(Output::SwitchFile {
+            session: sid,
+            token,
+        });
+        let snapshot = self.env.clock_snapshot();
+        let s = self.sessions.get_mut(&sid).expect("checked above");
+        s.file_bytes_written = 0;
+        if !snapshot.is_empty() {
+            s.initial_clock_snapshot = snapshot;
+        }
+        s.read.did_emit_initial_clock_snapshot = false;
+        s.read.did_emit_initial_packets = false;
+        s.read.pending_clock_snapshots.clear();
+        self.clear_incremental_state_now(sid);
+        self.emit(Output::RotateResult {
+            consumer,
+            token,
+            result: Ok(()),
+        });
+    }
+
+    /// Whether the session asked for its file to be synced to storage
+    /// after writes (`fflush_post_write`).
+    pub fn session_syncs_file(&self, sid: SessionId) -> bool {
+        use crate::pb::protos::mod_TraceConfig::FFlushMode;
+        self.sessions
+            .get(&sid)
+            .is_some_and(|s| s.config.fflush_post_write == Some(FFlushMode::FFLUSH_ENABLED))
+    }
+}

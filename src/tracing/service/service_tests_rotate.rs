@@ -1,0 +1,142 @@
+//! Service core tests: rotation of a write_into_file session's file.
+
+use super::test_env::*;
+use super::*;
+use crate::pb::protos::mod_TracePacket::OneOfdata;
+use crate::pb::protos::{CommitDataRequest, DataSourceConfig, DataSourceDescriptor};
+use crate::protozero::decode::{decode_message, FieldIter};
+
+/// The packets of `Trace`-framed bytes.
+fn packets(data: &[u8]) -> Vec<Vec<u8>> {
+    FieldIter::new(data).map(|f| f.value.to_vec()).collect()
+}
+
+fn count(packets: &[Vec<u8>], what: fn(&OneOfdata) -> bool) -> usize {
+    packets
+        .iter()
+        .filter(|p| what(&decode_packet(p).data))
+        .count()
+}
+
+#[test]
+fn rotation_moves_on_to_the_new_file_with_its_own_header() {
+    let mut h = H::new();
+    let info = ProducerInfo {
+        uid: 0,
+        pid: Some(1),
+        name: "p".into(),
+        ..Default::default()
+    };
+    let p = h.svc.connect_producer(info, None).unwrap();
+    let desc = DataSourceDescriptor {
+        name: Some("ds".into()),
+        handles_incremental_state_clear: Some(true),
+        ..Default::default()
+    };
+    h.svc.register_data_source(h.now, p, desc).unwrap();
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.write_into_file = Some(true);
+    cfg.file_write_period_ms = Some(3_600_000);
+    let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let buf = cmds_for(&h.outputs(), p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::SetupDataSource { config, .. } => {
+                decode_message::<DataSourceConfig>(&config)
+                    .unwrap()
+                    .target_buffer
+            }
+            _ => None,
+        })
+        .unwrap();
+    h.commit_packets(p, 1, buf, &[test_packet(1, 0), test_packet(2, 0)]);
+
+    h.svc.rotate_file(h.now, c, 5).unwrap();
+    let e = h.svc.rotate_file(h.now, c, 6).unwrap_err();
+    assert!(e.contains("already in progress"), "{e}");
+    let flush_id = cmds_for(&h.outputs(), p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::Flush { request_id, .. } => Some(request_id),
+            _ => None,
+        })
+        .expect("a flush before the cut");
+    h.commit_packets(p, 1, buf, &[test_packet(3, 0)]);
+    let ack = CommitDataRequest {
+        flush_request_id: Some(flush_id),
+        ..Default::default()
+    };
+    h.svc.commit_data(h.now, p, &ack);
+    let outs = h.outputs();
+    let switch = outs
+        .iter()
+        .position(|o| matches!(o, Output::SwitchFile { session, token: 5 } if *session == sid))
+        .expect("switched");
+    let old: Vec<u8> = outs[..switch]
+        .iter()
+        .filter_map(|o| match o {
+            Output::WriteToFile { data, .. } => Some(data.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let after = &outs[switch..];
+    assert!(after.iter().any(|o| matches!(
+        o,
+        Output::ProducerCommand {
+            cmd: ProducerCommand::ClearIncrementalState { .. },
+            ..
+        }
+    )));
+    assert!(after.iter().any(|o| matches!(
+        o,
+        Output::RotateResult {
+            token: 5,
+            result: Ok(()),
+            ..
+        }
+    )));
+
+    h.commit_packets(p, 1, buf, &[test_packet(4, 0)]);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    let new: Vec<u8> = h
+        .outputs()
+        .iter()
+        .filter_map(|o| match o {
+            Output::WriteToFile { data, .. } => Some(data.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let (old, new) = (packets(&old), packets(&new));
+    // Every packet once, in the file of its time.
+    assert_eq!(producer_markers(&old), vec![1, 2, 3]);
+    assert_eq!(producer_markers(&new), vec![4]);
+    for file in [&old, &new] {
+        assert_eq!(count(file, |d| matches!(d, OneOfdata::trace_config(_))), 1);
+        assert_eq!(count(file, |d| matches!(d, OneOfdata::system_info(_))), 1);
+        assert!(count(file, |d| matches!(d, OneOfdata::clock_snapshot(_))) >= 1);
+        assert!(count(file, |d| matches!(d, OneOfdata::trace_stats(_))) >= 1);
+    }
+}
+
+#[test]
+fn rotation_is_refused_without_a_streamed_file() {
+    let mut h = H::new();
+    h.producer("p", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let e = h.svc.rotate_file(h.now, c, 1).unwrap_err();
+    assert!(e.contains("No tracing session"), "{e}");
+    h.enable(c, &basic_config("ds", 64)).unwrap();
+    let e = h.svc.rotate_file(h.now, c, 1).unwrap_err();
+    assert!(e.contains("write_into_file"), "{e}");
+    // Before the start there is nothing to cut; the client tries later.
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.write_into_file = Some(true);
+    cfg.deferred_start = Some(true);
+    h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let e = h.svc.rotate_file(h.now, c, 2).unwrap_err();
+    assert!(e.contains("has not started yet"), "{e}");
+}

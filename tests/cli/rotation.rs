@@ -1,0 +1,305 @@
+//! `--rotate-size`, `--rotate-time`, `--rotate-keep`: a streamed trace cut
+//! into numbered files while markers flood a private tracefs instance and
+//! the scheduler runs. Every file is read with the official descriptors:
+//! each has its own trace config, clock snapshot, system info and process
+//! tree, and the markers of all files together have no gap and no
+//! duplicate.
+
+use crate::support::cli::python;
+use crate::support::probes::*;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Markers written, in batches with a pause between (a few seconds of
+/// trace, so several cuts happen while the flood runs).
+const MARKERS: u64 = 24_000;
+const BATCH: u64 = 200;
+
+#[test]
+fn rotation_by_size_loses_and_repeats_nothing() {
+    let (_dir, files, log) = run(
+        "tbx_cli_rot_size",
+        "tbx-rots",
+        &["--rotate-size", "64kb"],
+        "",
+    );
+    assert!(files.len() >= 3, "only {} files: {log}", files.len());
+    check_union(&files, "tbx-rots");
+    assert!(log.contains("Trace stats: nothing lost"), "{log}");
+}
+
+#[test]
+fn rotation_by_time_loses_and_repeats_nothing() {
+    let (_dir, files, log) = run("tbx_cli_rot_time", "tbx-rott", &["--rotate-time", "1s"], "");
+    assert!(files.len() >= 2, "only {} files: {log}", files.len());
+    check_union(&files, "tbx-rott");
+    assert!(log.contains("Trace stats: nothing lost"), "{log}");
+}
+
+#[test]
+fn rotation_of_a_deflate_trace_loses_and_repeats_nothing() {
+    let (_dir, files, log) = run(
+        "tbx_cli_rot_zip",
+        "tbx-rotz",
+        &["--rotate-time", "1s"],
+        "compression_type: COMPRESSION_TYPE_DEFLATE",
+    );
+    assert!(files.len() >= 2, "only {} files: {log}", files.len());
+    for f in check_union(&files, "tbx-rotz") {
+        assert!(f["zipped"] > 0, "{f:?}");
+    }
+    assert!(log.contains("Trace stats: nothing lost"), "{log}");
+}
+
+const START_TRIGGER: &str = "tbx_rot_go";
+const START_TRIGGER_CONFIG: &str = r#"trigger_config {
+    trigger_mode: START_TRACING
+    trigger_timeout_ms: 120000
+    triggers { name: "tbx_rot_go" stop_delay_ms: 120000 }
+}"#;
+
+#[test]
+fn rotation_by_time_waits_for_a_start_trigger() {
+    let (_dir, files, log) = run(
+        "tbx_cli_rot_trig",
+        "tbx-rotg",
+        &["--rotate-time", "1s"],
+        START_TRIGGER_CONFIG,
+    );
+    assert!(files.len() >= 2, "only {} files: {log}", files.len());
+    assert!(!log.contains("Rotation stopped"), "{log}");
+    check_union(&files, "tbx-rotg");
+}
+
+#[test]
+fn rotate_keep_leaves_only_the_newest_files() {
+    let (_dir, files, log) = run(
+        "tbx_cli_rot_keep",
+        "tbx-rotk",
+        &["--rotate-size", "64kb", "--rotate-keep", "2"],
+        "",
+    );
+    assert_eq!(files.len(), 2, "{log}");
+    let last: u64 = files[1]
+        .extension()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(last >= 3, "too few cuts to prove anything: {log}");
+    assert!(log.contains("older removed by --rotate-keep"), "{log}");
+    assert!(log.contains("Trace stats: nothing lost"), "{log}");
+    // The survivors still open on their own.
+    check_files(&files, "tbx-rotk");
+}
+
+#[test]
+fn a_perfetto_traced_is_refused_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let bin = interop_bin("real-traced").unwrap();
+    let _traced = start_real_traced(&bin, &socks, &dir.join("traced.log"));
+    let cfg = dir.join("c.txt");
+    std::fs::write(
+        &cfg,
+        "write_into_file: true\nduration_ms: 1000\nbuffers { size_kb: 1024 }\n",
+    )
+    .unwrap();
+    let out = client(&socks, &cfg, &dir.join("t"), &["--rotate-size", "1mb"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("this traced cannot rotate files"), "{err}");
+    assert!(!dir.join("t.000").exists());
+}
+
+/// Runs a flood under rotation; returns the directory (dropping it removes
+/// the files), the numbered files left, oldest first, and the client's
+/// stderr.
+fn run(
+    instance: &str,
+    prefix: &str,
+    rotate: &[&str],
+    extra_config: &str,
+) -> (tempfile::TempDir, Vec<PathBuf>, String) {
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let r = std::panic::catch_unwind(|| flood(dir, instance, prefix, rotate, extra_config));
+    if r.is_err() {
+        dump(dir);
+    }
+    // Its 8 MB per CPU go back to the kernel.
+    let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let (files, log) = r.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    (tmp, files, log)
+}
+
+fn flood(
+    dir: &Path,
+    instance: &str,
+    prefix: &str,
+    rotate: &[&str],
+    extra_config: &str,
+) -> (Vec<PathBuf>, String) {
+    let daemons = start_our_daemons(dir);
+    let cfg = dir.join("config.txt");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"write_into_file: true
+file_write_period_ms: 200
+buffers {{ size_kb: 16384 fill_policy: DISCARD }}
+data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
+    ftrace_events: "ftrace/print"
+    ftrace_events: "sched/sched_switch"
+    buffer_size_kb: 8192
+    instance_name: "{instance}"
+    drain_period_ms: 100 }} }} }}
+data_sources {{ config {{ name: "linux.process_stats"
+    process_stats_config {{ scan_all_processes_on_start: true }} }} }}
+{extra_config}
+"#
+        ),
+    )
+    .unwrap();
+    let out = dir.join("t");
+    let mut c = client(&daemons.socks, &cfg, &out, rotate)
+        .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
+        .spawn()
+        .unwrap();
+    if extra_config == START_TRIGGER_CONFIG {
+        // The client's age timer runs out twice before the start: those
+        // cuts are refused (not started yet) and rotation goes on after.
+        std::thread::sleep(Duration::from_millis(2500));
+        let t = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .args(["trigger_perfetto", START_TRIGGER])
+            .env("PERFETTO_PRODUCER_SOCK_NAME", &daemons.socks.producer)
+            .output()
+            .unwrap();
+        assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    }
+    let idir = instance_dir(instance);
+    let started = format!("started on \"{instance}\"");
+    wait_until(Duration::from_secs(30), "ftrace start", || {
+        read_trim(dir.join("probes.log")).contains(&started)
+            && read_trim(idir.join("tracing_on")) == "1"
+    });
+    let marker = std::fs::OpenOptions::new()
+        .write(true)
+        .open(idir.join("trace_marker"))
+        .unwrap();
+    for i in 0..MARKERS {
+        (&marker)
+            .write_all(format!("{prefix} {i:06}").as_bytes())
+            .unwrap();
+        if i % BATCH == BATCH - 1 {
+            // Paces the flood (and makes the scheduler switch).
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = crate::support::cli::wait_exit(&mut c, Duration::from_secs(120));
+    let log = std::fs::read_to_string(dir.join("consumer.log")).unwrap();
+    assert_eq!(status, 0, "{log}");
+    let link = std::fs::read_link(&out).unwrap();
+    let files = numbered(dir);
+    assert_eq!(
+        Some(link.as_os_str()),
+        files.last().and_then(|f| f.file_name()),
+        "the link names the newest file"
+    );
+    (files, log)
+}
+
+fn client(socks: &Sockets, cfg: &Path, out: &Path, rotate: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tracebox"));
+    c.args(["perfetto", "--txt", "-c"])
+        .arg(cfg)
+        .arg("-o")
+        .arg(out)
+        .args(rotate)
+        .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+        .stdout(Stdio::null());
+    c
+}
+
+/// `t.NNN` in `dir`, by number.
+fn numbered(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_str()?.strip_prefix("t.")?.parse().ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, p)| p).collect()
+}
+
+type Counts = BTreeMap<String, u64>;
+
+/// The union line and the per-file counts of tests/py/check_rotation.py,
+/// each file checked for its own header.
+fn check_files(files: &[PathBuf], prefix: &str) -> (Counts, Vec<Counts>) {
+    let out = Command::new(python())
+        .arg(Path::new(ROOT).join("tests/py/check_rotation.py"))
+        .arg(prefix)
+        .args(files)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    let mut union = BTreeMap::new();
+    let mut per_file = Vec::new();
+    for line in text.lines() {
+        let fields: BTreeMap<String, u64> = line
+            .split_whitespace()
+            .filter_map(|w| {
+                let (k, v) = w.split_once('=')?;
+                Some((k.to_owned(), v.parse().ok()?))
+            })
+            .collect();
+        if fields.contains_key("union") {
+            union = fields;
+            continue;
+        }
+        for key in ["config", "clocks", "sysinfo", "procs", "sched"] {
+            assert!(fields[key] > 0, "no {key} in {line}");
+        }
+        assert_eq!(fields["config"], 1, "{line}");
+        assert_eq!(fields["sysinfo"], 1, "{line}");
+        per_file.push(fields);
+    }
+    (union, per_file)
+}
+
+fn check_union(files: &[PathBuf], prefix: &str) -> Vec<Counts> {
+    let (u, per_file) = check_files(files, prefix);
+    assert_eq!(u["dups"], 0, "{u:?}");
+    assert_eq!(u["gaps"], 0, "{u:?}");
+    assert_eq!(
+        (u["lo"], u["hi"], u["union"]),
+        (0, MARKERS - 1, MARKERS),
+        "{u:?}"
+    );
+    per_file
+}

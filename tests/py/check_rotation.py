@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Checks rotated trace files with Perfetto's official descriptors.
+
+Usage: check_rotation.py PREFIX FILE...
+For each file (deflate compressed_packets opened) prints one line of counts: trace_config, clock_snapshot,
+system_info packets, processes in process_tree packets, sched_switch events
+(compact or not), markers (ftrace print buffers "PREFIX NNNNNN") and
+compressed_packets.
+Then: union=N dups=D gaps=G lo=L hi=H over all files (a marker number in
+two files is a duplicate; a number missing between lo and hi is a gap).
+Exit status 1 if a file does not parse.
+"""
+import sys
+import zlib
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+
+def expand(packets):
+    """The packets, with deflate compressed_packets opened in place."""
+    for p in packets:
+        if p.HasField("compressed_packets"):
+            inner = pb.Trace()
+            inner.ParseFromString(zlib.decompress(p.compressed_packets))
+            yield from expand(inner.packet)
+        else:
+            yield p
+
+
+def main():
+    prefix, files = sys.argv[1], sys.argv[2:]
+    seen = {}
+    dups = 0
+    for name in files:
+        t = pb.Trace()
+        with open(name, "rb") as f:
+            t.ParseFromString(f.read())
+        c = dict(config=0, clocks=0, sysinfo=0, procs=0, sched=0, markers=0,
+                 zipped=sum(p.HasField("compressed_packets") for p in t.packet))
+        for p in expand(t.packet):
+            if p.HasField("trace_config"):
+                c["config"] += 1
+            if p.HasField("clock_snapshot"):
+                c["clocks"] += 1
+            if p.HasField("system_info"):
+                c["sysinfo"] += 1
+            if p.HasField("process_tree"):
+                c["procs"] += len(p.process_tree.processes)
+            if not p.HasField("ftrace_events"):
+                continue
+            b = p.ftrace_events
+            c["sched"] += len(b.compact_sched.switch_timestamp)
+            for e in b.event:
+                if e.HasField("sched_switch"):
+                    c["sched"] += 1
+                if e.HasField("print") and e.print.buf.startswith(prefix + " "):
+                    n = int(e.print.buf.split()[1])
+                    c["markers"] += 1
+                    if n in seen:
+                        dups += 1
+                    seen[n] = name
+        print(name, " ".join(f"{k}={v}" for k, v in c.items()))
+    lo, hi = (min(seen), max(seen)) if seen else (0, -1)
+    gaps = (hi - lo + 1) - len(seen)
+    print(f"union={len(seen)} dups={dups} gaps={gaps} lo={lo} hi={hi}")
+
+
+if __name__ == "__main__":
+    main()
