@@ -314,8 +314,6 @@ impl FtraceMux {
         }
     }
 
-    /// Flush of `ids`: drains the kernel buffers completely, writes the
-    /// start/end ftrace_stats, returns the writers' chunks.
     /// Forgets the kernel addresses interned on `id`'s sequence: the next
     /// bundle with symbols starts the sequence's interning afresh.
     pub fn clear_incremental_state(&mut self, id: u64) {
@@ -324,6 +322,8 @@ impl FtraceMux {
         }
     }
 
+    /// Flush of `ids`: drains the kernel buffers completely, writes the
+    /// start/end ftrace_stats, returns the writers' chunks.
     pub fn flush(&mut self, ids: &[u64]) {
         for id in ids {
             if let Some((writer, error)) = self.failed.get_mut(id) {
