@@ -1,5 +1,6 @@
 //! What traced's relay endpoint reads from a remote machine: the first
-//! byte picks InitRelay args, SyncClock args, or a whole IPC frame whose
+//! byte picks InitRelay args, SyncClock args (the relay side's decoders,
+//! then traced's RelayPort parser), or a whole IPC frame whose
 //! SetPeerIdentity is checked. Errors are fine; panics are not.
 
 use tracebox::ipc::frame::decode_payload;
@@ -7,6 +8,7 @@ use tracebox::pb::protos::mod_IPCFrame::OneOfmsg;
 use tracebox::traced_relay::wire::{
     decode_init_relay, decode_sync_clock, PeerIdentity, MAX_SYNC_CLOCKS, MAX_SYSTEM_INFO,
 };
+use tracebox::tracing::ipc::relay_port::{parse_untrusted, RelayRequest};
 
 pub fn run(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else {
@@ -17,10 +19,16 @@ pub fn run(data: &[u8]) {
             if let Ok(info) = decode_init_relay(rest) {
                 assert!(info.len() <= MAX_SYSTEM_INFO);
             }
+            if let Ok(RelayRequest::SystemInfo(info)) = parse_untrusted("InitRelay", rest) {
+                assert!(info.len() <= MAX_SYSTEM_INFO);
+            }
         }
         1 => {
             if let Ok(s) = decode_sync_clock(rest) {
                 assert!(s.clocks.len() <= MAX_SYNC_CLOCKS);
+            }
+            if let Ok(RelayRequest::Clocks(c)) = parse_untrusted("SyncClock", rest) {
+                assert!(c.len() <= MAX_SYNC_CLOCKS);
             }
         }
         _ => {

@@ -20,11 +20,27 @@ struct TracedArgs {
     /// (default: producer 0666, any user; consumer 0600, this user only)
     #[argh(option)]
     set_socket_permissions: Option<String>,
+    /// serve RelayPort (traced_relay's system info and clock sync) on the
+    /// producer sockets; relayed producers work without it
+    #[argh(switch)]
+    enable_relay_endpoint: bool,
+    /// like --enable-relay-endpoint, naming one of the producer sockets
+    /// (repeatable)
+    #[argh(option)]
+    enable_relay_endpoint_on: Vec<String>,
 }
 
 pub fn main(args: &[String], _via: Via) -> i32 {
     crate::base::log::set_tag("traced");
-    let args: TracedArgs = match parse_args("traced", args) {
+    // getopt spelling, as upstream's docs write it.
+    let args: Vec<String> = args
+        .iter()
+        .flat_map(|a| match a.split_once('=') {
+            Some((k @ "--enable-relay-endpoint-on", v)) => vec![k.to_string(), v.to_string()],
+            _ => vec![a.clone()],
+        })
+        .collect();
+    let args: TracedArgs = match parse_args("traced", &args) {
         Ok(a) => a,
         Err(code) => return code,
     };
@@ -34,6 +50,8 @@ pub fn main(args: &[String], _via: Via) -> i32 {
     }
     let mut opts = crate::traced::TracedOptions {
         exit_when_idle: args.exit_when_idle,
+        enable_relay_endpoint: args.enable_relay_endpoint,
+        relay_endpoint_on: args.enable_relay_endpoint_on.clone(),
         ..Default::default()
     };
     if let Some(p) = &args.set_socket_permissions {

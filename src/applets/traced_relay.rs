@@ -1,15 +1,18 @@
 //! `traced_relay`: local producers' socket on a remote machine, forwarded
-//! to the central traced at PERFETTO_RELAY_SOCK_NAME (`HOST:PORT`).
+//! to the central traced at PERFETTO_RELAY_SOCK_NAME (`HOST:PORT` or
+//! `vsock://CID:PORT`), plus its RelayPort connection (system info, clocks).
 
 use super::{parse_args, Via};
 use crate::base::sock_addr::SockAddr;
 use crate::ipc::default_sockets::producer_socket_name;
-use crate::traced_relay::{forward, machine};
+use crate::traced_relay::{forward, machine, relay_port};
 use argh::FromArgs;
 
 /// Listens on the producer socket (PERFETTO_PRODUCER_SOCK_NAME or the
 /// default) and forwards every producer to the central traced named by
-/// PERFETTO_RELAY_SOCK_NAME (HOST:PORT). The link has no authentication:
+/// PERFETTO_RELAY_SOCK_NAME (HOST:PORT or vsock://CID:PORT), and sends this
+/// machine's system info and clock readings on its own connection (RelayPort).
+/// The link has no authentication:
 /// keep it on a private network (vsock, VPN, ssh tunnel).
 #[derive(FromArgs, Debug)]
 struct RelayArgs {}
@@ -45,6 +48,10 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         hint,
         name: machine::machine_name(),
     };
+    {
+        let (central, me) = (central.clone(), me.clone());
+        std::thread::spawn(move || relay_port::run(&central, &me));
+    }
     match forward::run(&listen, &central, me) {
         Ok(()) => 0,
         Err(e) => {

@@ -7,8 +7,7 @@
 //! * `host:port` / `[v6]:port` (no `/`, digits after the last colon) — TCP,
 //!   as upstream's multi-machine setups spell it; the host is resolved when
 //!   binding or connecting.
-//! * `vsock://CID:PORT` — recognised so that callers get a clear "not
-//!   supported" error rather than a file of that name.
+//! * `vsock://CID:PORT` — AF_VSOCK (a VM and its host), as upstream.
 //! * anything else — a filesystem path (at most 107 bytes).
 
 use std::fmt;
@@ -29,6 +28,8 @@ pub enum SockAddr {
     Abstract(Vec<u8>),
     /// TCP `host:port` (brackets kept around an IPv6 host), as written.
     Tcp(String),
+    /// AF_VSOCK context id and port.
+    Vsock { cid: u32, port: u32 },
 }
 
 /// Why an address string was rejected.
@@ -38,8 +39,8 @@ pub enum SockAddrError {
     Empty,
     /// Longer than [`MAX_SUN_PATH`].
     TooLong(String),
-    /// `vsock://` addresses are not supported yet.
-    VsockUnsupported(String),
+    /// A `vsock://` address that is not `vsock://CID:PORT`.
+    BadVsock(String),
     /// A TCP address whose host did not resolve.
     TcpUnresolved(String),
 }
@@ -51,7 +52,7 @@ impl fmt::Display for SockAddrError {
             SockAddrError::TooLong(s) => {
                 write!(f, "socket address too long (max {MAX_SUN_PATH} bytes): {s}")
             }
-            SockAddrError::VsockUnsupported(s) => write!(f, "vsock sockets are not supported: {s}"),
+            SockAddrError::BadVsock(s) => write!(f, "{s}: want vsock://CID:PORT"),
             SockAddrError::TcpUnresolved(s) => write!(f, "cannot resolve TCP address {s}"),
         }
     }
@@ -83,8 +84,13 @@ impl SockAddr {
         }
         let addr = if let Some(name) = s.strip_prefix('@') {
             SockAddr::Abstract(name.as_bytes().to_vec())
-        } else if s.starts_with("vsock://") {
-            return Err(SockAddrError::VsockUnsupported(s.to_string()));
+        } else if let Some(rest) = s.strip_prefix("vsock://") {
+            let bad = || SockAddrError::BadVsock(s.to_string());
+            let (cid, port) = rest.split_once(':').ok_or_else(bad)?;
+            return Ok(SockAddr::Vsock {
+                cid: cid.parse().map_err(|_| bad())?,
+                port: port.parse().map_err(|_| bad())?,
+            });
         } else if !s.contains('/') && looks_like_tcp(s) {
             return Ok(SockAddr::Tcp(s.to_string()));
         } else {
@@ -93,7 +99,7 @@ impl SockAddr {
         let len = match &addr {
             SockAddr::Abstract(n) => n.len(),
             SockAddr::Path(p) => p.as_os_str().len(),
-            SockAddr::Tcp(_) => 0,
+            SockAddr::Tcp(_) | SockAddr::Vsock { .. } => 0,
         };
         if len > MAX_SUN_PATH {
             return Err(SockAddrError::TooLong(s.to_string()));
@@ -101,9 +107,9 @@ impl SockAddr {
         Ok(addr)
     }
 
-    /// True for a TCP address: no credentials, no fd passing.
-    pub fn is_tcp(&self) -> bool {
-        matches!(self, SockAddr::Tcp(_))
+    /// True for TCP and vsock: no credentials, no fd passing.
+    pub fn is_network(&self) -> bool {
+        matches!(self, SockAddr::Tcp(_) | SockAddr::Vsock { .. })
     }
 
     /// The kernel address (see module docs for the abstract length rule).
@@ -112,6 +118,12 @@ impl SockAddr {
             SockAddr::Path(p) => UnixAddr::new(p.as_path()),
             SockAddr::Abstract(n) => UnixAddr::new_abstract(n),
             SockAddr::Tcp(s) => return Err(SockAddrError::TcpUnresolved(s.clone()).into()),
+            SockAddr::Vsock { .. } => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("not a UNIX socket: {self}"),
+                ))
+            }
         };
         r.map_err(std::io::Error::from)
     }
@@ -138,6 +150,7 @@ impl fmt::Display for SockAddr {
             SockAddr::Path(p) => write!(f, "{}", p.display()),
             SockAddr::Abstract(n) => write!(f, "@{}", String::from_utf8_lossy(n)),
             SockAddr::Tcp(s) => f.write_str(s),
+            SockAddr::Vsock { cid, port } => write!(f, "vsock://{cid}:{port}"),
         }
     }
 }
@@ -158,10 +171,20 @@ mod tests {
             Ok(SockAddr::Abstract(b"traced-p-1".to_vec()))
         );
         assert_eq!(SockAddr::parse(""), Err(SockAddrError::Empty));
-        assert!(matches!(
+        assert_eq!(
             SockAddr::parse("vsock://2:1234"),
-            Err(SockAddrError::VsockUnsupported(_))
-        ));
+            Ok(SockAddr::Vsock { cid: 2, port: 1234 })
+        );
+        assert_eq!(
+            SockAddr::parse("vsock://2:1234").unwrap().to_string(),
+            "vsock://2:1234"
+        );
+        for bad in ["vsock://2", "vsock://x:1", "vsock://1:99999999999"] {
+            assert!(matches!(
+                SockAddr::parse(bad),
+                Err(SockAddrError::BadVsock(_))
+            ));
+        }
         assert_eq!(
             SockAddr::parse("127.0.0.1:32278"),
             Ok(SockAddr::Tcp("127.0.0.1:32278".into()))
@@ -177,7 +200,7 @@ mod tests {
                 .unwrap(),
             "[::1]:32278".parse().unwrap()
         );
-        assert!(SockAddr::parse("localhost:1").unwrap().is_tcp());
+        assert!(SockAddr::parse("localhost:1").unwrap().is_network());
         // A path containing a colon is still a path.
         assert_eq!(
             SockAddr::parse("/tmp/a:1"),

@@ -9,8 +9,9 @@
 //!   `MSG_TRUNC`) closes everything received and is an error. Received fds
 //!   carry `FD_CLOEXEC` (`MSG_CMSG_CLOEXEC`).
 //! * [`UnixListener::accept`] reads `SO_PEERCRED` at accept time.
-//! * The same types also carry TCP (a [`SockAddr::Tcp`] address, for
-//!   multi-machine links): no fds cross, and the peer's credentials are
+//! * The same types also carry TCP and vsock ([`SockAddr::Tcp`],
+//!   [`SockAddr::Vsock`], for multi-machine links): no fds cross, and the
+//!   peer's credentials are
 //!   [`PeerCred::REMOTE`] until it names itself (SetPeerIdentity).
 
 use std::io;
@@ -38,7 +39,7 @@ pub struct PeerCred {
 }
 
 impl PeerCred {
-    /// A TCP peer: the kernel vouches for no pid or uid.
+    /// A TCP or vsock peer: the kernel vouches for no pid or uid.
     pub const REMOTE: PeerCred = PeerCred {
         pid: 0,
         uid: u32::MAX,
@@ -59,7 +60,18 @@ fn socket_for(
     addr: &SockAddr,
     nonblocking: bool,
 ) -> io::Result<(OwnedFd, socket::SockaddrStorage)> {
-    if addr.is_tcp() {
+    if let SockAddr::Vsock { cid, port } = *addr {
+        let fd = new_socket(AddressFamily::Vsock, nonblocking)?;
+        let vsock = socket::VsockAddr::new(cid, port);
+        // SAFETY:
+        // - `vsock` is a valid sockaddr_vm of length `vsock.len()`.
+        let storage =
+            unsafe { socket::SockaddrStorage::from_raw(vsock.as_ptr().cast(), Some(vsock.len())) }
+                .ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, format!("bad address {addr}"))
+                })?;
+        Ok((fd, storage))
+    } else if addr.is_network() {
         let inet = addr.to_inet_addr()?;
         let family = if inet.is_ipv4() {
             AddressFamily::Inet
@@ -160,7 +172,7 @@ fn poll_until(fds: &mut [nix::poll::PollFd<'_>], timeout: Option<Duration>) -> i
 pub struct UnixListener {
     fd: OwnedFd,
     addr: Option<SockAddr>,
-    tcp: bool,
+    network: bool,
 }
 
 impl UnixListener {
@@ -168,7 +180,7 @@ impl UnixListener {
     /// is removed first (abstract names need no cleanup).
     pub fn bind(addr: &SockAddr) -> io::Result<Self> {
         let (fd, kernel_addr) = socket_for(addr, true)?;
-        if addr.is_tcp() {
+        if matches!(addr, SockAddr::Tcp(_)) {
             // A restarted traced must not wait out TIME_WAIT to rebind.
             socket::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
         }
@@ -190,7 +202,7 @@ impl UnixListener {
         Ok(UnixListener {
             fd,
             addr: Some(addr.clone()),
-            tcp: addr.is_tcp(),
+            network: addr.is_network(),
         })
     }
 
@@ -199,14 +211,14 @@ impl UnixListener {
     pub fn from_fd(fd: OwnedFd) -> io::Result<Self> {
         set_nonblocking(fd.as_fd(), true)?;
         set_cloexec(fd.as_fd())?;
-        let tcp = socket::getsockname::<socket::SockaddrStorage>(fd.as_raw_fd())
+        let network = socket::getsockname::<socket::SockaddrStorage>(fd.as_raw_fd())
             .ok()
             .and_then(|a| a.family())
             .is_some_and(|f| f != AddressFamily::Unix);
         Ok(UnixListener {
             fd,
             addr: None,
-            tcp,
+            network,
         })
     }
 
@@ -264,7 +276,10 @@ impl UnixListener {
                     // - accept4 just returned `raw` as a new descriptor that
                     //   nothing else owns; OwnedFd takes sole ownership.
                     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-                    let stream = UnixStream { fd, tcp: self.tcp };
+                    let stream = UnixStream {
+                        fd,
+                        network: self.network,
+                    };
                     let cred = stream.peer_cred()?;
                     return Ok(Some((stream, cred)));
                 }
@@ -293,7 +308,7 @@ impl AsRawFd for UnixListener {
 #[derive(Debug)]
 pub struct UnixStream {
     fd: OwnedFd,
-    tcp: bool,
+    network: bool,
 }
 
 impl UnixStream {
@@ -326,7 +341,7 @@ impl UnixStream {
         set_nonblocking(fd.as_fd(), true)?;
         Ok(UnixStream {
             fd,
-            tcp: addr.is_tcp(),
+            network: addr.is_network(),
         })
     }
 
@@ -339,21 +354,27 @@ impl UnixStream {
             SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
         )?;
         Ok((
-            UnixStream { fd: a, tcp: false },
-            UnixStream { fd: b, tcp: false },
+            UnixStream {
+                fd: a,
+                network: false,
+            },
+            UnixStream {
+                fd: b,
+                network: false,
+            },
         ))
     }
 
     /// Sends bytes from `data`, with `fd` as `SCM_RIGHTS` if given. Returns
     /// how many bytes went out (the fd went with them if > 0).
     /// `WouldBlock` when the send buffer is full. Never raises SIGPIPE.
-    /// Over TCP an fd is refused (`InvalidInput`): the kernel would drop it
+    /// Over TCP or vsock an fd is refused (`InvalidInput`): the kernel would drop it
     /// without a word.
     pub fn send(&self, data: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<usize> {
-        if self.tcp && fd.is_some() {
+        if self.network && fd.is_some() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "cannot pass an fd over TCP",
+                "cannot pass an fd over TCP or vsock",
             ));
         }
         let iov = [io::IoSlice::new(data)];
@@ -391,14 +412,14 @@ impl UnixStream {
         }
     }
 
-    /// True for a TCP connection (see the module docs).
-    pub fn is_tcp(&self) -> bool {
-        self.tcp
+    /// True for a TCP or vsock connection (see the module docs).
+    pub fn is_network(&self) -> bool {
+        self.network
     }
 
-    /// `SO_PEERCRED` of the connected peer ([`PeerCred::REMOTE`] over TCP).
+    /// `SO_PEERCRED` of the connected peer ([`PeerCred::REMOTE`] over TCP and vsock).
     pub fn peer_cred(&self) -> io::Result<PeerCred> {
-        if self.tcp {
+        if self.network {
             return Ok(PeerCred::REMOTE);
         }
         let c = socket::getsockopt(&self.fd, sockopt::PeerCredentials)?;
@@ -553,10 +574,10 @@ mod tests {
         let addr = SockAddr::parse(&format!("127.0.0.1:{}", free_tcp_port())).unwrap();
         let l = UnixListener::bind(&addr).unwrap();
         let c = UnixStream::connect(&addr).unwrap();
-        assert!(c.is_tcp());
+        assert!(c.is_network());
         wait_ready(l.as_fd(), true, false, None).unwrap();
         let (s, cred) = l.accept().unwrap().unwrap();
-        assert!(s.is_tcp());
+        assert!(s.is_network());
         assert_eq!(cred, PeerCred::REMOTE);
         c.send(b"hello", None).unwrap();
         assert_eq!(recv_all(&s, 5).0, b"hello");
@@ -565,7 +586,7 @@ mod tests {
         assert!(s.send(b"x", Some(f.as_fd())).is_err());
         // An adopted TCP listener knows it is TCP.
         let dup = l.fd.try_clone().unwrap();
-        assert!(UnixListener::from_fd(dup).unwrap().tcp);
+        assert!(UnixListener::from_fd(dup).unwrap().network);
     }
 
     #[test]

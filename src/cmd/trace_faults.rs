@@ -60,6 +60,10 @@ pub struct TraceFaults {
     pub not_started: Vec<String>,
     pub refused: Vec<String>,
     pub ignored_fields: Vec<String>,
+    /// Relay connections traced dropped for their identity frame.
+    pub relay_drops: u64,
+    /// `(producer, chunks)` that never reached traced (emulation gaps).
+    pub never_arrived: Vec<(String, u64)>,
     pub tracing_started_ts: Option<u64>,
     /// `trigger` packets in the trace.
     pub triggers: u64,
@@ -146,6 +150,26 @@ impl TraceFaults {
                 (field::CONFIG_FIELDS_IGNORED, 2) => {
                     push_unique(&mut self.ignored_fields, text(f.value));
                 }
+                (field::CHUNKS_NEVER_ARRIVED, 2) => {
+                    let (mut who, mut n) = (String::new(), 0);
+                    for g in FieldIter::new(f.value) {
+                        match (g.number, g.wire_type) {
+                            (1, 2) => who = text(g.value),
+                            (2, 0) => n = read_varint(g.value).map_or(0, |v| v.0),
+                            _ => {}
+                        }
+                    }
+                    let list = &mut self.never_arrived;
+                    match list.iter().position(|(w, _)| *w == who) {
+                        Some(i) => list[i].1 = list[i].1.saturating_add(n),
+                        None if list.len() < MAX_ITEMS => list.push((who, n)),
+                        None => {}
+                    }
+                }
+                (field::RELAY_CONNECTIONS_DROPPED, 0) => {
+                    let n = read_varint(f.value).map_or(0, |v| v.0);
+                    self.relay_drops = self.relay_drops.saturating_add(n);
+                }
                 _ => {}
             }
         }
@@ -205,6 +229,19 @@ impl TraceFaults {
         }
         for f in &self.ignored_fields {
             out.push(format!("config fields traced does not honour: {f}"));
+        }
+        for (who, n) in &self.never_arrived {
+            out.push(format!(
+                "{n} chunks of producer {who} never reached traced (it could not send them \
+                 inline)"
+            ));
+        }
+        if self.relay_drops > 0 {
+            out.push(format!(
+                "{} relay connections dropped for a missing, repeated or invalid \
+                 SetPeerIdentity (nothing they sent was recorded)",
+                self.relay_drops
+            ));
         }
         out
     }

@@ -45,7 +45,7 @@
 //!   carry one fd.
 //! * A client whose send queue exceeds the bound is dropped (logged); an
 //!   oversized frame from a client drops it too.
-//! * On a TCP connection (a relay forwarding a remote producer) the first
+//! * On a TCP or vsock connection (a relay forwarding a remote producer) the first
 //!   frame must be `SetPeerIdentity`; anything else first, a second
 //!   identity or an invalid one drops the connection (counted in
 //!   [`HostStats::clients_dropped_identity`], logged). The identity's pid
@@ -96,7 +96,7 @@ pub struct HostStats {
     pub unknown_requests: u64,
     /// Connections closed at once because a client limit was reached.
     pub clients_refused: u64,
-    /// TCP connections dropped for a missing, repeated or invalid
+    /// TCP and vsock connections dropped for a missing, repeated or invalid
     /// SetPeerIdentity.
     pub clients_dropped_identity: u64,
 }
@@ -122,9 +122,9 @@ struct Client {
     id: ClientId,
     /// As accepted (keys the per-uid count).
     cred: PeerCred,
-    /// TCP: no frame but SetPeerIdentity until `identity` is set.
+    /// TCP and vsock: no frame but SetPeerIdentity until `identity` is set.
     tcp: bool,
-    /// What a TCP peer's SetPeerIdentity said.
+    /// What a network peer's SetPeerIdentity said.
     identity: Option<(PeerCred, RemoteMachine)>,
     conn: Conn,
     /// Set when dropped from inside a reply; reaped on the next event.
@@ -377,7 +377,7 @@ impl Host {
         self.clients.stats.clients_accepted += 1;
         *self.clients_per_uid.entry(cred.uid).or_default() += 1;
         self.clients.by_id.insert(id, token);
-        let tcp = stream.is_tcp();
+        let tcp = stream.is_network();
         self.clients.by_token.insert(
             token,
             Client {
@@ -434,7 +434,7 @@ impl Host {
         }
     }
 
-    /// Applies the identity-first rule of TCP connections (module docs).
+    /// Applies the identity-first rule of TCP and vsock connections (module docs).
     /// Returns the caller's credentials, or `None` if it was dropped.
     fn gate_identity(&mut self, token: Token, r: &Received) -> Option<PeerCred> {
         let c = self.clients.by_token.get_mut(&token)?;
@@ -468,7 +468,7 @@ impl Host {
         match verdict {
             Ok(()) => Some(c.effective_cred()),
             Err(why) => {
-                log_warn!("client {} (TCP): {why}; dropping it", c.id.0);
+                log_warn!("client {} (network): {why}; dropping it", c.id.0);
                 self.clients.stats.clients_dropped_identity += 1;
                 self.clients.kill(token);
                 None

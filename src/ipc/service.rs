@@ -108,7 +108,7 @@ pub struct Call<'a> {
     /// Its credentials (`SO_PEERCRED` at accept, or a relayed peer's
     /// SetPeerIdentity).
     pub peer: PeerCred,
-    /// Set for a relayed (TCP) peer: no fds reach it.
+    /// Set for a relayed (TCP or vsock) peer: no fds reach it.
     pub remote: Option<RemoteMachine>,
     /// Which exposed service.
     pub service: ServiceId,

@@ -29,14 +29,16 @@ const FTRACE_STATS: u32 = 34;
 const TRACE_STATS: u32 = 35;
 const SYSTEM_INFO: u32 = 45;
 const CPU_INFO: u32 = 67;
+const MACHINE_ID: u32 = 98;
 /// traced_perf's samples: their loss and stop records feed the end line.
 const PERF_SAMPLE: u32 = 66;
 /// Fields every packet may carry besides its payload (trusted uid and
 /// pid, loss and first-packet flags, machine id); not counted as unknown.
 const COMMON: &[u32] = &[3, 41, 42, 79, 87, 98];
 /// Payloads the report knows and does not use (process_stats, sys_stats,
-/// track_event, sync marker, trigger, service_event, uuid, ...).
-const KNOWN: &[u32] = &[4, 5, 7, 9, 36, 46, 69, 89, 124, 126, 130, 134];
+/// track_event, sync marker, trigger, service_event, uuid,
+/// remote_clock_sync, ...).
+const KNOWN: &[u32] = &[4, 5, 7, 9, 36, 46, 69, 89, 107, 124, 126, 130, 134];
 
 #[derive(Debug, Default)]
 pub struct Meta {
@@ -144,7 +146,17 @@ impl Meta {
                     Ok(s) => self.stats = Some(s),
                     Err(_) => self.malformed_packets += 1,
                 },
-                SYSTEM_INFO => self.system_info(f.value),
+                SYSTEM_INFO => {
+                    // A relayed machine's (traced_relay): say which one.
+                    let remote = FieldIter::new(p)
+                        .filter(|g| g.number == MACHINE_ID && g.wire_type == 0)
+                        .map(|g| varint(&g))
+                        .find(|&m| m != 0);
+                    if let Some(m) = remote {
+                        self.machine.push(("machine_id".into(), m.to_string()));
+                    }
+                    self.system_info(f.value)
+                }
                 CPU_INFO => {
                     let cpus: Vec<_> = FieldIter::new(f.value).filter(|f| f.number == 1).collect();
                     let model = cpus

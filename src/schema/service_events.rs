@@ -13,6 +13,13 @@ pub mod field {
     pub const DATA_SOURCES_NOT_OFFERED: u32 = 1002;
     pub const DATA_SOURCES_NOT_SET_UP: u32 = 1003;
     pub const CONFIG_FIELDS_IGNORED: u32 = 1004;
+    /// Relay (TCP/vsock) connections traced dropped during the session
+    /// for a missing, repeated or invalid SetPeerIdentity (varint count).
+    pub const RELAY_CONNECTIONS_DROPPED: u32 = 1005;
+    /// Chunks of a producer under shared-memory emulation that never
+    /// reached traced (gaps in a writer's chunk ids): `{ producer (1),
+    /// count (2) }`.
+    pub const CHUNKS_NEVER_ARRIVED: u32 = 1006;
 }
 
 /// One `(producer, data source)` of a `DataSources` event.

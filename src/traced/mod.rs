@@ -11,7 +11,7 @@ use crate::ipc::default_sockets::{
     adopt_android_socket, consumer_socket_name, producer_socket_names,
 };
 use crate::ipc::host::Host;
-use crate::schema::services::{CONSUMER_PORT_METHODS, PRODUCER_PORT_METHODS};
+use crate::schema::services::{CONSUMER_PORT_METHODS, PRODUCER_PORT_METHODS, RELAY_PORT_METHODS};
 use crate::tracing::ipc::{ConsumerPort, ProducerPort, TracedState};
 
 mod socket_permissions;
@@ -24,6 +24,11 @@ pub struct TracedOptions {
     pub socket_permissions: Option<SocketPermissions>,
     /// Autostart: exit once idle (see [`IdleExit`]).
     pub exit_when_idle: bool,
+    /// `--enable-relay-endpoint`: RelayPort on the producer sockets.
+    pub enable_relay_endpoint: bool,
+    /// `--enable-relay-endpoint-on SOCKET`: the same, naming producer
+    /// sockets (each must be one of them).
+    pub relay_endpoint_on: Vec<String>,
 }
 
 /// How long a traced started for a client waits for its first consumer.
@@ -61,6 +66,8 @@ struct TracedApp {
     /// The loop timer armed for the core's next deadline.
     timer: Option<(u64, TimerId)>,
     idle_exit: Option<IdleExit>,
+    /// The producer host's `clients_dropped_identity` already reported.
+    identity_drops: u64,
 }
 
 impl TracedApp {
@@ -129,6 +136,13 @@ impl Handler for TracedApp {
         if self.producer_host.owns(token) {
             self.producer_host
                 .on_io(ctl, token, ready, &mut ProducerPort(&mut self.state));
+            let dropped = self.producer_host.stats().clients_dropped_identity;
+            if dropped > self.identity_drops {
+                let n = dropped - self.identity_drops;
+                self.identity_drops = dropped;
+                let now = TracedState::now();
+                self.state.core.note_relay_connections_dropped(now, n);
+            }
         } else if self.consumer_host.owns(token) {
             self.consumer_host
                 .on_io(ctl, token, ready, &mut ConsumerPort(&mut self.state));
@@ -189,6 +203,24 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
     crate::base::sys::ignore_sigxfsz()?;
     let mut producer_host = Host::new();
     producer_host.expose_service("ProducerPort", PRODUCER_PORT_METHODS);
+    let producer_names = producer_socket_names();
+    if let Some(bad) = opts
+        .relay_endpoint_on
+        .iter()
+        .find(|n| !producer_names.contains(n))
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "--enable-relay-endpoint-on {bad}: not one of the producer sockets {producer_names:?}"
+            ),
+        ));
+    }
+    // One host serves all producer sockets; RelayPort answers only
+    // connections that named their machine, which only TCP and vsock
+    // peers can do, so exposing it host-wide admits no local caller.
+    let relay_service = (opts.enable_relay_endpoint || !opts.relay_endpoint_on.is_empty())
+        .then(|| producer_host.expose_service("RelayPort", RELAY_PORT_METHODS));
     let mut consumer_host = Host::new();
     consumer_host.expose_service("ConsumerPort", CONSUMER_PORT_METHODS);
     consumer_host.set_max_queued_bytes(MAX_CONSUMER_QUEUED_BYTES);
@@ -202,7 +234,7 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
             &mut producer_host,
             &mut ctl,
             "traced_producer",
-            &producer_socket_names(),
+            &producer_names,
             perms.map(|p| p.producer_group.as_str()),
             perms.map_or(DEFAULT_PRODUCER_MODE, |p| p.producer_mode),
         )?;
@@ -222,7 +254,9 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
         state: TracedState::new(uid),
         timer: None,
         idle_exit: None,
+        identity_drops: 0,
     };
+    app.state.relay_service = relay_service;
     if opts.exit_when_idle {
         // Until the first consumer: the timer fires once, after the wait.
         let mut ctl = el.ctl();

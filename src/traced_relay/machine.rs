@@ -3,6 +3,7 @@
 //! (`PERFETTO_MACHINE_NAME`, else the kernel's sysname, as upstream), its
 //! SystemInfo and a snapshot of its clocks.
 
+pub use crate::tracing::ipc::env::machine_name;
 use crate::tracing::ipc::env::{clock_ns, RealEnv};
 use nix::time::ClockId;
 
@@ -12,16 +13,6 @@ pub fn machine_id_hint() -> Option<String> {
     let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let hint = text.trim();
     (!hint.is_empty()).then(|| hint.to_string())
-}
-
-/// The machine's name for the trace.
-pub fn machine_name() -> String {
-    match std::env::var("PERFETTO_MACHINE_NAME") {
-        Ok(n) if !n.is_empty() => n,
-        _ => nix::sys::utsname::uname()
-            .map(|u| u.sysname().to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    }
 }
 
 /// The serialized SystemInfo traced would write for this machine.

@@ -23,10 +23,8 @@ use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, VecStrea
 pub const CLOCK_SYNC_INTERVAL: Duration = Duration::from_secs(30);
 /// Longest machine name or id hint the host keeps.
 pub const MAX_MACHINE_STRING: usize = 256;
-/// Most clocks one SyncClock request may carry.
-pub const MAX_SYNC_CLOCKS: usize = 32;
-/// Largest SystemInfo an InitRelay may carry.
-pub const MAX_SYSTEM_INFO: usize = 16 * 1024;
+/// The host's bounds (traced's RelayPort), kept by both sides.
+pub use crate::tracing::ipc::relay_port::{MAX_SYNC_CLOCKS, MAX_SYSTEM_INFO};
 
 /// Where a relay connects (or a host listens), in upstream's syntax:
 /// `vsock://CID:PORT`, `HOST:PORT` or `[V6]:PORT` (TCP), anything else a

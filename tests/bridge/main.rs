@@ -5,5 +5,6 @@ mod support;
 
 mod traced_relay_netns;
 mod traced_relay_tcp;
+mod traced_relay_vsock;
 mod traced_relay_wire_real;
 mod websocket_bridge;

@@ -221,7 +221,9 @@ fn relayed_producer_commits_inline_chunks() {
 
     let (mut cons, cport) = connect(&consumer, "ConsumerPort");
     let mut req = tracebox::protozero::VecStream::new();
-    tracebox::protozero::put_bytes(&mut req, 1, &crate::support::traced::trace_config());
+    // trace_all_machines (43): remote data sources start only when asked.
+    let config = crate::support::traced::trace_config_with(4096, &[0xd8, 0x02, 0x01]);
+    tracebox::protozero::put_bytes(&mut req, 1, &config);
     let enable = cons
         .start_invoke(&cport, "EnableTracing", req.as_bytes(), None)
         .unwrap();
@@ -315,6 +317,7 @@ fn traced_probes_through_the_relay_records() {
     let mut tc = VecStream::new();
     put_bytes(&mut tc, 1, buf.as_bytes());
     put_bytes(&mut tc, 2, ds.as_bytes());
+    put_varint(&mut tc, 43, 1); // trace_all_machines
     let mut req = VecStream::new();
     put_bytes(&mut req, 1, tc.as_bytes());
     let (mut cons, cport) = connect(&consumer, "ConsumerPort");
@@ -400,6 +403,7 @@ fn sdk_producer_through_the_relay_records() {
     let mut tc = VecStream::new();
     put_bytes(&mut tc, 1, buf.as_bytes());
     put_bytes(&mut tc, 2, ds.as_bytes());
+    put_varint(&mut tc, 43, 1); // trace_all_machines
     let mut req = VecStream::new();
     put_bytes(&mut req, 1, tc.as_bytes());
     let (mut cons, cport) = connect(&consumer, "ConsumerPort");
@@ -425,4 +429,73 @@ fn sdk_producer_through_the_relay_records() {
         })
         .count();
     assert!(on_machine_1 >= 200, "{on_machine_1} packets on machine 1");
+    // The SDK's emulated chunks came in id order: no gap was reported
+    // (TracingServiceEvent 69, chunks_never_arrived 1006).
+    let gaps = packets.iter().any(|p| {
+        FieldIter::new(p)
+            .filter(|f| f.number == 69)
+            .any(|f| FieldIter::new(f.value).any(|g| g.number == 1006))
+    });
+    assert!(!gaps, "a chunk gap was reported for the SDK producer");
+}
+
+#[test]
+fn identity_drops_are_in_the_trace_and_on_the_end_line() {
+    use std::process::Stdio;
+    let mut env = crate::support::cli::Env::new("iddrop");
+    let tcp = format!("127.0.0.1:{}", free_tcp_port());
+    env.producer = format!("{},{tcp}", env.producer);
+    let _traced = env.start_traced();
+    let cfg = env.write(
+        "iddrop.pbtx",
+        "buffers { size_kb: 1024 }\n\
+         data_sources { config { name: \"linux.system_info\" } }\n\
+         duration_ms: 120000\nunique_session_name: \"iddrop\"\n",
+    );
+    let out = env.path("iddrop.pftrace");
+    let mut client = crate::support::cli::Killed(
+        env.perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    env.wait_query("iddrop", true);
+
+    // A frame before the identity: the connection is dropped, and counted.
+    let mut early = TcpIpc::connect(&tcp, None);
+    early.send(OneOfmsg::msg_bind_service(BindService {
+        service_name: Some("ProducerPort".into()),
+    }));
+    assert!(closed_by_peer(&mut early));
+
+    let pid = nix::unistd::Pid::from_raw(client.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(client.0.wait().unwrap().success());
+    let mut err = String::new();
+    client
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let line = err
+        .lines()
+        .find(|l| l.contains("Trace stats:"))
+        .unwrap_or("");
+    assert!(
+        line.contains(
+            "1 relay connections dropped for a missing, repeated or invalid SetPeerIdentity"
+        ),
+        "{err}"
+    );
+    // The data: TracingServiceEvent (69) field 1005 = 1.
+    let trace = std::fs::read(&out).unwrap();
+    let packets = crate::support::traced::packets_from_file(&trace);
+    let counted = packets.iter().any(|p| {
+        tracebox::protozero::decode::FieldIter::new(p)
+            .filter(|f| f.number == 69)
+            .any(|f| f.value == [0xe8, 0x3e, 0x01])
+    });
+    assert!(counted, "no relay_connections_dropped event");
 }

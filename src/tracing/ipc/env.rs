@@ -28,6 +28,17 @@ pub fn clock_ns(clock: ClockId) -> u64 {
     })
 }
 
+/// This machine's name for multi-machine tracing, as upstream names it:
+/// `PERFETTO_MACHINE_NAME`, else the kernel's sysname.
+pub fn machine_name() -> String {
+    match std::env::var("PERFETTO_MACHINE_NAME") {
+        Ok(n) if !n.is_empty() => n,
+        _ => nix::sys::utsname::uname()
+            .map(|u| u.sysname().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
+}
+
 /// The service's notion of `now`.
 pub fn boot_time_ns() -> u64 {
     clock_ns(ClockId::CLOCK_BOOTTIME)

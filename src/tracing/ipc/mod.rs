@@ -15,6 +15,7 @@ mod clone_file;
 pub mod consumer_port;
 pub mod env;
 pub mod producer_port;
+pub mod relay_port;
 pub mod traced_state;
 
 pub use consumer_port::ConsumerPort;

@@ -17,6 +17,9 @@ pub struct ProducerPort<'a>(pub &'a mut TracedState);
 
 impl Services for ProducerPort<'_> {
     fn invoke(&mut self, call: Call<'_>, out: &mut dyn ReplySink) {
+        if Some(call.service) == self.0.relay_service {
+            return super::relay_port::invoke(self.0, call, out);
+        }
         let request = match ProducerPortCall::decode(call.method_name, &call.args) {
             Ok(r) => r,
             Err(e) => {
@@ -42,7 +45,7 @@ impl Services for ProducerPort<'_> {
         let core = &mut st.core;
         let reply = match request {
             ProducerPortCall::InitializeConnection(r) => {
-                let remote = call.remote.map(|m| m.machine_id_hint);
+                let remote = call.remote.map(|m| (m.machine_id_hint, m.machine_name));
                 initialize(st, client, call.peer.uid, call.peer.pid, r, call.fd, remote)
             }
             ProducerPortCall::RegisterDataSource(r) => {
@@ -117,7 +120,7 @@ fn initialize(
     pid: i32,
     req: InitializeConnectionRequest,
     fd: Option<std::os::fd::OwnedFd>,
-    remote_machine: Option<String>,
+    remote_machine: Option<(String, String)>,
 ) -> Reply {
     // No fd reaches a relayed producer: chunks come inline.
     let shmem_emulation = remote_machine.is_some();
@@ -159,7 +162,11 @@ fn initialize(
         page_size_hint_bytes: req.shared_memory_page_size_hint_bytes.unwrap_or(0) as u64,
         smb_scraping_enabled: req.smb_scraping_mode
             == Some(ProducerSMBScrapingMode::SMB_SCRAPING_ENABLED),
-        machine_id_hint: remote_machine,
+        machine_name: match &remote_machine {
+            Some(m) => m.1.clone(),
+            None => st.machine_name.clone(),
+        },
+        machine_id_hint: remote_machine.map(|m| m.0),
     };
     match st.core.connect_producer(info, provided) {
         Ok(id) => {

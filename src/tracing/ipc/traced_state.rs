@@ -59,6 +59,11 @@ pub struct TracedState {
     rotate_errors: BTreeMap<RequestToken, String>,
     /// ReadBuffers streams in progress, fed as the consumer drains them.
     pub pending_reads: Vec<PendingRead>,
+    /// RelayPort's id on the producer host, when exposed.
+    pub relay_service: Option<crate::ipc::host::ServiceId>,
+    /// This machine's name: local producers' machine in
+    /// `machine_name_filter`.
+    pub machine_name: String,
 }
 
 /// A ReadBuffers being streamed to a consumer.
@@ -120,6 +125,8 @@ impl TracedState {
             rotate_files: BTreeMap::new(),
             rotate_errors: BTreeMap::new(),
             pending_reads: Vec::new(),
+            relay_service: None,
+            machine_name: super::env::machine_name(),
         }
     }
 

@@ -51,6 +51,7 @@ impl TracingService {
                 Some(data) => {
                     payload.clear();
                     if let Some(header) = self.chunk_from_request(data, &mut payload) {
+                        self.note_inline_chunk(now, producer, mv.target_buffer, &header);
                         let body = payload.as_slice();
                         self.copy_chunk(producer, mv.target_buffer, &header, complete, &body);
                     }
@@ -150,6 +151,48 @@ impl TracingService {
             complete,
             payload,
         );
+    }
+
+    /// Shared-memory emulation: a writer's chunks arrive in id order, so a
+    /// jump forward means chunks the producer never sent (it skips one it
+    /// cannot send inline); the sessions of the target buffer name them.
+    fn note_inline_chunk(
+        &mut self,
+        now: u64,
+        producer: ProducerId,
+        target_untrusted: Option<u32>,
+        h: &ChunkHeader,
+    ) {
+        use crate::protozero::{put_str, put_varint, VecStream};
+        use crate::schema::service_events::field::CHUNKS_NEVER_ARRIVED;
+        let Some(p) = self.producers.get_mut(&producer) else {
+            return;
+        };
+        let step = p
+            .inline_chunk_ids
+            .get(&h.writer_id)
+            .map(|&last| h.chunk_id.wrapping_sub(last));
+        // Same id again (a rewrite) or older (out of order): no news.
+        if !matches!(step, None | Some(1..=0x7fff_ffff)) {
+            return;
+        }
+        p.inline_chunk_ids.insert(h.writer_id, h.chunk_id);
+        let missing = step.map_or(0, |d| d - 1);
+        let target = target_untrusted.and_then(|t| u16::try_from(t).ok());
+        let Some(target) = target.filter(|t| missing > 0 && p.allowed_buffers.contains(t)) else {
+            return;
+        };
+        let mut e = VecStream::new();
+        let mut m = VecStream::new();
+        put_str(&mut m, 1, &p.label());
+        put_varint(&mut m, 2, u64::from(missing));
+        crate::protozero::put_bytes(&mut e, CHUNKS_NEVER_ARRIVED, m.as_bytes());
+        let e = e.into_bytes();
+        for s in self.sessions.values_mut() {
+            if s.buffers.contains(&target) {
+                s.read.faults.pending.push((now, e.clone()));
+            }
+        }
     }
 
     fn apply_patches(

@@ -11,6 +11,25 @@ use super::service::TracingService;
 use super::session::{event, DsInstance, InstanceState, SessionState};
 use super::types::*;
 
+/// Upstream's machine rule: an explicit `machine_name_filter` picks
+/// machines by name (traced's own by its name or "host"); without one,
+/// only the host's producers match unless the config sets
+/// `trace_all_machines`.
+fn machine_matches(
+    ds: &crate::pb::protos::mod_TraceConfig::DataSource,
+    machine_id: u32,
+    machine_name: &str,
+    all_machines: bool,
+) -> bool {
+    let names = &ds.machine_name_filter;
+    if names.is_empty() {
+        return machine_id == 0 || all_machines;
+    }
+    names
+        .iter()
+        .any(|n| n == machine_name || (machine_id == 0 && n == "host"))
+}
+
 impl TracingService {
     /// Sets up instances for every (config entry, producer) pair that
     /// matches; `only` restricts to one producer's newly registered source.
@@ -27,6 +46,7 @@ impl TracingService {
             return;
         }
         let mut todo = Vec::new();
+        let all_machines = s.config.trace_all_machines.unwrap_or(false);
         for (idx, ds) in s.config.data_sources.iter().enumerate() {
             let Some(name) = ds.config.as_ref().and_then(|c| c.name.as_deref()) else {
                 continue;
@@ -41,6 +61,9 @@ impl TracingService {
                     continue;
                 }
                 if self.lockdown && p.info.uid != self.service_uid {
+                    continue;
+                }
+                if !machine_matches(ds, p.machine_id, &p.info.machine_name, all_machines) {
                     continue;
                 }
                 let pname = p.info.name.as_str();

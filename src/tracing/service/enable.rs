@@ -138,6 +138,7 @@ impl TracingService {
             clone_trigger: None,
             read: ReadState {
                 filter,
+                relay_drops_seen: self.relay_drops,
                 ..Default::default()
             },
             seq_ids: Default::default(),

@@ -63,16 +63,9 @@ pub fn ignored_config_fields(cfg: &TraceConfig) -> Vec<&'static str> {
     );
     flag(cfg.android_report_config.is_some(), "android_report_config");
     flag(
-        cfg.data_sources
-            .iter()
-            .any(|d| !d.machine_name_filter.is_empty()),
-        "machine_name_filter",
-    );
-    flag(
         cfg.buffers.iter().any(|b| b.experimental_mode.is_some()),
         "buffers.experimental_mode",
     );
-    flag(cfg.trace_all_machines == Some(true), "trace_all_machines");
     flag(
         cfg.builtin_data_sources
             .as_ref()
@@ -138,6 +131,8 @@ impl TracingService {
             .filter(|(_, s)| s.producers.contains(&producer))
             .map(|(id, _)| *id)
             .collect();
+        // A relayed producer is named with its machine.
+        let label = self.producers.get(&producer).map(|p| p.label());
         for sid in sids {
             self.scrape_producer_smb(sid, producer, true);
             let Some(s) = self.sessions.get_mut(&sid) else {
@@ -150,7 +145,12 @@ impl TracingService {
                 .instances
                 .iter()
                 .filter(|i| i.producer == producer && i.state != InstanceState::Stopped)
-                .map(|i| (i.producer_name.clone(), i.name.clone()))
+                .map(|i| {
+                    (
+                        label.clone().unwrap_or(i.producer_name.clone()),
+                        i.name.clone(),
+                    )
+                })
                 .collect();
             if !lost.is_empty() {
                 let e = data_sources_event(field::PRODUCER_DISCONNECTED, &lost);

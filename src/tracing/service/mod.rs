@@ -47,6 +47,7 @@ mod enable;
 pub mod faults;
 mod filter_sink;
 mod flush;
+pub mod machines;
 pub mod name_matcher;
 pub mod producer;
 pub mod read_frames;
@@ -73,6 +74,8 @@ mod service_tests_faults;
 mod service_tests_filter;
 #[cfg(test)]
 mod service_tests_rotate;
+#[cfg(test)]
+mod service_tests_machines;
 #[cfg(test)]
 mod service_tests_timing;
 #[cfg(test)]

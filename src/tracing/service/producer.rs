@@ -28,6 +28,9 @@ pub struct Producer {
     pub writers: BTreeMap<u16, BufferId>,
     /// Protocol misuse not tied to a buffer (bad writer registration).
     pub abi_violations: u64,
+    /// Shared-memory emulation: the last chunk id seen per writer, to
+    /// notice chunks that never arrived.
+    pub inline_chunk_ids: BTreeMap<u16, u32>,
 }
 
 impl Producer {
@@ -42,6 +45,16 @@ impl Producer {
             allowed_buffers: BTreeSet::new(),
             writers: BTreeMap::new(),
             abi_violations: 0,
+            inline_chunk_ids: BTreeMap::new(),
+        }
+    }
+
+    /// `name`, or `name on machine M` for a relayed producer.
+    pub fn label(&self) -> String {
+        match (self.machine_id, self.info.machine_name.as_str()) {
+            (0, _) => self.info.name.clone(),
+            (id, "") => format!("{} on machine {id}", self.info.name),
+            (_, m) => format!("{} on machine {m}", self.info.name),
         }
     }
 

@@ -233,7 +233,15 @@ impl TracingService {
                 }
             }
         }
+        let mut seen = std::mem::take(&mut s.read.machines_seen);
+        service.extend(self.machine_packets(
+            &mut seen,
+            uid,
+            !builtin.disable_system_info.unwrap_or(false),
+            !builtin.disable_clock_snapshotting.unwrap_or(false),
+        ));
         let s = self.sessions.get_mut(&sid).expect("checked above");
+        s.read.machines_seen = seen;
         s.read.pending_events.sort_by_key(|e| e.1);
         for (f, ts) in s.read.pending_events.drain(..) {
             service.push(sp::service_event(uid, f, ts));

@@ -19,8 +19,6 @@ use super::types::*;
 pub const MAX_SESSIONS: usize = 15;
 pub const MAX_SESSIONS_PER_UID: usize = 5;
 const MAX_PRODUCERS: usize = 1024;
-/// Distinct relayed machines one traced accepts.
-const MAX_MACHINES: usize = 64;
 /// Bounds what one producer can make the service remember.
 const MAX_DATA_SOURCES_PER_PRODUCER: usize = 1024;
 
@@ -53,8 +51,10 @@ pub struct TracingService {
     next_instance_id: DataSourceInstanceId,
     pub(super) next_flush_id: FlushRequestId,
     pub(super) producers_seen: u64,
-    /// Machine ids (1..) by relayed machine hint; at most [`MAX_MACHINES`].
-    pub(super) machines: BTreeMap<String, u32>,
+    /// Relay connections dropped for their identity frame, ever.
+    pub(super) relay_drops: u64,
+    /// Relayed machines (ids 1..), their system info and clock syncs.
+    pub(super) machines: super::machines::Machines,
     /// TraceConfig.lockdown_mode: only producers of the service's uid.
     pub(super) lockdown: bool,
     /// Service-wide counts of rejected commits and patches (TraceStats).
@@ -85,7 +85,8 @@ impl TracingService {
             next_instance_id: 1,
             next_flush_id: 1,
             producers_seen: 0,
-            machines: BTreeMap::new(),
+            machines: Default::default(),
+            relay_drops: 0,
             lockdown: false,
             chunks_discarded: 0,
             patches_discarded: 0,
@@ -198,17 +199,7 @@ impl TracingService {
         }
         let machine_id = match &info.machine_id_hint {
             None => 0,
-            Some(hint) => match self.machines.get(hint) {
-                Some(&m) => m,
-                None if self.machines.len() >= MAX_MACHINES => {
-                    return Err(format!("more than {MAX_MACHINES} machines"))
-                }
-                None => {
-                    let m = self.machines.len() as u32 + 1;
-                    self.machines.insert(hint.clone(), m);
-                    m
-                }
-            },
+            Some(hint) => self.machines.id_for(hint, &info.machine_name)?,
         };
         let id = self.alloc_producer_id().ok_or("producer ids exhausted")?;
         let mut p = Producer::new(info);

@@ -187,7 +187,7 @@ fn ignored_config_fields_are_listed_and_plain_configs_have_none() {
     assert!(ignored_config_fields(&basic_config("ds", 64)).is_empty());
     let mut cfg = basic_config("ds", 64);
     cfg.exclusive_prio = Some(3);
-    cfg.trace_all_machines = Some(true);
+    cfg.trace_all_machines = Some(true); // honoured: not listed
     cfg.trigger_config = Some(TriggerConfig {
         triggers: vec![Trigger {
             max_per_24_h: Some(2),
@@ -197,10 +197,6 @@ fn ignored_config_fields_are_listed_and_plain_configs_have_none() {
     });
     assert_eq!(
         ignored_config_fields(&cfg),
-        [
-            "exclusive_prio",
-            "trace_all_machines",
-            "trigger_config.triggers.max_per_24_h"
-        ]
+        ["exclusive_prio", "trigger_config.triggers.max_per_24_h"]
     );
 }

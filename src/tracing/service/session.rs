@@ -87,6 +87,10 @@ pub struct ReadState {
     pub file_backlog: bool,
     /// What the session asked for and did not get.
     pub faults: super::faults::Faults,
+    /// What was written about remote machines.
+    pub machines_seen: super::machines::MachinesSeen,
+    /// The service's relay-connection drop count already accounted for.
+    pub relay_drops_seen: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]

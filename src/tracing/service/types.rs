@@ -41,6 +41,9 @@ pub struct ProducerInfo {
     /// A relayed producer's machine (SetPeerIdentity's hint); `None` on
     /// the host machine.
     pub machine_id_hint: Option<String>,
+    /// The producer's machine name: SetPeerIdentity's for a relayed one,
+    /// traced's own otherwise.
+    pub machine_name: String,
 }
 
 /// An SMB the producer brought (InitializeConnection with an fd). The

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# A remote producer through traced_relay against the same producer local to
+# traced, same load, same run: the real Perfetto SDK producer (sdk-producer,
+# C API, one thread) writes PACKETS packets of SIZE bytes into our traced,
+# either on traced's UNIX producer socket (shared memory) or on
+# traced_relay's socket, forwarded over TCP on loopback (shared-memory
+# emulation: every chunk travels inline in CommitData). Scenarios alternate
+# REPEAT times. One machine-readable line per run on stdout:
+#   bench=relay path=local|relay packets=.. payload_bytes=.. wall_s=.. mb_per_s=..
+#   producer_cpu_s=.. traced_cpu_s=.. relay_cpu_s=.. cpu_s_per_mb=.. delivered=..
+# wall_s runs from the producer's start to its done file (all packets
+# written and flushed); MB are payload bytes (10^6). CPU is process CPU
+# time from /proc (producer + traced + relay). Every packet must be in the
+# trace read back, or the run fails.
+# Env: TRACEBOX (default target/release/tracebox), PACKETS (200000),
+#      SIZE (100), REPEAT (3).
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=../tests/sdk-interop/sh/lib.sh
+. "$REPO/tests/sdk-interop/sh/lib.sh"
+
+: "${TRACEBOX:=$REPO/target/release/tracebox}"
+: "${PACKETS:=200000}"
+: "${SIZE:=100}"
+: "${REPEAT:=3}"
+interop_build
+[ -x "$TRACEBOX" ] || { echo "no $TRACEBOX: cargo build --release" >&2; exit 1; }
+
+cpu_of() { proc_usage "$1" | sed 's/cpu_s=\([^ ]*\).*/\1/'; }
+now() { date +%s.%N; }
+
+run_one() {
+    local path=$1 port
+    new_run_dir "relay-$path"
+    port=$((20000 + RANDOM % 20000))
+    local unix=$PERFETTO_PRODUCER_SOCK_NAME
+    PERFETTO_PRODUCER_SOCK_NAME="$unix,127.0.0.1:$port" \
+        spawn 240 "$RUN/traced.log" "$TRACEBOX" traced --enable-relay-endpoint
+    TRACED_PID=$SPAWNED_PID
+    wait_socket "$unix" 15 && wait_socket "$PERFETTO_CONSUMER_SOCK_NAME" 15
+    local producer_sock=$unix relay_pid=""
+    if [ "$path" = relay ]; then
+        producer_sock="$RUN/relay.sock"
+        PERFETTO_PRODUCER_SOCK_NAME=$producer_sock PERFETTO_RELAY_SOCK_NAME="127.0.0.1:$port" \
+            spawn 240 "$RUN/relay.log" "$TRACEBOX" traced_relay
+        relay_pid=$SPAWNED_PID
+        wait_socket "$producer_sock" 15
+    fi
+    # Holds every packet (delivery is checked exactly); remote data
+    # sources start only with trace_all_machines (field 43 = true).
+    write_config tbx.bench_relay $((256 * 1024)) discard
+    printf '\xd8\x02\x01' >>"$RUN/config.pb"
+    start_consumer
+    sleep 0.5 # let the session start before the producer registers
+    local t0 t1
+    t0=$(now)
+    PRODUCER_API=c PERFETTO_PRODUCER_SOCK_NAME=$producer_sock start_producer \
+        --data-source tbx.bench_relay --threads 1 --packets "$PACKETS" --size "$SIZE" --fixed-payload
+    wait_file "$RUN/done" 200 "$PRODUCER_PID" || { dump_logs; return 1; }
+    t1=$(now)
+    local producer_cpu traced_cpu relay_cpu=0
+    producer_cpu=$(cpu_of "$PRODUCER_PID")
+    stop_consumer || true
+    wait_pid "$PRODUCER_PID" 30 || true
+    traced_cpu=$(cpu_of "$TRACED_PID")
+    if [ -n "$relay_pid" ]; then
+        relay_cpu=$(cpu_of "$relay_pid")
+        kill -TERM "$relay_pid" 2>/dev/null || true
+        wait_pid "$relay_pid" 10 || true
+    fi
+    stop_traced
+    local check found
+    check=$("$BIN/trace-check" --trace "$RUN/trace.pb" --threads 1 --packets "$PACKETS" \
+        --size "$SIZE" --mode all --fixed-payload | head -1) || { echo "$check" >&2; return 1; }
+    found=$(sed -n 's/.* found=\([^ ]*\).*/\1/p' <<<"$check")
+    awk -v path="$path" -v n="$PACKETS" -v size="$SIZE" -v t0="$t0" -v t1="$t1" \
+        -v p="$producer_cpu" -v t="$traced_cpu" -v r="$relay_cpu" -v found="$found" 'BEGIN {
+        mb = n * size / 1e6; wall = t1 - t0
+        printf "bench=relay path=%s packets=%d payload_bytes=%d wall_s=%.3f mb_per_s=%.2f ", path, n, size, wall, mb / wall
+        printf "producer_cpu_s=%.2f traced_cpu_s=%.2f relay_cpu_s=%.2f cpu_s_per_mb=%.4f delivered=%s\n", p, t, r, (p + t + r) / mb, found
+    }'
+}
+
+status=0
+for _ in $(seq "$REPEAT"); do
+    for path in local relay; do
+        run_one "$path" || status=1
+    done
+done
+exit $status
