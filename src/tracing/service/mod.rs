@@ -73,9 +73,9 @@ mod service_tests_faults;
 #[cfg(test)]
 mod service_tests_filter;
 #[cfg(test)]
-mod service_tests_rotate;
-#[cfg(test)]
 mod service_tests_machines;
+#[cfg(test)]
+mod service_tests_rotate;
 #[cfg(test)]
 mod service_tests_timing;
 #[cfg(test)]
