@@ -463,10 +463,15 @@ impl PerfSource {
                 path: KERNEL_MAPPING.into(),
             };
             let m = self.interner.mapping(&key, &[]);
+            // Allocates only for a new frame with a name.
+            let mut name = String::new();
             for (i, &ip) in s.kernel_ips.iter().enumerate().rev() {
                 let pc = if i == 0 { ip } else { ip.wrapping_sub(1) };
                 let resolver = &self.resolver;
-                let f = self.interner.frame(m, pc, || resolver.kernel_name(pc));
+                let name = &mut name;
+                let f = self
+                    .interner
+                    .frame(m, pc, move || resolver.kernel_name(pc, name));
                 frames.push(f);
             }
         }

@@ -199,7 +199,9 @@ impl Producer {
             Command::SetupDataSource { id, config } => self.setup_data_source(ctl, id, &config),
             Command::StartDataSource { id, .. } => self.start_data_source(ctl, id),
             Command::StopDataSource { id } => self.stop_data_source(ctl, id),
-            Command::Flush { ids, request_id } => self.flush(&ids, request_id),
+            Command::Flush {
+                ids, request_id, ..
+            } => self.flush(&ids, request_id),
             Command::ClearIncrementalState { ids } => {
                 for id in ids {
                     if let Some(i) = self.instances.get_mut(&id) {

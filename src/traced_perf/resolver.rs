@@ -10,6 +10,7 @@ use std::rc::Rc;
 
 use super::elf::{self, ElfInfo, ReadAt};
 use super::maps::{self, Map};
+use crate::traced_probes::ftrace::ksyms_load;
 use crate::traced_probes::ftrace::parse::ksyms::KernelSymbols;
 
 const MAX_MAPS_PER_PROCESS: usize = 8192;
@@ -76,7 +77,7 @@ pub struct ResolverStats {
 impl Resolver {
     pub fn new(symbols: bool, kernel_names: bool) -> Resolver {
         let kernel = if kernel_names {
-            match KernelSymbols::load() {
+            match ksyms_load::load_kallsyms() {
                 Ok(k) if !k.is_empty() => Some(k),
                 Ok(_) => {
                     crate::log_warn!("kallsyms hides addresses; kernel frames stay unnamed");
@@ -97,8 +98,9 @@ impl Resolver {
         }
     }
 
-    pub fn kernel_name(&self, ip: u64) -> Option<&str> {
-        self.kernel.as_ref()?.lookup(ip)
+    /// The kernel function containing `ip`, written into `out`.
+    pub fn kernel_name<'o>(&self, ip: u64, out: &'o mut String) -> Option<&'o str> {
+        self.kernel.as_ref()?.lookup_into(ip, out)
     }
 
     /// Forgets a process's maps (it may have exec'd or exited).

@@ -137,9 +137,32 @@ pub fn read_file_into(
     buf: &mut Vec<u8>,
     short_read_is_eof: bool,
 ) -> io::Result<usize> {
+    read_open_into(File::open(path)?, buf, short_read_is_eof)
+}
+
+/// Opens `rel` (relative) below the open directory `dir`, read-only: one
+/// `openat` that does not walk the directory's own path again.
+pub fn open_at(dir: &File, rel: &str) -> io::Result<File> {
+    use nix::fcntl::{openat, OFlag};
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let fd = openat(
+        Some(dir.as_raw_fd()),
+        rel,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: openat succeeded, so `fd` is a new descriptor nobody else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// [`read_file_into`] of a file already open.
+pub fn read_open_into(
+    mut f: File,
+    buf: &mut Vec<u8>,
+    short_read_is_eof: bool,
+) -> io::Result<usize> {
     const CHUNK: usize = 4096;
     buf.clear();
-    let mut f = File::open(path)?;
     loop {
         let len = buf.len();
         buf.resize(len + CHUNK, 0);

@@ -226,6 +226,9 @@ pub enum Command {
     Flush {
         ids: Vec<u64>,
         request_id: u64,
+        /// The trace is stopping (FlushFlags reason "trace stop"): the
+        /// last flush before StopDataSource.
+        stopping: bool,
     },
     ClearIncrementalState {
         ids: Vec<u64>,
@@ -255,6 +258,10 @@ fn config_ok(config_untrusted: Option<DataSourceConfig>) -> DataSourceConfig {
     config_untrusted.unwrap_or_default()
 }
 
+/// FlushFlags: the reason is in bits 0-3; 2 is "trace stop".
+const FLUSH_REASON_MASK: u64 = 0xf;
+const FLUSH_REASON_TRACE_STOP: u64 = 2;
+
 /// Decodes one GetAsyncCommandResponse payload.
 pub fn parse_command(payload_untrusted: &[u8]) -> Result<Command, CommandError> {
     let msg: GetAsyncCommandResponse =
@@ -278,6 +285,7 @@ pub fn parse_command(payload_untrusted: &[u8]) -> Result<Command, CommandError> 
         OneOfcmd::flush(f) => Command::Flush {
             ids: f.data_source_ids,
             request_id: f.request_id.unwrap_or(0),
+            stopping: f.flags.unwrap_or(0) & FLUSH_REASON_MASK == FLUSH_REASON_TRACE_STOP,
         },
         OneOfcmd::clear_incremental_state(c) => Command::ClearIncrementalState {
             ids: c.data_source_ids,
@@ -329,9 +337,22 @@ mod tests {
             parse_command(&encode(&flush)).unwrap(),
             Command::Flush {
                 ids: vec![1, 2],
-                request_id: 9
+                request_id: 9,
+                stopping: false,
             }
         );
+        // Reason "trace stop" (initiator bits above it do not matter).
+        let stop_flush = GetAsyncCommandResponse {
+            cmd: OneOfcmd::flush(Flush {
+                data_source_ids: vec![3],
+                request_id: Some(4),
+                flags: Some(2 | (1 << 4)),
+            }),
+        };
+        assert!(matches!(
+            parse_command(&encode(&stop_flush)).unwrap(),
+            Command::Flush { stopping: true, .. }
+        ));
         let stop0 = GetAsyncCommandResponse {
             cmd: OneOfcmd::stop_data_source(StopDataSource {
                 instance_id: Some(0),

@@ -185,11 +185,13 @@ fn a_producer_killed_mid_trace_keeps_its_data_and_is_named() {
             .all(|n| ds.iter().any(|d| d == n))
     });
     // write_into_file with no periodic write before the kill: what
-    // traced_probes had not committed is only in its shared memory.
+    // traced_probes had not committed is only in its shared memory. An
+    // explicit drain period: pages leave the kernel every 100 ms (the
+    // default period stretches to 2 s on a quiet machine).
     let ftrace = format!(
         "data_sources {{ config {{ name: \"linux.ftrace\" ftrace_config {{\
          ftrace_events: \"ftrace/print\" atrace_categories: \"sched\"\
-         symbolize_ksyms: true instance_name: \"{name}\" }} }} }}\n"
+         symbolize_ksyms: true drain_period_ms: 100 instance_name: \"{name}\" }} }} }}\n"
     );
     let cfg = format!(
         "duration_ms: 6000\nwrite_into_file: true\nfile_write_period_ms: 10000\n\

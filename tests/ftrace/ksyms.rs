@@ -9,10 +9,13 @@ use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::TracePacket;
 use tracebox::traced_probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
+use tracebox::traced_probes::ftrace::ksyms_load::load_kallsyms;
 use tracebox::traced_probes::ftrace::parse::bundle::{
     write_pages, BundleContext, CpuState, EventFilter,
 };
-use tracebox::traced_probes::ftrace::parse::ksyms::KernelSymbols;
+use tracebox::traced_probes::ftrace::parse::ksyms::{
+    rows_lookup, symbol_rows, KernelSymbols, LazySymbols,
+};
 use tracebox::traced_probes::ftrace::parse::translate::KernelAddrs;
 use tracebox::traced_probes::ftrace::Tracefs;
 
@@ -44,13 +47,14 @@ fn workqueue_functions_resolve_to_kallsyms_names() {
             .lines()
             .filter_map(|l| l.split_ascii_whitespace().nth(2))
             .collect();
-        let ksyms = KernelSymbols::load().unwrap();
+        let ksyms = load_kallsyms().unwrap();
         assert!(
             ksyms.len() > 1000,
             "kallsyms has {} text symbols",
             ksyms.len()
         );
 
+        let lazy = LazySymbols::ready(ksyms);
         t.set_buffer_size_kb(1024).unwrap();
         t.enable_event("workqueue", "workqueue_execute_start")
             .unwrap();
@@ -66,7 +70,7 @@ fn workqueue_functions_resolve_to_kallsyms_names() {
             filter: &filter,
             compact_sched: None,
             clock: None,
-            ksyms: Some(&ksyms),
+            ksyms: Some(&lazy),
         };
         let mut reader = FtraceReader::start(
             t,
@@ -135,5 +139,53 @@ fn workqueue_functions_resolve_to_kallsyms_names() {
             interned.len(),
             interned.values().take(3).collect::<Vec<_>>()
         );
+    });
+}
+
+/// Runs `f` with kptr_restrict 0 (real addresses in kallsyms), restoring it.
+fn with_addresses(f: impl FnOnce()) {
+    let kptr = std::fs::read_to_string(KPTR).unwrap();
+    std::fs::write(KPTR, "0").unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::fs::write(KPTR, kptr.trim()).unwrap();
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
+#[test]
+fn the_compact_table_answers_as_the_naive_one_on_this_kernel() {
+    with_addresses(|| {
+        let text = std::fs::read("/proc/kallsyms").unwrap();
+        let rows = symbol_rows(&text);
+        let k = KernelSymbols::from_rows(&rows);
+        assert!(
+            rows.len() > 1000,
+            "kallsyms has {} text symbols",
+            rows.len()
+        );
+        assert_eq!(k.len(), rows.len());
+        let mut name = String::new();
+        let first = rows[0].0;
+        for (i, &(a, _)) in rows.iter().enumerate() {
+            let next = rows.get(i + 1).map_or(a.saturating_add(64), |r| r.0);
+            for addr in [a.wrapping_sub(1), a, a + (next - a) / 2, next - 1] {
+                assert_eq!(
+                    k.lookup_into(addr, &mut name),
+                    rows_lookup(&rows, addr),
+                    "{addr:x}"
+                );
+            }
+        }
+        assert_eq!(k.lookup_into(first - 1, &mut name), None);
+        // The naive table held 8 bytes of address, a 4-byte offset and the
+        // name (~25 bytes) per symbol.
+        let bytes = k.mem_bytes();
+        eprintln!(
+            "{} symbols in {bytes} bytes ({:.2} per symbol)",
+            k.len(),
+            bytes as f64 / k.len() as f64
+        );
+        assert!(bytes < k.len() * 8, "{bytes} bytes for {} symbols", k.len());
     });
 }

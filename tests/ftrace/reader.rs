@@ -391,3 +391,68 @@ fn workers_wake_per_drain_period_below_the_fill_level() {
         drop(marker);
     });
 }
+
+/// With a notify, a worker woken by the fill level wakes a main that
+/// sleeps long (set_main_idle), once, and main finds the pages staged.
+#[test]
+fn the_fill_level_wakes_an_idle_main() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    with_instance("tbx_test_reader_idle_main", |t| {
+        // 1024 pages per cpu: 1 % is 10 pages.
+        t.set_buffer_size_kb(4096).unwrap();
+        t.set_buffer_percent(1).unwrap();
+        t.set_tracing_on(true).unwrap();
+        let layout = t.page_header_layout();
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = woken.clone();
+        let mut reader = FtraceReader::start_with_notify(
+            t,
+            layout.page_size,
+            Duration::from_millis(100),
+            ReaderMode::Splice,
+            Some(Arc::new(move || {
+                w.fetch_add(1, Ordering::SeqCst);
+            })),
+        )
+        .unwrap();
+        assert!(reader.set_main_idle(true), "nothing staged yet");
+
+        pin_to_cpu0();
+        let marker = std::fs::OpenOptions::new()
+            .write(true)
+            .open(t.path("trace_marker"))
+            .unwrap();
+        // Pages of 100-byte markers until the worker wakes main: the
+        // kernel wakes the worker once the fill level (10 pages) is
+        // reached; it may miss a wakeup when a page completes in a race,
+        // and the next page tries again.
+        let payload = "i".repeat(100);
+        let page_of_markers = layout.page_size / 112;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut written_pages = 0;
+        while woken.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
+            for _ in 0..page_of_markers {
+                use std::io::Write;
+                (&marker).write_all(payload.as_bytes()).unwrap();
+            }
+            written_pages += 1;
+            if written_pages >= 20 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        assert_eq!(
+            woken.load(Ordering::SeqCst),
+            1,
+            "one wake per idle period: {:?}",
+            reader.stats()
+        );
+        let mut pages = 0;
+        reader
+            .drain(&mut |_, p: &[u8]| pages += p.len() / layout.page_size)
+            .unwrap();
+        assert!(pages >= 10, "{pages} pages staged");
+        reader.stop();
+        drop(marker);
+    });
+}

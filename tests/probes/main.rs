@@ -7,6 +7,7 @@ mod atrace;
 mod fake_service;
 mod flags;
 mod ftrace_options;
+mod ftrace_start_stop;
 mod ownership;
 mod poller_parsers_mutation;
 mod process_tree_coverage;

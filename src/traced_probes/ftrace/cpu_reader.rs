@@ -21,17 +21,24 @@
 //!   for as long as they waited; now the hold is short).
 //!
 //! So a worker sleeps in poll() on the file (and on a waker that main uses
-//! for park, stop and room) with the drain period as timeout, and takes
-//! pages with non-blocking splices: it wakes when the fill level is
-//! reached or once per drain period, never per page. Where poll() proves
-//! to fire on partial pages, the worker naps instead (briefly while data
-//! flows, a drain period when quiet).
+//! for park, stop and room) and takes pages with non-blocking splices: it
+//! wakes when the fill level is reached or after its quiet wait, never per
+//! page. Where poll() proves to fire on partial pages, the worker naps
+//! instead (briefly while data flows, a drain period when quiet).
+//!
+//! Quiet machines: with a [`DataNotify`] (the daemon's readers), the quiet
+//! wait is [`QUIET_WAIT`] rather than the drain period (unless a session
+//! set its own period: [`FtraceReader::allow_quiet`]), and main may sleep
+//! as long while its pace is quiet ([`FtraceReader::set_main_idle`]); a
+//! worker that stages pages then wakes main through the notify, so a burst
+//! is drained at once and an idle session wakes both rarely.
 //!
 //! If splice is refused (EINVAL and friends) a cpu falls back to
 //! non-blocking `read()` of one page at a time from the main thread.
 
 use std::fs::File;
 use std::io::{self, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -65,6 +72,16 @@ const MAX_BATCH_PAUSE: Duration = Duration::from_millis(10);
 /// Data moved this recently counts as still flowing.
 const FLOWING: Duration = Duration::from_millis(200);
 
+/// Longest sleep of a worker (and of main's drain timer) while its cpu is
+/// quiet, when the reader has a [`DataNotify`]: data leaves the kernel once
+/// `buffer_percent` of a cpu buffer is filled, or at the latest this often
+/// (pids reach process_stats within it).
+pub const QUIET_WAIT: Duration = Duration::from_secs(2);
+
+/// Wakes main (from a worker thread) when pages are staged while main
+/// sleeps its quiet wait.
+pub type DataNotify = Arc<dyn Fn() + Send + Sync>;
+
 /// poll() said "readable" this many times in a row and splice found no
 /// whole page: it fires on partial pages here.
 const PARTIAL_FIRES: u32 = 3;
@@ -90,11 +107,50 @@ struct Shared {
     cv: Condvar,
     /// Rouses a worker sleeping in [`sys::sleep_on`].
     waker: Waker,
-    /// Longest sleep: the drain period.
+    /// Naps while data flows or the staging pipe is full: the drain period.
     idle_wait: Duration,
+    /// Longest sleep on the file while quiet when `quiet_allowed`
+    /// ([`QUIET_WAIT`] or the drain period).
+    quiet_wait: Duration,
+    /// Main allows the long quiet wait (no session asked for its own drain
+    /// period); shared by the cpus of a reader.
+    quiet_allowed: Arc<AtomicBool>,
+    /// Quiet waits end on multiples of `quiet_wait` since this instant, the
+    /// same for every cpu of a reader: their wakeups come together, and
+    /// main drains them in one pass.
+    quiet_epoch: Instant,
+    /// Set by main when it sleeps long; the first worker that stages pages
+    /// woken by the fill level clears it and calls `notify`.
+    main_idle: Arc<AtomicBool>,
+    notify: Option<DataNotify>,
 }
 
 impl Shared {
+    /// How long to sleep on the file while quiet: to the next multiple of
+    /// the quiet wait (at least half a wait away), or the drain period.
+    fn quiet(&self) -> Duration {
+        if !self.quiet_allowed.load(Ordering::Relaxed) || self.quiet_wait <= self.idle_wait {
+            return self.idle_wait;
+        }
+        let q = self.quiet_wait.as_nanos();
+        let to_next = q - self.quiet_epoch.elapsed().as_nanos() % q;
+        let to_next = if to_next < q / 2 {
+            to_next + q
+        } else {
+            to_next
+        };
+        Duration::from_nanos(to_next.min(u64::MAX as u128) as u64)
+    }
+
+    /// Pages were staged: wakes main if it sleeps long.
+    fn staged(&self) {
+        if let Some(n) = &self.notify {
+            if self.main_idle.swap(false, Ordering::AcqRel) {
+                n();
+            }
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, WorkerState> {
         // A worker that panicked holding the lock leaves plain flags behind.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -266,10 +322,13 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
                 let now = Instant::now();
                 let since = now - last_pages;
                 last_pages = now;
+                // Pages staged after a timeout wake main too: data leaves
+                // traced_probes within a quiet wait.
+                shared.staged();
                 if !fires_on_partial {
                     // The kernel wakes us at the fill level: pages arrive
-                    // in batches of about that size, or per drain period.
-                    polled_ready = sleep(&shared, Some(&raw), shared.idle_wait) == Woken::File;
+                    // in batches of about that size, or per quiet wait.
+                    polled_ready = sleep(&shared, Some(&raw), shared.quiet()) == Woken::File;
                 } else {
                     // Data is flowing: let pages pile up for a moment
                     // instead of waking for a few pages at a time.
@@ -295,7 +354,7 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
                     };
                     sleep(&shared, None, d);
                 } else {
-                    polled_ready = sleep(&shared, Some(&raw), shared.idle_wait) == Woken::File;
+                    polled_ready = sleep(&shared, Some(&raw), shared.quiet()) == Woken::File;
                 }
             }
             Take::Refused => {
@@ -324,6 +383,7 @@ fn batch_pause(moved: u64, since: Duration, buffer_pages: usize) -> Duration {
 }
 
 impl CpuReader {
+    #[allow(clippy::too_many_arguments)]
     fn start(
         tracefs: &Tracefs,
         cpu: usize,
@@ -331,6 +391,10 @@ impl CpuReader {
         buffer_pages: usize,
         idle: Duration,
         mode: ReaderMode,
+        main_idle: &Arc<AtomicBool>,
+        quiet_allowed: &Arc<AtomicBool>,
+        quiet_epoch: Instant,
+        notify: Option<DataNotify>,
     ) -> io::Result<Self> {
         let path = tracefs.trace_pipe_raw_path(cpu);
         let raw_nb = sys::open_read(&path, true)?;
@@ -347,6 +411,15 @@ impl CpuReader {
             cv: Condvar::new(),
             waker: Waker::new()?,
             idle_wait: idle,
+            quiet_wait: if notify.is_some() {
+                idle.max(QUIET_WAIT)
+            } else {
+                idle
+            },
+            main_idle: main_idle.clone(),
+            quiet_allowed: quiet_allowed.clone(),
+            quiet_epoch,
+            notify,
         });
         let s = shared.clone();
         let thread = match mode {
@@ -565,6 +638,9 @@ pub struct FtraceReader {
     /// flush ends even while the kernel keeps writing.
     flush_max_pages: usize,
     buf: PageArena,
+    main_idle: Arc<AtomicBool>,
+    quiet_allowed: Arc<AtomicBool>,
+    notifies: bool,
 }
 
 impl FtraceReader {
@@ -577,7 +653,24 @@ impl FtraceReader {
         drain_period: Duration,
         mode: ReaderMode,
     ) -> io::Result<Self> {
+        Self::start_with_notify(tracefs, page_size, drain_period, mode, None)
+    }
+
+    /// [`start`](Self::start) with a way to wake main: workers then sleep
+    /// up to [`QUIET_WAIT`] while quiet, and main may too (see
+    /// [`set_main_idle`](Self::set_main_idle)).
+    pub fn start_with_notify(
+        tracefs: &Tracefs,
+        page_size: usize,
+        drain_period: Duration,
+        mode: ReaderMode,
+        notify: Option<DataNotify>,
+    ) -> io::Result<Self> {
         let buffer_pages = tracefs.buffer_size_kb().unwrap_or(4096) as usize * 1024 / page_size;
+        let main_idle = Arc::new(AtomicBool::new(false));
+        let quiet_allowed = Arc::new(AtomicBool::new(true));
+        let quiet_epoch = Instant::now();
+        let notifies = notify.is_some();
         let mut cpus = Vec::new();
         for cpu in 0..tracefs.num_cpus()? {
             cpus.push(CpuReader::start(
@@ -587,18 +680,59 @@ impl FtraceReader {
                 buffer_pages,
                 drain_period,
                 mode,
+                &main_idle,
+                &quiet_allowed,
+                quiet_epoch,
+                notify.clone(),
             )?);
         }
         Ok(FtraceReader {
             flush_max_pages: buffer_pages + 16,
             cpus,
             page_size,
+            main_idle,
+            quiet_allowed,
+            notifies,
             buf: PageArena::default(),
         })
     }
 
     pub fn num_cpus(&self) -> usize {
         self.cpus.len()
+    }
+
+    /// Whether workers may sleep [`QUIET_WAIT`] while quiet (`false`: at
+    /// most the drain period, for a session that set its own period).
+    pub fn allow_quiet(&self, allowed: bool) {
+        self.quiet_allowed.store(allowed, Ordering::Relaxed);
+    }
+
+    /// Main is about to sleep up to [`QUIET_WAIT`] (`true`) or is back at
+    /// its drain pace (`false`). Returns whether main may sleep long: every
+    /// cpu has a worker that will wake it (none reads with read() from
+    /// main, and a notify exists), and no page is staged already (one
+    /// staged before the flag was set would wake nobody).
+    pub fn set_main_idle(&self, idle: bool) -> bool {
+        if !idle {
+            self.main_idle.store(false, Ordering::Release);
+            return false;
+        }
+        let can = self.notifies
+            && self.cpus.iter().all(|c| {
+                c.thread.as_ref().is_some_and(|t| !t.is_finished()) && !c.shared.lock().fallback
+            });
+        self.main_idle.store(can, Ordering::Release);
+        if !can {
+            return false;
+        }
+        let staged = self
+            .cpus
+            .iter()
+            .any(|c| !c.carry.is_empty() || sys::pipe_bytes(&c.staging_r) > 0);
+        if staged {
+            self.main_idle.store(false, Ordering::Release);
+        }
+        !staged
     }
 
     /// Memory held by the buffer pages are read into.

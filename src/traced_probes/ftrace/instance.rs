@@ -34,6 +34,10 @@ pub struct KInstance {
     /// Set when the take-over clamped the config's buffer size (told to
     /// the first data source, in its ftrace_stats).
     pub clamped: Option<String>,
+    /// The `buffer_percent` we set (`None`: the kernel refused it).
+    pub buffer_percent: Option<u32>,
+    /// The per-cpu buffer size we set (`None`: the kernel refused it).
+    pub buffer_kb: Option<u64>,
     /// Data sources set up / started on this instance.
     pub users: usize,
     pub started: usize,
@@ -118,6 +122,8 @@ impl KInstance {
             events: EventUnion::default(),
             syscall_filter: None,
             clamped: None,
+            buffer_kb: None,
+            buffer_percent: None,
             users: 0,
             started: 0,
         })
@@ -169,8 +175,9 @@ impl KInstance {
         } else {
             kb
         };
-        if let Err(e) = t.set_buffer_size_kb(kb) {
-            crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}");
+        match t.set_buffer_size_kb(kb) {
+            Ok(()) => self.buffer_kb = Some(kb),
+            Err(e) => crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}"),
         }
         // Readers sleep until this much of a cpu buffer is filled, or a
         // drain period passed: a reader wakes per batch of pages, not per
@@ -180,7 +187,7 @@ impl KInstance {
             .drain_buffer_percent
             .filter(|p| (1..=100).contains(p))
             .unwrap_or(DEFAULT_BUFFER_PERCENT);
-        let _ = t.set_buffer_percent(percent);
+        self.buffer_percent = t.set_buffer_percent(percent).ok().map(|()| percent);
     }
 
     /// The last user left: readers closed, tracing off, events off, buffer

@@ -56,6 +56,10 @@ impl Instances {
         self.map.get_mut(key)
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &KInstance)> {
+        self.map.iter()
+    }
+
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut KInstance)> {
         self.map.iter_mut()
     }

@@ -9,7 +9,8 @@
 //!   [`instance`] (one tracefs instance), [`event_union`] (events on per
 //!   instance), [`reading`] (read passes and [`drain_pace`]), [`source`]
 //!   (one data source's state and stats), [`syscall_filter`],
-//!   [`atrace_runner`], [`crash_state`] (what to undo after a crash).
+//!   [`atrace_runner`], [`crash_state`] (what to undo after a crash),
+//!   [`ksyms_load`] (the kernel symbol table, loaded in the background).
 //! * [`data_source`]: the `linux.ftrace` instance the producer holds.
 //!
 //! Typical use by the data source:
@@ -29,6 +30,7 @@ pub mod drain_pace;
 pub mod event_union;
 pub mod instance;
 pub mod instances;
+pub mod ksyms_load;
 pub mod mux;
 pub mod ownership;
 pub mod page_arena;

@@ -16,17 +16,20 @@ use std::rc::{Rc, Weak};
 use std::time::Duration;
 
 use super::atrace_runner::{self, AtraceRunner};
+use super::cpu_reader::DataNotify;
 use super::event_union;
+use super::instance::KInstance;
 use super::instances::Instances;
 use super::reading::{self, Reading};
-use super::source::{cpu_stats, print_filter, Source};
+use super::source::{cpu_stats, print_filter, BufferSizes, Source};
 use super::syscall_filter;
 use crate::pb::protos::FtraceConfig;
 use crate::protozero::{put_varint, VecStream};
 use crate::traced_probes::clock::boot_time_ns;
+use crate::traced_probes::ftrace::ksyms_load;
 use crate::traced_probes::ftrace::parse::atrace::AtraceRequest;
 use crate::traced_probes::ftrace::parse::bundle::EventFilter;
-use crate::traced_probes::ftrace::parse::ksyms::KernelSymbols;
+use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
 use crate::traced_probes::ftrace::parse::stats::{self, Phase, StatsSnapshot};
 use crate::traced_probes::ftrace::parse::translate::KernelAddrs;
 use crate::tracing::core::trace_writer::TraceWriter;
@@ -45,13 +48,15 @@ pub struct FtraceMux {
     instances: Instances,
     sources: BTreeMap<u64, Source>,
     /// kallsyms, shared by the sources that symbolize while any holds it.
-    ksyms: Weak<KernelSymbols>,
+    ksyms: Weak<LazySymbols>,
     reading: Reading,
     /// Sources whose setup failed: they write only an ftrace_stats that
     /// says why, so the consumer learns it from the trace.
     failed: BTreeMap<u64, (TraceWriter, String)>,
     /// Android's atrace (when its binary exists).
     atrace: AtraceRunner,
+    /// Wakes the producer's loop when pages arrive while it sleeps long.
+    notify: Option<DataNotify>,
 }
 
 impl std::fmt::Debug for FtraceMux {
@@ -72,7 +77,14 @@ impl FtraceMux {
             reading: Reading::default(),
             failed: BTreeMap::new(),
             atrace: AtraceRunner::new(atrace_runner::configured_path()),
+            notify: None,
         }
+    }
+
+    /// How readers opened from now on wake the producer's loop (without
+    /// one, the drain timer never sleeps longer than the drain period).
+    pub fn set_notify(&mut self, notify: DataNotify) {
+        self.notify = Some(notify);
     }
 
     /// SetupDataSource: takes over the instance if needed and enables the
@@ -152,8 +164,11 @@ impl FtraceMux {
             .is_some_and(|e| !e);
         let compact = inst.compact.is_some() && switch_wanted && !compact_opt_out;
         let ncpu = inst.tracefs.num_cpus().unwrap_or(1);
+        let drain_explicit = cfg
+            .drain_period_ms
+            .is_some_and(|ms| (1..=MAX_DRAIN_MS).contains(&ms));
         let drain_ms = match cfg.drain_period_ms {
-            Some(ms) if (1..=MAX_DRAIN_MS).contains(&ms) => ms,
+            Some(ms) if drain_explicit => ms,
             _ => DEFAULT_DRAIN_MS,
         };
         let mut src = Source {
@@ -166,6 +181,7 @@ impl FtraceMux {
             kernel: KernelAddrs::shared(),
             started: false,
             drain_ms,
+            drain_explicit,
             session,
             stats_before: Vec::new(),
             unknown_events,
@@ -173,8 +189,17 @@ impl FtraceMux {
             preserve: cfg.preserve_ftrace_buffer.unwrap_or(false),
             pids: Vec::new(),
             lost_reported: 0,
-            want_ksyms: cfg.symbolize_ksyms.unwrap_or(false),
-            ksyms: None,
+            ksyms: cfg.symbolize_ksyms.unwrap_or(false).then(|| {
+                // Loading starts now, in the background: by the first
+                // drain that needs a name it is usually done.
+                let k = self
+                    .ksyms
+                    .upgrade()
+                    .unwrap_or_else(|| Rc::new(ksyms_load::in_background()));
+                self.ksyms = Rc::downgrade(&k);
+                k
+            }),
+            stopping: false,
             syscalls: syscall_want,
             setup_note,
         };
@@ -202,7 +227,14 @@ impl FtraceMux {
             .instances
             .get_mut(&src.key)
             .expect("source has an instance");
-        reading::open_reader(inst, src.drain_ms)?;
+        if inst.started == 0 && !src.preserve {
+            // Nothing from before the session: setup emptied the buffer,
+            // but the instance may have been written to since.
+            if let Err(e) = inst.tracefs.clear_trace() {
+                crate::log_warn!("ftrace: cannot clear the buffer of {:?}: {e}", src.key);
+            }
+        }
+        reading::open_reader(inst, src.drain_ms, self.notify.clone())?;
         if inst.started == 0 {
             inst.tracefs
                 .set_tracing_on(true)
@@ -210,20 +242,6 @@ impl FtraceMux {
         }
         inst.started += 1;
         src.started = true;
-        if src.want_ksyms && src.ksyms.is_none() {
-            let k = self.ksyms.upgrade().unwrap_or_else(|| {
-                let k = KernelSymbols::load().unwrap_or_else(|e| {
-                    crate::log_warn!("ftrace: cannot read /proc/kallsyms: {e}");
-                    KernelSymbols::default()
-                });
-                if k.is_empty() {
-                    crate::log_warn!("ftrace: no kernel symbols (kptr_restrict?)");
-                }
-                Rc::new(k)
-            });
-            self.ksyms = Rc::downgrade(&k);
-            src.ksyms = Some(k);
-        }
         src.stats_before = cpu_stats(&inst.tracefs);
         crate::log_debug!("ftrace: source {id} started on {:?}", src.key);
         Ok(())
@@ -259,8 +277,43 @@ impl FtraceMux {
         out
     }
 
-    /// Flush of `ids`: drains the kernel buffers completely, writes the
-    /// start/end ftrace_stats, returns the writers' chunks.
+    /// The trace of `ids` is stopping: their next flush is the last.
+    pub fn mark_stopping(&mut self, ids: &[u64]) {
+        for id in ids {
+            if let Some(src) = self.sources.get_mut(id) {
+                src.stopping = true;
+            }
+        }
+    }
+
+    /// Tracing off on every instance of `ids` whose started sources are
+    /// all stopping, so the flush that follows reads its buffers to the
+    /// end (nothing left behind in the end-of-trace stats). An instance
+    /// another session still uses keeps tracing.
+    fn stop_tracing_for_final_flush(&mut self, ids: &[u64]) {
+        let keys: Vec<String> = ids
+            .iter()
+            .filter_map(|id| self.sources.get(id))
+            .filter(|s| s.started && s.stopping)
+            .map(|s| s.key.clone())
+            .collect();
+        for key in keys {
+            let all_stopping = self
+                .sources
+                .values()
+                .filter(|s| s.started && s.key == key)
+                .all(|s| s.stopping);
+            if !all_stopping {
+                continue;
+            }
+            if let Some(inst) = self.instances.get_mut(&key) {
+                if let Err(e) = inst.tracefs.set_tracing_on(false) {
+                    crate::log_warn!("ftrace: cannot turn tracing off on {key:?}: {e}");
+                }
+            }
+        }
+    }
+
     /// Forgets the kernel addresses interned on `id`'s sequence: the next
     /// bundle with symbols starts the sequence's interning afresh.
     pub fn clear_incremental_state(&mut self, id: u64) {
@@ -269,6 +322,8 @@ impl FtraceMux {
         }
     }
 
+    /// Flush of `ids`: drains the kernel buffers completely, writes the
+    /// start/end ftrace_stats, returns the writers' chunks.
     pub fn flush(&mut self, ids: &[u64]) {
         for id in ids {
             if let Some((writer, error)) = self.failed.get_mut(id) {
@@ -278,6 +333,7 @@ impl FtraceMux {
         if !ids.iter().any(|id| self.sources.contains_key(id)) {
             return;
         }
+        self.stop_tracing_for_final_flush(ids);
         self.read_pass(None);
         for id in ids {
             let Some(src) = self.sources.get_mut(id) else {
@@ -290,9 +346,10 @@ impl FtraceMux {
                     .expect("source has an instance");
                 let after = cpu_stats(&inst.tracefs);
                 let before = src.stats_before.clone();
+                let sizes = buffer_sizes(inst);
                 let atrace_errors = self.atrace.errors(*id, ATRACE_FLUSH_WAIT);
-                src.write_stats(Phase::StartOfTrace, &before, None);
-                src.write_stats(Phase::EndOfTrace, &after, atrace_errors);
+                src.write_stats(Phase::StartOfTrace, &before, sizes, None);
+                src.write_stats(Phase::EndOfTrace, &after, sizes, atrace_errors);
                 src.report_kernel_loss(&before, &after);
             }
             src.writer.flush();
@@ -329,6 +386,18 @@ impl FtraceMux {
                 .filter_map(|s| s.syscalls.as_ref()),
         );
         self.instances.release(&key);
+    }
+}
+
+/// (`cpu_buffer_size_pages`, `cached_cpu_buffer_size_pages`): the per-cpu
+/// buffer size tracefs reports now and the one we set, in ring-buffer
+/// pages; they differ if someone resized the buffer under us.
+fn buffer_sizes(inst: &KInstance) -> BufferSizes {
+    let page = inst.layout.page_size.max(1) as u64;
+    let pages = |kb: u64| u32::try_from((kb * 1024).div_ceil(page)).unwrap_or(u32::MAX);
+    BufferSizes {
+        now: inst.tracefs.buffer_size_kb().ok().map(pages),
+        cached: inst.buffer_kb.map(pages),
     }
 }
 

@@ -11,7 +11,7 @@ use super::instances::Instances;
 use super::source::Source;
 use crate::protozero::VecStream;
 use crate::traced_probes::clock::boot_time_ns;
-use crate::traced_probes::ftrace::cpu_reader::{FtraceReader, ReaderMode};
+use crate::traced_probes::ftrace::cpu_reader::{DataNotify, FtraceReader, ReaderMode};
 use crate::traced_probes::ftrace::parse::bundle::{write_pages, BundleContext, PacketWriter};
 use crate::traced_probes::ftrace::parse::stats;
 use crate::tracing::core::trace_writer::TraceWriter;
@@ -47,8 +47,29 @@ pub struct Reading {
     last_tick: Option<Instant>,
 }
 
-/// Opens the per-cpu readers of `inst` if not yet open.
-pub fn open_reader(inst: &mut KInstance, drain_ms: u32) -> Result<(), String> {
+/// Main's drain timer while idle: only a safety net, since every worker
+/// wakes at least each [`QUIET_WAIT`](super::cpu_reader::QUIET_WAIT) and
+/// wakes main when it staged pages.
+const MAIN_IDLE_WAIT: Duration = Duration::from_secs(10);
+
+/// A worker's wakeup drains this much later, so pages the other workers
+/// stage meanwhile (their quiet waits end together) come in the same pass
+/// rather than in a second one that would look like a burst to the pace.
+pub const NOTIFY_COALESCE: Duration = Duration::from_millis(10);
+
+/// Workers may sleep long while quiet only if the fill level that wakes
+/// them leaves room: at a high `drain_buffer_percent` the periodic splice
+/// is what keeps a fast writer from overrunning the buffer.
+const MAX_QUIET_BUFFER_PERCENT: u32 = 25;
+
+/// Opens the per-cpu readers of `inst` if not yet open; `notify` wakes
+/// main when pages arrive while it sleeps long (used only when the fill
+/// level is at most [`MAX_QUIET_BUFFER_PERCENT`]).
+pub fn open_reader(
+    inst: &mut KInstance,
+    drain_ms: u32,
+    notify: Option<DataNotify>,
+) -> Result<(), String> {
     if inst.reader.is_some() {
         return Ok(());
     }
@@ -57,8 +78,13 @@ pub fn open_reader(inst: &mut KInstance, drain_ms: u32) -> Result<(), String> {
     if mode == ReaderMode::Read {
         crate::log_info!("ftrace: read() mode forced by the environment");
     }
-    let reader = FtraceReader::start(&inst.tracefs, inst.layout.page_size, drain, mode)
-        .map_err(|e| format!("cannot read trace_pipe_raw: {e}"))?;
+    let notify = notify.filter(|_| {
+        inst.buffer_percent
+            .is_some_and(|p| (1..=MAX_QUIET_BUFFER_PERCENT).contains(&p))
+    });
+    let reader =
+        FtraceReader::start_with_notify(&inst.tracefs, inst.layout.page_size, drain, mode, notify)
+            .map_err(|e| format!("cannot read trace_pipe_raw: {e}"))?;
     inst.reader = Some(reader);
     Ok(())
 }
@@ -137,18 +163,68 @@ pub fn read_pass(
     busiest
 }
 
+/// Lets the workers of each started instance sleep long while quiet unless
+/// one of its started sources set its own drain period. Returns whether
+/// any did (main then keeps that period too).
+fn allow_quiet(instances: &Instances, sources: &BTreeMap<u64, Source>) -> bool {
+    let mut any = false;
+    for (key, inst) in instances.iter().filter(|(_, i)| i.started > 0) {
+        let explicit = sources
+            .values()
+            .any(|s| s.started && s.drain_explicit && s.key == *key);
+        if let Some(r) = &inst.reader {
+            r.allow_quiet(!explicit);
+        }
+        any |= explicit;
+    }
+    any
+}
+
+/// Tells the readers of every started instance whether main sleeps long;
+/// true if all of them can wake it (else none is left waiting to).
+fn set_main_idle(instances: &Instances, idle: bool) -> bool {
+    let readers = || {
+        instances
+            .iter()
+            .filter(|(_, i)| i.started > 0)
+            .filter_map(|(_, i)| i.reader.as_ref())
+    };
+    let mut can = idle;
+    for r in readers() {
+        can &= r.set_main_idle(idle);
+    }
+    if idle && !can {
+        readers().for_each(|r| {
+            r.set_main_idle(false);
+        });
+    }
+    can
+}
+
 impl Reading {
     /// Periodic tick: one bounded read pass. Returns when to come back
-    /// (`None`: no started source).
+    /// (`None`: no started source): the pace's delay, or
+    /// [`MAIN_IDLE_WAIT`] when the pace is quiet and every worker can wake
+    /// main when pages come (an idle machine then wakes us rarely; a burst
+    /// wakes us at once, and its rate makes the pace busy).
     pub fn tick(
         &mut self,
         instances: &mut Instances,
         sources: &mut BTreeMap<u64, Source>,
     ) -> Option<Duration> {
+        // Awake now (a worker's notify, or the timer): no notify needed.
+        set_main_idle(instances, false);
         let busiest = read_pass(instances, sources, Some(self.pace.batch()));
         let now = Instant::now();
         let since = now - self.last_tick.unwrap_or(now);
         self.last_tick = Some(now);
-        Some(self.pace.next(busiest, since, drain_period(sources)?))
+        let period = drain_period(sources)?;
+        let next = self.pace.next(busiest, since, period);
+        let explicit = allow_quiet(instances, sources);
+        // Pages staged from here on wake main.
+        if next == period && !explicit && set_main_idle(instances, true) {
+            return Some(period.max(MAIN_IDLE_WAIT));
+        }
+        Some(next)
     }
 }

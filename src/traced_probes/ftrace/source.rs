@@ -7,13 +7,20 @@ use crate::pb::protos::mod_FtraceConfig::PrintFilter as PrintFilterConfig;
 use crate::protozero::{put_varint, VecStream};
 use crate::traced_probes::clock::boot_time_ns;
 use crate::traced_probes::ftrace::parse::bundle::{CpuState, EventFilter};
-use crate::traced_probes::ftrace::parse::ksyms::KernelSymbols;
+use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
 use crate::traced_probes::ftrace::parse::print_filter::{PrintFilter, PrintMatch, PrintRule};
 use crate::traced_probes::ftrace::parse::stats::{self, Phase, StatsSnapshot};
 use crate::traced_probes::ftrace::parse::syscalls::SyscallWant;
 use crate::traced_probes::ftrace::parse::translate::SharedKernelAddrs;
 use crate::traced_probes::ftrace::{CpuStats, Tracefs};
 use crate::tracing::core::trace_writer::TraceWriter;
+
+/// Per-cpu buffer size in pages: as tracefs reports it now, and as we set it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BufferSizes {
+    pub now: Option<u32>,
+    pub cached: Option<u32>,
+}
 
 pub struct Source {
     /// Its tracefs instance (`""`: the root).
@@ -27,6 +34,9 @@ pub struct Source {
     pub kernel: SharedKernelAddrs,
     pub started: bool,
     pub drain_ms: u32,
+    /// The config set `drain_period_ms`: data leaves the kernel at that
+    /// period even on a quiet machine (no 2 s quiet waits).
+    pub drain_explicit: bool,
     pub session: u64,
     pub stats_before: Vec<CpuStats>,
     pub unknown_events: Vec<String>,
@@ -35,9 +45,10 @@ pub struct Source {
     pub pids: Vec<i32>,
     /// Kernel-lost events already reported in the log.
     pub lost_reported: u64,
-    /// `symbolize_ksyms`: loaded at start.
-    pub want_ksyms: bool,
-    pub ksyms: Option<Rc<KernelSymbols>>,
+    /// `symbolize_ksyms`: the table, loading from setup on.
+    pub ksyms: Option<Rc<LazySymbols>>,
+    /// Its trace is stopping: the next flush is the last.
+    pub stopping: bool,
     /// What it wants of raw_syscalls (`None`: not enabled).
     pub syscalls: Option<SyscallWant>,
     /// What setup could not give as asked (e.g. a clamped buffer size).
@@ -72,6 +83,7 @@ impl Source {
         &mut self,
         phase: Phase,
         cpu_stats: &[CpuStats],
+        sizes: BufferSizes,
         atrace_errors: Option<&str>,
     ) {
         let end = phase == Phase::EndOfTrace;
@@ -93,11 +105,12 @@ impl Source {
             },
             preserve_ftrace_buffer: self.preserve,
             parse_errors: if end { &parse_errors } else { &[] },
-            kernel_symbols: self
-                .ksyms
-                .as_ref()
-                .map(|k| (k.len() as u32, (k.mem_bytes() / 1024) as u32)),
-            ..Default::default()
+            cpu_buffer_size_pages: sizes.now,
+            cached_cpu_buffer_size_pages: sizes.cached,
+            kernel_symbols: self.ksyms.as_ref().map(|k| {
+                let k = k.get();
+                (k.len() as u32, k.mem_bytes().div_ceil(1024) as u32)
+            }),
         };
         let mut s = VecStream::new();
         put_varint(&mut s, 8, boot_time_ns());

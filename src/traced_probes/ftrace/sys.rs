@@ -89,6 +89,18 @@ pub fn set_nonblocking(f: &impl AsRawFd, on: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Bytes waiting in a pipe (FIONREAD); 0 if the kernel will not say.
+pub fn pipe_bytes(f: &impl AsRawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD on a borrowed, open fd writes one int into `n`.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if r < 0 {
+        0
+    } else {
+        n.max(0) as usize
+    }
+}
+
 /// Grows a pipe's capacity (best effort; returns the resulting size).
 pub fn set_pipe_size(f: &impl AsRawFd, bytes: usize) -> io::Result<usize> {
     // SAFETY: fcntl on a borrowed, open fd with an integer argument.

@@ -10,6 +10,7 @@ use crate::base::shm::{AttachOptions, Shm};
 use crate::pb::protos::DataSourceConfig;
 use crate::traced_probes::data_source::{self, Env};
 use crate::traced_probes::factory;
+use crate::traced_probes::ftrace::reading::NOTIFY_COALESCE;
 use crate::traced_probes::link::Method;
 use crate::traced_probes::wire::{self, Command};
 use crate::tracing::core::arbiter::{Arbiter, BufferExhaustedPolicy, CommitBatch};
@@ -34,7 +35,11 @@ impl Producer {
             Command::SetupDataSource { id, config } => self.setup_data_source(ctl, id, &config),
             Command::StartDataSource { id, .. } => self.start_data_source(ctl, id),
             Command::StopDataSource { id } => self.stop_data_source(ctl, id),
-            Command::Flush { ids, request_id } => self.flush(&ids, request_id),
+            Command::Flush {
+                ids,
+                request_id,
+                stopping,
+            } => self.flush(&ids, request_id, stopping),
             Command::ClearIncrementalState { ids } => {
                 for id in ids {
                     if let Some(i) = self.instances.get_mut(&id) {
@@ -182,7 +187,11 @@ impl Producer {
         );
     }
 
-    fn flush(&mut self, ids: &[u64], request_id: u64) {
+    fn flush(&mut self, ids: &[u64], request_id: u64, stopping: bool) {
+        if stopping {
+            // Their kernel buffers can be stopped and read to the end.
+            self.ftrace.mark_stopping(ids);
+        }
         // ftrace first: what it drains now may name pids that process_stats
         // must describe before it flushes in turn.
         for pass_ftrace in [true, false] {
@@ -233,6 +242,15 @@ impl Producer {
                     inst.ds.on_pids(&pids);
                 }
             }
+        }
+    }
+
+    /// A worker staged pages while the drain timer slept long: drain in a
+    /// moment (see [`NOTIFY_COALESCE`]).
+    pub(super) fn on_ftrace_data<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+        if let Some(t) = self.ftrace_timer.take() {
+            ctl.cancel_timer(t);
+            self.ftrace_timer = Some(ctl.add_timer(NOTIFY_COALESCE));
         }
     }
 

@@ -94,6 +94,8 @@ pub struct Producer {
     watchdogs: HashMap<TimerId, u64>,
     ftrace: FtraceMux,
     ftrace_timer: Option<TimerId>,
+    /// The ftrace readers can wake the loop (a posted message).
+    ftrace_notify_set: bool,
     signals: Option<(StopSignals, Token)>,
     /// An fd received on the connection, not yet taken by SetupTracing.
     stashed_fd: Option<OwnedFd>,
@@ -120,6 +122,7 @@ impl Producer {
             watchdogs: HashMap::new(),
             ftrace,
             ftrace_timer: None,
+            ftrace_notify_set: false,
             signals: None,
             stashed_fd: None,
             stats: ProducerStats::default(),
@@ -311,6 +314,15 @@ impl Handler for Producer {
     type Msg = ();
 
     fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, token: Token, ready: Ready) {
+        if !self.ftrace_notify_set {
+            // Before any StartDataSource: ftrace workers wake the loop
+            // when pages come while the drain timer sleeps long.
+            let remote = ctl.remote();
+            self.ftrace.set_notify(std::sync::Arc::new(move || {
+                let _ = remote.post(());
+            }));
+            self.ftrace_notify_set = true;
+        }
         if let Some((fd, t)) = &mut self.signals {
             if *t == token {
                 if fd.take() {
@@ -336,6 +348,10 @@ impl Handler for Producer {
                 ClientEvent::Bound { .. } => {}
             }
         }
+    }
+
+    fn on_message(&mut self, ctl: &mut LoopCtl<'_, ()>, _msg: ()) {
+        self.on_ftrace_data(ctl);
     }
 
     fn on_timer(&mut self, ctl: &mut LoopCtl<'_, ()>, id: TimerId) {

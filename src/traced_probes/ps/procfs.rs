@@ -6,12 +6,15 @@ use std::io;
 use std::path::PathBuf;
 
 use super::kept::{fd_budget, pread_all, KeptFiles};
-use crate::traced_probes::fs_root::{read_file_into, FsRoot, ReadErrors};
+use crate::traced_probes::fs_root::{open_at, read_open_into, FsRoot, ReadErrors};
 
 /// Reads `<root>/proc/<pid>/<file>`.
 #[derive(Debug)]
 pub struct ProcFs {
     proc_dir: PathBuf,
+    /// `proc_dir` opened: per-pid files are opened relative to it, which
+    /// spares the lookup of `/proc` itself for every file (~2 % of a scan).
+    proc_dir_fd: Option<std::fs::File>,
     /// `proc_dir` as text, so per-file paths are built without re-encoding.
     proc_prefix: String,
     path: String,
@@ -37,6 +40,7 @@ impl ProcFs {
         Self {
             kept: KeptFiles::new(budget),
             proc_prefix: proc_dir.to_string_lossy().into_owned(),
+            proc_dir_fd: std::fs::File::open(&proc_dir).ok(),
             proc_dir,
             path: String::with_capacity(256),
             buf: Vec::with_capacity(4096),
@@ -51,14 +55,33 @@ impl ProcFs {
         let _ = write!(self.path, "/{pid}/{file}");
     }
 
+    /// Opens `<pid>/<rel>` below the proc directory.
+    fn open_pid_file(
+        &mut self,
+        pid: i32,
+        rel: std::fmt::Arguments<'_>,
+    ) -> io::Result<std::fs::File> {
+        self.path.clear();
+        match &self.proc_dir_fd {
+            Some(dir) => {
+                let _ = write!(self.path, "{pid}/{rel}");
+                open_at(dir, &self.path)
+            }
+            None => {
+                self.path.push_str(&self.proc_prefix);
+                let _ = write!(self.path, "/{pid}/{rel}");
+                std::fs::File::open(&self.path)
+            }
+        }
+    }
+
     /// Contents of `/proc/<pid>/<file>`, or `None` if it cannot be read. A
     /// missing file or ESRCH means the task is gone and is only tallied in
     /// `vanished`; anything else is counted as an error.
     pub fn read(&mut self, pid: i32, file: &str) -> Option<&[u8]> {
-        self.set_path(pid, file);
-        let path = std::mem::take(&mut self.path);
-        let res = read_file_into(path.as_ref(), &mut self.buf, true);
-        self.path = path;
+        let res = self
+            .open_pid_file(pid, format_args!("{file}"))
+            .and_then(|f| read_open_into(f, &mut self.buf, true));
         match res {
             Ok(_) => Some(&self.buf),
             Err(e) if is_gone(&e) => {
@@ -129,12 +152,9 @@ impl ProcFs {
     }
 
     pub fn read_task_comm(&mut self, pid: i32, tid: i32) -> Option<String> {
-        self.path.clear();
-        self.path.push_str(&self.proc_prefix);
-        let _ = write!(self.path, "/{pid}/task/{tid}/comm");
-        let path = std::mem::take(&mut self.path);
-        let res = read_file_into(path.as_ref(), &mut self.buf, true);
-        self.path = path;
+        let res = self
+            .open_pid_file(pid, format_args!("task/{tid}/comm"))
+            .and_then(|f| read_open_into(f, &mut self.buf, true));
         match res {
             Ok(_) => Some(comm_text(&self.buf)),
             Err(e) => {

@@ -5,7 +5,7 @@
 
 use super::compact_sched::{CompactSchedBuffer, CompactSchedFormat, INTERNER_THRESHOLD};
 use super::format::PageHeaderLayout;
-use super::ksyms::KernelSymbols;
+use super::ksyms::LazySymbols;
 use super::packet_buf::{Open, PacketBuf};
 use super::page_parser::{parse_page, PageSink, ParseError};
 use super::print_filter::PrintFilter;
@@ -90,8 +90,9 @@ pub struct BundleContext<'a> {
     pub compact_sched: Option<CompactSchedFormat>,
     pub clock: Option<ClockSnapshot>,
     /// Set with `symbolize_ksyms`: new kernel addresses of a bundle are
-    /// emitted as `interned_data.kernel_symbols` in its packet.
-    pub ksyms: Option<&'a KernelSymbols>,
+    /// emitted as `interned_data.kernel_symbols` in its packet (the first
+    /// bundle that has any waits for the table if it is still loading).
+    pub ksyms: Option<&'a LazySymbols>,
 }
 
 /// Per (data source, cpu) state kept across read passes.
@@ -331,13 +332,15 @@ const SEQ_NEEDS_INCREMENTAL_STATE: u64 = 2;
 /// Appends `interned_data.kernel_symbols` for the addresses interned since
 /// the last call (names not in kallsyms are left out) and the sequence
 /// flags: the first such packet of a sequence clears incremental state.
-fn write_kernel_symbols<S: Stream>(s: &mut S, k: &KernelSymbols, addrs: &mut KernelAddrs) {
+fn write_kernel_symbols<S: Stream>(s: &mut S, k: &LazySymbols, addrs: &mut KernelAddrs) {
     if addrs.written >= addrs.addrs.len() {
         return;
     }
+    let k = k.get();
+    let mut name = String::new();
     let n = begin_nested(s, TRACE_PACKET_INTERNED_DATA);
     for (i, &a) in addrs.addrs.iter().enumerate().skip(addrs.written) {
-        if let Some(name) = k.lookup(a) {
+        if let Some(name) = k.lookup_into(a, &mut name) {
             let e = begin_nested(s, INTERNED_DATA_KERNEL_SYMBOLS);
             put_varint(s, 1, i as u64 + 1);
             put_bytes(s, 2, name.as_bytes());

@@ -42,6 +42,12 @@ impl CpuStats {
                 _ => {}
             }
         }
+        // An empty buffer has no oldest event, but the kernel prints the
+        // time stamp of the page it would read next, which a reset leaves
+        // as it was: a cleared buffer would claim an event from before.
+        if s.entries == 0 {
+            s.oldest_event_ts = 0.0;
+        }
         s
     }
 }
@@ -70,7 +76,10 @@ pub struct StatsSnapshot<'a> {
     pub preserve_ftrace_buffer: bool,
     /// Distinct parse errors seen (order kept).
     pub parse_errors: &'a [ParseError],
+    /// Per-cpu buffer size as tracefs reports it at the snapshot.
     pub cpu_buffer_size_pages: Option<u32>,
+    /// The size we set at setup (differs if the buffer was resized under us).
+    pub cached_cpu_buffer_size_pages: Option<u32>,
     /// With `symbolize_ksyms`: (symbols parsed, table memory in KiB).
     pub kernel_symbols: Option<(u32, u32)>,
 }
@@ -120,6 +129,9 @@ pub fn write_ftrace_stats<S: Stream + ?Sized>(s: &mut S, phase: Phase, st: &Stat
     }
     if let Some(p) = st.cpu_buffer_size_pages {
         put_varint(s, 11, p as u64);
+    }
+    if let Some(p) = st.cached_cpu_buffer_size_pages {
+        put_varint(s, 12, p as u64);
     }
     end_nested(s, n);
 }
@@ -181,6 +193,10 @@ mod tests {
             (12, 3, 480, 7)
         );
         assert_eq!(s.now_ts, 1240.25);
+        assert_eq!(s.oldest_event_ts, 1234.5);
+        // Empty (e.g. just cleared): no oldest event, whatever is printed.
+        let s = CpuStats::parse("entries: 0\noldest event ts:  1234.500000\n");
+        assert_eq!(s.oldest_event_ts, 0.0);
     }
 
     #[test]
@@ -227,6 +243,7 @@ mod tests {
             failed_ftrace_events: &failed,
             parse_errors: &errs,
             cpu_buffer_size_pages: Some(256),
+            cached_cpu_buffer_size_pages: Some(512),
             ..Default::default()
         };
         let mut s = VecStream::new();
@@ -250,6 +267,7 @@ mod tests {
             ]
         );
         assert_eq!(st.cpu_buffer_size_pages, Some(256));
+        assert_eq!(st.cached_cpu_buffer_size_pages, Some(512));
     }
 
     #[test]
