@@ -48,6 +48,8 @@ pub struct Clocks {
     /// Clock sets (keys sorted) and their snapshots' timestamps (ns).
     sets: Vec<(Vec<u64>, Vec<Vec<i64>>)>,
     domains: Vec<Domain>,
+    /// Every clock of `sets`, sorted: a clock outside them has no path.
+    known: Vec<u64>,
     /// Last path found per source clock: (set, from column, to column);
     /// `None`: none with the sets known then.
     paths: Vec<(u64, Option<Path>)>,
@@ -163,6 +165,11 @@ impl Clocks {
         let at = match self.sets.iter().position(|s| s.0 == keys) {
             Some(i) => i,
             None if self.sets.len() < MAX_SETS => {
+                for k in &keys {
+                    if let Err(i) = self.known.binary_search(k) {
+                        self.known.insert(i, *k);
+                    }
+                }
                 self.sets.push((keys, Vec::new()));
                 self.paths.clear();
                 self.sets.len() - 1
@@ -188,6 +195,7 @@ impl Clocks {
     /// Remembered, found or not (until the sets change), so timestamps
     /// of an unreachable clock do not each search again.
     fn path(&mut self, src: u64) -> Option<Path> {
+        self.known.binary_search(&src).ok()?;
         if let Some(p) = self.paths.iter().find(|p| p.0 == src) {
             return p.1.clone();
         }
