@@ -9,13 +9,17 @@ use tracebox::traced_probes::ftrace::parse::format::{parse_format, PageHeaderLay
 use tracebox::traced_probes::ftrace::parse::page_parser::{parse_page, PageSink, ParseError};
 use tracebox::traced_probes::ftrace::parse::{compact_sched, translate::TranslationTable};
 
-/// The format files, from the fuzz crate (cargo-fuzz) or the repository
-/// root (the replay test).
+/// The format files, found from the crate that builds this file (the fuzz
+/// crate for cargo-fuzz, the repository for the replay test), so a fuzzer
+/// started from any directory reads them.
 fn td() -> &'static str {
-    ["tests/data/ftrace-pages/", "../tests/data/ftrace-pages/"]
-        .into_iter()
+    const DIRS: [&str; 2] = [
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ftrace-pages/"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/ftrace-pages/"),
+    ];
+    DIRS.into_iter()
         .find(|d| std::path::Path::new(d).is_dir())
-        .unwrap_or("../tests/data/ftrace-pages/")
+        .unwrap_or(DIRS[1])
 }
 
 struct Count(u64);

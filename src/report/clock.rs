@@ -23,6 +23,10 @@ const FTRACE_SEQ_CLOCK: u64 = 128;
 const MAX_SETS: usize = 64;
 const MAX_ROWS: usize = 1 << 16;
 const MAX_HOPS: usize = 4;
+/// Clocks with a unit or delta state (declared by snapshots), and source
+/// clocks whose conversion path (or lack of one) is remembered.
+const MAX_DOMAINS: usize = 1024;
+const MAX_PATHS: usize = 256;
 
 /// One hop of a conversion: (clock set, column of the source clock,
 /// column of the next clock).
@@ -44,8 +48,11 @@ pub struct Clocks {
     /// Clock sets (keys sorted) and their snapshots' timestamps (ns).
     sets: Vec<(Vec<u64>, Vec<Vec<i64>>)>,
     domains: Vec<Domain>,
-    /// Last path found per source clock: (set, from column, to column).
-    paths: Vec<(u64, Path)>,
+    /// Every clock of `sets`, sorted: a clock outside them has no path.
+    known: Vec<u64>,
+    /// Last path found per source clock: (set, from column, to column);
+    /// `None`: none with the sets known then.
+    paths: Vec<(u64, Option<Path>)>,
     /// Timestamps with no path to the trace clock.
     pub failed: u64,
     pub over_limit: u64,
@@ -81,10 +88,13 @@ impl Clocks {
         }
     }
 
-    fn domain(&mut self, key: u64) -> &mut Domain {
+    /// The state of a clock a snapshot declares; `None` (counted) once
+    /// `MAX_DOMAINS` clocks are known, so a hostile trace cannot make every
+    /// lookup a long scan.
+    fn domain(&mut self, key: u64) -> Option<&mut Domain> {
         let i = match self.domains.iter().position(|d| d.key == key) {
             Some(i) => i,
-            None => {
+            None if self.domains.len() < MAX_DOMAINS => {
                 self.domains.push(Domain {
                     key,
                     unit: 1,
@@ -93,8 +103,12 @@ impl Clocks {
                 });
                 self.domains.len() - 1
             }
+            None => {
+                self.over_limit += 1;
+                return None;
+            }
         };
-        &mut self.domains[i]
+        Some(&mut self.domains[i])
     }
 
     /// A `ClockSnapshot` of sequence `seq`.
@@ -114,7 +128,9 @@ impl Clocks {
                         }
                     }
                     let k = key(seq, id);
-                    let d = self.domain(k);
+                    let Some(d) = self.domain(k) else {
+                        continue;
+                    };
                     let ns = ts.wrapping_mul(unit);
                     (d.unit, d.incremental) = (unit, inc);
                     if inc {
@@ -149,6 +165,11 @@ impl Clocks {
         let at = match self.sets.iter().position(|s| s.0 == keys) {
             Some(i) => i,
             None if self.sets.len() < MAX_SETS => {
+                for k in &keys {
+                    if let Err(i) = self.known.binary_search(k) {
+                        self.known.insert(i, *k);
+                    }
+                }
                 self.sets.push((keys, Vec::new()));
                 self.paths.clear();
                 self.sets.len() - 1
@@ -171,10 +192,22 @@ impl Clocks {
     }
 
     /// Shortest chain of clock sets from `src` to the trace clock.
+    /// Remembered, found or not (until the sets change), so timestamps
+    /// of an unreachable clock do not each search again.
     fn path(&mut self, src: u64) -> Option<Path> {
+        self.known.binary_search(&src).ok()?;
         if let Some(p) = self.paths.iter().find(|p| p.0 == src) {
-            return Some(p.1.clone());
+            return p.1.clone();
         }
+        let found = self.search(src);
+        if self.paths.len() >= MAX_PATHS {
+            self.paths.clear();
+        }
+        self.paths.push((src, found.clone()));
+        found
+    }
+
+    fn search(&self, src: u64) -> Option<Path> {
         let dst = self.trace_key();
         let mut frontier = vec![(src, Vec::new())];
         let mut seen = vec![src];
@@ -192,7 +225,6 @@ impl Clocks {
                         let mut p: Path = path.clone();
                         p.push((si, from, to));
                         if *k == dst {
-                            self.paths.push((src, p.clone()));
                             return Some(p);
                         }
                         seen.push(*k);
@@ -208,11 +240,15 @@ impl Clocks {
     /// `ts` of clock `key` on the trace clock; `None` (counted) without a
     /// path.
     pub fn convert(&mut self, key: u64, ts: u64) -> Option<u64> {
-        let d = self.domain(key);
-        let mut ns = (ts as i64).wrapping_mul(d.unit);
-        if d.incremental {
-            d.last_ns = d.last_ns.wrapping_add(ns);
-            ns = d.last_ns;
+        // A clock no snapshot declared has no state to keep (nor a path,
+        // unless it is the trace clock).
+        let mut ns = ts as i64;
+        if let Some(d) = self.domains.iter_mut().find(|d| d.key == key) {
+            ns = ns.wrapping_mul(d.unit);
+            if d.incremental {
+                d.last_ns = d.last_ns.wrapping_add(ns);
+                ns = d.last_ns;
+            }
         }
         if key == self.trace_key() {
             return Some(ns as u64);
@@ -266,8 +302,8 @@ mod tests {
         assert_eq!(c.convert(key(8, 64), 20), None);
         assert_eq!(c.failed, 1);
         // An incremental clock in microseconds.
-        c.domain(key(7, 65)).incremental = true;
-        c.domain(key(7, 65)).unit = 1000;
+        c.domain(key(7, 65)).unwrap().incremental = true;
+        c.domain(key(7, 65)).unwrap().unit = 1000;
         c.add(vec![(key(7, 65), 0), (BOOTTIME, 3000)]);
         assert_eq!(c.convert(key(7, 65), 2), Some(5000));
         assert_eq!(c.convert(key(7, 65), 1), Some(6000));
@@ -275,5 +311,26 @@ mod tests {
         c.set_trace_clock(3);
         assert_eq!(c.convert(BOOTTIME, 2100), Some(1500));
         assert_eq!(c.convert(3, 7), Some(7));
+    }
+
+    /// Timestamps on clocks no snapshot declared leave no state behind, and
+    /// a clock with no path is searched for once.
+    #[test]
+    fn unknown_clocks_stay_bounded() {
+        let mut c = Clocks::default();
+        c.add(vec![(BOOTTIME, 1000), (3, 500)]);
+        for id in 0..20_000u64 {
+            assert_eq!(c.convert(key(id as u32, 64 + id % 64), 1), None);
+            assert_eq!(c.convert(1 << 40 | id, 1), None);
+        }
+        assert_eq!(c.failed, 40_000);
+        assert!(c.domains.is_empty());
+        assert!(c.paths.len() <= MAX_PATHS);
+        for id in 0..2 * MAX_DOMAINS as u64 {
+            c.add(vec![(BOOTTIME, 1), (1000 + id, 2)]);
+            let _ = c.domain(1000 + id);
+        }
+        assert_eq!(c.domains.len(), MAX_DOMAINS);
+        assert_eq!(c.convert(3, 600), Some(1100));
     }
 }
