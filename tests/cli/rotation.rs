@@ -197,7 +197,17 @@ data_sources {{ config {{ name: "linux.process_stats"
         .write(true)
         .open(idir.join("trace_marker"))
         .unwrap();
-    for i in 0..MARKERS {
+    // --rotate-keep runs until its files have been cut a few times: how
+    // many cuts the fixed flood makes depends on the machine's load (a
+    // cut waits for a flush and a /proc scan), and keep-N needs several.
+    let want_last = if rotate.contains(&"--rotate-keep") {
+        3
+    } else {
+        0
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut i = 0;
+    while i < MARKERS || (newest_number(&out) < want_last && std::time::Instant::now() < deadline) {
         (&marker)
             .write_all(format!("{prefix} {i:06}").as_bytes())
             .unwrap();
@@ -205,6 +215,7 @@ data_sources {{ config {{ name: "linux.process_stats"
             // Paces the flood (and makes the scheduler switch).
             std::thread::sleep(Duration::from_millis(30));
         }
+        i += 1;
     }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(c.id() as i32),
@@ -237,6 +248,14 @@ fn client(socks: &Sockets, cfg: &Path, out: &Path, rotate: &[&str]) -> Command {
 }
 
 /// `t.NNN` in `dir`, by number.
+/// N of the file the `OUT` link names (0 before the first cut).
+fn newest_number(out: &Path) -> u64 {
+    std::fs::read_link(out)
+        .ok()
+        .and_then(|l| l.extension()?.to_str()?.parse().ok())
+        .unwrap_or(0)
+}
+
 fn numbered(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
         .unwrap()
