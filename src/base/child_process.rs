@@ -57,13 +57,48 @@ pub fn spawn_applet(
         }),
         Err(e) => {
             let _ = child.kill();
-            let _ = child.wait();
+            if child
+                .wait()
+                .is_ok_and(|s| s.code() == Some(EXEC_FAILED_STATUS))
+            {
+                return Err(io::Error::other(ExecFailed(applet)));
+            }
             Err(io::Error::new(
                 e.kind(),
                 format!("{applet} did not start: {e}"),
             ))
         }
     }
+}
+
+/// What a spawned child exits with when its exec fails after the spawn
+/// has returned (glibc's posix_spawn; our applets never exit with it).
+const EXEC_FAILED_STATUS: i32 = 127;
+
+/// A daemon that exited with status 127 before it was ready: its exec
+/// failed. Under qemu-user, glibc's posix_spawn cannot hand the exec's
+/// errno back (the emulator runs its CLONE_VM child as a fork), so this is
+/// how an ENOEXEC shows there.
+#[derive(Debug)]
+pub struct ExecFailed(pub &'static str);
+
+impl std::fmt::Display for ExecFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} did not start: it could not be executed (exit status {EXEC_FAILED_STATUS})",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for ExecFailed {}
+
+/// Whether `e` says the kernel would not execute this binary: ENOEXEC
+/// from the spawn, or [`ExecFailed`].
+pub fn exec_failed(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(nix::errno::Errno::ENOEXEC as i32)
+        || e.get_ref().is_some_and(|i| i.is::<ExecFailed>())
 }
 
 /// Reads the readiness byte: "1" means ready; EOF means the child died.

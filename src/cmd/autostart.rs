@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use super::rpc::Port;
-use crate::base::child_process::{spawn_applet, stop_daemons};
+use crate::base::child_process::{exec_failed, spawn_applet, stop_daemons};
 use crate::base::sock_addr::SockAddr;
 use crate::base::unix_socket::UnixStream;
 
@@ -38,9 +38,10 @@ pub struct Autostarted {
 }
 
 /// Autostart re-executes this binary. Under qemu-user without binfmt_misc
-/// the kernel cannot run it (ENOEXEC): say what to do instead.
+/// the kernel cannot run it (ENOEXEC, or a glibc child's exit 127): say
+/// what to do instead.
 fn explain(e: std::io::Error) -> String {
-    if e.raw_os_error() == Some(nix::errno::Errno::ENOEXEC as i32) {
+    if exec_failed(&e) {
         return format!(
             "{e}: this binary cannot start itself again, as happens under an emulator \
              (qemu-user) without binfmt_misc. Register the emulator with binfmt_misc, or \
@@ -166,6 +167,13 @@ mod tests {
         let e = std::io::Error::from_raw_os_error(nix::errno::Errno::ENOEXEC as i32);
         let text = super::explain(e);
         assert!(text.contains("Exec format error"), "{text}");
+        assert!(text.contains("binfmt_misc") && text.contains("traced --background"));
+        let spawned = std::io::Error::other(crate::base::child_process::ExecFailed("traced"));
+        let text = super::explain(spawned);
+        assert!(
+            text.contains("traced did not start: it could not be executed (exit status 127)"),
+            "{text}"
+        );
         assert!(text.contains("binfmt_misc") && text.contains("traced --background"));
         let other = super::explain(std::io::Error::other("boom"));
         assert_eq!(other, "boom");
