@@ -67,11 +67,7 @@ data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
         .spawn()
         .unwrap();
     let idir = instance_dir(instance);
-    let started = format!("started on \"{instance}\"");
-    wait_until(Duration::from_secs(30), "ftrace start", || {
-        read_trim(dir.join("probes.log")).contains(&started)
-            && read_trim(idir.join("tracing_on")) == "1"
-    });
+    wait_ftrace_started(dir, instance);
     // The flood runs until after the kill.
     let stop = Arc::new(AtomicBool::new(false));
     let flood = {

@@ -149,13 +149,6 @@ fn ftrace_source(instance: &str, extra: &str) -> String {
     )
 }
 
-fn wait_started(dir: &Path, instance: &str) {
-    let started = format!("started on \"{instance}\"");
-    wait_until(Duration::from_secs(30), "ftrace start", || {
-        read_trim(dir.join("probes.log")).contains(&started)
-    });
-}
-
 #[test]
 fn a_producer_killed_mid_trace_keeps_its_data_and_is_named() {
     let tmp = tempfile::tempdir().unwrap();
@@ -288,7 +281,7 @@ fn unknown_ftrace_events_and_atrace_categories_are_named() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_started(dir, name);
+    wait_ftrace_started(dir, name);
     inst.mark("tbx-unknown present");
     let o = c.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -551,7 +544,7 @@ fn fill_until_it_fails(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_started(dir, name);
+    wait_ftrace_started(dir, name);
     let pad = "x".repeat(500);
     for i in 0..10_000 {
         if inst.try_mark(&format!("tbx-full {i:05} {pad}")).is_err() {

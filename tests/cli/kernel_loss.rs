@@ -110,11 +110,7 @@ fn flood_while_stopped(
         .unwrap();
     let idir = instance_dir(instance);
     // ftrace/print has no enable file: the debug log says when it started.
-    let started = format!("started on \"{instance}\"");
-    wait_until(Duration::from_secs(30), "ftrace start", || {
-        read_trim(dir.join("probes.log")).contains(&started)
-            && read_trim(idir.join("tracing_on")) == "1"
-    });
+    wait_ftrace_started(dir, instance);
     // Let the start stats and setup settle, then freeze the reader.
     std::thread::sleep(Duration::from_millis(300));
     probes.signal(Signal::SIGSTOP);

@@ -188,11 +188,7 @@ data_sources {{ config {{ name: "linux.process_stats"
         assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
     }
     let idir = instance_dir(instance);
-    let started = format!("started on \"{instance}\"");
-    wait_until(Duration::from_secs(30), "ftrace start", || {
-        read_trim(dir.join("probes.log")).contains(&started)
-            && read_trim(idir.join("tracing_on")) == "1"
-    });
+    wait_ftrace_started(dir, instance);
     let marker = std::fs::OpenOptions::new()
         .write(true)
         .open(idir.join("trace_marker"))

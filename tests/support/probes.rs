@@ -306,6 +306,17 @@ pub fn instance_dir(name: &str) -> PathBuf {
     Path::new(TRACEFS).join("instances").join(name)
 }
 
+/// Waits until the traced_probes logging to `dir/probes.log` (at debug
+/// level) started ftrace on `instance` and the instance is tracing.
+pub fn wait_ftrace_started(dir: &Path, instance: &str) {
+    let started = format!("started on \"{instance}\"");
+    let idir = instance_dir(instance);
+    wait_until(Duration::from_secs(30), "ftrace start", || {
+        read_trim(dir.join("probes.log")).contains(&started)
+            && read_trim(idir.join("tracing_on")) == "1"
+    });
+}
+
 /// Dumps logs of a failed run.
 pub fn dump(dir: &Path) {
     for name in ["traced.log", "probes.log", "consumer.log"] {

@@ -6,22 +6,8 @@ use super::*;
 use crate::pb::protos::mod_CommitDataRequest::mod_ChunkToPatch::Patch;
 use crate::pb::protos::mod_CommitDataRequest::{ChunkToPatch, ChunksToMove};
 use crate::pb::protos::mod_TracePacket::OneOfdata;
-use crate::pb::protos::{CommitDataRequest, DataSourceConfig, ObservableEvents, TraceStats};
+use crate::pb::protos::{CommitDataRequest, ObservableEvents, TraceStats};
 use crate::protozero::decode::decode_message;
-
-fn global_buffer(outs: &[Output], p: ProducerId) -> u32 {
-    cmds_for(outs, p)
-        .into_iter()
-        .find_map(|c| match c {
-            ProducerCommand::SetupDataSource { config, .. } => {
-                decode_message::<DataSourceConfig>(&config)
-                    .unwrap()
-                    .target_buffer
-            }
-            _ => None,
-        })
-        .unwrap()
-}
 
 fn stats_of(h: &H, c: ConsumerId) -> TraceStats {
     decode_message(&h.svc.get_trace_stats(c).unwrap()).unwrap()

@@ -3,8 +3,8 @@
 use super::test_env::*;
 use super::*;
 use crate::pb::protos::mod_TracePacket::OneOfdata;
-use crate::pb::protos::{CommitDataRequest, DataSourceConfig, DataSourceDescriptor};
-use crate::protozero::decode::{decode_message, FieldIter};
+use crate::pb::protos::{CommitDataRequest, DataSourceDescriptor};
+use crate::protozero::decode::FieldIter;
 
 /// The packets of `Trace`-framed bytes.
 fn packets(data: &[u8]) -> Vec<Vec<u8>> {
@@ -39,17 +39,7 @@ fn rotation_moves_on_to_the_new_file_with_its_own_header() {
     cfg.write_into_file = Some(true);
     cfg.file_write_period_ms = Some(3_600_000);
     let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
-    let buf = cmds_for(&h.outputs(), p)
-        .into_iter()
-        .find_map(|c| match c {
-            ProducerCommand::SetupDataSource { config, .. } => {
-                decode_message::<DataSourceConfig>(&config)
-                    .unwrap()
-                    .target_buffer
-            }
-            _ => None,
-        })
-        .unwrap();
+    let buf = global_buffer(&h.outputs(), p);
     h.commit_packets(p, 1, buf, &[test_packet(1, 0), test_packet(2, 0)]);
 
     h.svc.rotate_file(h.now, c, 5).unwrap();

@@ -7,22 +7,8 @@ use super::*;
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::{Trigger, TriggerMode};
 use crate::pb::protos::mod_TraceConfig::TriggerConfig;
 use crate::pb::protos::mod_TracePacket::OneOfdata;
-use crate::pb::protos::{DataSourceConfig, DataSourceDescriptor, TraceConfig};
+use crate::pb::protos::{DataSourceDescriptor, TraceConfig};
 use crate::protozero::decode::decode_message;
-
-fn global_buffer(outs: &[Output], p: ProducerId) -> u32 {
-    cmds_for(outs, p)
-        .into_iter()
-        .find_map(|c| match c {
-            ProducerCommand::SetupDataSource { config, .. } => {
-                decode_message::<DataSourceConfig>(&config)
-                    .unwrap()
-                    .target_buffer
-            }
-            _ => None,
-        })
-        .unwrap()
-}
 
 fn flush_request(outs: &[Output], p: ProducerId) -> Option<u64> {
     cmds_for(outs, p).into_iter().find_map(|c| match c {

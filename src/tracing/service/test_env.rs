@@ -273,6 +273,23 @@ pub fn producer_markers(packets: &[Vec<u8>]) -> Vec<u64> {
         .collect()
 }
 
+/// The target buffer of the first data source set up on `p`.
+pub fn global_buffer(outs: &[Output], p: ProducerId) -> u32 {
+    cmds_for(outs, p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::SetupDataSource { config, .. } => {
+                crate::protozero::decode::decode_message::<crate::pb::protos::DataSourceConfig>(
+                    &config,
+                )
+                .unwrap()
+                .target_buffer
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
 /// Producer commands sent to `producer` in `outs`.
 pub fn cmds_for(outs: &[Output], producer: ProducerId) -> Vec<ProducerCommand> {
     outs.iter()
