@@ -12,6 +12,7 @@
 //! must then be patched out of band. Slots are therefore addressed by an
 //! opaque [`LenSlot`] handed out by the stream, never by a pointer.
 
+pub mod commit_append;
 pub mod decimal;
 pub mod decode;
 mod encode;

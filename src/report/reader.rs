@@ -5,6 +5,7 @@
 
 use std::io::Read;
 
+use crate::protozero::commit_append::PAD_FIELD;
 use crate::protozero::decode::read_varint;
 
 /// A packet bigger than this is treated as corruption (upstream's service
@@ -113,7 +114,10 @@ impl<R: Read> PacketReader<R> {
             if tag == (1 << 3 | 2) {
                 return Some(&self.buf[at + head..at + total]);
             }
-            self.unknown_fields += 1;
+            // traced's padding (see protozero::commit_append) is no anomaly.
+            if tag >> 3 != u64::from(PAD_FIELD) {
+                self.unknown_fields += 1;
+            }
         }
     }
 }
@@ -135,5 +139,12 @@ mod tests {
         let mut r = PacketReader::new(&t[..]);
         while r.next_packet().is_some() {}
         assert_eq!(r.error, None);
+        // traced's padding, a varint and a length-delimited one, is skipped
+        // and not counted.
+        let t = [0x78, 0x80, 0, 0x7a, 2, 0, 0, 0x0a, 1, 7];
+        let mut r = PacketReader::new(&t[..]);
+        assert_eq!(r.next_packet(), Some(&[7u8][..]));
+        assert_eq!(r.next_packet(), None);
+        assert_eq!((r.unknown_fields, r.error.as_deref()), (0, None));
     }
 }

@@ -7,17 +7,22 @@ use std::os::unix::fs::FileExt;
 
 const STEP: usize = 256 * 1024;
 
-/// Appends everything `src` holds (from offset 0, without moving its
-/// file position, which the session keeps appending at) to `dst`. A
-/// write-only `src` (a client's `O_WRONLY` file) is reopened for reading
-/// through /proc.
-pub fn copy_contents(src: &File, dst: &mut File) -> io::Result<()> {
+/// Appends what `src` holds (from offset 0, up to `len` when given: its
+/// whole packets, not the padding after them; without moving its file
+/// position) to `dst`. A write-only `src` (a client's `O_WRONLY` file) is
+/// reopened for reading through /proc.
+pub fn copy_contents(src: &File, len: Option<u64>, dst: &mut File) -> io::Result<()> {
+    let len = len.unwrap_or(u64::MAX);
     let mut buf = vec![0u8; STEP];
     let mut reopened = None;
     let mut from = src;
     let mut off = 0u64;
     loop {
-        let n = match from.read_at(&mut buf, off) {
+        let want = buf.len().min((len - off).try_into().unwrap_or(usize::MAX));
+        if want == 0 {
+            return Ok(());
+        }
+        let n = match from.read_at(&mut buf[..want], off) {
             Ok(n) => n,
             Err(e) if e.raw_os_error() == Some(libc::EBADF) && off == 0 => {
                 from = reopened.insert(File::open(format!("/proc/self/fd/{}", src.as_raw_fd()))?);
@@ -48,7 +53,7 @@ mod tests {
         src.write_all(&data).unwrap();
         let mut dst = tempfile::tempfile().unwrap();
         dst.write_all(b"x").unwrap();
-        copy_contents(&src, &mut dst).unwrap();
+        copy_contents(&src, None, &mut dst).unwrap();
         src.write_all(b"tail").unwrap();
         let mut got = Vec::new();
         let mut d = dst.try_clone().unwrap();

@@ -4,17 +4,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::io::{Seek, SeekFrom, Write};
 
 use crate::base::shm::Shm;
 use crate::ipc::host::{ClientId, Host, Reply, ReplySink, ReplyTo, REPLY_HEADER_MAX};
 use crate::log_warn;
-use crate::protozero::decode::read_varint;
 use crate::protozero::{put_bytes, put_str, put_varint, VecStream};
 use crate::tracing::service::types::*;
 use crate::tracing::service::{FrameSink, FrameWriter, TracingService, FRAME_HEAD_ROOM};
 
 use super::env::{boot_time_ns, RealEnv, SmbTable};
+use super::trace_file::TraceFile;
 
 /// A producer connection.
 #[derive(Default)]
@@ -49,7 +48,7 @@ pub struct TracedState {
     /// Deferred Flush / CloneSession replies by token.
     pub pending: BTreeMap<RequestToken, ReplyTo>,
     next_token: RequestToken,
-    pub files: BTreeMap<SessionId, File>,
+    pub files: BTreeMap<SessionId, TraceFile>,
     /// Output files sent with CloneSession requests, by token, and why
     /// copying into one failed.
     pub clone_files: BTreeMap<RequestToken, File>,
@@ -245,15 +244,15 @@ impl TracedState {
                     }
                 }
                 Output::SyncFile { session } => {
-                    if let Some(Err(e)) = self.files.get(&session).map(File::sync_data) {
+                    if let Some(Err(e)) = self.files.get(&session).map(TraceFile::sync_data) {
                         log_warn!("traced: syncing the trace file failed: {e}");
                     }
                 }
                 Output::CopyFileForClone { token, from, to } => {
                     let copied = match (self.files.get(&from), self.clone_files.remove(&token)) {
                         (Some(src), Some(mut dst)) => {
-                            super::clone_file::copy_contents(src, &mut dst)
-                                .map(|()| dst)
+                            super::clone_file::copy_contents(src.file(), src.committed(), &mut dst)
+                                .map(|()| TraceFile::new(dst))
                                 .map_err(|e| e.to_string())
                         }
                         (None, _) => Err("the session's file is already closed".into()),
@@ -274,7 +273,7 @@ impl TracedState {
                 }
                 Output::WriteToFile { session, data } => {
                     if let Some(f) = self.files.get_mut(&session) {
-                        if let Err(e) = write_whole_packets(f, &data) {
+                        if let Err(e) = f.append(&data) {
                             log_warn!("traced: writing the trace file failed: {e}");
                             self.files.remove(&session);
                             let now = Self::now();
@@ -287,7 +286,7 @@ impl TracedState {
                 }
                 Output::CloseFile { session } => {
                     if let Some(f) = self.files.remove(&session) {
-                        let _ = f.sync_data();
+                        let _ = f.finish();
                     }
                 }
                 Output::SwitchFile { session, token } => {
@@ -297,9 +296,9 @@ impl TracedState {
                         continue;
                     };
                     let sync = self.core.session_syncs_file(session);
-                    if let Some(old) = self.files.insert(session, new) {
+                    if let Some(old) = self.files.insert(session, TraceFile::new(new)) {
                         if sync {
-                            if let Err(e) = old.sync_data() {
+                            if let Err(e) = old.finish() {
                                 log_warn!("traced: syncing the rotated-out file failed: {e}");
                             }
                         }
@@ -407,47 +406,6 @@ impl TracedState {
 /// (ENOSPC, EIO, EFBIG...) the file is cut back to the end of the last
 /// packet that made it whole, so it still parses; the error names what
 /// failed and where the file now ends.
-fn write_whole_packets(f: &mut File, data: &[u8]) -> Result<(), String> {
-    let start = f.stream_position().map_err(|e| e.to_string())?;
-    let mut done = 0;
-    let err = loop {
-        if done == data.len() {
-            return Ok(());
-        }
-        match f.write(&data[done..]) {
-            Ok(0) => break std::io::Error::from(std::io::ErrorKind::WriteZero),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => break e,
-        }
-    };
-    let keep = start + whole_packets_len(&data[..done]) as u64;
-    let cut = match f.set_len(keep).and_then(|_| f.seek(SeekFrom::Start(keep))) {
-        Ok(_) => format!("the file is cut at the last whole packet ({keep} bytes)"),
-        Err(e) => format!("cutting the file back to {keep} bytes failed too ({e})"),
-    };
-    Err(format!("Writing the trace file failed: {err}; {cut}"))
-}
-
-/// How many leading bytes of `data` are whole `Trace.packet` fields.
-fn whole_packets_len(data: &[u8]) -> usize {
-    let mut pos = 0;
-    while pos < data.len() {
-        let Some((_tag, n)) = read_varint(&data[pos..]) else {
-            break;
-        };
-        let Some((len, m)) = read_varint(&data[pos + n..]) else {
-            break;
-        };
-        let end = (pos + n + m) as u64 + len;
-        if end > data.len() as u64 {
-            break;
-        }
-        pos = end as usize;
-    }
-    pos
-}
-
 fn encode_clone_result(r: &Result<CloneResult, String>) -> Vec<u8> {
     let mut s = VecStream::new();
     match r {
