@@ -9,7 +9,8 @@
 #   --init KIND      also install boot files: sysv (/etc/init.d/tracebox),
 #                    busybox (/etc/init.d/S60tracebox, which BusyBox's rcS
 #                    runs), systemd (traced.service, traced-probes.service,
-#                    traced-perf.service),
+#                    traced-perf.service, and traced-relay.service for a
+#                    remote board),
 #                    android-replace or android-beside (tracebox.rc), none
 #   --init-name NAME the init.d file name (default tracebox; busybox: S60tracebox)
 #   --create-group G create group G (in $DESTDIR/etc/group when DESTDIR is
@@ -131,12 +132,14 @@ sysv | busybox)
 systemd)
     unit_dir="$root/lib/systemd/system"
     mkdir -p "$unit_dir"
-    for u in traced.service traced-probes.service traced-perf.service; do
+    for u in traced.service traced-probes.service traced-perf.service traced-relay.service; do
         sed -e "s|/usr/bin/|$prefix/bin/|g" "$repo/scripts/init/$u" >"$unit_dir/$u"
         echo "installed $unit_dir/$u"
     done
     install_defaults
     echo "enable with: systemctl enable --now traced traced-probes"
+    echo "  (a remote board: set PERFETTO_RELAY_SOCK_NAME in $root/etc/default/tracebox,"
+    echo "  then systemctl enable --now traced-relay traced-probes)"
     ;;
 android-*)
     if [ "$init" = android-replace ]; then

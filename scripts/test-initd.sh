@@ -5,6 +5,8 @@
 # kernel with the installed `perfetto`, stops, and checks that no tracebox
 # process is left and ftrace is off. Then with TRACEBOX_GROUP set: the
 # consumer socket's group and mode, a member records, a non-member is refused.
+# Then relay mode (PERFETTO_RELAY_SOCK_NAME): traced_relay in traced's place,
+# its traced_probes recorded by a central traced on a loopback TCP port.
 #   scripts/test-initd.sh [BINARY]     (default: a fresh target/debug/tracebox)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,8 +35,10 @@ export TRACEBOX_DEFAULTS="$tmp/default"
 # The TRACEBOX_GROUP check's group and member (unique names, removed at exit).
 tgroup="tbxinitd$$"
 tmember="tbxinitm$$"
+central_pid=
 cleanup() {
     run_init stop >/dev/null 2>&1 || true
+    [ -z "$central_pid" ] || kill "$central_pid" 2>/dev/null || true
     userdel "$tmember" >/dev/null 2>&1 || true
     groupdel "$tgroup" >/dev/null 2>&1 || true
     rm -rf "$tmp"
@@ -132,6 +136,86 @@ grep -q "Permission denied (EACCES).*$tmp/consumer.sock\|$tmp/consumer.sock.*Per
     fail "nobody's refusal does not say permission denied on the consumer socket: $(cat "$tmp/nobody.err")"
 run_init stop
 echo "== TRACEBOX_GROUP ok"
+
+echo "== relay mode: traced_relay serves the producer socket, a central traced records"
+port="$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+relay_addr="127.0.0.1:$port"
+# The central machine's traced: a private UNIX producer socket plus the
+# relay endpoint. Started from the build, not the prefix, so that the
+# prefix's processes are only the init script's.
+central_pid="$(PERFETTO_PRODUCER_SOCK_NAME="$tmp/central-producer.sock,$relay_addr" \
+    PERFETTO_CONSUMER_SOCK_NAME="$tmp/central-consumer.sock" \
+    "$bin" traced --background --enable-relay-endpoint-on "$relay_addr")"
+cat >"$tmp/default" <<EOF2
+TRACEBOX_BIN_DIR=$tmp/prefix/bin
+TRACEBOX_PID_DIR=$tmp/run
+PERFETTO_PRODUCER_SOCK_NAME=$tmp/producer.sock
+PERFETTO_CONSUMER_SOCK_NAME=$tmp/consumer.sock
+TRACED_PROBES_STATE_FILE=$tmp/probes.state
+TRACEBOX_LOG_FILE=$tmp/relay-mode.log
+PERFETTO_RELAY_SOCK_NAME=$relay_addr
+PERFETTO_MACHINE_NAME=board-initd
+EOF2
+# Logs to the file even where a syslogd runs: the test reads them.
+TRACEBOX_SYSLOG_SOCKET="$tmp/no-syslog" run_init start
+run_init status || fail "status in relay mode: $?"
+[ -s "$tmp/run/traced_relay.pid" ] && [ ! -e "$tmp/run/traced.pid" ] || fail "relay mode pidfiles: $(ls "$tmp/run")"
+[ "$(stat -c %a "$tmp/producer.sock")" = 666 ] || fail "relay's producer socket mode $(stat -c %a "$tmp/producer.sock")"
+# traced cannot start beside the relay (both would bind the producer socket).
+sed '/^PERFETTO_RELAY_SOCK_NAME=/d' "$tmp/default" >"$tmp/default.central"
+rc=0
+TRACEBOX_DEFAULTS="$tmp/default.central" run_init start >/dev/null 2>"$tmp/both.err" || rc=$?
+[ $rc != 0 ] && grep -q "traced_relay is running" "$tmp/both.err" || fail "traced started beside the relay: $rc $(cat "$tmp/both.err")"
+
+# The central traced has no producer of its own: wait for the relayed
+# traced_probes to register there, and for the relay's first clock sync
+# (the trace's remote_clock_sync).
+central() { PERFETTO_CONSUMER_SOCK_NAME="$tmp/central-consumer.sock" "$@"; }
+n=0
+until central "$tmp/prefix/bin/perfetto" --query 2>/dev/null | grep -q "perfetto.traced_probes" &&
+    grep -q "^\[traced_relay\] I: clocks synced" "$tmp/relay-mode.log" 2>/dev/null; do
+    n=$((n + 1))
+    [ $n -lt 600 ] || fail "no relayed traced_probes or clock sync at the central traced: $(cat "$tmp/relay-mode.log")"
+    sleep 0.1
+done
+grep -q "^\[traced_relay\] I: started in the background, logging to $tmp/relay-mode.log" "$tmp/relay-mode.log" ||
+    fail "traced_relay did not log like the other daemons: $(cat "$tmp/relay-mode.log")"
+cat >"$tmp/relay-config.txt" <<EOF2
+buffers { size_kb: 4096 }
+trace_all_machines: true
+data_sources { config { name: "linux.process_stats"
+    process_stats_config { scan_all_processes_on_start: true } } }
+data_sources { config { name: "linux.system_info" } }
+duration_ms: 1500
+EOF2
+central "$tmp/prefix/bin/perfetto" --txt -c "$tmp/relay-config.txt" -o "$tmp/relay.pftrace"
+"$py" - "$tmp/relay.pftrace" <<'PY'
+import sys
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+trace = pb.Trace()
+trace.ParseFromString(open(sys.argv[1], "rb").read())
+trees = [p for p in trace.packet if p.HasField("process_tree") and p.process_tree.processes]
+assert trees, "no process_tree from the relayed traced_probes"
+remote = {p.machine_id for p in trees}
+assert remote and 0 not in remote, f"process_tree packets on machines {remote}, want the relayed one only"
+infos = [p for p in trace.packet if p.HasField("system_info") and p.machine_id in remote]
+assert infos, f"no system_info of machine {remote}"
+print(f"relayed process_tree: {len(trees)} packets on machine {remote}")
+PY
+"$py" tests/py/check_machines.py "$tmp/relay.pftrace" 1
+
+run_init stop
+rc=0
+run_init status >/dev/null || rc=$?
+[ $rc = 3 ] || fail "status after the relay mode's stop: $rc, want 3"
+if pgrep -f "$tmp/prefix/bin/" >/dev/null; then
+    pgrep -af "$tmp/prefix/bin/" >&2
+    fail "processes left running after the relay mode's stop"
+fi
+[ ! -e "$tmp/run/traced_relay.pid" ] || fail "traced_relay pidfile left"
+kill "$central_pid"
+central_pid=
+echo "== relay mode ok"
 
 # What tracebox-replace.rc relies on: init's listening sockets, inherited by traced
 # as ANDROID_SOCKET_traced_{producer,consumer}.

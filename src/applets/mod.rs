@@ -6,6 +6,7 @@
 //! perfetto client in autostart mode, as `tracebox perfetto ...` does.
 
 mod args;
+mod background;
 mod perfetto;
 mod report;
 mod traced;

@@ -1,5 +1,6 @@
 //! `traced`: the tracing service daemon.
 
+use super::background::go_background;
 use super::{parse_args, Via};
 use argh::FromArgs;
 
@@ -63,51 +64,17 @@ pub fn main(args: &[String], _via: Via) -> i32 {
             }
         }
     }
-    let mut status = None;
-    if args.background {
-        use crate::base::daemonize::{background, wait_status, Side};
-        match background() {
-            Ok(Side::Parent { child_pid, status }) => {
-                // Wait until the daemon listens (or failed) before returning.
-                let ok = matches!(
-                    wait_status(status, std::time::Duration::from_secs(10)),
-                    Ok(Some(0))
-                );
-                if ok {
-                    println!("{child_pid}");
-                    return 0;
-                }
-                eprintln!("traced: the daemon failed to start");
-                return 1;
-            }
-            Ok(Side::Child { status: s }) => {
-                // Detach from the caller's stdout/stderr (pipes of a shell
-                // or test harness would otherwise stay open forever).
-                if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-                    for fd in [1, 2] {
-                        let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd);
-                    }
-                }
-                if let Some(to) = crate::base::log::use_background_sink() {
-                    crate::log_info!("started in the background, logging to {to}");
-                }
-                status = Some(s)
-            }
-            Err(e) => {
-                eprintln!("traced: --background: {e}");
-                return 1;
-            }
-        }
-    }
-    let ready = || {
-        if let Some(s) = status.take() {
-            crate::base::daemonize::report_status(s, 0);
-        }
+    let mut readiness = match go_background("traced", args.background) {
+        Ok(r) => r,
+        Err(code) => return code,
     };
+    // Reported once both sockets listen.
+    let ready = || readiness.report();
     match crate::traced::run(&opts, ready) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("traced: {e}");
+            // In the background only the log sees it.
+            crate::log_error!("{e}");
             1
         }
     }

@@ -1,7 +1,7 @@
 //! `traced_perf`: CPU profiling with call stacks (`linux.perf`).
 
+use super::background::go_background;
 use super::{parse_args, Via};
-use crate::base::daemonize::{self, Side};
 use crate::ipc::default_sockets::producer_socket_name;
 use argh::FromArgs;
 
@@ -34,18 +34,10 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         crate::log_error!("signals: {e}");
         return 1;
     }
-    if args.background {
-        match daemonize::background() {
-            Ok(Side::Parent { child_pid, .. }) => {
-                println!("{child_pid}");
-                return 0;
-            }
-            Ok(Side::Child { status }) => daemonize::report_status(status, 0),
-            Err(e) => {
-                crate::log_error!("cannot go to the background: {e}");
-                return 1;
-            }
-        }
+    // Ready at once: it connects to traced (and reconnects) on its own.
+    match go_background("traced_perf", args.background) {
+        Ok(mut r) => r.report(),
+        Err(code) => return code,
     }
     crate::traced_perf::run(producer_socket_name(), args.exit_with_traced)
 }

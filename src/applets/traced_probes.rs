@@ -1,7 +1,7 @@
 //! `traced_probes`: the ftrace and /proc, /sys producer.
 
+use super::background::go_background;
 use super::{parse_args, Via};
-use crate::base::daemonize::{self, Side};
 use crate::ipc::default_sockets::producer_socket_name;
 use crate::traced_probes::{self, ftrace::crash_state, ProducerOptions};
 use argh::FromArgs;
@@ -57,24 +57,10 @@ pub fn main(args: &[String], _via: Via) -> i32 {
             crate::log_error!("ftrace reset failed: {e}");
         }
     }
-    if args.background {
-        match daemonize::background() {
-            Ok(Side::Parent { child_pid, .. }) => {
-                println!("{child_pid}");
-                return 0;
-            }
-            // The daemon's stdio is /dev/null from here on.
-            Ok(Side::Child { status }) => {
-                if let Some(to) = crate::base::log::use_background_sink() {
-                    crate::log_info!("started in the background, logging to {to}");
-                }
-                daemonize::report_status(status, 0)
-            }
-            Err(e) => {
-                crate::log_error!("cannot go to the background: {e}");
-                return 1;
-            }
-        }
+    // Ready at once: it connects to traced (and reconnects) on its own.
+    match go_background("traced_probes", args.background) {
+        Ok(mut r) => r.report(),
+        Err(code) => return code,
     }
     traced_probes::run(ProducerOptions {
         socket,

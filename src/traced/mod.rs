@@ -16,7 +16,7 @@ use crate::tracing::ipc::{ConsumerPort, ProducerPort, TracedState};
 
 mod socket_permissions;
 
-pub use socket_permissions::SocketPermissions;
+pub use socket_permissions::{apply as set_socket_file_permissions, SocketPermissions};
 
 /// Options of the daemon (from the command line).
 #[derive(Debug, Default, Clone)]

@@ -22,7 +22,7 @@ use std::time::Duration;
 use super::wire::PeerIdentity;
 use crate::base::sock_addr::SockAddr;
 use crate::base::unix_socket::{wait_ready, PeerCred, UnixListener, UnixStream};
-use crate::{log_info, log_warn};
+use crate::log_warn;
 
 const BUF: usize = 64 * 1024;
 /// Producers forwarded at once (two threads and 128 KiB each).
@@ -37,10 +37,14 @@ pub struct Machine {
     pub name: String,
 }
 
-/// Accepts local producers on `listen` forever, forwarding each to `central`.
-pub fn run(listen: &SockAddr, central: &SockAddr, machine: Machine) -> io::Result<()> {
-    let listener = UnixListener::bind(listen)?;
-    log_info!("relaying {listen} to {central} as {:?}", machine.name);
+/// Binds the local producer socket (a stale socket file is replaced).
+pub fn bind(listen: &SockAddr) -> io::Result<UnixListener> {
+    UnixListener::bind(listen)
+}
+
+/// Accepts local producers on `listener` forever, forwarding each to
+/// `central`.
+pub fn serve(listener: UnixListener, central: &SockAddr, machine: Machine) -> io::Result<()> {
     let live = Arc::new(AtomicUsize::new(0));
     loop {
         wait_ready(std::os::fd::AsFd::as_fd(&listener), true, false, None)?;

@@ -121,6 +121,14 @@ fn systemd_and_android_layouts() {
     assert!(unit.contains("ExecStart=/opt/tb/bin/traced "), "{unit}");
     let probes = read(&root.join("lib/systemd/system/traced-probes.service"));
     assert!(probes.contains("ExecStopPost=/opt/tb/bin/traced_probes --cleanup-after-crash"));
+    // A remote board's unit: the relay in traced's place, never beside it.
+    let relay = read(&root.join("lib/systemd/system/traced-relay.service"));
+    assert!(
+        relay.contains("ExecStart=/opt/tb/bin/traced_relay "),
+        "{relay}"
+    );
+    assert!(relay.contains("Conflicts=traced.service"), "{relay}");
+    assert!(!probes.contains("Requires=traced.service"), "{probes}");
     assert!(read(&root.join("etc/default/tracebox")).contains("TRACEBOX_BIN_DIR=/opt/tb/bin"));
 
     let a = tempfile::tempdir().unwrap();

@@ -3,6 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod traced_relay_daemon;
 mod traced_relay_netns;
 mod traced_relay_tcp;
 mod traced_relay_vsock;
