@@ -126,6 +126,7 @@ fn run(file: &str, iters: usize) -> Result<(), String> {
         table: &table,
         filter: &filter,
         compact_sched: compact,
+        sched_switch: compact.map(|c| c.switch),
         clock: None,
         ksyms: None,
     };

@@ -58,6 +58,7 @@ pub fn run(page: &[u8]) {
             table: &table,
             filter: &filter,
             compact_sched,
+            sched_switch: compact.map(|c| c.switch),
             clock: None,
             ksyms: None,
         };

@@ -56,6 +56,8 @@ const CPU_STATS: u32 = 2;
 const CPU: u32 = 1;
 const OVERRUN: u32 = 3;
 const DROPPED_EVENTS: u32 = 8;
+/// `FtraceCpuStats.tracebox_unrecorded_switches` (traced_probes' own).
+const UNRECORDED_SWITCHES: u32 = 1001;
 /// `FtraceStats.exclusive_feature_error`: why the data source did not
 /// set up (its instance is owned by another live traced_probes...).
 const SETUP_ERROR: u32 = 13;
@@ -74,6 +76,8 @@ struct CpuLoss {
     cpu: u64,
     overrun: u64,
     dropped: u64,
+    /// Counted by traced_probes since its data source started.
+    unrecorded: u64,
 }
 
 #[derive(Debug, Default)]
@@ -230,6 +234,39 @@ impl KernelLoss {
         total
     }
 
+    /// sched_switch events the kernel never recorded, per cpu (from each
+    /// ftrace data source's last stats), as an end-line phrase.
+    pub fn unrecorded_switches(&self) -> Option<String> {
+        let mut per_cpu: Vec<(u64, u64)> = Vec::new();
+        for c in self
+            .sequences
+            .iter()
+            .filter_map(|s| s.end.as_ref())
+            .flatten()
+        {
+            match per_cpu.iter_mut().find(|(cpu, _)| *cpu == c.cpu) {
+                Some((_, n)) => *n += c.unrecorded,
+                None => per_cpu.push((c.cpu, c.unrecorded)),
+            }
+        }
+        per_cpu.retain(|(_, n)| *n > 0);
+        if per_cpu.is_empty() {
+            return None;
+        }
+        per_cpu.sort_unstable();
+        let total: u64 = per_cpu.iter().map(|(_, n)| n).sum();
+        let cpus: Vec<String> = per_cpu
+            .iter()
+            .map(|(c, n)| format!("cpu{c}: {n}"))
+            .collect();
+        Some(format!(
+            "the kernel never recorded {total} sched_switch events ({}): a task it switched \
+             to shows as the task before it until its next switch (written in full, so \
+             trace_processor counts them as mismatched_sched_switch_tids)",
+            cpus.join(", ")
+        ))
+    }
+
     /// The end line with perf samples the kernel lost, and perf sources
     /// stopped by traced_perf's memory guardrail, added to it.
     pub fn with_perf_loss(&self, mut line: String) -> String {
@@ -279,6 +316,7 @@ fn parse_stats(
                         (CPU, 0) => &mut c.cpu,
                         (OVERRUN, 0) => &mut c.overrun,
                         (DROPPED_EVENTS, 0) => &mut c.dropped,
+                        (UNRECORDED_SWITCHES, 0) => &mut c.unrecorded,
                         _ => continue,
                     };
                     *slot = read_varint(g.value)?.0;
@@ -505,6 +543,31 @@ mod tests {
         write_ftrace_stats(&mut s, phase, &snap);
         put_varint(&mut s, TRUSTED_SEQUENCE_ID as u32, seq);
         s.into_bytes()
+    }
+
+    #[test]
+    fn switches_the_kernel_never_recorded_are_named_per_cpu() {
+        let mut k = KernelLoss::default();
+        assert_eq!(k.unrecorded_switches(), None);
+        let cpus = [CpuStats::default(), CpuStats::default()];
+        for (seq, unrecorded) in [(1u64, [0u64, 71]), (2, [2, 3])] {
+            let mut s = VecStream::new();
+            put_varint(&mut s, 8, 12345);
+            let snap = StatsSnapshot {
+                cpu_stats: &cpus,
+                unrecorded_switches: &unrecorded,
+                ..Default::default()
+            };
+            write_ftrace_stats(&mut s, P::EndOfTrace, &snap);
+            put_varint(&mut s, TRUSTED_SEQUENCE_ID as u32, seq);
+            k.observe_packet(&[s.into_bytes()]);
+        }
+        let p = k.unrecorded_switches().unwrap();
+        assert!(
+            p.starts_with("the kernel never recorded 76 sched_switch events (cpu0: 2, cpu1: 74)"),
+            "{p}"
+        );
+        assert!(p.contains("mismatched_sched_switch_tids"), "{p}");
     }
 
     #[test]

@@ -476,6 +476,7 @@ fn print_summary(
         missing.push("the trace is empty (0 bytes)".to_owned());
     }
     missing.extend(faults.phrases());
+    missing.extend(kernel.unrecorded_switches());
     for e in &kernel.setup_errors {
         let why: String = e.chars().filter(|c| !c.is_control()).collect();
         missing.push(format!("linux.ftrace setup error: {why}"));

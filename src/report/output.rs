@@ -121,6 +121,9 @@ fn view(w: &Walk, a: &Analysis) -> View {
             );
         }
     }
+    if let Some(p) = m.kernel_loss.unrecorded_switches() {
+        loss("ftrace_sched", p);
+    }
     let b = &w.bundles;
     let counts = [
         ("bundles_with_lost_events", b.lost_events_bundles),

@@ -64,7 +64,7 @@ fn a_trace_without_kernel_loss_says_nothing_lost() {
     let o = perfetto(socks, &cfg, &out).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("Trace stats: nothing lost"), "{err}");
+    assert!(says_nothing_lost(&err), "{err}");
 }
 
 /// Returns (events the line says the kernel lost, markers in the trace,

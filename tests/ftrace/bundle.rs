@@ -6,6 +6,7 @@ use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
 use tracebox::pb::protos::mod_GenericFtraceEvent::mod_Field::OneOfvalue;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::{FtraceEventBundle, TracePacket};
+use tracebox::protozero::VecStream;
 use tracebox::traced_probes::ftrace::parse::bundle::{
     write_pages, BundleContext, ClockSnapshot, CpuState, EventFilter,
 };
@@ -13,7 +14,10 @@ use tracebox::traced_probes::ftrace::parse::compact_sched;
 use tracebox::traced_probes::ftrace::parse::format::{
     parse_format, parse_header_page, PageHeaderLayout,
 };
-use tracebox::traced_probes::ftrace::parse::page_parser::ParseError;
+use tracebox::traced_probes::ftrace::parse::page_parser::{parse_page, PageSink, ParseError};
+use tracebox::traced_probes::ftrace::parse::stats::{
+    write_ftrace_stats, CpuStats, Phase, StatsSnapshot,
+};
 use tracebox::traced_probes::ftrace::parse::translate::TranslationTable;
 
 const CPU0: &[u8] = include_bytes!("../data/ftrace-pages/cpu0.pages");
@@ -67,6 +71,7 @@ fn plain_ctx<'a>(table: &'a TranslationTable, filter: &'a EventFilter) -> Bundle
         table,
         filter,
         compact_sched: None,
+        sched_switch: None,
         clock: None,
         ksyms: None,
     }
@@ -163,6 +168,7 @@ fn compact_sched_matches_full_events() {
     let full_ctx = plain_ctx(&table, &filter);
     let ctx = BundleContext {
         compact_sched: Some(compact),
+        sched_switch: Some(compact.switch),
         ..full_ctx
     };
     let clock = ClockSnapshot {
@@ -227,6 +233,137 @@ fn compact_sched_matches_full_events() {
     uniq.sort();
     uniq.dedup();
     assert_eq!(uniq.len(), c.intern_table.len());
+}
+
+/// Offsets (in `pages`) of the records of event `id`.
+fn record_offsets(pages: &[u8], layout: &PageHeaderLayout, id: u32) -> Vec<usize> {
+    struct Sink {
+        base: usize,
+        id: u32,
+        at: Vec<usize>,
+    }
+    impl PageSink for Sink {
+        fn on_event(&mut self, _ts: u64, event_id: u16, rec: &[u8]) -> Result<(), ParseError> {
+            if u32::from(event_id) == self.id {
+                self.at.push(rec.as_ptr() as usize - self.base);
+            }
+            Ok(())
+        }
+    }
+    let mut sink = Sink {
+        base: pages.as_ptr() as usize,
+        id,
+        at: Vec::new(),
+    };
+    for page in pages.chunks(layout.page_size) {
+        let _ = parse_page(page, layout, &mut sink);
+    }
+    sink.at
+}
+
+/// A switch away from a task no recorded switch went to means the kernel
+/// skipped an event (this VM's kernel never records the switch out of one
+/// cpu's idle task): it is counted and written in full, prev_pid and all,
+/// so trace_processor sees the mismatch that compact sched would hide.
+#[test]
+fn a_switch_the_kernel_never_recorded_is_counted_and_written_in_full() {
+    let table = fixture_table(true);
+    let filter = all_ids(&table);
+    let compact = compact_sched::validate(
+        &parse_format(SWITCH).unwrap(),
+        &parse_format(WAKING).unwrap(),
+    )
+    .unwrap();
+    for compact_on in [true, false] {
+        let ctx = BundleContext {
+            compact_sched: compact_on.then_some(compact),
+            sched_switch: Some(compact.switch),
+            ..plain_ctx(&table, &filter)
+        };
+        let mut pages = CPU0.to_vec();
+        let at = record_offsets(&pages, &layout(), compact.switch.event_id);
+        assert_eq!(at.len(), 55);
+        let off = at[10] + compact.switch.prev_pid;
+        pages[off..off + 4].copy_from_slice(&999_999i32.to_le_bytes());
+        let mut state = CpuState::default();
+        let mut out = Packets::default();
+        write_pages(&mut out, 0, &pages, &layout(), &ctx, &mut state);
+        assert_eq!(state.unrecorded_switches, 1);
+        let b = bundles(&out);
+        let full: Vec<_> = b
+            .iter()
+            .flat_map(|b| &b.event)
+            .filter_map(|e| match &e.event {
+                OneOfevent::sched_switch(s) => Some(s.prev_pid.unwrap()),
+                _ => None,
+            })
+            .collect();
+        let compact_n: usize = b
+            .iter()
+            .filter_map(|b| b.compact_sched.as_ref())
+            .map(|c| c.switch_timestamp.len())
+            .sum();
+        if compact_on {
+            assert_eq!((full, compact_n), (vec![999_999], 54));
+        } else {
+            assert_eq!((full.len(), full[10]), (55, 999_999));
+        }
+    }
+    // The count travels in the end-of-trace stats, per cpu.
+    let mut s = VecStream::new();
+    let cpus = [CpuStats::default(), CpuStats::default()];
+    let snap = StatsSnapshot {
+        cpu_stats: &cpus,
+        unrecorded_switches: &[0, 3],
+        ..Default::default()
+    };
+    write_ftrace_stats(&mut s, Phase::EndOfTrace, &snap);
+    let bytes = s.into_bytes();
+    let p = TracePacket::from_reader(&mut BytesReader::from_bytes(&bytes), &bytes).unwrap();
+    let OneOfdata::ftrace_stats(st) = p.data else {
+        panic!("no ftrace_stats")
+    };
+    let got: Vec<_> = st
+        .cpu_stats
+        .iter()
+        .map(|c| c.tracebox_unrecorded_switches)
+        .collect();
+    assert_eq!(got, vec![None, Some(3)]);
+}
+
+/// After events the kernel lost, the next switch starts afresh.
+#[test]
+fn lost_events_reset_the_switch_check() {
+    let table = fixture_table(true);
+    let filter = all_ids(&table);
+    let compact = compact_sched::validate(
+        &parse_format(SWITCH).unwrap(),
+        &parse_format(WAKING).unwrap(),
+    )
+    .unwrap();
+    let ctx = BundleContext {
+        sched_switch: Some(compact.switch),
+        ..plain_ctx(&table, &filter)
+    };
+    let layout = layout();
+    let mut state = CpuState {
+        last_switched_to: Some(424_242),
+        ..Default::default()
+    };
+    let mut out = Packets::default();
+    let mut pages = CPU0.to_vec();
+    // RB_MISSED_EVENTS in the first page's commit word.
+    let commit = layout.commit_offset as usize;
+    pages[commit + 3] |= 0x80;
+    write_pages(&mut out, 0, &pages, &layout, &ctx, &mut state);
+    assert_eq!(state.unrecorded_switches, 0);
+    let mut out = Packets::default();
+    let mut state = CpuState {
+        last_switched_to: Some(424_242),
+        ..Default::default()
+    };
+    write_pages(&mut out, 0, CPU0, &layout, &ctx, &mut state);
+    assert_eq!(state.unrecorded_switches, 1, "a stale pid without the loss");
 }
 
 #[test]
@@ -408,6 +545,7 @@ fn mutated_pages_never_panic() {
             filter: &filter,
             ksyms: None,
             compact_sched: if round % 2 == 0 { compact } else { None },
+            sched_switch: compact.map(|c| c.switch),
             clock: None,
         };
         let mut out = Packets::default();

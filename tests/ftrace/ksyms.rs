@@ -69,6 +69,7 @@ fn workqueue_functions_resolve_to_kallsyms_names() {
             table: &table,
             filter: &filter,
             compact_sched: None,
+            sched_switch: None,
             clock: None,
             ksyms: Some(&lazy),
         };

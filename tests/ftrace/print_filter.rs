@@ -53,6 +53,7 @@ fn run(t: &Tracefs) {
         table: &table,
         filter: &filter,
         compact_sched: None,
+        sched_switch: None,
         clock: None,
         ksyms: None,
     };

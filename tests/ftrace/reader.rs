@@ -79,6 +79,7 @@ fn markers_test(instance: &str, mode: ReaderMode) {
             table: &table,
             filter: &filter,
             compact_sched: None,
+            sched_switch: None,
             clock: None,
             ksyms: None,
         };
@@ -169,6 +170,7 @@ fn sched_switch_count_matches_kernel_stats() {
             table: &table,
             filter: &filter,
             compact_sched: None,
+            sched_switch: None,
             clock: None,
             ksyms: None,
         };
@@ -232,6 +234,7 @@ fn typed_process_events_and_compact_sched() {
             table: &table,
             filter: &filter,
             compact_sched: compact,
+            sched_switch: compact.map(|c| c.switch),
             clock: None,
             ksyms: None,
         };

@@ -48,6 +48,7 @@ fn run(t: &Tracefs) {
         table: &table,
         filter: &filter,
         compact_sched: None,
+        sched_switch: None,
         clock: None,
         ksyms: None,
     };

@@ -166,7 +166,7 @@ fn finish(mut c: Child, out: &Path, dir: &Path, name: &str, tag: &str, written: 
     let code = c.wait().unwrap().code().unwrap_or(-1);
     let err = std::fs::read_to_string(dir.join(format!("{name}.err"))).unwrap_or_default();
     assert_eq!(code, 0, "{name}: {err}");
-    assert!(err.contains("Trace stats: nothing lost"), "{name}: {err}");
+    assert!(says_nothing_lost(&err), "{name}: {err}");
     let found = markers_in(out, tag);
     let missing: Vec<u64> = (0..written)
         .filter(|n| !found.contains(n))

@@ -44,6 +44,7 @@ fn read_back(compact: bool) -> (Vec<Rec>, HashMap<i32, String>) {
         table: &table,
         filter: &filter,
         compact_sched: if compact { cs } else { None },
+        sched_switch: cs.map(|c| c.switch),
         clock: None,
         ksyms: None,
     };

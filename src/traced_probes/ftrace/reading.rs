@@ -138,6 +138,7 @@ pub fn read_pass(
                     table,
                     filter: &src.filter,
                     compact_sched: if src.compact { *compact } else { None },
+                    sched_switch: compact.map(|c| c.switch),
                     clock: snapshot,
                     ksyms: src.ksyms.as_deref(),
                 };

@@ -93,8 +93,10 @@ impl Source {
             .flat_map(|c| c.parse_errors.iter().copied())
             .collect();
         let none: &[String] = &[];
+        let unrecorded: Vec<u64> = self.cpus.iter().map(|c| c.unrecorded_switches).collect();
         let snapshot = StatsSnapshot {
             cpu_stats,
+            unrecorded_switches: &unrecorded,
             unknown_ftrace_events: if end { &self.unknown_events } else { none },
             failed_ftrace_events: if end { &self.failed_events } else { none },
             atrace_errors,

@@ -3,7 +3,9 @@
 //! Pure: pages in, protobuf out through a [`PacketWriter`], which the
 //! data source backs with a TraceWriter (and tests with memory).
 
-use super::compact_sched::{CompactSchedBuffer, CompactSchedFormat, INTERNER_THRESHOLD};
+use super::compact_sched::{
+    CompactSchedBuffer, CompactSchedFormat, SwitchFormat, INTERNER_THRESHOLD,
+};
 use super::format::PageHeaderLayout;
 use super::ksyms::LazySymbols;
 use super::packet_buf::{Open, PacketBuf};
@@ -88,6 +90,10 @@ pub struct BundleContext<'a> {
     pub filter: &'a EventFilter,
     /// `Some` when compact sched is on and the kernel formats allow it.
     pub compact_sched: Option<CompactSchedFormat>,
+    /// sched_switch's layout when the kernel's format is as expected (with
+    /// compact sched on or off): every switch is checked against the one
+    /// before it on its cpu.
+    pub sched_switch: Option<SwitchFormat>,
     pub clock: Option<ClockSnapshot>,
     /// Set with `symbolize_ksyms`: new kernel addresses of a bundle are
     /// emitted as `interned_data.kernel_symbols` in its packet (the first
@@ -106,6 +112,14 @@ pub struct CpuState {
     pub parse_errors: Vec<ParseError>,
     /// The bundle being encoded (kept to reuse its allocation).
     pub out: PacketBuf,
+    /// next_pid of the last sched_switch on this cpu (`None` at the start
+    /// and after lost events).
+    pub last_switched_to: Option<i32>,
+    /// Switches away from a task that no recorded switch had switched to:
+    /// events the kernel never recorded (some kernels skip the switch out
+    /// of a cpu's idle task). Such a switch is written in full, prev_pid
+    /// included, so trace_processor flags it too.
+    pub unrecorded_switches: u64,
 }
 
 impl CpuState {
@@ -192,10 +206,30 @@ impl<W: PacketWriter> Bundler<'_, W> {
         s.end(n);
     }
 
+    /// Whether a sched_switch follows on from the previous one on this
+    /// cpu (its prev_pid is the task switched to last).
+    #[inline]
+    fn switch_follows_on(&mut self, rec: &[u8], f: &SwitchFormat) -> bool {
+        let (Some(prev), Some(next)) = (read_int(rec, f.prev_pid, 4), read_int(rec, f.next_pid, 4))
+        else {
+            return true;
+        };
+        let follows = self.state.last_switched_to.is_none_or(|p| p == prev as i32);
+        self.state.last_switched_to = Some(next as i32);
+        if !follows {
+            self.state.unrecorded_switches += 1;
+        }
+        follows
+    }
+
     #[inline]
     fn write_event(&mut self, ts: u64, id: u32, rec: &[u8]) -> Result<(), ParseError> {
         let ctx = self.ctx;
-        if let Some(c) = &ctx.compact_sched {
+        let in_full = match &ctx.sched_switch {
+            Some(f) if id == f.event_id => !self.switch_follows_on(rec, f),
+            _ => false,
+        };
+        if let Some(c) = ctx.compact_sched.as_ref().filter(|_| !in_full) {
             // The tasks switched to and woken are the pids that matter most
             // for the process tree; hand them over as for full events.
             let task_pid = if id == c.switch.event_id {
@@ -386,6 +420,9 @@ pub fn write_pages<W: PacketWriter>(
         if lost || b.state.compact.interned() > INTERNER_THRESHOLD {
             b.close();
             b.lost_pending = lost;
+        }
+        if lost {
+            b.state.last_switched_to = None;
         }
         match parse_page(page, layout, &mut b) {
             Ok(s) => {

@@ -20,6 +20,7 @@ pub struct SwitchFormat {
     /// Bytes a record must have to contain every field used.
     pub size: usize,
     pub prev_state: (usize, usize),
+    pub prev_pid: usize,
     pub next_pid: usize,
     pub next_prio: usize,
     pub next_comm: usize,
@@ -69,9 +70,16 @@ pub fn validate(switch: &EventFormat, waking: &EventFormat) -> Option<CompactSch
         event_id: switch.id,
         size: end(
             switch,
-            &["prev_state", "next_pid", "next_prio", "next_comm"],
+            &[
+                "prev_pid",
+                "prev_state",
+                "next_pid",
+                "next_prio",
+                "next_comm",
+            ],
         ),
         prev_state: (state.offset as usize, state.size as usize),
+        prev_pid: field(switch, "prev_pid", &[F::Pid32], 4)?,
         next_pid: field(switch, "next_pid", &[F::Pid32], 4)?,
         next_prio: field(switch, "next_prio", &[F::Int32], 4)?,
         next_comm: field(switch, "next_comm", &[F::FixedCString], 16)?,
