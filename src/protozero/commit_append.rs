@@ -35,6 +35,9 @@ const PACKET_TAG: u8 = 1 << 3 | 2;
 pub const HDR: u64 = 6;
 /// The unit the kernel never splits a write inside.
 pub const PAGE: u64 = 4096;
+/// Bytes of padding pages written per write() when growing (the buffer
+/// holding them is kept).
+const GROW_STEP: usize = 64 << 10;
 /// Filler between a batch and the next padding header, so that the header
 /// does not straddle a page: 0 or 2..=7 bytes.
 const MAX_FILL: u64 = 7;
@@ -53,7 +56,7 @@ pub struct CommitAppender {
     eof: u64,
     /// Whether `committed..eof` is a padding field (else `eof == committed`).
     padded: bool,
-    /// Reused page-sized padding fields for growth.
+    /// [`GROW_STEP`] bytes of page-sized padding fields, for growth.
     pages: Vec<u8>,
     /// Reused header and filler bytes.
     small: Vec<u8>,
@@ -118,9 +121,14 @@ impl CommitAppender {
             return Ok(());
         }
         let n = (need.saturating_sub(have)).div_ceil(PAGE);
-        self.fill_pages(n as usize);
-        f.write_all_at(&self.pages[..(n * PAGE) as usize], self.eof)?;
-        self.eof += n * PAGE;
+        self.fill_pages();
+        let mut left = n * PAGE;
+        while left > 0 {
+            let step = left.min(self.pages.len() as u64);
+            f.write_all_at(&self.pages[..step as usize], self.eof)?;
+            self.eof += step;
+            left -= step;
+        }
         // Merge: one header over the old padding (if any) and the pages.
         self.small.clear();
         push_pad_header(&mut self.small, self.eof - self.committed - HDR);
@@ -160,15 +168,15 @@ impl CommitAppender {
         Ok(())
     }
 
-    fn fill_pages(&mut self, n: usize) {
-        let want = n * PAGE as usize;
-        if self.pages.len() >= want {
+    /// Builds [`GROW_STEP`] bytes of page-sized padding fields, once.
+    fn fill_pages(&mut self) {
+        if !self.pages.is_empty() {
             return;
         }
         let mut page = Vec::with_capacity(PAGE as usize);
         push_pad_header(&mut page, PAGE - HDR);
         page.resize(PAGE as usize, 0);
-        while self.pages.len() < want {
+        while self.pages.len() < GROW_STEP {
             self.pages.extend_from_slice(&page);
         }
     }

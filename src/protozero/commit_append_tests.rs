@@ -200,6 +200,11 @@ fn page_sized_and_larger_batches() {
 }
 
 #[test]
+fn a_batch_larger_than_one_growth_step() {
+    check(0, &[vec![9000; 20], vec![100], vec![70_000, 3]]);
+}
+
+#[test]
 fn every_header_position_near_a_page_end() {
     // Packet sizes 1..64 walk the end of each batch through every offset
     // of a page, so the filler cases (1 to 5 bytes left) all come up.
