@@ -13,7 +13,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 use std::collections::BTreeMap;
 
 use super::index::{ChunkKey, ChunkMeta, SequenceKey, Slot};
-use super::record::{RecordHeader, RECORD_HEADER_SIZE};
+use super::record::{self, RECORD_HEADER_SIZE};
 use super::{BufferStats, ChunkPayloadHistogram, ClientIdentity, TraceBuffer};
 use crate::tracing::core::smb_abi::{
     FLAG_CHUNK_NEEDS_PATCHING, FLAG_FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK,
@@ -582,8 +582,8 @@ fn read_fragment_of(
         return Fragment::Invalid;
     }
     let off = meta.record_off as usize;
-    let rec = RecordHeader::decode(&data[off..off + RECORD_HEADER_SIZE]);
-    let rec_end = off + rec.size as usize;
+    let rec_size = record::size_at(data, off);
+    let rec_end = off + rec_size as usize;
     let payload = off + RECORD_HEADER_SIZE;
     let begin = payload + meta.cur_fragment_offset as usize;
 
@@ -592,7 +592,7 @@ fn read_fragment_of(
         meta.num_fragments_read = meta.num_fragments;
         if meta.complete {
             stats.chunks_read += 1;
-            stats.bytes_read += u64::from(rec.size);
+            stats.bytes_read += u64::from(rec_size);
         }
     };
 
@@ -626,7 +626,7 @@ fn read_fragment_of(
     meta.num_fragments_read += 1;
     if !meta.has_unread_fragments() && meta.complete {
         stats.chunks_read += 1;
-        stats.bytes_read += u64::from(rec.size);
+        stats.bytes_read += u64::from(rec_size);
         let used = u64::from(meta.cur_fragment_offset);
         writer_stats.entry(key.sequence()).or_default().add(used);
     }
