@@ -394,6 +394,12 @@ impl TraceBuffer {
                 if self.read_iter.cur == it.cur {
                     break;
                 }
+                if self.read_iter.cur.map(|c| c.wrapping_add(1)) == it.cur {
+                    // The walk above took this step already (and reads
+                    // change no index entry's presence or completeness).
+                    self.read_iter = it;
+                    continue;
+                }
                 let mut r = self.read_iter;
                 self.advance(&mut r);
                 self.read_iter = r;
@@ -537,6 +543,9 @@ impl TraceBuffer {
 
     /// The key and slot of the reader's chunk, if it is in the index
     /// (from the slot the reader remembers while that is still valid).
+    /// Inlined: it runs once a packet, and out of line the call costs
+    /// more than its body.
+    #[inline(always)]
     fn current(&self, it: &ReadIter) -> Option<(ChunkKey, Slot)> {
         let key = seq_key(it.seq?, it.cur?);
         match it.slot {
