@@ -2,15 +2,17 @@
 //! under callgrind (a developer benchmark: compare two commits with the
 //! same arguments; docs/BENCHMARKS.md has the figures).
 //!
-//! `bench_trace_buffer ftrace|sdk [ROUNDS]`
+//! `bench_trace_buffer ftrace|ftrace-big|sdk [ROUNDS]`
 //!   ftrace: 4 writers commit 32 KiB chunks (traced_probes' SMB page)
 //!     filled with 3-5 KiB bundles that span chunk boundaries, 64 MiB
 //!     DISCARD buffer; each round writes 128 chunks and drains them in
 //!     one read pass, as a write_into_file period does.
+//!   ftrace-big: the same with 24-104 KiB bundles (a drain's 32-page step
+//!     of a busy cpu is one bundle), each spanning 1-4 chunks.
 //!   sdk: one writer commits 4 KiB chunks of 100 B packets until a 128 MiB
 //!     buffer is full, read back in one pass (scripts/bench/service-ratio.sh).
 //!
-//! Prints `packets=.. bytes=..`. Measure only the reads with
+//! Prints `packets=.. chunks=.. bytes=..`. Measure only the reads with
 //! `valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*read_all*'`
 //! and divide the instructions by `packets`.
 
@@ -138,11 +140,11 @@ fn writers(n: u16, min_packet: usize, packet_spread: usize) -> Vec<Writer> {
         .collect()
 }
 
-fn ftrace(rounds: usize) -> (u64, u64) {
+fn ftrace(rounds: usize, min_packet: usize, packet_spread: usize) -> (u64, u64, u64) {
     const CHUNK: usize = 32 * 1024;
     const CHUNKS_PER_ROUND: usize = 128;
     let mut buf = TraceBuffer::new(64 << 20, OverwritePolicy::Discard).expect("size");
-    let mut ws = writers(4, 3 * 1024, 2 * 1024);
+    let mut ws = writers(4, min_packet, packet_spread);
     let (mut packets, mut bytes) = (0, 0);
     for _ in 0..rounds {
         for i in 0..CHUNKS_PER_ROUND {
@@ -153,13 +155,13 @@ fn ftrace(rounds: usize) -> (u64, u64) {
         packets += p;
         bytes += b;
     }
-    (packets, bytes)
+    (packets, bytes, buf.stats().chunks_read)
 }
 
-fn sdk(rounds: usize) -> (u64, u64) {
+fn sdk(rounds: usize) -> (u64, u64, u64) {
     const CHUNK: usize = 4 * 1024;
     const BUFFER: usize = 128 << 20;
-    let (mut packets, mut bytes) = (0, 0);
+    let (mut packets, mut bytes, mut chunks) = (0, 0, 0);
     for _ in 0..rounds {
         let mut buf = TraceBuffer::new(BUFFER, OverwritePolicy::Discard).expect("size");
         let mut ws = writers(1, 100, 0);
@@ -170,21 +172,23 @@ fn sdk(rounds: usize) -> (u64, u64) {
         let (p, b) = read_all(&mut buf);
         packets += p;
         bytes += b;
+        chunks += buf.stats().chunks_read;
     }
-    (packets, bytes)
+    (packets, bytes, chunks)
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let rounds = |default| args.get(2).and_then(|s| s.parse().ok()).unwrap_or(default);
-    let (packets, bytes) = match args.get(1).map(String::as_str) {
-        Some("ftrace") => ftrace(rounds(50)),
+    let (packets, bytes, chunks) = match args.get(1).map(String::as_str) {
+        Some("ftrace") => ftrace(rounds(50), 3 << 10, 2 << 10),
+        Some("ftrace-big") => ftrace(rounds(50), 24 << 10, 80 << 10),
         Some("sdk") => sdk(rounds(1)),
         _ => {
-            eprintln!("usage: bench_trace_buffer ftrace|sdk [ROUNDS]");
+            eprintln!("usage: bench_trace_buffer ftrace|ftrace-big|sdk [ROUNDS]");
             return ExitCode::FAILURE;
         }
     };
-    println!("packets={packets} bytes={bytes}");
+    println!("packets={packets} chunks={chunks} bytes={bytes}");
     ExitCode::SUCCESS
 }
