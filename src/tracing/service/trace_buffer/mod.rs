@@ -52,7 +52,7 @@ pub use write::Patch;
 pub use writer_stats::{encode_histogram_def, ChunkPayloadHistogram, CHUNK_PAYLOAD_BUCKETS};
 
 use continuity::EvictedTail;
-use index::{ChunkKey, ChunkMeta, SequenceKey};
+use index::{ChunkIndex, SequenceKey};
 use read::{Ranges, ReadIter, SkipHints};
 use record::{MAX_RECORD_SIZE, RECORD_HEADER_SIZE};
 
@@ -109,7 +109,7 @@ pub struct TraceBuffer {
     /// Clones are snapshots: writes and patches are ignored.
     read_only: bool,
     has_data: bool,
-    index: BTreeMap<ChunkKey, ChunkMeta>,
+    index: ChunkIndex,
     /// Newest chunk id seen per sequence (wrap-aware); reading a sequence
     /// starts right after it, i.e. at its oldest chunk.
     last_chunk_id_written: BTreeMap<SequenceKey, u32>,
@@ -153,7 +153,7 @@ impl TraceBuffer {
             discard_writes: false,
             read_only: false,
             has_data: false,
-            index: BTreeMap::new(),
+            index: ChunkIndex::default(),
             last_chunk_id_written: BTreeMap::new(),
             evicted: BTreeMap::new(),
             read_iter: ReadIter::default(),

@@ -8,12 +8,12 @@
 //! stays for a later pass. Reads are destructive: each fragment is handed
 //! out at most once.
 
-use std::ops::Bound::{Excluded, Included, Unbounded};
+use std::ops::Bound::{Excluded, Unbounded};
 
 use std::collections::BTreeMap;
 
-use super::index::{ChunkKey, ChunkMeta, SequenceKey};
-use super::record::{RecordHeader, RECORD_HEADER_SIZE};
+use super::index::{ChunkKey, ChunkMeta, SequenceKey, Slot};
+use super::record::{self, RECORD_HEADER_SIZE};
 use super::{BufferStats, ChunkPayloadHistogram, ClientIdentity, TraceBuffer};
 use crate::tracing::core::smb_abi::{
     FLAG_CHUNK_NEEDS_PATCHING, FLAG_FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK,
@@ -86,6 +86,17 @@ pub(super) struct ReadIter {
     wrapping_id: u32,
     /// The chunk the sequence was entered at (its oldest).
     entry: Option<u32>,
+    /// Index slot of `cur` and the index generation it was found at.
+    slot: Option<(Slot, u64)>,
+}
+
+impl ReadIter {
+    /// Moves to chunk `(id, slot)` found at index `generation`, or ends
+    /// the sequence for this pass.
+    fn move_to(&mut self, found: Option<(u32, Slot)>, generation: u64) {
+        self.cur = found.map(|f| f.0);
+        self.slot = found.map(|f| (f.1, generation));
+    }
 }
 
 enum Fragment {
@@ -187,14 +198,14 @@ impl TraceBuffer {
         self.read_next_packet_general(out)
     }
 
-    /// The common case in one index lookup: the reader sits in a chunk it
-    /// already handed a packet out of, and the next fragment is a whole
-    /// packet. Does exactly what the general path does in that state;
-    /// anything else (including an empty or corrupt fragment, once
+    /// The common case without an index search: the reader sits in a
+    /// chunk it already handed a packet out of, and the next fragment is a
+    /// whole packet. Does exactly what the general path does in that
+    /// state; anything else (including an empty or corrupt fragment, once
     /// consumed) is left to the general path.
     fn read_next_in_current_chunk(&mut self, out: &mut Ranges) -> Option<PacketInfo> {
-        let key = seq_key(self.read_iter.seq?, self.read_iter.cur?);
-        let meta = self.index.get_mut(&key)?;
+        let (key, slot) = self.current(&self.read_iter)?;
+        let meta = self.index.at_mut(slot);
         let last_continues = meta.flags & FLAG_LAST_PACKET_CONTINUES_ON_NEXT_CHUNK != 0;
         if meta.flags & FLAG_CHUNK_NEEDS_PATCHING != 0
             || meta.num_fragments_read == 0
@@ -236,20 +247,23 @@ impl TraceBuffer {
             }
             advance = true;
 
-            let key = match self.current_key(&self.read_iter) {
-                Some(key) => key,
+            let (key, slot) = match self.current(&self.read_iter) {
+                Some(found) => found,
                 None => {
                     let next = self.next_sequence(self.read_iter.seq)?;
                     self.read_iter = self.iter_for_sequence(next);
                     previous_packet_dropped = self.continuity_before(next, self.read_iter.cur);
-                    match self.current_key(&self.read_iter) {
-                        Some(key) => key,
+                    match self.current(&self.read_iter) {
+                        Some(found) => found,
                         None => continue,
                     }
                 }
             };
+            // Found by a search at worst: later packets of this chunk
+            // need none.
+            self.read_iter.slot = Some((slot, self.index.generation()));
 
-            let meta = &self.index[&key];
+            let meta = self.index.at(slot);
             if meta.flags & FLAG_CHUNK_NEEDS_PATCHING != 0 {
                 self.read_iter.cur = None;
                 continue;
@@ -271,9 +285,9 @@ impl TraceBuffer {
                 previous_packet_dropped = skipped;
             }
 
-            let mut key = key;
+            let (mut key, mut slot) = (key, slot);
             loop {
-                let meta = &self.index[&key];
+                let meta = self.index.at(slot);
                 if !meta.has_unread_fragments() {
                     break;
                 }
@@ -296,18 +310,18 @@ impl TraceBuffer {
 
                 match action {
                     Action::Skip => {
-                        self.read_fragment(key, None);
-                        self.mark_skipped(key);
+                        self.read_fragment(key, slot, None);
+                        self.mark_skipped(slot);
                         previous_packet_dropped = true;
                     }
-                    Action::ReadOne => match self.read_fragment(key, Some(out)) {
+                    Action::ReadOne => match self.read_fragment(key, slot, Some(out)) {
                         Fragment::Read => {
                             return Some(packet_info(key, client, previous_packet_dropped));
                         }
                         Fragment::Empty => {}
                         Fragment::Invalid => {
                             // The whole chunk was given up; move on.
-                            self.mark_skipped(key);
+                            self.mark_skipped(slot);
                             previous_packet_dropped = true;
                             break;
                         }
@@ -324,11 +338,11 @@ impl TraceBuffer {
                         }
                         ReadAhead::FailedStayOnSameSequence => {
                             // The reader now sits on the packet's last chunk.
-                            let Some(k) = self.current_key(&self.read_iter) else {
+                            let Some(found) = self.current(&self.read_iter) else {
                                 break;
                             };
-                            key = k;
-                            self.mark_skipped(key);
+                            (key, slot) = found;
+                            self.mark_skipped(slot);
                             previous_packet_dropped = true;
                         }
                     },
@@ -337,10 +351,8 @@ impl TraceBuffer {
         }
     }
 
-    fn mark_skipped(&mut self, key: ChunkKey) {
-        if let Some(meta) = self.index.get_mut(&key) {
-            meta.last_read_packet_skipped = Some(true);
-        }
+    fn mark_skipped(&mut self, slot: Slot) {
+        self.index.at_mut(slot).last_read_packet_skipped = Some(true);
     }
 
     /// Collects a packet whose first fragment ends the current chunk by
@@ -352,8 +364,8 @@ impl TraceBuffer {
         let mut expected_id = start.wrapping_add(1);
         let mut it = self.read_iter;
         self.advance(&mut it);
-        while let Some(key) = self.current_key(&it) {
-            let meta = &self.index[&key];
+        while let Some((key, slot)) = self.current(&it) {
+            let meta = self.index.at(slot);
             if meta.num_fragments == 0 {
                 self.advance(&mut it);
                 expected_id = expected_id.wrapping_add(1);
@@ -375,12 +387,18 @@ impl TraceBuffer {
 
             // Every piece is here: consume one fragment from each chunk.
             let mut corrupt = false;
-            while let Some(k) = self.current_key(&self.read_iter) {
-                if self.index[&k].num_fragments > 0 {
-                    corrupt |= matches!(self.read_fragment(k, Some(out)), Fragment::Invalid);
+            while let Some((k, s)) = self.current(&self.read_iter) {
+                if self.index.at(s).num_fragments > 0 {
+                    corrupt |= matches!(self.read_fragment(k, s, Some(out)), Fragment::Invalid);
                 }
                 if self.read_iter.cur == it.cur {
                     break;
+                }
+                if self.read_iter.cur.map(|c| c.wrapping_add(1)) == it.cur {
+                    // The walk above took this step already (and reads
+                    // change no index entry's presence or completeness).
+                    self.read_iter = it;
+                    continue;
                 }
                 let mut r = self.read_iter;
                 self.advance(&mut r);
@@ -397,12 +415,9 @@ impl TraceBuffer {
 
     /// Consumes the next fragment of a chunk, appending its bytes to `out`
     /// (if given). A malformed fragment gives up the rest of the chunk.
-    fn read_fragment(&mut self, key: ChunkKey, out: Option<&mut Ranges>) -> Fragment {
-        let Some(meta) = self.index.get_mut(&key) else {
-            return Fragment::Invalid;
-        };
+    fn read_fragment(&mut self, key: ChunkKey, slot: Slot, out: Option<&mut Ranges>) -> Fragment {
         read_fragment_of(
-            meta,
+            self.index.at_mut(slot),
             key,
             &self.data,
             &mut self.stats,
@@ -445,11 +460,11 @@ impl TraceBuffer {
         if let Some(s) = skipped {
             *previous_packet_dropped = s;
         }
-        it.cur = resume;
+        it.move_to(resume, self.index.generation());
         if hints_valid {
             let hint = SkipHint {
                 start,
-                resume,
+                resume: resume.map(|r| r.0),
                 skipped,
             };
             self.skip_hints.by_sequence.insert(seq, hint);
@@ -465,19 +480,19 @@ impl TraceBuffer {
         from: u32,
         wrapping_id: u32,
         skipped: &mut Option<bool>,
-    ) -> Option<u32> {
+    ) -> Option<(u32, Slot)> {
         // Ids ascend to u32::MAX and then wrap to 0.
         let tail = self
             .index
-            .range(seq_key(seq, from)..=seq_key(seq, u32::MAX));
-        let head = self.index.range(seq_key(seq, 0)..seq_key(seq, from));
+            .range_slots(seq_key(seq, from)..=seq_key(seq, u32::MAX));
+        let head = self.index.range_slots(seq_key(seq, 0)..seq_key(seq, from));
         let mut expected = from;
-        for (key, meta) in tail.chain(head) {
+        for (key, slot, meta) in tail.chain(head) {
             if key.chunk_id != expected {
                 return None; // Gap.
             }
             if meta.flags & FLAG_CHUNK_NEEDS_PATCHING != 0 || meta.has_unread_fragments() {
-                return Some(expected);
+                return Some((expected, slot));
             }
             if meta.last_read_packet_skipped.is_some() {
                 *skipped = meta.last_read_packet_skipped;
@@ -497,61 +512,66 @@ impl TraceBuffer {
             None
         } else {
             self.index
-                .range(seq_key(seq, wrapping_id + 1)..=seq_key(seq, u32::MAX))
+                .range_slots(seq_key(seq, wrapping_id + 1)..=seq_key(seq, u32::MAX))
                 .next()
-                .map(|(k, _)| k.chunk_id)
+                .map(|(k, s, _)| (k.chunk_id, s))
         };
-        let cur = after_newest.or_else(|| self.first_chunk_of(seq));
-        ReadIter {
+        let cur = after_newest.or_else(|| {
+            self.index
+                .range_slots(seq_key(seq, 0)..=seq_key(seq, u32::MAX))
+                .next()
+                .map(|(k, s, _)| (k.chunk_id, s))
+        });
+        let mut it = ReadIter {
             seq: Some(seq),
-            cur,
             wrapping_id,
-            entry: cur,
-        }
-    }
-
-    fn first_chunk_of(&self, seq: SequenceKey) -> Option<u32> {
-        self.index
-            .range(seq_key(seq, 0)..=seq_key(seq, u32::MAX))
-            .next()
-            .map(|(k, _)| k.chunk_id)
+            entry: cur.map(|c| c.0),
+            ..ReadIter::default()
+        };
+        it.move_to(cur, self.index.generation());
+        it
     }
 
     fn next_sequence(&self, after: Option<SequenceKey>) -> Option<SequenceKey> {
-        let mut range = match after {
-            None => self.index.range(..),
-            Some(seq) => self
-                .index
-                .range((Excluded(seq_key(seq, u32::MAX)), Unbounded)),
+        let from = match after {
+            None => Unbounded,
+            Some(seq) => Excluded(seq_key(seq, u32::MAX)),
         };
+        let mut range = self.index.range((from, Unbounded));
         range.next().map(|(k, _)| k.sequence())
     }
 
-    fn current_key(&self, it: &ReadIter) -> Option<ChunkKey> {
+    /// The key and slot of the reader's chunk, if it is in the index
+    /// (from the slot the reader remembers while that is still valid).
+    /// Inlined: it runs once a packet, and out of line the call costs
+    /// more than its body.
+    #[inline(always)]
+    fn current(&self, it: &ReadIter) -> Option<(ChunkKey, Slot)> {
         let key = seq_key(it.seq?, it.cur?);
-        self.index.contains_key(&key).then_some(key)
+        match it.slot {
+            Some((slot, generation)) if generation == self.index.generation() => Some((key, slot)),
+            _ => Some((key, self.index.slot(&key)?)),
+        }
     }
 
     /// Moves to chunk id + 1 of the same sequence, or ends the sequence
     /// for this pass (gap, incomplete chunk, or back at the newest chunk).
     fn advance(&self, it: &mut ReadIter) {
-        let (Some(seq), Some(cur)) = (it.seq, it.cur) else {
+        let Some((key, slot)) = self.current(it) else {
             it.cur = None;
             return;
         };
-        let key = seq_key(seq, cur);
-        let complete = self.index.get(&key).is_some_and(|m| m.complete);
-        if cur == it.wrapping_id || !complete {
+        if key.chunk_id == it.wrapping_id || !self.index.at(slot).complete {
             it.cur = None;
             return;
         }
-        let next = self
-            .index
-            .range((Excluded(key), Included(seq_key(seq, u32::MAX))))
-            .next()
-            .map(|(k, _)| k.chunk_id)
-            .or_else(|| self.first_chunk_of(seq));
-        it.cur = next.filter(|&id| id == cur.wrapping_add(1));
+        // Only the very next id continues the sequence.
+        let next = ChunkKey {
+            chunk_id: key.chunk_id.wrapping_add(1),
+            ..key
+        };
+        let found = self.index.slot(&next).map(|s| (next.chunk_id, s));
+        it.move_to(found, self.index.generation());
     }
 }
 
@@ -571,8 +591,8 @@ fn read_fragment_of(
         return Fragment::Invalid;
     }
     let off = meta.record_off as usize;
-    let rec = RecordHeader::decode(&data[off..off + RECORD_HEADER_SIZE]);
-    let rec_end = off + rec.size as usize;
+    let rec_size = record::size_at(data, off);
+    let rec_end = off + rec_size as usize;
     let payload = off + RECORD_HEADER_SIZE;
     let begin = payload + meta.cur_fragment_offset as usize;
 
@@ -581,7 +601,7 @@ fn read_fragment_of(
         meta.num_fragments_read = meta.num_fragments;
         if meta.complete {
             stats.chunks_read += 1;
-            stats.bytes_read += u64::from(rec.size);
+            stats.bytes_read += u64::from(rec_size);
         }
     };
 
@@ -615,7 +635,7 @@ fn read_fragment_of(
     meta.num_fragments_read += 1;
     if !meta.has_unread_fragments() && meta.complete {
         stats.chunks_read += 1;
-        stats.bytes_read += u64::from(rec.size);
+        stats.bytes_read += u64::from(rec_size);
         let used = u64::from(meta.cur_fragment_offset);
         writer_stats.entry(key.sequence()).or_default().add(used);
     }

@@ -72,6 +72,12 @@ impl RecordHeader {
     }
 }
 
+/// The `size` field of the record header at `off` in `data`, without
+/// decoding the rest (the read path needs only this, once a packet).
+pub fn size_at(data: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([data[off + 10], data[off + 11]])
+}
+
 /// Rounds `n` up to the record alignment.
 pub fn align_up(n: usize) -> usize {
     (n + RECORD_HEADER_SIZE - 1) & !(RECORD_HEADER_SIZE - 1)
@@ -98,6 +104,9 @@ mod tests {
         let p = RecordHeader::padding(32);
         assert_eq!(RecordHeader::decode(&p.encode()), p);
         assert!(RecordHeader::decode(&[0u8; 16]).size == 0);
+        let mut at = vec![0u8; 16];
+        at.extend_from_slice(&b);
+        assert_eq!(size_at(&at, 16), h.size);
     }
 
     #[test]

@@ -467,3 +467,23 @@ fn many_small_passes_read_what_one_pass_reads() {
         assert_eq!(got, expected, "{per_pass} per pass, with a write");
     }
 }
+
+#[test]
+fn a_write_between_reads_cannot_redirect_the_reader() {
+    // The reader remembers its chunk's index slot. Here that chunk is
+    // overwritten mid-pass and its slot goes to the chunk that replaced
+    // it: the reader must notice, not read on in the newcomer.
+    let mut b = ring(2048);
+    commit(&mut b, 1, 1, &Chunk::new(0, &[b"a1", b"a2"], 0, P1K));
+    commit(&mut b, 2, 1, &Chunk::new(0, &[b"b1"], 0, P1K));
+    b.begin_read();
+    let (p, info) = b.read_next_trace_packet().unwrap();
+    assert_eq!((p.to_vec(), info.producer_id), (b"a1".to_vec(), 1));
+    commit(&mut b, 3, 1, &Chunk::new(0, &[b"c1"], 0, P1K));
+    assert_eq!(b.stats().chunks_overwritten, 1);
+    let mut rest = Vec::new();
+    while let Some((p, info)) = b.read_next_trace_packet() {
+        rest.push((p.to_vec(), info.producer_id));
+    }
+    assert_eq!(rest, [(b"b1".to_vec(), 2), (b"c1".to_vec(), 3)]);
+}
