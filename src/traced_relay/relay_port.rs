@@ -3,6 +3,11 @@
 //! `InitRelay` with this machine's SystemInfo, then clock-sync rounds
 //! (`SyncClock` PING and UPDATE, every 30 s). A lost or refused connection
 //! is retried after 100 ms, doubling to 30 s, back to 100 ms once bound.
+//! A failure is logged as a warning when it first happens and at debug
+//! level while it repeats, so a traced that does not serve RelayPort
+//! (upstream's default, without `--enable-relay-endpoint`) costs one line:
+//! producers are forwarded all the same, only the machine's SystemInfo and
+//! clock sync are missing from the trace.
 
 use std::time::Duration;
 
@@ -12,7 +17,7 @@ use super::wire::{init_relay_args, sync_clock_args, ClockSync, PeerIdentity, Syn
 use crate::base::sock_addr::SockAddr;
 use crate::base::unix_socket::wait_ready;
 use crate::ipc::client::{BlockingClient, ClientError};
-use crate::{log_info, log_warn};
+use crate::{log_debug, log_info, log_warn};
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(30);
@@ -22,11 +27,23 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Keeps the RelayPort connection up, forever.
 pub fn run(central: &SockAddr, machine: &Machine) {
     let mut delay = FIRST_RETRY;
+    let mut last_failure: Option<String> = None;
     loop {
         let mut bound = false;
         match connect_and_sync(central, machine, &mut bound) {
             Ok(()) => log_info!("RelayPort connection to {central} closed"),
-            Err(e) => log_warn!("RelayPort connection to {central}: {e}"),
+            Err(e) => {
+                let what = e.to_string();
+                if bound || last_failure.as_deref() != Some(what.as_str()) {
+                    log_warn!("RelayPort connection to {central}: {what}{}", hint(&e));
+                } else {
+                    log_debug!("RelayPort connection to {central}: {what} (again)");
+                }
+                last_failure = Some(what);
+            }
+        }
+        if bound {
+            last_failure = None;
         }
         delay = if bound {
             FIRST_RETRY
@@ -34,6 +51,16 @@ pub fn run(central: &SockAddr, machine: &Machine) {
             (delay * 2).min(MAX_RETRY)
         };
         std::thread::sleep(delay);
+    }
+}
+
+fn hint(e: &ClientError) -> &'static str {
+    match e {
+        ClientError::UnknownService(_) => {
+            "; producers are still forwarded, but this machine's system info and clock \
+             sync will be missing from traces (start traced with --enable-relay-endpoint)"
+        }
+        _ => "",
     }
 }
 
