@@ -35,12 +35,15 @@ void RemoveStaleSocketFile(const std::string& name) {
 }  // namespace
 
 // Runs the service on the given endpoints until SIGINT/SIGTERM.
-// `producer_sockets` may be a comma-separated list. If `notify_fd` >= 0, one
-// byte is written to it (then it is closed) once both sockets listen.
+// `producer_sockets` may be a comma-separated list; with `expose_relay`,
+// every one of them also serves the RelayPort service (as upstream traced's
+// --enable-relay-endpoint). If `notify_fd` >= 0, one byte is written to it
+// (then it is closed) once both sockets listen.
 // Returns 0 on clean shutdown, 1 if the sockets could not be opened.
 extern "C" int tbx_real_traced_run(const char* producer_sockets,
                                    const char* consumer_socket,
-                                   int notify_fd) {
+                                   int notify_fd,
+                                   int expose_relay) {
   int quit_pipe[2];
   if (pipe(quit_pipe) != 0) {
     perror("real-traced: pipe");
@@ -62,6 +65,7 @@ extern "C" int tbx_real_traced_run(const char* producer_sockets,
        perfetto::TokenizeProducerSockets(producer_sockets)) {
     RemoveStaleSocketFile(name);
     producer_endpoints.emplace_back(name);
+    producer_endpoints.back().expose_relay_endpoint = expose_relay != 0;
   }
   RemoveStaleSocketFile(consumer_socket);
   if (!host->Start(std::move(producer_endpoints),
@@ -80,8 +84,9 @@ extern "C" int tbx_real_traced_run(const char* producer_sockets,
     (void)ignored;
     close(notify_fd);
   }
-  fprintf(stderr, "real-traced: listening producer=%s consumer=%s\n",
-          producer_sockets, consumer_socket);
+  fprintf(stderr, "real-traced: listening producer=%s consumer=%s%s\n",
+          producer_sockets, consumer_socket,
+          expose_relay ? " (with RelayPort)" : "");
 
   task_runner.Run();
 
