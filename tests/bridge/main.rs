@@ -5,6 +5,7 @@ mod support;
 
 mod traced_relay_daemon;
 mod traced_relay_netns;
+mod traced_relay_real_traced;
 mod traced_relay_tcp;
 mod traced_relay_vsock;
 mod traced_relay_wire_real;

@@ -2,9 +2,9 @@
 //! tests/sdk-interop) listening on a TCP producer socket: a connection
 //! that opens with our SetPeerIdentity frame registers a producer that
 //! the service puts on a machine of its own with the pid we sent, and a
-//! connection without the frame stays on the host machine. (That
-//! real-traced does not expose RelayPort, so InitRelay and SyncClock are
-//! checked against the generated message types in the unit tests.)
+//! connection without the frame stays on the host machine. The whole
+//! relay (forwarding, InitRelay, SyncClock) against the real service is in
+//! traced_relay_real_traced.rs.
 
 use crate::support::traced as traced_support;
 
