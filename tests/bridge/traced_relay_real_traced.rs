@@ -317,32 +317,60 @@ fn relay_port_of_our_relay_is_served_by_the_real_traced() {
     );
 }
 
-/// Without trace_all_machines (or a machine_name_filter) the real service
-/// starts no data source of a relayed machine. Checked by order: a second
-/// session that asks for all machines is set up on the same connection, so
-/// a setup from the first would have been logged before it.
+/// Without trace_all_machines or a machine_name_filter naming it, the real
+/// service starts no data source of a relayed machine; a filter with the
+/// relay's PERFETTO_MACHINE_NAME starts just that one. Checked by order on
+/// the one connection: the second session lists the unfiltered
+/// linux.system_info before the filtered linux.process_stats, so any setup
+/// of system_info (from either session) is logged before process_stats'.
 #[test]
-fn real_traced_leaves_relayed_data_sources_alone_without_trace_all_machines() {
+fn real_traced_starts_relayed_data_sources_only_when_asked() {
     let rig = Rig::start(false);
     let (host_only, end) = rig.record("host", &config("", ""), |r| session_listed(&r.consumer));
-    let packets = crate::support::traced::packets_from_file(&std::fs::read(&host_only).unwrap());
-    let remote = packets
-        .iter()
-        .filter(|p| tracebox::protozero::decode::FieldIter::new(p).any(|f| f.number == 98))
-        .count();
+    let remote = packets_with(&host_only, &[98]);
     assert_eq!(remote, 0, "packets of the relayed machine\n{}", rig.logs());
     eprintln!("end line of the host-only session: {end}");
 
-    rig.record(
-        "all",
-        &config("", "trace_all_machines: true"),
-        probes_set_up,
+    let by_name = format!(
+        "buffers {{ size_kb: 8192 fill_policy: DISCARD }}\n\
+         data_sources {{ config {{ name: \"linux.system_info\" }} }}\n\
+         data_sources {{ config {{ name: \"linux.process_stats\"\n\
+             process_stats_config {{ scan_all_processes_on_start: true }} }}\n\
+           machine_name_filter: \"{MACHINE_NAME}\" }}\n\
+         duration_ms: 120000\n"
     );
-    let setups = rig
-        .log("probes.log")
-        .matches("setup linux.process_stats")
-        .count();
-    assert_eq!(setups, 1, "{}", rig.logs());
+    let (named, end) = rig.record("named", &by_name, |r| {
+        r.log("probes.log").contains("setup linux.process_stats")
+    });
+    let log = rig.log("probes.log");
+    assert_eq!(
+        log.matches("setup linux.process_stats").count(),
+        1,
+        "{}",
+        rig.logs()
+    );
+    assert!(!log.contains("setup linux.system_info"), "{}", rig.logs());
+    assert_eq!(end, "Trace stats: nothing lost", "{}", rig.logs());
+    // process_tree (TracePacket 2) on the relayed machine (machine_id 98).
+    let trees = packets_with(&named, &[2, 98]);
+    assert!(
+        trees >= 1,
+        "no process_tree of the relayed machine\n{}",
+        rig.logs()
+    );
+}
+
+/// Packets of the trace file at `path` that have every field of `fields`.
+fn packets_with(path: &Path, fields: &[u32]) -> usize {
+    let packets = crate::support::traced::packets_from_file(&std::fs::read(path).unwrap());
+    packets
+        .iter()
+        .filter(|p| {
+            fields
+                .iter()
+                .all(|n| tracebox::protozero::decode::FieldIter::new(p).any(|f| f.number == *n))
+        })
+        .count()
 }
 
 /// True once the service lists a tracing session.
