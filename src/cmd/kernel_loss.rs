@@ -27,6 +27,10 @@ const COMPRESSED_PACKETS: u64 = 50;
 const TIMESTAMP: u64 = 8;
 const TRIGGER: u64 = 46;
 const SERVICE_EVENT: u64 = 69;
+/// `TracePacket.machine_id` (a relayed machine's packets), and
+/// `.remote_clock_sync` (that machine's clocks against traced's).
+const MACHINE_ID: u64 = 98;
+const REMOTE_CLOCK_SYNC: u64 = 107;
 
 /// Bounds on one `compressed_packets` (the service makes them from a read
 /// pass of about 1 MiB) and on what it inflates to.
@@ -132,6 +136,10 @@ impl KernelLoss {
             self.faults.observe_service_event(bits.timestamp, event);
         }
         self.faults.triggers += bits.trigger as u64;
+        if bits.machine_id != 0 {
+            self.faults
+                .observe_machine(bits.machine_id, bits.clock_sync);
+        }
         self.perf_records_lost = self.perf_records_lost.saturating_add(bits.perf_lost);
         self.perf_guardrail_stops += bits.perf_guardrail as u64;
         match bits.compressed {
@@ -465,6 +473,8 @@ struct PacketBits {
     perf_lost: u64,
     /// `PerfSample.producer_event` says the guardrail stopped the source.
     perf_guardrail: bool,
+    machine_id: u64,
+    clock_sync: bool,
 }
 
 /// The fields of the packet in `start..end` the client looks at; nothing
@@ -481,6 +491,8 @@ fn stats_in_packet(b: &mut dyn TraceBytes, start: u64, end: u64) -> io::Result<P
             (TRUSTED_SEQUENCE_ID, 0) => bits.seq = f.value,
             (TIMESTAMP, 0) => bits.timestamp = f.value,
             (TRIGGER, 2) => bits.trigger = true,
+            (MACHINE_ID, 0) => bits.machine_id = f.value,
+            (REMOTE_CLOCK_SYNC, 2) => bits.clock_sync = true,
             (FTRACE_STATS, 2) if len <= MAX_STATS as u64 => {
                 bits.ftrace_stats = Some(b.at(f.value_start, len as usize)?.to_vec());
             }
@@ -627,6 +639,35 @@ mod tests {
             put_bytes(&mut s, TRACE_PACKET as u32, p);
         }
         s.into_bytes()
+    }
+
+    #[test]
+    fn relayed_machines_without_a_clock_sync_are_named() {
+        let packet = |machine: u64, sync: bool| {
+            let mut s = VecStream::new();
+            put_varint(&mut s, TIMESTAMP as u32, 1);
+            if sync {
+                put_bytes(&mut s, REMOTE_CLOCK_SYNC as u32, &[]);
+            }
+            put_varint(&mut s, MACHINE_ID as u32, machine);
+            s.into_bytes()
+        };
+        let mut k = KernelLoss::default();
+        for p in [
+            packet(0, false),
+            packet(7, false),
+            packet(9, false),
+            packet(7, true),
+        ] {
+            k.observe_packet(&[p]);
+        }
+        let phrase = k.faults.unsynced_machines_phrase().unwrap();
+        assert!(
+            phrase.starts_with("no clock sync for relayed machine 9 ("),
+            "{phrase}"
+        );
+        k.observe_packet(&[packet(9, true)]);
+        assert_eq!(k.faults.unsynced_machines_phrase(), None);
     }
 
     #[test]

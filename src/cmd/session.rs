@@ -477,6 +477,13 @@ fn print_summary(
     }
     missing.extend(faults.phrases());
     missing.extend(kernel.unrecorded_switches());
+    let builtin = plan.config.builtin_data_sources.as_ref();
+    if !builtin
+        .and_then(|b| b.disable_clock_snapshotting)
+        .unwrap_or(false)
+    {
+        missing.extend(faults.unsynced_machines_phrase());
+    }
     for e in &kernel.setup_errors {
         let why: String = e.chars().filter(|c| !c.is_control()).collect();
         missing.push(format!("linux.ftrace setup error: {why}"));

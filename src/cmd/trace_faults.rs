@@ -67,6 +67,9 @@ pub struct TraceFaults {
     pub tracing_started_ts: Option<u64>,
     /// `trigger` packets in the trace.
     pub triggers: u64,
+    /// Relayed machines seen on packets, and whether the trace has a
+    /// `remote_clock_sync` for each.
+    pub machines: Vec<(u64, bool)>,
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -109,6 +112,35 @@ impl TraceFaults {
             Missing::AtraceError => &mut self.atrace_errors,
         };
         push_unique(list, text(bytes));
+    }
+
+    /// A packet of relayed machine `id`; `clock_sync`: it is that
+    /// machine's `remote_clock_sync`.
+    pub fn observe_machine(&mut self, id: u64, clock_sync: bool) {
+        match self.machines.iter().position(|m| m.0 == id) {
+            Some(i) => self.machines[i].1 |= clock_sync,
+            None if self.machines.len() < MAX_ITEMS => self.machines.push((id, clock_sync)),
+            None => {}
+        }
+    }
+
+    /// Relayed machines whose clocks the trace cannot align with traced's:
+    /// no `remote_clock_sync` came (the relay's RelayPort link was not up).
+    pub fn unsynced_machines_phrase(&self) -> Option<String> {
+        let ids: Vec<String> = self
+            .machines
+            .iter()
+            .filter(|m| !m.1)
+            .map(|m| m.0.to_string())
+            .collect();
+        (!ids.is_empty()).then(|| {
+            format!(
+                "no clock sync for relayed machine {} (its traced_relay's RelayPort link was \
+                 not up: traced serves it with --enable-relay-endpoint), so its timestamps \
+                 are not aligned with this machine's",
+                ids.join(", ")
+            )
+        })
     }
 
     /// One `TracingServiceEvent`, written at boot time `ts`.

@@ -252,7 +252,7 @@ fn traced_probes_through_our_relay_into_the_real_traced() {
     );
     let figures = check_trace(&trace, rig.probes.pid(), 0, false);
     eprintln!("{figures}");
-    assert_eq!(end, "Trace stats: nothing lost", "{}", rig.logs());
+    assert_unsynced_end_line(&end, &rig);
     assert_relay_backs_off(&rig);
     // The relay still serves its socket: nothing it hit made it exit.
     assert!(Path::new(&rig.relay_sock).exists());
@@ -293,7 +293,7 @@ fn sdk_producer_and_traced_probes_through_our_relay_into_the_real_traced() {
     );
     let figures = check_trace(&trace, rig.probes.pid(), 200, false);
     eprintln!("{figures}");
-    assert_eq!(end, "Trace stats: nothing lost", "{}", rig.logs());
+    assert_unsynced_end_line(&end, &rig);
     assert_relay_backs_off(&rig);
 }
 
@@ -329,7 +329,7 @@ fn real_traced_starts_relayed_data_sources_only_when_asked() {
     let (host_only, end) = rig.record("host", &config("", ""), |r| session_listed(&r.consumer));
     let remote = packets_with(&host_only, &[98]);
     assert_eq!(remote, 0, "packets of the relayed machine\n{}", rig.logs());
-    eprintln!("end line of the host-only session: {end}");
+    assert_eq!(end, "Trace stats: nothing lost", "{}", rig.logs());
 
     let by_name = format!(
         "buffers {{ size_kb: 8192 fill_policy: DISCARD }}\n\
@@ -350,12 +350,23 @@ fn real_traced_starts_relayed_data_sources_only_when_asked() {
         rig.logs()
     );
     assert!(!log.contains("setup linux.system_info"), "{}", rig.logs());
-    assert_eq!(end, "Trace stats: nothing lost", "{}", rig.logs());
+    assert_unsynced_end_line(&end, &rig);
     // process_tree (TracePacket 2) on the relayed machine (machine_id 98).
     let trees = packets_with(&named, &[2, 98]);
     assert!(
         trees >= 1,
         "no process_tree of the relayed machine\n{}",
+        rig.logs()
+    );
+}
+
+/// The end line of a session with a relayed machine but no RelayPort:
+/// nothing lost, but the machine's clocks are named as not aligned.
+fn assert_unsynced_end_line(end: &str, rig: &Rig) {
+    let want = "Trace stats: no data lost, but INCOMPLETE: no clock sync for relayed machine ";
+    assert!(
+        end.starts_with(want) && end.contains("--enable-relay-endpoint") && !end.contains(';'),
+        "{end}\n{}",
         rig.logs()
     );
 }
