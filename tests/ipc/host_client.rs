@@ -8,7 +8,7 @@ use std::time::Duration;
 use ipc_peer::*;
 use tracebox::base::event_loop::{EventLoop, Handler, LoopCtl, Ready, Token};
 use tracebox::base::sock_addr::SockAddr;
-use tracebox::ipc::client::{BlockingClient, Client, ClientError, ClientEvent};
+use tracebox::ipc::client::{BlockingClient, BoundService, Client, ClientError, ClientEvent};
 
 fn text(payload: &[u8]) -> &str {
     std::str::from_utf8(payload).unwrap()
@@ -191,6 +191,16 @@ fn stuck_client_is_dropped_without_blocking_others() {
         other.invoke(&svc, "Echo", b"still served", None).unwrap()[0].payload,
         b"still served"
     );
+    // That answer does not mean the host handled the flood: it may serve
+    // `other` first (epoll order; reading a reply queues an EPOLLOUT edge
+    // for that connection). Wait until both floods were handled, so the
+    // stuck client reads nothing while the host fills its queue.
+    wait_floods_handled(&mut other, &svc, 2);
+    assert_ne!(
+        text(&other.invoke(&svc, "Disconnects", b"", None).unwrap()[0].payload),
+        "0",
+        "the host handled a flood far over the queue bound without dropping the client"
+    );
     // The stuck client reads what was delivered before the cut, then EOF.
     let mut got = 0;
     let err = loop {
@@ -206,6 +216,23 @@ fn stuck_client_is_dropped_without_blocking_others() {
         text(&other.invoke(&svc, "Disconnects", b"", None).unwrap()[0].payload),
         "0"
     );
+}
+
+/// Polls the host until it has handled `n` Flood calls (a generous bound
+/// only turns a hang into a message).
+fn wait_floods_handled(c: &mut BlockingClient, svc: &BoundService, n: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = c.invoke(svc, "FloodsHandled", b"", None).unwrap();
+        if text(&r[0].payload).parse::<u32>().unwrap() >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the host did not handle {n} Flood calls in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 #[test]

@@ -273,9 +273,13 @@ fn crash_then(instance: &str, recover: impl FnOnce(&Sockets, &Path, &Path) -> Op
         &stop,
         &dir.join("consumer.log"),
     );
-    wait_until(Duration::from_secs(30), "ftrace data source start", || {
-        ftrace_started(instance)
-    });
+    // Mid-session means after the start: the SDK consumer's start_blocking
+    // returns only once every data source acked its start, and it never
+    // returns (nor sees the stop file) if the producer dies before acking
+    // (the service reports that data source stopped, and the SDK keeps
+    // waiting for it). Ftrace is turned on just before its ack.
+    wait_consumer_started(&dir.join("consumer.log"));
+    assert!(ftrace_started(instance));
     probes.signal(Signal::SIGKILL);
     probes.wait_exit(Duration::from_secs(10)).unwrap();
     // End the session (otherwise traced would hand it to the restarted

@@ -18,17 +18,18 @@ use tracebox::ipc::host::{Call, ClientId, Host, HostApp, Reply, ReplySink, Reply
 
 pub const SERVICE: &str = "TestPort";
 pub const METHODS: &[&str] = &[
-    "Echo",        // 1: replies with the args
-    "Stream",      // 2: args = decimal n; n replies "0".."n-1", the last one final
-    "ReadFd",      // 3: replies with the contents of the passed fd
-    "SendFd",      // 4: replies with a memfd holding the args
-    "Record",      // 5: appends args to a log (used with drop_reply)
-    "GetLog",      // 6: replies with the log joined by ','
-    "WhoAmI",      // 7: replies with the caller's SO_PEERCRED pid
-    "Park",        // 8: stores the reply handle, no reply yet
-    "Release",     // 9: answers every parked call with "released", then itself
-    "Flood",       // 10: args = n; n replies of 64 KiB each
-    "Disconnects", // 11: number of clients seen disconnecting
+    "Echo",          // 1: replies with the args
+    "Stream",        // 2: args = decimal n; n replies "0".."n-1", the last one final
+    "ReadFd",        // 3: replies with the contents of the passed fd
+    "SendFd",        // 4: replies with a memfd holding the args
+    "Record",        // 5: appends args to a log (used with drop_reply)
+    "GetLog",        // 6: replies with the log joined by ','
+    "WhoAmI",        // 7: replies with the caller's SO_PEERCRED pid
+    "Park",          // 8: stores the reply handle, no reply yet
+    "Release",       // 9: answers every parked call with "released", then itself
+    "Flood",         // 10: args = n; n replies of 64 KiB each
+    "Disconnects",   // 11: number of clients seen disconnecting
+    "FloodsHandled", // 12: Flood calls handled (each runs to its end or its cut in one go)
 ];
 pub const FLOOD_CHUNK: usize = 64 * 1024;
 
@@ -38,6 +39,7 @@ pub struct TestService {
     log: Vec<String>,
     parked: Vec<ReplyTo>,
     disconnects: u32,
+    floods_handled: u32,
 }
 
 fn read_fd_contents(fd: OwnedFd) -> std::io::Result<Vec<u8>> {
@@ -109,6 +111,7 @@ impl Services for TestService {
             }
             "Flood" => {
                 let n: usize = String::from_utf8_lossy(&call.args).parse().unwrap_or(0);
+                self.floods_handled += 1;
                 for i in 0..n {
                     // Stop once the host dropped the client.
                     if !out.reply(&to, Reply::more(vec![i as u8; FLOOD_CHUNK])) {
@@ -116,6 +119,9 @@ impl Services for TestService {
                     }
                 }
                 out.reply(&to, Reply::ok(vec![]));
+            }
+            "FloodsHandled" => {
+                out.reply(&to, Reply::ok(self.floods_handled.to_string().into_bytes()));
             }
             "Disconnects" => {
                 out.reply(&to, Reply::ok(self.disconnects.to_string().into_bytes()));

@@ -240,6 +240,15 @@ pub fn start_consumer(
     }
 }
 
+/// Waits until the sdk-consumer logging to `log` has started its session:
+/// its `start_blocking` returned, so the service saw every data source of
+/// the session ack its start.
+pub fn wait_consumer_started(log: &Path) {
+    wait_until(Duration::from_secs(60), "sdk-consumer start", || {
+        read_trim(log).contains("sdk-consumer: started")
+    });
+}
+
 /// Data source names traced knows, via ConsumerPort.QueryServiceState.
 pub fn registered_data_sources(consumer_sock: &str) -> Vec<String> {
     use tracebox::pb::protos::{QueryServiceStateRequest, QueryServiceStateResponse};
