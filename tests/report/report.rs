@@ -253,6 +253,13 @@ fn cpu_time_matches_schedstat_and_proc_stat() {
     let trace = trace.to_str().unwrap();
 
     let json = report_ok(&["--json", trace]);
+    // The kernel sometimes records no switch to a task (seen out of idle
+    // and out of other daemons' threads on this CI's VMs): the trace then
+    // gives that slice to the task before. traced_probes counts such
+    // switches and the report names them; then one slice (a few ticks of
+    // the scheduler) may sit on the wrong thread.
+    let skipped = json.contains("\"ftrace_sched\"");
+    let slack = if skipped { 20_000_000 } else { 0 };
     let threads = objects(&json, "threads");
     for (tid, want) in &kernel {
         let t = threads
@@ -261,18 +268,17 @@ fn cpu_time_matches_schedstat_and_proc_stat() {
             .unwrap_or_else(|| panic!("thread {tid} not in report"));
         assert!(t.contains("\"name\":\"tbxburn"), "{t}");
         let got = num(t, "cpu_ns");
-        let diff = got.abs_diff(*want) as f64 / *want as f64;
         eprintln!("tid {tid}: report {got} ns, schedstat {want} ns");
         // The kernel charges a task neither irq time nor (in a VM) steal
         // time; the trace sees it on the cpu throughout: a few % apart on
         // a loaded VM.
         assert!(
-            diff < 0.05,
-            "tid {tid}: report {got} ns, schedstat {want} ns"
+            got.abs_diff(*want) < want / 20 + slack,
+            "tid {tid}: report {got} ns, schedstat {want} ns (skipped switches: {skipped})"
         );
     }
 
-    // Per-cpu busy share over the marker window against /proc/stat.
+    // Per-cpu idle share over the marker window against /proc/stat.
     let (from, to) = (
         marker_time(trace, "tbx-start"),
         marker_time(trace, "tbx-end"),
