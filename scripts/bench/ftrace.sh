@@ -42,6 +42,7 @@
 # `missing` (marker loads) is written minus the prints in the trace: loss
 # anywhere (kernel, recorder, trace buffer, file), counted or not.
 # Env: LOAD_S (3), SCENARIOS (default below), RECORDERS ("tracecmd ours"),
+# BIN (the tracebox to run as "ours"; default: this tree's release build),
 # KEEP (set: keep the work dir with traces and logs).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -61,7 +62,7 @@ command -v trace-cmd >/dev/null || {
 }
 cargo build --quiet --release
 cargo build --quiet --profile bench-release --example bench_load --example bench_count_ftrace
-TB="${CARGO_TARGET_DIR:-$REPO/target}/release/tracebox"
+TB="${BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/tracebox}"
 LOAD="${CARGO_TARGET_DIR:-$REPO/target}/bench-release/examples/bench_load"
 COUNT="${CARGO_TARGET_DIR:-$REPO/target}/bench-release/examples/bench_count_ftrace"
 

@@ -65,6 +65,9 @@ impl TracingService {
         if let Some(ack) = req.flush_request_id.filter(|&id| id != 0) {
             self.on_flush_ack(now, producer, ack);
         }
+        if std::mem::take(&mut self.buffer_half_full) {
+            self.write_early(now);
+        }
     }
 
     /// Shmem emulation: the chunk (header included) travels in the request.
@@ -151,6 +154,7 @@ impl TracingService {
             complete,
             payload,
         );
+        self.buffer_half_full |= buf.written_since_read() > buf.size() as u64 / 2;
     }
 
     /// Shared-memory emulation: a writer's chunks arrive in id order, so a

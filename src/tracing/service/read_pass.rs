@@ -368,6 +368,29 @@ impl TracingService {
         }
     }
 
+    /// A write_into_file buffer went past half full before its next
+    /// periodic write: write now, and on without a pause while more is
+    /// readable, instead of letting a fast producer fill it and lose chunks
+    /// (DISCARD) or overwrite them (RING_BUFFER) while the period runs.
+    pub(super) fn write_early(&mut self, now: u64) {
+        for (&sid, s) in self.sessions.iter_mut() {
+            let waiting = s.write_into_file
+                && s.state == SessionState::Started
+                && !s.file_closed
+                && !s.read.file_backlog;
+            let half_full = |b: &BufferId| {
+                self.buffers
+                    .get(b)
+                    .is_some_and(|b| b.written_since_read() > b.size() as u64 / 2)
+            };
+            if waiting && s.buffers.iter().any(half_full) {
+                // A backlog skips the flush a periodic write may start.
+                s.read.file_backlog = true;
+                self.timers.advance(Timer::FileWrite(sid), now);
+            }
+        }
+    }
+
     pub(super) fn on_file_write_timer(&mut self, now: u64, sid: SessionId) {
         let Some(s) = self.sessions.get(&sid) else {
             return;

@@ -64,6 +64,9 @@ pub struct TracingService {
     /// write_into_file buffers handed back by the adapter, reused so each
     /// pass does not map and fault in a fresh megabyte.
     pub(super) spare_file_bufs: Vec<Vec<u8>>,
+    /// A commit filled a buffer past half since its last read (see
+    /// `write_early`).
+    pub(super) buffer_half_full: bool,
 }
 
 impl TracingService {
@@ -89,6 +92,7 @@ impl TracingService {
             relay_drops: 0,
             lockdown: false,
             chunks_discarded: 0,
+            buffer_half_full: false,
             patches_discarded: 0,
             data_sources_seen: 0,
             spare_file_bufs: Vec::new(),

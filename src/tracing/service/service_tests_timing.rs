@@ -204,6 +204,44 @@ fn write_into_file_periodically_and_at_stop() {
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
 }
 
+/// A buffer past half full is written at once, not a period later, and
+/// the writes go on back to back while data is readable.
+#[test]
+fn write_into_file_writes_early_when_the_buffer_is_half_full() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.write_into_file = Some(true);
+    cfg.file_write_period_ms = Some(4_000); // no flush before writes
+    h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let global = global_buffer(&h.outputs(), p);
+    // 20 KiB: under half of 64 KiB, so it waits for the period.
+    for i in 0..5 {
+        h.commit_packets(p, 1, global, &[test_packet(i, 4000)]);
+    }
+    h.advance(ms(1));
+    assert!(file_outputs(&h.outputs()).0.is_empty());
+    // Past 32 KiB: written in the next timer pass, long before 4 s.
+    for i in 5..10 {
+        h.commit_packets(p, 1, global, &[test_packet(i, 4000)]);
+    }
+    h.advance(ms(1));
+    let (data, _) = file_outputs(&h.outputs());
+    assert_eq!(
+        producer_markers(&trace_packets(&data)),
+        (0..10).collect::<Vec<_>>()
+    );
+    // The backlog ends, then the period again.
+    h.advance(ms(1));
+    h.commit_packets(p, 1, global, &[test_packet(10, 100)]);
+    h.advance(ms(3_990));
+    assert!(file_outputs(&h.outputs()).0.is_empty());
+    h.advance(ms(20));
+    let (data, _) = file_outputs(&h.outputs());
+    assert_eq!(producer_markers(&trace_packets(&data)), vec![10]);
+}
+
 #[test]
 fn max_file_size_stops_the_session() {
     let mut h = H::new();

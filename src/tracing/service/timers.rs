@@ -36,6 +36,15 @@ impl Timers {
         self.set.insert((at_ns, self.seq, t));
     }
 
+    /// Brings timer `t` forward to `at_ns` if it is armed for later.
+    pub fn advance(&mut self, t: Timer, at_ns: u64) {
+        let Some(&e) = self.set.iter().find(|e| e.2 == t && e.0 > at_ns) else {
+            return;
+        };
+        self.set.remove(&e);
+        self.set.insert((at_ns, e.1, t));
+    }
+
     pub fn next_deadline(&self) -> Option<u64> {
         self.set.first().map(|e| e.0)
     }
@@ -94,6 +103,13 @@ mod tests {
         assert_eq!(t.pop_due(25), Some(Timer::FlushTimeout(5)));
         assert_eq!(t.pop_due(25), None);
         t.cancel_session(1);
+        assert!(t.is_empty());
+        t.add(50, Timer::FileWrite(3));
+        t.advance(Timer::FileWrite(3), 60);
+        t.advance(Timer::FileWrite(4), 10);
+        assert_eq!(t.next_deadline(), Some(50));
+        t.advance(Timer::FileWrite(3), 10);
+        assert_eq!(t.pop_due(10), Some(Timer::FileWrite(3)));
         assert!(t.is_empty());
     }
 }

@@ -122,6 +122,8 @@ pub struct TraceBuffer {
     index_generation: u64,
     /// Consumed runs at the start of sequences, found by earlier passes.
     skip_hints: SkipHints,
+    /// `stats.bytes_written` when the last read pass began.
+    bytes_written_at_read: u64,
     /// Reused list of the byte ranges of the packet being read.
     read_scratch: Ranges,
     stats: BufferStats,
@@ -159,6 +161,7 @@ impl TraceBuffer {
             read_iter: ReadIter::default(),
             index_generation: 0,
             skip_hints: SkipHints::default(),
+            bytes_written_at_read: 0,
             read_scratch: Ranges::new(),
             stats,
             writer_stats: BTreeMap::new(),
@@ -192,6 +195,7 @@ impl TraceBuffer {
             read_iter: ReadIter::default(),
             index_generation: 0,
             skip_hints: SkipHints::default(),
+            bytes_written_at_read: stats.bytes_written,
             read_scratch: Ranges::new(),
             stats,
             writer_stats: BTreeMap::new(),
@@ -213,6 +217,12 @@ impl TraceBuffer {
     /// Bytes of the buffer that have ever been written.
     pub fn used_size(&self) -> usize {
         self.used_size
+    }
+
+    /// Bytes of chunks written since the last read pass began: how close
+    /// a buffer read only now and then is to filling up.
+    pub fn written_since_read(&self) -> u64 {
+        self.stats.bytes_written - self.bytes_written_at_read
     }
 
     pub fn overwrite_policy(&self) -> OverwritePolicy {

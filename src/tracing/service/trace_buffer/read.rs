@@ -166,6 +166,7 @@ impl TraceBuffer {
     /// calls; a fresh buffer is already at the start of a pass.
     pub fn begin_read(&mut self) {
         self.read_iter = ReadIter::default();
+        self.bytes_written_at_read = self.stats.bytes_written;
         if self.skip_hints.generation != self.index_generation {
             self.skip_hints.by_sequence.clear();
             self.skip_hints.generation = self.index_generation;
