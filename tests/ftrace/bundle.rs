@@ -10,7 +10,7 @@ use tracebox::protozero::VecStream;
 use tracebox::traced_probes::ftrace::parse::bundle::{
     write_pages, BundleContext, ClockSnapshot, CpuState, EventFilter,
 };
-use tracebox::traced_probes::ftrace::parse::compact_sched;
+use tracebox::traced_probes::ftrace::parse::compact_sched::{self, CompactSchedFormat};
 use tracebox::traced_probes::ftrace::parse::format::{
     parse_format, parse_header_page, PageHeaderLayout,
 };
@@ -51,6 +51,15 @@ fn fixture_table(with_print: bool) -> TranslationTable {
         ("sched", "sched_waking") => Some(WAKING.to_string()),
         _ => None,
     })
+}
+
+/// The fixture's sched formats, which compact sched accepts.
+fn fixture_compact() -> CompactSchedFormat {
+    compact_sched::validate(
+        &parse_format(SWITCH).unwrap(),
+        &parse_format(WAKING).unwrap(),
+    )
+    .expect("this kernel's sched formats are compact-compatible")
 }
 
 fn layout() -> PageHeaderLayout {
@@ -160,11 +169,7 @@ fn print_fast_path_writes_what_the_generic_path_writes() {
 fn compact_sched_matches_full_events() {
     let table = fixture_table(true);
     let filter = all_ids(&table);
-    let compact = compact_sched::validate(
-        &parse_format(SWITCH).unwrap(),
-        &parse_format(WAKING).unwrap(),
-    )
-    .expect("this kernel's sched formats are compact-compatible");
+    let compact = fixture_compact();
     let full_ctx = plain_ctx(&table, &filter);
     let ctx = BundleContext {
         compact_sched: Some(compact),
@@ -269,11 +274,7 @@ fn record_offsets(pages: &[u8], layout: &PageHeaderLayout, id: u32) -> Vec<usize
 fn a_switch_the_kernel_never_recorded_is_counted_and_written_in_full() {
     let table = fixture_table(true);
     let filter = all_ids(&table);
-    let compact = compact_sched::validate(
-        &parse_format(SWITCH).unwrap(),
-        &parse_format(WAKING).unwrap(),
-    )
-    .unwrap();
+    let compact = fixture_compact();
     for compact_on in [true, false] {
         let ctx = BundleContext {
             compact_sched: compact_on.then_some(compact),
@@ -336,11 +337,7 @@ fn a_switch_the_kernel_never_recorded_is_counted_and_written_in_full() {
 fn lost_events_reset_the_switch_check() {
     let table = fixture_table(true);
     let filter = all_ids(&table);
-    let compact = compact_sched::validate(
-        &parse_format(SWITCH).unwrap(),
-        &parse_format(WAKING).unwrap(),
-    )
-    .unwrap();
+    let compact = fixture_compact();
     let ctx = BundleContext {
         sched_switch: Some(compact.switch),
         ..plain_ctx(&table, &filter)
