@@ -53,6 +53,7 @@ pub mod producer;
 pub mod read_frames;
 pub mod read_pass;
 mod rotate;
+mod rotate_divert;
 mod scrape;
 #[allow(clippy::module_inception)]
 pub mod service;

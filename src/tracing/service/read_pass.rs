@@ -62,6 +62,10 @@ struct ToFile {
     written: u64,
     max: u64,
     crossed: bool,
+    /// A rotation's old-file pass: packets for the new file go here.
+    divert: Option<super::rotate_divert::Divert>,
+    /// Packets held at the last cut, written before the first buffer's.
+    lead: Vec<u8>,
 }
 
 impl PacketSink for ToFile {
@@ -69,6 +73,20 @@ impl PacketSink for ToFile {
         let len = body.size() + trailer.len();
         let mut v = [0u8; 10];
         let n = encode_varint(len as u64, &mut v);
+        if let Some(d) = self.divert.as_mut() {
+            let slices: Vec<&[u8]> = body.slices().collect();
+            let before = self.data.len();
+            let route = d.route(&slices, trailer, &mut self.data);
+            self.written += (self.data.len() - before) as u64;
+            if let super::rotate_divert::Route::Hold(i) = route {
+                let held = d.held_mut(i);
+                held.push(0x0a);
+                held.extend_from_slice(&v[..n]);
+                slices.iter().for_each(|s| held.extend_from_slice(s));
+                held.extend_from_slice(trailer);
+                return true;
+            }
+        }
         let framed = (1 + n + len) as u64;
         if self.crossed || (self.max > 0 && self.written + framed > self.max) {
             self.crossed = true;
@@ -81,6 +99,13 @@ impl PacketSink for ToFile {
             .for_each(|s| crate::mem::skew_copy::extend_bytes(&mut self.data, s));
         self.data.extend_from_slice(trailer);
         true
+    }
+
+    fn set_buffer(&mut self, index: Option<usize>) {
+        if index.is_some() && !self.lead.is_empty() {
+            self.written += self.lead.len() as u64;
+            self.data.append(&mut self.lead);
+        }
     }
 }
 
@@ -338,20 +363,29 @@ impl TracingService {
                 .spare_file_bufs
                 .pop()
                 .unwrap_or_else(|| Vec::with_capacity(FILE_PASS_BYTES + FILE_PASS_BYTES / 8));
+            let s = self.sessions.get_mut(&sid).expect("checked above");
             let mut file = ToFile {
                 data,
                 written: s.file_bytes_written,
                 max: s.config.max_file_size_bytes.unwrap_or(0),
                 crossed: false,
+                divert: s.read.divert.take(),
+                lead: std::mem::take(&mut s.read.held_for_new_file),
             };
             let more = self.read_pass(now, sid, FILE_PASS_BYTES, &mut file);
             let ToFile {
-                data,
-                written,
+                mut data,
+                mut written,
                 crossed,
+                divert,
+                mut lead,
                 ..
             } = file;
+            // No buffer was read this time: the held packets still go first.
+            written += lead.len() as u64;
+            data.append(&mut lead);
             let s = self.sessions.get_mut(&sid).expect("checked above");
+            s.read.divert = divert;
             s.file_bytes_written = written;
             s.file_closed |= crossed;
             if data.is_empty() {
@@ -469,6 +503,8 @@ mod tests {
             written: 0,
             max,
             crossed: false,
+            divert: None,
+            lead: Vec::new(),
         }
     }
 

@@ -50,6 +50,9 @@ impl TracingService {
         let timeout = s.flush_timeout_ms();
         let flags = flush_flags::REASON_PERIODIC | flush_flags::INITIATOR_TRACED;
         let origin = FlushOrigin::Rotate { consumer, token };
+        // Sequences that clear now start afresh in the new file (see
+        // rotate_divert); the flush brings their first packets in.
+        self.clear_incremental_state_now(sid);
         self.start_flush(now, sid, timeout, flags, origin);
         Ok(())
     }
@@ -77,7 +80,17 @@ impl TracingService {
         };
         // The old file ends with the session's stats as they are now.
         s.read.stats_due = true;
+        s.read.divert = Some(Default::default());
         self.write_into_file_pass(now, sid);
+        if let Some(s) = self.sessions.get_mut(&sid) {
+            let held = s
+                .read
+                .divert
+                .take()
+                .map(|d| d.into_held())
+                .unwrap_or_default();
+            s.read.held_for_new_file = held;
+        }
         if !self.sessions.get(&sid).is_some_and(writing) {
             // The drain reached max_file_size_bytes and ended the session.
             let result = Err("The session stopped at max_file_size_bytes".into());

@@ -111,6 +111,96 @@ fn rotation_moves_on_to_the_new_file_with_its_own_header() {
     }
 }
 
+/// A packet with `TracePacket.sequence_flags`.
+fn flagged(marker: u64, flags: u64) -> Vec<u8> {
+    let mut s = crate::protozero::VecStream::new();
+    crate::protozero::put_varint(&mut s, 8, marker);
+    crate::protozero::put_varint(&mut s, 13, flags);
+    s.into_bytes()
+}
+
+const CLEARED: u64 = 1;
+const NEEDS_STATE: u64 = 2;
+
+/// Data sources clear their incremental state before the cut; what a
+/// sequence wrote from its clearing packet on goes to the new file, so
+/// each file has the interned data its packets refer to.
+#[test]
+fn packets_after_a_clear_go_to_the_new_file() {
+    let mut h = H::new();
+    let info = ProducerInfo {
+        uid: 0,
+        pid: Some(1),
+        name: "p".into(),
+        ..Default::default()
+    };
+    let p = h.svc.connect_producer(info, None).unwrap();
+    let desc = DataSourceDescriptor {
+        name: Some("ds".into()),
+        handles_incremental_state_clear: Some(true),
+        ..Default::default()
+    };
+    h.svc.register_data_source(h.now, p, desc).unwrap();
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.write_into_file = Some(true);
+    cfg.file_write_period_ms = Some(3_600_000);
+    let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
+    let buf = global_buffer(&h.outputs(), p);
+    h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
+    h.commit_packets(p, 2, buf, &[test_packet(10, 0)]);
+
+    h.svc.rotate_file(h.now, c, 5).unwrap();
+    let cmds = cmds_for(&h.outputs(), p);
+    let at = |f: fn(&ProducerCommand) -> bool| cmds.iter().position(f).unwrap();
+    let clear = at(|c| matches!(c, ProducerCommand::ClearIncrementalState { .. }));
+    let flush = at(|c| matches!(c, ProducerCommand::Flush { .. }));
+    assert!(clear < flush, "{cmds:?}");
+    let ProducerCommand::Flush { request_id, .. } = cmds[flush] else {
+        unreachable!()
+    };
+    // Writer 1 honours the clear; writer 2 has no incremental state.
+    h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
+    h.commit_packets(p, 2, buf, &[test_packet(11, 0)]);
+    let ack = CommitDataRequest {
+        flush_request_id: Some(request_id),
+        ..Default::default()
+    };
+    h.svc.commit_data(h.now, p, &ack);
+    let outs = h.outputs();
+    let switch = outs
+        .iter()
+        .position(|o| matches!(o, Output::SwitchFile { session, token: 5 } if *session == sid))
+        .expect("switched");
+    let data = |outs: &[Output]| -> Vec<u8> {
+        outs.iter()
+            .filter_map(|o| match o {
+                Output::WriteToFile { data, .. } => Some(data.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    let old = packets(&data(&outs[..switch]));
+    let mut new_bytes = data(&outs[switch..]);
+    h.commit_packets(p, 1, buf, &[flagged(5, NEEDS_STATE)]);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    new_bytes.extend(data(&h.outputs()));
+    let new = packets(&new_bytes);
+    assert_eq!(producer_markers(&old), vec![1, 2, 10, 11]);
+    assert_eq!(producer_markers(&new), vec![3, 4, 5]);
+    // The held packets follow the new file's header.
+    let config = new
+        .iter()
+        .position(|p| matches!(decode_packet(p).data, OneOfdata::trace_config(_)))
+        .unwrap();
+    let first = new
+        .iter()
+        .position(|p| decode_packet(p).timestamp == Some(3))
+        .unwrap();
+    assert!(config < first);
+}
+
 #[test]
 fn rotation_is_refused_without_a_streamed_file() {
     let mut h = H::new();

@@ -91,6 +91,11 @@ pub struct ReadState {
     pub machines_seen: super::machines::MachinesSeen,
     /// The service's relay-connection drop count already accounted for.
     pub relay_drops_seen: u64,
+    /// While a rotation drains the old file: packets of sequences that
+    /// cleared their incremental state, held for the new file.
+    pub divert: Option<super::rotate_divert::Divert>,
+    /// Held packets to write into the new file after its header.
+    pub held_for_new_file: Vec<u8>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
