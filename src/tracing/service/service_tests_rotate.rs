@@ -18,8 +18,10 @@ fn count(packets: &[Vec<u8>], what: fn(&OneOfdata) -> bool) -> usize {
         .count()
 }
 
-#[test]
-fn rotation_moves_on_to_the_new_file_with_its_own_header() {
+/// A write_into_file session (writing only when asked) of one producer
+/// whose data source clears its incremental state: (harness, producer,
+/// consumer, session, target buffer).
+fn streaming_session() -> (H, ProducerId, ConsumerId, SessionId, u32) {
     let mut h = H::new();
     let info = ProducerInfo {
         uid: 0,
@@ -40,6 +42,12 @@ fn rotation_moves_on_to_the_new_file_with_its_own_header() {
     cfg.file_write_period_ms = Some(3_600_000);
     let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
     let buf = global_buffer(&h.outputs(), p);
+    (h, p, c, sid, buf)
+}
+
+#[test]
+fn rotation_moves_on_to_the_new_file_with_its_own_header() {
+    let (mut h, p, c, sid, buf) = streaming_session();
     h.commit_packets(p, 1, buf, &[test_packet(1, 0), test_packet(2, 0)]);
 
     h.svc.rotate_file(h.now, c, 5).unwrap();
@@ -127,26 +135,7 @@ const NEEDS_STATE: u64 = 2;
 /// each file has the interned data its packets refer to.
 #[test]
 fn packets_after_a_clear_go_to_the_new_file() {
-    let mut h = H::new();
-    let info = ProducerInfo {
-        uid: 0,
-        pid: Some(1),
-        name: "p".into(),
-        ..Default::default()
-    };
-    let p = h.svc.connect_producer(info, None).unwrap();
-    let desc = DataSourceDescriptor {
-        name: Some("ds".into()),
-        handles_incremental_state_clear: Some(true),
-        ..Default::default()
-    };
-    h.svc.register_data_source(h.now, p, desc).unwrap();
-    let c = h.svc.connect_consumer(0);
-    let mut cfg = basic_config("ds", 64);
-    cfg.write_into_file = Some(true);
-    cfg.file_write_period_ms = Some(3_600_000);
-    let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
-    let buf = global_buffer(&h.outputs(), p);
+    let (mut h, p, c, sid, buf) = streaming_session();
     h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
     h.commit_packets(p, 2, buf, &[test_packet(10, 0)]);
 
