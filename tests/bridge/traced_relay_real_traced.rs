@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::probes::{
-    interop_bin, python, registered_data_sources, start_probes, wait_until, Proc,
+    interop_bin, registered_data_sources, run_py_check, start_probes, wait_until, Proc,
 };
 use crate::traced_relay_wire_real::free_tcp_port;
 
@@ -188,23 +188,17 @@ fn config(ds_extra: &str, trace_extra: &str) -> String {
 }
 
 fn check_trace(trace: &Path, probes_pid: i32, sdk_packets: u32, relay_port: bool) -> String {
-    let py = python().expect("no Python venv: run scripts/setup-python.sh");
-    let out = Command::new(py)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/check_relayed_probes.py"))
-        .arg(trace)
-        .arg(probes_pid.to_string())
-        .arg(std::process::id().to_string())
-        .args(["--sdk-packets", &sdk_packets.to_string()])
-        .args(relay_port.then_some("--relay-port"))
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "trace check failed:\n{text}");
-    text
+    let mut args = vec![
+        trace.display().to_string(),
+        probes_pid.to_string(),
+        std::process::id().to_string(),
+        "--sdk-packets".into(),
+        sdk_packets.to_string(),
+    ];
+    if relay_port {
+        args.push("--relay-port".into());
+    }
+    run_py_check("check_relayed_probes.py", &args)
 }
 
 /// Both traced_probes data sources set up (the start follows on the same

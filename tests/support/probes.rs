@@ -287,12 +287,12 @@ pub fn python() -> Option<PathBuf> {
     venv.exists().then_some(venv)
 }
 
-/// Runs tests/py/check_probes_trace.py; panics with its output on failure.
-pub fn check_trace(trace: &Path, args: &[String]) {
+/// Runs the checker `tests/py/NAME` with `args` under the venv's Python;
+/// panics with its output on failure, else returns it (stdout + stderr).
+pub fn run_py_check<S: AsRef<std::ffi::OsStr>>(name: &str, args: &[S]) -> String {
     let py = python().expect("no Python venv: run scripts/setup-python.sh");
     let out = Command::new(py)
-        .arg(Path::new(ROOT).join("tests/py/check_probes_trace.py"))
-        .arg(trace)
+        .arg(Path::new(ROOT).join("tests/py").join(name))
         .args(args)
         .output()
         .unwrap();
@@ -301,8 +301,15 @@ pub fn check_trace(trace: &Path, args: &[String]) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    eprintln!("{text}");
-    assert!(out.status.success(), "trace check failed:\n{text}");
+    assert!(out.status.success(), "{name} failed:\n{text}");
+    text
+}
+
+/// Runs tests/py/check_probes_trace.py; panics with its output on failure.
+pub fn check_trace(trace: &Path, args: &[String]) {
+    let mut all = vec![trace.as_os_str().to_owned()];
+    all.extend(args.iter().map(Into::into));
+    eprintln!("{}", run_py_check("check_probes_trace.py", &all));
 }
 
 pub fn read_trim(path: impl AsRef<Path>) -> String {

@@ -45,6 +45,34 @@ fn streaming_session() -> (H, ProducerId, ConsumerId, SessionId, u32) {
     (h, p, c, sid, buf)
 }
 
+/// The bytes of every `WriteToFile` in `outs`.
+fn file_data(outs: &[Output]) -> Vec<u8> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::WriteToFile { data, .. } => Some(data.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// Acks the cut's flush: the old file's bytes, and the outputs from the
+/// switch to the new file on.
+fn ack_cut(h: &mut H, p: ProducerId, sid: SessionId, flush_id: u64) -> (Vec<u8>, Vec<Output>) {
+    let ack = CommitDataRequest {
+        flush_request_id: Some(flush_id),
+        ..Default::default()
+    };
+    h.svc.commit_data(h.now, p, &ack);
+    let mut outs = h.outputs();
+    let switch = outs
+        .iter()
+        .position(|o| matches!(o, Output::SwitchFile { session, token: 5 } if *session == sid))
+        .expect("switched");
+    let after = outs.split_off(switch);
+    (file_data(&outs), after)
+}
+
 #[test]
 fn rotation_moves_on_to_the_new_file_with_its_own_header() {
     let (mut h, p, c, sid, buf) = streaming_session();
@@ -61,25 +89,7 @@ fn rotation_moves_on_to_the_new_file_with_its_own_header() {
         })
         .expect("a flush before the cut");
     h.commit_packets(p, 1, buf, &[test_packet(3, 0)]);
-    let ack = CommitDataRequest {
-        flush_request_id: Some(flush_id),
-        ..Default::default()
-    };
-    h.svc.commit_data(h.now, p, &ack);
-    let outs = h.outputs();
-    let switch = outs
-        .iter()
-        .position(|o| matches!(o, Output::SwitchFile { session, token: 5 } if *session == sid))
-        .expect("switched");
-    let old: Vec<u8> = outs[..switch]
-        .iter()
-        .filter_map(|o| match o {
-            Output::WriteToFile { data, .. } => Some(data.clone()),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    let after = &outs[switch..];
+    let (old, after) = ack_cut(&mut h, p, sid, flush_id);
     assert!(after.iter().any(|o| matches!(
         o,
         Output::ProducerCommand {
@@ -98,15 +108,8 @@ fn rotation_moves_on_to_the_new_file_with_its_own_header() {
 
     h.commit_packets(p, 1, buf, &[test_packet(4, 0)]);
     h.svc.disable_tracing(h.now, c).unwrap();
-    let new: Vec<u8> = h
-        .outputs()
-        .iter()
-        .filter_map(|o| match o {
-            Output::WriteToFile { data, .. } => Some(data.clone()),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let mut new = file_data(&after);
+    new.extend(file_data(&h.outputs()));
     let (old, new) = (packets(&old), packets(&new));
     // Every packet once, in the file of its time.
     assert_eq!(producer_markers(&old), vec![1, 2, 3]);
@@ -151,30 +154,12 @@ fn packets_after_a_clear_go_to_the_new_file() {
     // Writer 1 honours the clear; writer 2 has no incremental state.
     h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
     h.commit_packets(p, 2, buf, &[test_packet(11, 0)]);
-    let ack = CommitDataRequest {
-        flush_request_id: Some(request_id),
-        ..Default::default()
-    };
-    h.svc.commit_data(h.now, p, &ack);
-    let outs = h.outputs();
-    let switch = outs
-        .iter()
-        .position(|o| matches!(o, Output::SwitchFile { session, token: 5 } if *session == sid))
-        .expect("switched");
-    let data = |outs: &[Output]| -> Vec<u8> {
-        outs.iter()
-            .filter_map(|o| match o {
-                Output::WriteToFile { data, .. } => Some(data.clone()),
-                _ => None,
-            })
-            .flatten()
-            .collect()
-    };
-    let old = packets(&data(&outs[..switch]));
-    let mut new_bytes = data(&outs[switch..]);
+    let (old, after) = ack_cut(&mut h, p, sid, request_id);
+    let old = packets(&old);
+    let mut new_bytes = file_data(&after);
     h.commit_packets(p, 1, buf, &[flagged(5, NEEDS_STATE)]);
     h.svc.disable_tracing(h.now, c).unwrap();
-    new_bytes.extend(data(&h.outputs()));
+    new_bytes.extend(file_data(&h.outputs()));
     let new = packets(&new_bytes);
     assert_eq!(producer_markers(&old), vec![1, 2, 10, 11]);
     assert_eq!(producer_markers(&new), vec![3, 4, 5]);
