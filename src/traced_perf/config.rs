@@ -17,7 +17,50 @@ pub enum Event {
         config: u64,
         config1: u64,
         config2: u64,
+        /// RawEvent.pmu_name: the type is read from sysfs at setup.
+        pmu: String,
     },
+}
+
+/// An event with its EventModifiers: where it counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    pub event: Event,
+    /// EVENT_MODIFIER_COUNT_{USERSPACE,KERNEL,HYPERVISOR} values; empty:
+    /// everywhere.
+    pub modifiers: Vec<u32>,
+}
+
+/// The clock samples are stamped with (Timebase.timestamp_clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleClock {
+    /// The clockid perf_event_open stamps with.
+    pub clockid: i32,
+    /// The BuiltinClock the packets name.
+    pub trace_clock: u64,
+}
+
+/// CLOCK_MONOTONIC_RAW, upstream's default: the kernel reads it safely
+/// from NMIs, so hardware counters and tracepoints accept it (they refuse
+/// BOOTTIME and REALTIME with EINVAL).
+pub const MONOTONIC_RAW: SampleClock = SampleClock {
+    clockid: 4,
+    trace_clock: 5,
+};
+
+/// A PerfClock value, or None for an unknown one.
+fn sample_clock(v: u64) -> Option<SampleClock> {
+    let (clockid, trace_clock) = match v {
+        0 | 3 => return Some(MONOTONIC_RAW),
+        1 => (0, 1),
+        2 => (1, 3),
+        4 => (7, 6),
+        _ => return None,
+    };
+    Some(SampleClock {
+        clockid,
+        trace_clock,
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +91,9 @@ impl Scope {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PerfConfig {
     pub event: Event,
+    /// The timebase's EventModifiers.
+    pub modifiers: Vec<u32>,
+    pub clock: SampleClock,
     pub interval: Interval,
     /// The Timebase message as the config carried it (for the
     /// PerfSampleDefaults of the trace).
@@ -66,8 +112,11 @@ pub struct PerfConfig {
     /// Counters read with every sample (a perf group led by the timebase),
     /// and their FollowerEvent messages as the config carried them (for the
     /// PerfSampleDefaults that name them).
-    pub followers: Vec<Event>,
+    pub followers: Vec<EventSpec>,
     pub followers_raw: Vec<Vec<u8>>,
+    /// ignore_open_failure: a CPU whose event cannot be opened is left
+    /// out instead of failing the setup.
+    pub ignore_open_failure: bool,
     /// tracebox: names of functions resolved on the device (default on).
     pub function_names: bool,
 }
@@ -122,9 +171,14 @@ fn push_ints(list: &mut Vec<i32>, wire_type: u8, v: &[u8], what: &str) -> Result
     Ok(())
 }
 
-/// The event of a Timebase (`ids` = field numbers of counter, tracepoint
-/// and raw_event: 4, 3, 5) or of a FollowerEvent (1, 2, 3).
-fn parse_event_fields(tb: &[u8], ids: [u32; 3], event: &mut Option<Event>) -> Result<(), String> {
+/// The event of a Timebase (`ids` = field numbers of counter, tracepoint,
+/// raw_event and modifiers: 4, 3, 5, 12) or of a FollowerEvent (1, 2, 3, 5).
+fn parse_event_fields(
+    tb: &[u8],
+    ids: [u32; 4],
+    event: &mut Option<Event>,
+    modifiers: &mut Vec<u32>,
+) -> Result<(), String> {
     for f in FieldIter::new(tb) {
         match ids.iter().position(|&n| n == f.number) {
             Some(0) => *event = Some(Event::Counter(varint(f.value) as u32)),
@@ -140,22 +194,35 @@ fn parse_event_fields(tb: &[u8], ids: [u32; 3], event: &mut Option<Event>) -> Re
                 *event = Some(Event::Tracepoint { name, filter });
             }
             Some(2) => {
-                let (mut type_, mut config, mut config1, mut config2) = (0, 0, 0, 0);
+                let (mut type_, mut config, mut config1, mut config2) = (None, 0, 0, 0);
+                let mut pmu = String::new();
                 for t in FieldIter::new(f.value) {
                     match t.number {
-                        1 => type_ = varint(t.value) as u32,
+                        1 => type_ = Some(varint(t.value) as u32),
                         2 => config = varint(t.value),
                         3 => config1 = varint(t.value),
                         4 => config2 = varint(t.value),
+                        5 => pmu = string(t.value)?,
                         _ => {}
                     }
                 }
+                if type_.is_some() && !pmu.is_empty() {
+                    return Err("raw_event names both a type and a pmu_name".into());
+                }
                 *event = Some(Event::Raw {
-                    type_,
+                    type_: type_.unwrap_or(0),
                     config,
                     config1,
                     config2,
+                    pmu,
                 });
+            }
+            Some(3) => {
+                let mut m = Vec::new();
+                push_ints(&mut m, f.wire_type, f.value, "event modifiers")?;
+                for v in m {
+                    push(modifiers, v as u32, "event modifiers")?;
+                }
             }
             _ => {}
         }
@@ -186,6 +253,8 @@ fn parse_scope(b: &[u8], s: &mut Scope) -> Result<(), String> {
 pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
     let mut c = PerfConfig {
         event: Event::Counter(1),
+        modifiers: Vec::new(),
+        clock: MONOTONIC_RAW,
         interval: Interval::Frequency(DEFAULT_FREQUENCY),
         timebase_raw: Vec::new(),
         callstacks: false,
@@ -199,6 +268,7 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
         max_daemon_memory_kb: 0,
         followers: Vec::new(),
         followers_raw: Vec::new(),
+        ignore_open_failure: false,
         function_names: true,
     };
     let mut legacy_freq = None;
@@ -219,10 +289,14 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
                             "timebase poll_period_ms (counting without sampling) is not supported"
                                 .into(),
                         ),
+                        11 => {
+                            c.clock = sample_clock(varint(t.value))
+                                .ok_or("timebase timestamp_clock: unknown PerfClock")?
+                        }
                         _ => {}
                     }
                 }
-                parse_event_fields(f.value, [4, 3, 5], &mut event)?;
+                parse_event_fields(f.value, [4, 3, 5, 12], &mut event, &mut c.modifiers)?;
             }
             16 => {
                 c.callstacks = true;
@@ -250,11 +324,22 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
             3 => c.ring_buffer_pages = varint(f.value).min(u32::MAX as u64) as usize,
             17 => c.max_enqueued_footprint_kb = varint(f.value),
             13 => c.max_daemon_memory_kb = varint(f.value),
+            21 => c.ignore_open_failure = varint(f.value) != 0,
+            // Refused, not ignored: a filter we do not apply would profile
+            // CPUs the config meant to leave out.
+            22 => {
+                return Err("cpuid (ARM CPU model filter) is not supported; use target_cpu".into())
+            }
             19 => {
-                let mut e = None;
-                parse_event_fields(f.value, [1, 2, 3], &mut e)?;
-                let e = e.ok_or("a follower event names no counter, tracepoint or raw event")?;
-                push(&mut c.followers, e, "followers")?;
+                let (mut e, mut modifiers) = (None, Vec::new());
+                parse_event_fields(f.value, [1, 2, 3, 5], &mut e, &mut modifiers)?;
+                let event =
+                    e.ok_or("a follower event names no counter, tracepoint or raw event")?;
+                push(
+                    &mut c.followers,
+                    EventSpec { event, modifiers },
+                    "followers",
+                )?;
                 c.followers_raw.push(f.value.to_vec());
             }
             // Deprecated flat fields, still honoured as upstream does.
@@ -383,6 +468,7 @@ mod tests {
         assert_eq!(c.interval, Interval::Frequency(10));
         assert!(c.callstacks && c.user_frames && !c.kernel_frames);
         assert_eq!(c.ring_buffer_pages, 256);
+        assert_eq!(c.clock, MONOTONIC_RAW);
     }
 
     #[test]
@@ -432,15 +518,51 @@ mod tests {
         });
         let c = parse(&b).unwrap();
         assert_eq!(c.max_daemon_memory_kb, 2048);
-        assert_eq!(c.followers[..2], [Event::Counter(3), Event::Counter(4)]);
+        let events: Vec<&Event> = c.followers.iter().map(|f| &f.event).collect();
+        assert_eq!(events[..2], [&Event::Counter(3), &Event::Counter(4)]);
         assert!(
-            matches!(&c.followers[2], Event::Tracepoint { name, .. } if name == "sched:sched_switch")
+            matches!(events[2], Event::Tracepoint { name, .. } if name == "sched:sched_switch")
         );
         let empty = cfg(|s| {
             let f = begin_nested(s, 19);
             end_nested(s, f);
         });
         assert!(parse(&empty).is_err());
+    }
+
+    #[test]
+    fn clock_modifiers_pmu_and_open_failures() {
+        let b = cfg(|s| {
+            let tb = begin_nested(s, 15);
+            put_varint(s, 1, 5000);
+            put_varint(s, 11, 2);
+            put_varint(s, 12, 1);
+            let raw = begin_nested(s, 5);
+            put_varint(s, 2, 0x11);
+            put_str(s, 5, "cpu");
+            end_nested(s, raw);
+            end_nested(s, tb);
+            put_varint(s, 21, 1);
+        });
+        let c = parse(&b).unwrap();
+        assert_eq!(c.interval, Interval::Period(5000));
+        assert_eq!(c.clock.clockid, 1, "CLOCK_MONOTONIC");
+        assert_eq!(c.clock.trace_clock, 3, "BUILTIN_CLOCK_MONOTONIC");
+        assert_eq!(c.modifiers, vec![1]);
+        assert!(matches!(&c.event, Event::Raw { pmu, config: 0x11, .. } if pmu == "cpu"));
+        assert!(c.ignore_open_failure);
+        let both = cfg(|s| {
+            let tb = begin_nested(s, 15);
+            let raw = begin_nested(s, 5);
+            put_varint(s, 1, 4);
+            put_str(s, 5, "cpu");
+            end_nested(s, raw);
+            end_nested(s, tb);
+        });
+        assert!(parse(&both).unwrap_err().contains("pmu_name"));
+        assert!(parse(&cfg(|s| put_str(s, 22, "41d05")))
+            .unwrap_err()
+            .contains("cpuid"));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use super::config::{self, Event, Interval, PerfConfig};
+use super::config::{self, Event, Interval, PerfConfig, SampleClock};
 use super::intern::{Interner, MappingKey};
 use super::records::{self, Record, Sample};
 use super::resolver::{self, Resolver};
@@ -14,9 +14,6 @@ use super::sys::{self, Attr, Ring};
 use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint};
 use crate::tracing::core::trace_writer::TraceWriter;
 
-const CLOCK_BOOTTIME: i32 = 7;
-/// BUILTIN_CLOCK_BOOTTIME, the clock the samples are stamped with.
-const TRACE_CLOCK_BOOTTIME: u64 = 6;
 const SEQ_INCREMENTAL_STATE_CLEARED: u64 = 1;
 const SEQ_NEEDS_INCREMENTAL_STATE: u64 = 2;
 /// TracePacket.perf_sample.
@@ -54,6 +51,35 @@ pub struct PerfStats {
     /// The daemon's memory (kB) when it went over max_daemon_memory_kb
     /// and the source stopped.
     pub stopped_at_kb: u64,
+    /// CPUs left out because their event could not be opened
+    /// (ignore_open_failure).
+    pub cpus_skipped: u64,
+    /// CPU time of this thread in read passes: reading the rings, scope
+    /// checks, resolving frames, interning and writing packets.
+    pub read_cpu_ns: u64,
+}
+
+impl PerfStats {
+    /// The cost of one recorded sample, from ring to packet (ns of CPU).
+    pub fn cpu_ns_per_sample(&self) -> u64 {
+        self.read_cpu_ns / self.samples.max(1)
+    }
+}
+
+/// This thread's CPU time (ns).
+fn thread_cpu_ns() -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
+}
+
+/// Now on `clock` (ns), for packets that carry no kernel timestamp.
+fn now_on(clock: SampleClock) -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::from_raw(clock.clockid)).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
 }
 
 pub struct PerfSource {
@@ -73,8 +99,14 @@ pub struct PerfSource {
     pub stats: PerfStats,
 }
 
-fn open_error(what: &str, e: std::io::Error) -> String {
+fn open_error(what: &str, clock: SampleClock, e: std::io::Error) -> String {
     let hint = match e.raw_os_error() {
+        // Only software events take a clock the kernel cannot read from
+        // an NMI.
+        Some(libc::EINVAL) if [0, 7].contains(&clock.clockid) => {
+            " (PERF_CLOCK_BOOTTIME and PERF_CLOCK_REALTIME work with software counters only; \
+             leave timestamp_clock unset)"
+        }
         Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
             " (this kernel or CPU has no such event)"
         }
@@ -117,9 +149,25 @@ fn daemon_memory_kb() -> u64 {
         .sum()
 }
 
-/// The attributes counting `event`, with its name for errors.
-fn event_attr(event: &Event) -> Result<(Attr, String), String> {
-    Ok(match event {
+/// `/sys/bus/event_source/devices/PMU/type`: the perf type of a PMU named
+/// by a raw event.
+fn pmu_type(pmu: &str) -> Result<u32, String> {
+    if pmu.contains('/') || pmu.starts_with("..") {
+        return Err(format!("bad pmu_name {pmu:?}"));
+    }
+    let path = format!("/sys/bus/event_source/devices/{pmu}/type");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        format!("raw_event pmu_name {pmu:?}: this kernel has no such PMU ({path}: {e})")
+    })?;
+    text.trim()
+        .parse()
+        .map_err(|_| format!("raw_event pmu_name {pmu:?}: bad type in {path}"))
+}
+
+/// The attributes counting `event` where its EventModifiers say, with its
+/// name for errors.
+fn event_attr(event: &Event, modifiers: &[u32]) -> Result<(Attr, String), String> {
+    let (mut attr, name) = match event {
         Event::Counter(c) => {
             let (t, conf, name) =
                 config::counter(*c).ok_or_else(|| format!("unknown counter {c}"))?;
@@ -134,18 +182,37 @@ fn event_attr(event: &Event) -> Result<(Attr, String), String> {
             config,
             config1,
             config2,
+            pmu,
         } => {
-            let mut a = Attr::new(*type_, *config);
+            let type_ = if pmu.is_empty() {
+                *type_
+            } else {
+                pmu_type(pmu)?
+            };
+            let mut a = Attr::new(type_, *config);
             a.set_config1(*config1);
             a.set_config2(*config2);
             (a, format!("raw event type {type_} config {config:#x}"))
         }
-    })
+    };
+    // Modifiers name where to count; without any, everywhere.
+    if !modifiers.is_empty() {
+        for (m, bit) in [
+            (1, sys::FLAG_EXCLUDE_USER),
+            (2, sys::FLAG_EXCLUDE_KERNEL),
+            (3, sys::FLAG_EXCLUDE_HV),
+        ] {
+            if !modifiers.contains(&m) {
+                attr.set_flags(bit);
+            }
+        }
+    }
+    Ok((attr, name))
 }
 
 /// The attributes of the timebase (the group leader) for `cfg`.
 fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
-    let (mut attr, what) = event_attr(&cfg.event)?;
+    let (mut attr, what) = event_attr(&cfg.event, &cfg.modifiers)?;
     match cfg.interval {
         Interval::Frequency(f) => {
             attr.set_flags(sys::FLAG_FREQ);
@@ -169,8 +236,36 @@ fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
     }
     attr.set_sample_type(st);
     attr.set_flags(sys::FLAG_DISABLED | sys::FLAG_SAMPLE_ID_ALL);
-    attr.set_clockid(CLOCK_BOOTTIME);
+    attr.set_clockid(cfg.clock.clockid);
     Ok((attr, what))
+}
+
+/// The timebase (with its followers as a group) on one CPU, and its ring.
+fn open_ring(
+    cfg: &PerfConfig,
+    attr: &Attr,
+    what: &str,
+    filter: Option<&str>,
+    followers: &[(Attr, String)],
+    cpu: u32,
+) -> Result<CpuRing, String> {
+    let fd = sys::open_cpu(attr, cpu, None).map_err(|e| open_error(what, cfg.clock, e))?;
+    if let Some(f) = filter {
+        sys::set_filter(&fd, f).map_err(|e| format!("tracepoint filter {f:?}: {e}"))?;
+    }
+    let mut members = Vec::with_capacity(followers.len());
+    for (a, name) in followers {
+        let m = sys::open_cpu(a, cpu, Some(&fd));
+        members.push(m.map_err(|e| open_error(&format!("follower {name}"), cfg.clock, e))?);
+    }
+    let ring =
+        Ring::map(&fd, cfg.ring_buffer_pages).map_err(|e| format!("mmap of the perf ring: {e}"))?;
+    Ok(CpuRing {
+        cpu,
+        fd,
+        ring,
+        _followers: members,
+    })
 }
 
 impl PerfSource {
@@ -192,38 +287,30 @@ impl PerfSource {
         // others) and read format.
         let mut followers = Vec::with_capacity(cfg.followers.len());
         for e in &cfg.followers {
-            let (mut a, name) = event_attr(e)?;
-            a.set_clockid(CLOCK_BOOTTIME);
+            let (mut a, name) = event_attr(&e.event, &e.modifiers)?;
+            a.set_clockid(cfg.clock.clockid);
             a.set_read_format(sys::FORMAT_GROUP);
             followers.push((a, name));
         }
         let mut rings = Vec::with_capacity(cpus.len());
+        let mut cpus_skipped = 0;
         for cpu in cpus {
-            let fd = sys::open_cpu(&attr, cpu, None).map_err(|e| open_error(&what, e))?;
-            if let Some(f) = &filter {
-                sys::set_filter(&fd, f).map_err(|e| format!("tracepoint filter {f:?}: {e}"))?;
+            match open_ring(&cfg, &attr, &what, filter.as_deref(), &followers, cpu) {
+                Ok(r) => rings.push(r),
+                Err(e) if cfg.ignore_open_failure => {
+                    crate::log_warn!("linux.perf: cpu {cpu} left out (ignore_open_failure): {e}");
+                    cpus_skipped += 1;
+                }
+                Err(e) => return Err(format!("cpu {cpu}: {e}")),
             }
-            let mut members = Vec::with_capacity(followers.len());
-            for (a, name) in &followers {
-                let m = sys::open_cpu(a, cpu, Some(&fd));
-                members.push(m.map_err(|e| open_error(&format!("follower {name}"), e))?);
-            }
-            let ring = Ring::map(&fd, cfg.ring_buffer_pages)
-                .map_err(|e| format!("mmap of the perf ring of cpu {cpu}: {e}"))?;
-            rings.push(CpuRing {
-                cpu,
-                fd,
-                ring,
-                _followers: members,
-            });
+        }
+        if rings.is_empty() {
+            return Err("no CPU could be opened (ignore_open_failure left none)".into());
         }
         let resolver = Resolver::new(cfg.function_names, cfg.function_names && cfg.kernel_frames);
         let group = !cfg.followers.is_empty();
         Ok(PerfSource {
-            scope: ScopeFilter::new(
-                cfg.scope.clone(),
-                crate::traced_probes::clock::boot_time_ns(),
-            ),
+            scope: ScopeFilter::new(cfg.scope.clone(), now_on(cfg.clock)),
             cfg,
             writer,
             rings,
@@ -238,7 +325,10 @@ impl PerfSource {
             frames: Vec::new(),
             since_maps_refresh: Duration::ZERO,
             since_memory_check: Duration::ZERO,
-            stats: PerfStats::default(),
+            stats: PerfStats {
+                cpus_skipped,
+                ..Default::default()
+            },
         })
     }
 
@@ -287,8 +377,8 @@ impl PerfSource {
         self.interner.clear();
         self.resolver.forget_processes();
         let mut p = self.writer.new_packet();
-        put_varint(&mut p, 8, crate::traced_probes::clock::boot_time_ns());
-        put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
+        put_varint(&mut p, 8, now_on(self.cfg.clock));
+        put_varint(&mut p, 58, self.cfg.clock.trace_clock);
         let s = begin_nested(&mut p, PERF_SAMPLE);
         let e = begin_nested(&mut p, PRODUCER_EVENT);
         put_varint(&mut p, 1, STOP_GUARDRAIL);
@@ -303,13 +393,20 @@ impl PerfSource {
         self.writer.flush();
     }
 
+    /// Disables the events and reads what their rings still hold, all of
+    /// it: a ring is bounded (ring_buffer_pages) and nothing refills it,
+    /// so the work budget of a read pass would only drop records silently.
     pub fn stop(&mut self) {
         for r in &self.rings {
             let _ = sys::set_enabled(&r.fd, false);
         }
-        self.read_all();
+        self.read_passes(usize::MAX);
         self.writer.flush();
-        crate::log_info!("linux.perf: {:?}", self.stats);
+        crate::log_info!(
+            "linux.perf: {:?}, {} ns CPU per sample (read, scope, resolve, intern, write)",
+            self.stats,
+            self.stats.cpu_ns_per_sample()
+        );
     }
 
     pub fn clear_incremental_state(&mut self) {
@@ -319,10 +416,17 @@ impl PerfSource {
 
     /// Reads every ring, each up to the work budget.
     fn read_all(&mut self) {
-        let budget = (self.cfg.max_enqueued_footprint_kb * 1024) as usize;
+        self.read_passes((self.cfg.max_enqueued_footprint_kb * 1024) as usize);
+    }
+
+    /// Reads every ring up to `budget` bytes each, counting this thread's
+    /// CPU for the cost per sample.
+    fn read_passes(&mut self, budget: usize) {
+        let t0 = thread_cpu_ns();
         for i in 0..self.rings.len() {
             self.read_ring(i, budget);
         }
+        self.stats.read_cpu_ns += thread_cpu_ns().saturating_sub(t0);
     }
 
     fn read_ring(&mut self, i: usize, budget: usize) {
@@ -369,11 +473,11 @@ impl PerfSource {
         }
         self.cleared = false;
         let mut p = self.writer.new_packet();
-        put_varint(&mut p, 8, crate::traced_probes::clock::boot_time_ns());
-        put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
+        put_varint(&mut p, 8, now_on(self.cfg.clock));
+        put_varint(&mut p, 58, self.cfg.clock.trace_clock);
         put_varint(&mut p, 13, SEQ_INCREMENTAL_STATE_CLEARED);
         let d = begin_nested(&mut p, 59);
-        put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
+        put_varint(&mut p, 58, self.cfg.clock.trace_clock);
         let psd = begin_nested(&mut p, 12);
         if self.cfg.timebase_raw.is_empty() {
             let tb = begin_nested(&mut p, 1);
@@ -399,10 +503,10 @@ impl PerfSource {
     fn on_lost(&mut self, cpu: u32, lost: u64, time: Option<u64>) {
         self.stats.lost += lost;
         self.write_defaults_if_cleared();
-        let ts = time.unwrap_or_else(crate::traced_probes::clock::boot_time_ns);
+        let ts = time.unwrap_or_else(|| now_on(self.cfg.clock));
         let mut p = self.writer.new_packet();
         put_varint(&mut p, 8, ts);
-        put_varint(&mut p, 58, TRACE_CLOCK_BOOTTIME);
+        put_varint(&mut p, 58, self.cfg.clock.trace_clock);
         put_varint(&mut p, 13, SEQ_NEEDS_INCREMENTAL_STATE);
         let s = begin_nested(&mut p, PERF_SAMPLE);
         put_varint(&mut p, 1, cpu as u64);

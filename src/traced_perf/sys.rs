@@ -29,7 +29,9 @@ pub const FORMAT_GROUP: u64 = 1 << 3;
 
 // Bits of the flags word at offset 40.
 pub const FLAG_DISABLED: u64 = 1 << 0;
+pub const FLAG_EXCLUDE_USER: u64 = 1 << 4;
 pub const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
+pub const FLAG_EXCLUDE_HV: u64 = 1 << 6;
 pub const FLAG_FREQ: u64 = 1 << 10;
 pub const FLAG_SAMPLE_ID_ALL: u64 = 1 << 18;
 pub const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;

@@ -3,4 +3,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod scope;
+mod timebases;
 mod traced_perf;

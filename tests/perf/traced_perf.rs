@@ -18,7 +18,7 @@ use traced_probes_common::*;
 
 /// Compiles hot.c as `name` in `dir` (gcc, frame pointers in every
 /// function).
-fn build_load(dir: &Path, name: &str) -> PathBuf {
+pub fn build_load(dir: &Path, name: &str) -> PathBuf {
     let out = dir.join(name);
     let st = Command::new("gcc")
         // -O0: gcc 12 drops the frame of leaf functions at -O1 even with
@@ -32,7 +32,7 @@ fn build_load(dir: &Path, name: &str) -> PathBuf {
     out
 }
 
-fn start_perf(producer_sock: &str, log: &Path) -> Proc {
+pub fn start_perf(producer_sock: &str, log: &Path) -> Proc {
     let (r, w) = nix::unistd::pipe().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
         .arg("traced_perf")
@@ -62,14 +62,14 @@ fn start_perf(producer_sock: &str, log: &Path) -> Proc {
     }
 }
 
-struct Run {
-    lines: Vec<String>,
-    end_line: String,
+pub struct Run {
+    pub lines: Vec<String>,
+    pub end_line: String,
 }
 
 /// Records with `perf_cfg` (the body of perf_event_config) while `load`
 /// runs; stops the client with SIGTERM once the load is done.
-fn record(dir: &Path, perf_cfg: &str, load: impl FnOnce()) -> Run {
+pub fn record(dir: &Path, perf_cfg: &str, load: impl FnOnce()) -> Run {
     record_with(dir, perf_cfg, false, load)
 }
 
@@ -110,7 +110,9 @@ fn record_with(dir: &Path, perf_cfg: &str, real: bool, load: impl FnOnce()) -> R
         name: "perfetto",
     };
     wait_until(Duration::from_secs(30), "linux.perf started", || {
-        std::fs::read_to_string(&perf_log).is_ok_and(|t| t.contains("setup linux.perf"))
+        let log = std::fs::read_to_string(&perf_log).unwrap_or_default();
+        assert!(!log.contains("cannot set up linux.perf"), "{log}");
+        log.contains("setup linux.perf")
     });
     // Start is the next command after setup.
     std::thread::sleep(Duration::from_millis(500));
@@ -150,24 +152,48 @@ fn record_with(dir: &Path, perf_cfg: &str, real: bool, load: impl FnOnce()) -> R
     Run { lines, end_line }
 }
 
-/// (pid, tid, cpu_mode, function names root first) of every sample.
-fn samples(run: &Run) -> Vec<(u32, u32, u32, Vec<String>)> {
+/// One PerfSample as check_perf_trace.py prints it.
+#[derive(Debug)]
+pub struct Sample {
+    pub pid: u32,
+    pub cpu: u32,
+    /// Profiling.CpuMode: 1 kernel, 2 user.
+    pub mode: u32,
+    pub ts: u64,
+    /// Frames in the /kernel mapping.
+    pub kframes: usize,
+    /// Function names, root first ("?" unnamed, "-" no callstack).
+    pub names: Vec<String>,
+}
+
+pub fn samples(run: &Run) -> Vec<Sample> {
     run.lines
         .iter()
         .filter_map(|l| l.strip_prefix("sample "))
         .map(|l| {
-            let f: Vec<&str> = l.splitn(4, ' ').collect();
-            (
-                f[0].parse().unwrap(),
-                f[1].parse().unwrap(),
-                f[2].parse().unwrap(),
-                f[3].split(';').map(String::from).collect(),
-            )
+            let f: Vec<&str> = l.splitn(7, ' ').collect();
+            Sample {
+                pid: f[0].parse().unwrap(),
+                cpu: f[2].parse().unwrap(),
+                mode: f[3].parse().unwrap(),
+                ts: f[4].parse().unwrap(),
+                kframes: f[5].parse().unwrap(),
+                names: f[6].split(';').map(String::from).collect(),
+            }
         })
         .collect()
 }
 
-fn run_load(bin: &Path, args: &[&str]) -> std::process::Child {
+/// Samples lost in the kernel, summed from the trace's PerfSample packets.
+pub fn lost_in_trace(run: &Run) -> u64 {
+    run.lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("lost "))
+        .map(|l| l.split(' ').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+pub fn run_load(bin: &Path, args: &[&str]) -> std::process::Child {
     Command::new(bin).args(args).spawn().unwrap()
 }
 
@@ -197,16 +223,16 @@ fn callstacks_names_scope_and_kernel_frames() {
     let all = samples(&run);
     let (split_pid, sys_pid, other_pid) = pids;
     assert!(
-        all.iter().all(|s| s.0 != other_pid),
+        all.iter().all(|s| s.pid != other_pid),
         "a sample of a process out of scope"
     );
     assert!(
-        all.iter().all(|s| s.0 == split_pid || s.0 == sys_pid),
+        all.iter().all(|s| s.pid == split_pid || s.pid == sys_pid),
         "only perf_scope_hot processes are in scope"
     );
     // The 3:1 split, by stacks that contain each function.
-    let has = |s: &(u32, u32, u32, Vec<String>), f: &str| s.3.iter().any(|n| n == f);
-    let split: Vec<_> = all.iter().filter(|s| s.0 == split_pid).collect();
+    let has = |s: &Sample, f: &str| s.names.iter().any(|n| n == f);
+    let split: Vec<_> = all.iter().filter(|s| s.pid == split_pid).collect();
     let three = split.iter().filter(|s| has(s, "hot_three")).count() as f64;
     let one = split.iter().filter(|s| has(s, "hot_one")).count() as f64;
     assert!(three + one > 200.0, "too few samples: {three} + {one}");
@@ -217,21 +243,24 @@ fn callstacks_names_scope_and_kernel_frames() {
     );
     // Names of the whole chain: main thread function above the hot one.
     assert!(split.iter().any(|s| {
-        let i = s.3.iter().position(|n| n == "three_main");
-        let j = s.3.iter().position(|n| n == "hot_three");
+        let i = s.names.iter().position(|n| n == "three_main");
+        let j = s.names.iter().position(|n| n == "hot_three");
         matches!((i, j), (Some(i), Some(j)) if i < j)
     }));
     assert!(split
         .iter()
-        .any(|s| s.3.last().is_some_and(|n| n == "work_unit")));
+        .any(|s| s.names.last().is_some_and(|n| n == "work_unit")));
     // Kernel frames of the read(2) loop, under the user frames (libc's
     // read has no frame of its own, so its caller's caller, main, shows).
-    let sys: Vec<_> = all.iter().filter(|s| s.0 == sys_pid).collect();
+    let sys: Vec<_> = all.iter().filter(|s| s.pid == sys_pid).collect();
     let kernel_read = sys
         .iter()
         .filter(|s| {
-            let user = s.3.iter().position(|n| n == "main");
-            let kernel = s.3.iter().position(|n| n == "ksys_read" || n == "vfs_read");
+            let user = s.names.iter().position(|n| n == "main");
+            let kernel = s
+                .names
+                .iter()
+                .position(|n| n == "ksys_read" || n == "vfs_read");
             matches!((user, kernel), (Some(u), Some(k)) if u < k)
         })
         .count();
@@ -241,13 +270,27 @@ fn callstacks_names_scope_and_kernel_frames() {
         sys.len(),
         &sys[..sys.len().min(5)]
     );
-    // Mappings carry build ids read from the ELF notes.
+    // Mappings carry the build id of the ELF note, as readelf reads it.
     let hot_path = hot.to_str().unwrap();
+    let notes = Command::new("readelf")
+        .arg("-n")
+        .arg(&hot)
+        .output()
+        .unwrap();
+    let notes = String::from_utf8_lossy(&notes.stdout);
+    let build_id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("gcc wrote no build id: {notes}"));
     assert!(
         run.lines
             .iter()
-            .any(|l| l.starts_with(&format!("mapping {hot_path} ")) && !l.ends_with(" -")),
-        "no build id for {hot_path}"
+            .any(|l| *l == format!("mapping {hot_path} {build_id}")),
+        "no mapping {hot_path} with build id {build_id}: {:?}",
+        run.lines
+            .iter()
+            .filter(|l| l.starts_with("mapping "))
+            .collect::<Vec<_>>()
     );
     assert!(run.lines.iter().any(|l| l.starts_with("mapping /kernel ")));
 }
@@ -269,17 +312,14 @@ fn a_tiny_ring_reports_lost_samples_and_names_can_be_off() {
             std::thread::sleep(Duration::from_millis(2500));
         },
     );
-    let lost: u64 = run
-        .lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("lost "))
-        .map(|l| l.split(' ').nth(1).unwrap().parse::<u64>().unwrap())
-        .sum();
+    let lost = lost_in_trace(&run);
     assert!(lost > 0, "no PerfSample.kernel_records_lost in the trace");
     // Names were turned off: frames carry none.
     let all = samples(&run);
     assert!(!all.is_empty());
-    assert!(all.iter().all(|s| s.3.iter().all(|n| n == "?" || n == "-")));
+    assert!(all
+        .iter()
+        .all(|s| s.names.iter().all(|n| n == "?" || n == "-")));
     assert!(
         run.end_line
             .contains(&format!("LOST {lost} perf samples in the kernel")),
@@ -288,41 +328,68 @@ fn a_tiny_ring_reports_lost_samples_and_names_can_be_off() {
     );
 }
 
+/// Events this kernel lacks fail their data source's setup with the reason
+/// in traced_perf's log, and the client's end line names the source that
+/// never started: a hardware counter (this VM has none), a tracepoint and a
+/// PMU that do not exist, a CPU that does not exist.
 #[test]
-fn a_missing_hardware_counter_is_a_clear_setup_error() {
-    if Path::new("/sys/bus/event_source/devices/cpu").exists() {
-        eprintln!("this machine has hardware counters; nothing to check");
-        return;
-    }
+fn events_the_kernel_lacks_are_clear_setup_errors() {
+    let hw = Path::new("/sys/bus/event_source/devices/cpu").exists();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let socks = Sockets::in_dir(dir);
     let _traced = start_our_traced(&socks, &dir.join("traced.log"));
     let perf_log = dir.join("perf.log");
     let _perf = start_perf(&socks.producer, &perf_log);
-    let cfg = dir.join("config.txt");
-    std::fs::write(
-        &cfg,
-        "duration_ms: 1000\nbuffers { size_kb: 1024 }\n\
-         data_sources { config { name: \"linux.perf\" perf_event_config { \
-         timebase { frequency: 100 counter: HW_CPU_CYCLES } } } }\n",
-    )
-    .unwrap();
+    let mut sources = vec![
+        "timebase { period: 1 tracepoint { name: \"nosuchgroup:nosuchevent\" } }",
+        "timebase { frequency: 100 raw_event { pmu_name: \"nosuchpmu\" config: 1 } }",
+        "timebase { frequency: 100 counter: SW_CPU_CLOCK } target_cpu: 4000",
+    ];
+    if !hw {
+        sources.push("timebase { frequency: 100 counter: HW_CPU_CYCLES }");
+    }
+    let mut cfg = "duration_ms: 1000\nbuffers { size_kb: 1024 }\n".to_string();
+    for s in &sources {
+        cfg += &format!(
+            "data_sources {{ config {{ name: \"linux.perf\" perf_event_config {{ {s} }} }} }}\n"
+        );
+    }
+    std::fs::write(dir.join("config.txt"), cfg).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_tracebox"))
         .args(["perfetto", "--txt", "-c"])
-        .arg(&cfg)
+        .arg(dir.join("config.txt"))
         .arg("-o")
         .arg(dir.join("trace.pb"))
         .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
         .output()
         .unwrap();
-    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
     let log = std::fs::read_to_string(&perf_log).unwrap();
+    let failed = log.matches("cannot set up linux.perf").count();
+    assert_eq!(failed, sources.len(), "{log}");
+    for want in [
+        "tracepoint nosuchgroup:nosuchevent: this kernel has no such event",
+        "raw_event pmu_name \"nosuchpmu\": this kernel has no such PMU",
+        "cpu 4000: perf_event_open(cpu-clock)",
+    ] {
+        assert!(log.contains(want), "{want:?} not in {log}");
+    }
+    if !hw {
+        assert!(
+            log.contains("perf_event_open(cpu-cycles)") && log.contains("no such event"),
+            "{log}"
+        );
+    }
+    let end = err
+        .lines()
+        .find(|l| l.starts_with("Trace stats: "))
+        .unwrap_or_default();
     assert!(
-        log.contains("cannot set up linux.perf")
-            && log.contains("perf_event_open(cpu-cycles)")
-            && log.contains("no such event"),
-        "{log}"
+        end.contains(
+            "data sources that never started (setup failed? see the producer's log): linux.perf"
+        ),
+        "end line: {end:?}"
     );
 }
 
@@ -346,7 +413,10 @@ fn perfettos_own_traced_takes_our_samples() {
     let all = samples(&run);
     assert!(all
         .iter()
-        .any(|s| s.0 == pid && s.3.iter().any(|n| n == "hot_three")));
+        .any(|s| s.pid == pid && s.names.iter().any(|n| n == "hot_three")));
+    // kernel_frames unset: user frames only.
+    assert!(all.iter().all(|s| s.kframes == 0), "a kernel frame");
+    assert!(!run.lines.iter().any(|l| l.starts_with("mapping /kernel ")));
 }
 
 /// A limit the daemon is over at once (1 kB): traced_perf stops sampling at

@@ -7,8 +7,13 @@ Prints, one per line:
   packets N
   error TEXT                 (an undefined id, a frame without mapping...)
   lost CPU N                 (PerfSample.kernel_records_lost)
-  sample PID TID MODE NAMES  (NAMES: function names root first, ';'-joined,
-                              '?' for unnamed frames, '-' for no callstack)
+  sample PID TID CPU MODE TS KFRAMES NAMES
+                             (TS: the packet's timestamp; KFRAMES: frames in
+                              the /kernel mapping; NAMES: function names root
+                              first, ';'-joined, '?' for unnamed frames, '-'
+                              for no callstack)
+  clock ID                   (TracePacketDefaults.timestamp_clock_id of the
+                              sequence's PerfSampleDefaults packet)
   mapping PATH BUILDID_HEX   (each distinct mapping)
   counts CPU TIMEBASE F1..   (samples with follower_counts: the group read)
   stopped REASON             (PerfSample.producer_event.source_stop_reason)
@@ -31,6 +36,8 @@ def main(path):
         fol = p.trace_packet_defaults.perf_sample_defaults.followers
         if fol and seq_id not in seqs:
             print("followers", *[f.counter for f in fol])
+        if p.trace_packet_defaults.HasField("perf_sample_defaults") and seq_id not in seqs:
+            print("clock", p.trace_packet_defaults.timestamp_clock_id)
         if p.sequence_flags & 1 or p.incremental_state_cleared:
             seqs[seq_id] = {k: {} for k in ("names", "bids", "paths", "maps", "frames", "stacks")}
         if p.HasField("interned_data"):
@@ -67,6 +74,7 @@ def main(path):
             print("error sample without SEQ_NEEDS_INCREMENTAL_STATE")
         st = seqs.get(seq_id)
         names = "-"
+        kframes = 0
         if s.callstack_iid:
             if st is None or s.callstack_iid not in st["stacks"]:
                 print("error undefined callstack", s.callstack_iid)
@@ -87,6 +95,7 @@ def main(path):
                 if m.build_id and m.build_id not in st["bids"]:
                     print("error undefined build id", m.build_id)
                 path = "/" + "/".join(st["paths"].get(i, "") for i in m.path_string_ids)
+                kframes += path == "/kernel"
                 bid = st["bids"].get(m.build_id, b"").hex()
                 if (path, bid) not in mappings_seen:
                     mappings_seen.add((path, bid))
@@ -100,7 +109,7 @@ def main(path):
                 else:
                     out.append("?")
             names = ";".join(out) or "-"
-        print("sample", s.pid, s.tid, s.cpu_mode, names)
+        print("sample", s.pid, s.tid, s.cpu, s.cpu_mode, p.timestamp, kframes, names)
 
 
 if __name__ == "__main__":

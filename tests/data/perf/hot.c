@@ -3,7 +3,7 @@
  *   hot split N    two threads: hot_three() does 3N units of work,
  *                  hot_one() N units (a 3:1 split of CPU time)
  *   hot syscall N  one thread reading /dev/zero N times (kernel time)
- *   hot spin N     like split, for scope tests under another name
+ *   hot nap N      one thread sleeping 1 ms N times (context switches)
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -39,8 +39,16 @@ __attribute__((noinline)) void read_zero_loop(long n) {
   close(fd);
 }
 
+__attribute__((noinline)) void nap_loop(long n) {
+  for (long i = 0; i < n; i++) usleep(1000);
+}
+
 int main(int argc, char **argv) {
   long n = argc > 2 ? atol(argv[2]) : 100;
+  if (argc > 1 && strcmp(argv[1], "nap") == 0) {
+    nap_loop(n);
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "syscall") == 0) {
     read_zero_loop(n);
     return 0;
