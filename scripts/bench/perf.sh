@@ -5,7 +5,11 @@
 # both profilers see the same 2-core workload for SECONDS (default 10) at
 # FREQ_HZ per CPU (default 1000), kernel and user callchains, every CPU.
 # Prints per profiler: samples captured, samples lost, profiler CPU (user +
-# system of the profiling processes), CPU per sample and bytes per sample.
+# system of the profiling processes), CPU per sample and bytes per sample;
+# traced_perf's own CPU per sample from ring to packet (read, scope,
+# resolve, intern, write; from its log); and the load's progress under each
+# profiler against a run without one (runs of the load completed), which
+# says whether profiling starves the workload.
 # Run as root with a release build (cargo build --release).
 set -euo pipefail
 secs="${1:-10}"
@@ -24,11 +28,16 @@ cleanup() {
 trap cleanup EXIT
 
 gcc -O0 -fno-omit-frame-pointer -pthread -o "$tmp/hot" "$root/tests/data/perf/hot.c"
-# Busy for about $secs: re-run the split load until the time is up.
+# Busy for about $secs: re-run the split load until the time is up; the
+# number of runs completed goes to $tmp/runs.$1.
 load() {
-    local end=$((SECONDS + secs))
-    while [ $SECONDS -lt $end ]; do "$tmp/hot" split 200; done
+    local end=$((SECONDS + secs)) runs=0
+    while [ $SECONDS -lt $end ]; do "$tmp/hot" split 200; runs=$((runs + 1)); done
+    echo "$runs" >"$tmp/runs.$1"
 }
+
+echo "== no profiler ($secs s)"
+load none
 
 # CPU seconds (user + system) a pid has used.
 cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
@@ -37,7 +46,7 @@ echo "== tracebox traced_perf ($secs s, $freq Hz, every CPU)"
 export PERFETTO_PRODUCER_SOCK_NAME="$tmp/p.sock" PERFETTO_CONSUMER_SOCK_NAME="$tmp/c.sock"
 "$bin" traced 2>"$tmp/traced.log" & traced_pid=$!; pids+=($traced_pid)
 while [ ! -S "$tmp/c.sock" ]; do sleep 0.05; done
-"$bin" traced_perf 2>"$tmp/perf.log" & perf_pid=$!; pids+=($perf_pid)
+TRACEBOX_LOG=info "$bin" traced_perf 2>"$tmp/perf.log" & perf_pid=$!; pids+=($perf_pid)
 sleep 0.5
 cat >"$tmp/cfg.txt" <<EOF
 duration_ms: $((secs * 1000 + 1000))
@@ -52,7 +61,7 @@ before_traced="$(cpu_of "$traced_pid")"
 "$bin" perfetto --txt -c "$tmp/cfg.txt" -o "$tmp/ours.pftrace" 2>"$tmp/client.err" &
 client=$!
 sleep 0.5
-load
+load ours
 wait "$client"
 after="$(cpu_of "$perf_pid")"
 after_traced="$(cpu_of "$traced_pid")"
@@ -69,7 +78,7 @@ echo "== perf record -g ($secs s, $freq Hz, every CPU)"
     perf record -q -g -a -F "$freq" -o "$tmp/perf.data" -- sleep $((secs + 1)) 2>"$tmp/perf.err" &
 perfrec=$!
 sleep 0.5
-load
+load perf
 wait "$perfrec" || true
 perf_cpu="$(awk '{print $1 + $2}' "$tmp/perf.time")"
 perf_samples="$(perf report -i "$tmp/perf.data" --stats 2>/dev/null | awk '/SAMPLE events:/ {print $3; exit}')"
@@ -86,3 +95,12 @@ row "  + traced" "$ours_samples" "$ours_lost" "$all_cpu" "$ours_bytes"
 row "perf record -g" "${perf_samples:-0}" "$perf_lost" "$perf_cpu" "$perf_bytes"
 echo "(perf record's CPU includes writing perf.data, which keeps raw callchains and no names;"
 echo " '+ traced' adds the service that stores our trace)"
+echo "== no profiler again ($secs s)"
+load none2
+per_sample="$(grep -o '[0-9]* ns CPU per sample' "$tmp/perf.log" | tail -1)"
+echo "traced_perf, ring to packet (read, scope, resolve, intern, write): ${per_sample:-not logged}"
+# The baseline is the mean of a run before and a run after the profilers.
+none="$(echo "($(cat "$tmp/runs.none") + $(cat "$tmp/runs.none2")) / 2" | bc -l)"
+printf 'load runs completed in %s s: none %s and %s, under traced_perf %s (%.3fx), under perf record %s (%.3fx)\n' \
+    "$secs" "$(cat "$tmp/runs.none")" "$(cat "$tmp/runs.none2")" "$(cat "$tmp/runs.ours")" "$(echo "$(cat "$tmp/runs.ours") / $none" | bc -l)" \
+    "$(cat "$tmp/runs.perf")" "$(echo "$(cat "$tmp/runs.perf") / $none" | bc -l)"

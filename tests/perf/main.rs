@@ -3,6 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod limits;
 mod scope;
 mod timebases;
 mod traced_perf;
