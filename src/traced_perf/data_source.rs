@@ -99,11 +99,12 @@ pub struct PerfSource {
     pub stats: PerfStats,
 }
 
-fn open_error(what: &str, clock: SampleClock, e: std::io::Error) -> String {
+fn open_error(what: &str, attr: &Attr, clock: SampleClock, e: std::io::Error) -> String {
+    let software = attr.get32(0) == sys::TYPE_SOFTWARE;
     let hint = match e.raw_os_error() {
         // Only software events take a clock the kernel cannot read from
         // an NMI.
-        Some(libc::EINVAL) if [0, 7].contains(&clock.clockid) => {
+        Some(libc::EINVAL) if !software && [0, 7].contains(&clock.clockid) => {
             " (PERF_CLOCK_BOOTTIME and PERF_CLOCK_REALTIME work with software counters only; \
              leave timestamp_clock unset)"
         }
@@ -220,11 +221,15 @@ fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
         }
         Interval::Period(p) => attr.set_period_or_freq(p),
     }
-    let mut st = sys::SAMPLE_TID | sys::SAMPLE_TIME | sys::SAMPLE_CPU | sys::SAMPLE_PERIOD;
-    if !cfg.followers.is_empty() {
-        st |= sys::SAMPLE_READ;
-        attr.set_read_format(sys::FORMAT_GROUP);
-    }
+    // Every sample reads the timebase's running count (a group read, with
+    // the followers if any): upstream's timebase_count is that count, and
+    // trace_processor builds the counter track of each CPU from it.
+    let mut st = sys::SAMPLE_TID
+        | sys::SAMPLE_TIME
+        | sys::SAMPLE_CPU
+        | sys::SAMPLE_PERIOD
+        | sys::SAMPLE_READ;
+    attr.set_read_format(sys::FORMAT_GROUP);
     if cfg.callstacks {
         st |= sys::SAMPLE_CALLCHAIN;
         if !cfg.kernel_frames {
@@ -235,7 +240,11 @@ fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
         }
     }
     attr.set_sample_type(st);
-    attr.set_flags(sys::FLAG_DISABLED | sys::FLAG_SAMPLE_ID_ALL);
+    // COMM records of exec: a process first sampled between fork and exec
+    // is decided again, and its maps re-read, once it runs its program.
+    attr.set_flags(
+        sys::FLAG_DISABLED | sys::FLAG_SAMPLE_ID_ALL | sys::FLAG_COMM | sys::FLAG_COMM_EXEC,
+    );
     attr.set_clockid(cfg.clock.clockid);
     Ok((attr, what))
 }
@@ -249,14 +258,14 @@ fn open_ring(
     followers: &[(Attr, String)],
     cpu: u32,
 ) -> Result<CpuRing, String> {
-    let fd = sys::open_cpu(attr, cpu, None).map_err(|e| open_error(what, cfg.clock, e))?;
+    let fd = sys::open_cpu(attr, cpu, None).map_err(|e| open_error(what, attr, cfg.clock, e))?;
     if let Some(f) = filter {
         sys::set_filter(&fd, f).map_err(|e| format!("tracepoint filter {f:?}: {e}"))?;
     }
     let mut members = Vec::with_capacity(followers.len());
     for (a, name) in followers {
         let m = sys::open_cpu(a, cpu, Some(&fd));
-        members.push(m.map_err(|e| open_error(&format!("follower {name}"), cfg.clock, e))?);
+        members.push(m.map_err(|e| open_error(&format!("follower {name}"), a, cfg.clock, e))?);
     }
     let ring =
         Ring::map(&fd, cfg.ring_buffer_pages).map_err(|e| format!("mmap of the perf ring: {e}"))?;
@@ -308,7 +317,6 @@ impl PerfSource {
             return Err("no CPU could be opened (ignore_open_failure left none)".into());
         }
         let resolver = Resolver::new(cfg.function_names, cfg.function_names && cfg.kernel_frames);
-        let group = !cfg.followers.is_empty();
         Ok(PerfSource {
             scope: ScopeFilter::new(cfg.scope.clone(), now_on(cfg.clock)),
             cfg,
@@ -318,7 +326,7 @@ impl PerfSource {
             resolver,
             cleared: true,
             sample: Sample {
-                group,
+                group: true,
                 ..Default::default()
             },
             scratch: Vec::new(),
@@ -455,6 +463,10 @@ impl PerfSource {
                 Some(Record::Sample) => self.on_sample(),
                 Some(Record::Lost { lost, time }) => self.on_lost(self.rings[i].cpu, lost, time),
                 Some(Record::Throttle) => self.stats.throttles += 1,
+                Some(Record::Exec { pid, comm }) => {
+                    self.scope.exec(pid, &comm);
+                    self.resolver.forget_process(pid);
+                }
                 Some(Record::Other) => {}
                 None => self.stats.malformed += 1,
             }
@@ -594,16 +606,13 @@ impl PerfSource {
             put_varint(&mut p, 4, c);
         }
         put_varint(&mut p, 5, s.cpu_mode as u64);
-        // With followers, the group read: the timebase's count, then
+        // The group read: the timebase's running count, then
         // follower_counts in config order (as upstream writes them).
-        match s.counts.split_first() {
-            Some((leader, followers)) => {
-                put_varint(&mut p, 6, *leader);
-                for c in followers {
-                    put_varint(&mut p, 7, *c);
-                }
+        if let Some((leader, followers)) = s.counts.split_first() {
+            put_varint(&mut p, 6, *leader);
+            for c in followers {
+                put_varint(&mut p, 7, *c);
             }
-            None => put_varint(&mut p, 6, s.period),
         }
         end_nested(&mut p, n);
     }

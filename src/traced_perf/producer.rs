@@ -290,6 +290,8 @@ impl Producer {
             inst.timer = Some(t);
             self.timers.insert(t, id);
         }
+        // After the events are enabled: tests start their load on it.
+        crate::log_info!("started linux.perf (instance {id})");
         self.link.lock().invoke(
             Method::NotifyDataSourceStarted,
             &wire::notify_started(id),
@@ -306,10 +308,14 @@ impl Producer {
                 ctl.cancel_timer(t);
                 self.timers.remove(&t);
             }
+            let t0 = std::time::Instant::now();
             let hold = self.arbiter.as_ref().map(|a| a.hold_commits());
             inst.ds.stop();
             drop(hold);
-            crate::log_info!("stopped linux.perf (instance {id})");
+            crate::log_info!(
+                "stopped linux.perf (instance {id}) in {} ms",
+                t0.elapsed().as_millis()
+            );
         }
         self.link.lock().invoke(
             Method::NotifyDataSourceStopped,

@@ -1,10 +1,13 @@
 //! Records of a perf ring buffer (`PERF_RECORD_*`), as written for the
 //! attributes traced_perf opens with: sample_type TID | TIME | CPU |
-//! PERIOD | CALLCHAIN (| READ with read_format GROUP when there are
-//! follower counters) and sample_id_all. Pure code over byte slices; the
+//! PERIOD | READ (read_format GROUP: the timebase's count, then any
+//! followers') | CALLCHAIN, and sample_id_all. Pure code over byte slices; the
 //! ring's bytes come from the kernel but are checked like untrusted input.
 
 pub const RECORD_LOST: u32 = 2;
+pub const RECORD_COMM: u32 = 3;
+/// `misc` bit of a COMM record written by exec.
+pub const MISC_COMM_EXEC: u16 = 1 << 13;
 pub const RECORD_THROTTLE: u32 = 5;
 pub const RECORD_SAMPLE: u32 = 9;
 
@@ -45,6 +48,13 @@ pub enum Record {
         time: Option<u64>,
     },
     Throttle,
+    /// A process exec'd (a COMM record from exec): its command line and
+    /// maps are new; `comm` is its new task name (the program's file name,
+    /// at most 15 bytes).
+    Exec {
+        pid: u32,
+        comm: [u8; 16],
+    },
     Other,
 }
 
@@ -123,6 +133,20 @@ pub fn parse(rec_untrusted: &[u8], sample: &mut Sample) -> Option<Record> {
             })
         }
         RECORD_THROTTLE => Some(Record::Throttle),
+        RECORD_COMM if misc & MISC_COMM_EXEC != 0 => {
+            let mut comm = [0u8; 16];
+            let name = b.get(16..b.len().min(32))?;
+            let n = name
+                .iter()
+                .position(|&c| c == 0)
+                .unwrap_or(name.len())
+                .min(15);
+            comm[..n].copy_from_slice(&name[..n]);
+            Some(Record::Exec {
+                pid: u32_at(b, 8)?,
+                comm,
+            })
+        }
         _ => Some(Record::Other),
     }
 }
@@ -201,6 +225,21 @@ mod tests {
 
     /// With a group read, the counts sit between the period and the
     /// callchain.
+    #[test]
+    fn exec_comm_records_name_the_pid() {
+        let mut rec = vec![0u8; 32];
+        rec[0..4].copy_from_slice(&RECORD_COMM.to_ne_bytes());
+        rec[6..8].copy_from_slice(&32u16.to_ne_bytes());
+        rec[8..12].copy_from_slice(&42u32.to_ne_bytes());
+        let mut s = Sample::default();
+        assert_eq!(parse(&rec, &mut s), Some(Record::Other), "prctl rename");
+        rec[16..21].copy_from_slice(b"hot\0\0");
+        rec[4..6].copy_from_slice(&MISC_COMM_EXEC.to_ne_bytes());
+        let mut comm = [0u8; 16];
+        comm[..3].copy_from_slice(b"hot");
+        assert_eq!(parse(&rec, &mut s), Some(Record::Exec { pid: 42, comm }));
+    }
+
     #[test]
     fn group_read_precedes_the_callchain() {
         let plain = sample_bytes(&[CONTEXT_USER, 0x401000]);

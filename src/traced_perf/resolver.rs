@@ -108,6 +108,11 @@ impl Resolver {
         self.processes.clear();
     }
 
+    /// Forgets one process's maps (it exec'd).
+    pub fn forget_process(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+    }
+
     fn process(&mut self, pid: u32) -> &mut Process {
         if self.processes.len() >= MAX_PROCESSES && !self.processes.contains_key(&pid) {
             self.processes.clear();

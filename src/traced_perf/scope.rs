@@ -3,7 +3,7 @@
 //! `additional_cmdline_count` other processes, first come first served.
 //! Samples of other processes are counted and dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::config::Scope;
 
@@ -16,6 +16,11 @@ pub struct ScopeFilter {
     pub shard: Option<(u32, u32)>,
     decided: HashMap<u32, bool>,
     additional_left: u32,
+    /// Pids admitted by additional_cmdline_count (at most that many).
+    additional: HashSet<u32>,
+    /// Task names of pids seen exec'ing, for those gone before their
+    /// samples are read.
+    exec_comms: HashMap<u32, String>,
     open: bool,
 }
 
@@ -66,6 +71,8 @@ impl ScopeFilter {
             additional_left: scope.additional_cmdline_count,
             scope,
             decided: HashMap::new(),
+            additional: HashSet::new(),
+            exec_comms: HashMap::new(),
             open,
         }
     }
@@ -77,12 +84,50 @@ impl ScopeFilter {
         if let Some(&d) = self.decided.get(&pid) {
             return d;
         }
-        let d = self.decide(pid, super::resolver::cmdline(pid).as_deref());
+        let argv0 = super::resolver::cmdline(pid).or_else(|| self.exec_comms.get(&pid).cloned());
+        // No /proc entry to read (the process is mid-exec, or gone) and no
+        // exec seen: out for this sample, decided at the next one rather
+        // than for good.
+        if argv0.is_none() && self.needs_cmdline() {
+            return false;
+        }
+        let d = self.decide(pid, argv0.as_deref());
+        crate::log_debug!(
+            "linux.perf scope: pid {pid} ({}) {}",
+            argv0.as_deref().unwrap_or("no cmdline"),
+            if d { "in" } else { "out" }
+        );
         if self.decided.len() >= MAX_DECISIONS {
             self.decided.clear();
         }
         self.decided.insert(pid, d);
         d
+    }
+
+    /// `pid` exec'd `comm`: its decision is made again (a process sampled
+    /// between fork and exec showed its parent's command line), from its
+    /// command line or, if it is gone by the time its samples are read,
+    /// from `comm`. A process admitted as one of the additional ones keeps
+    /// its place unless its new command line is excluded.
+    pub fn exec(&mut self, pid: u32, comm: &[u8]) {
+        self.decided.remove(&pid);
+        if self.open {
+            return;
+        }
+        if self.exec_comms.len() >= MAX_DECISIONS {
+            self.exec_comms.clear();
+        }
+        let n = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+        self.exec_comms
+            .insert(pid, String::from_utf8_lossy(&comm[..n]).into_owned());
+    }
+
+    /// Whether a decision can depend on the command line.
+    fn needs_cmdline(&self) -> bool {
+        let s = &self.scope;
+        !s.target_cmdlines.is_empty()
+            || !s.exclude_cmdlines.is_empty()
+            || s.additional_cmdline_count > 0
     }
 
     /// The decision for a pid first seen, given its argv[0].
@@ -113,8 +158,12 @@ impl ScopeFilter {
         if s.target_cmdlines.iter().any(|p| cmdline_matches(p, a)) {
             return true;
         }
+        if self.additional.contains(&pid) {
+            return true;
+        }
         if self.additional_left > 0 {
             self.additional_left -= 1;
+            self.additional.insert(pid);
             return true;
         }
         false
@@ -154,6 +203,15 @@ mod tests {
         assert!(!f.decide(13, Some("/usr/sbin/sshd")));
         assert!(f.decide(14, Some("other")), "the one additional");
         assert!(!f.decide(15, Some("other2")));
+        // Exec: decided again by the new command line; the additional
+        // process keeps its place unless excluded now.
+        f.exec(14, b"other3");
+        assert!(f.decide(14, Some("other3")), "still the additional one");
+        f.exec(14, b"sshd");
+        assert!(!f.decide(14, Some("sshd")), "excluded after exec");
+        // Gone before its samples are read: decided by the exec's name.
+        f.exec(999_999, b"hotloop\0");
+        assert!(f.admits(999_999), "by its exec'd task name");
         assert!(!f.decide(0, None));
     }
 

@@ -32,10 +32,14 @@ pub const FLAG_DISABLED: u64 = 1 << 0;
 pub const FLAG_EXCLUDE_USER: u64 = 1 << 4;
 pub const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 pub const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+/// COMM records (exec sets MISC_COMM_EXEC in them).
+pub const FLAG_COMM: u64 = 1 << 9;
 pub const FLAG_FREQ: u64 = 1 << 10;
 pub const FLAG_SAMPLE_ID_ALL: u64 = 1 << 18;
 pub const FLAG_EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
 pub const FLAG_EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
+/// comm_exec: COMM records written by exec say so in `misc`.
+pub const FLAG_COMM_EXEC: u64 = 1 << 24;
 pub const FLAG_USE_CLOCKID: u64 = 1 << 25;
 
 impl Attr {
@@ -51,6 +55,9 @@ impl Attr {
     }
     pub fn put64(&mut self, off: usize, v: u64) {
         self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+    }
+    pub fn get32(&self, off: usize) -> u32 {
+        u32::from_ne_bytes(self.0[off..off + 4].try_into().unwrap())
     }
     pub fn get64(&self, off: usize) -> u64 {
         u64::from_ne_bytes(self.0[off..off + 8].try_into().unwrap())

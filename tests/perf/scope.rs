@@ -61,7 +61,11 @@ fn target_pids_cmdlines_exclusions_and_additional_processes() {
     let all = samples(&run);
     let seen: BTreeSet<u32> = all.iter().map(|s| s.pid).collect();
     assert!(seen.contains(&pid_a), "the target pid has no sample");
-    assert!(seen.contains(&pid_d), "the target cmdline has no sample");
+    assert!(
+        seen.contains(&pid_d),
+        "the target cmdline has no sample: pids a {pid_a} b {pid_b} c {pid_c} d {pid_d}, seen {seen:?}; {}",
+        std::fs::read_to_string(dir.join("perf.log")).unwrap()
+    );
     assert!(!seen.contains(&pid_c), "a sample of the excluded pid");
     assert!(!seen.contains(&pid_b), "a sample of the excluded cmdline");
     // Whoever came first (one of the loads or any other process of this
@@ -73,5 +77,48 @@ fn target_pids_cmdlines_exclusions_and_additional_processes() {
     assert!(
         others.len() <= 1,
         "more than one additional process: {others:?}"
+    );
+}
+
+/// A process first sampled before it execs its program (a shell busy in a
+/// loop, then `exec`): the shell's samples are out of scope, and once the
+/// exec is seen (a COMM record of exec) the process is decided again by its
+/// new command line and its frames are named from the new program's maps.
+#[test]
+fn a_process_is_decided_again_when_it_execs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hot = build_load(dir, "perf_exec_hot");
+    let mut pid = 0;
+    let run = record(
+        dir,
+        "timebase { frequency: 1000 counter: SW_CPU_CLOCK } \
+         callstack_sampling { scope { target_cmdline: \"perf_exec_hot\" } } \
+         ring_buffer_read_period_ms: 50",
+        || {
+            let script = format!(
+                "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exec {} split 1000",
+                hot.display()
+            );
+            let mut c = std::process::Command::new("sh")
+                .args(["-c", &script])
+                .spawn()
+                .unwrap();
+            pid = c.id();
+            assert!(c.wait().unwrap().success());
+        },
+    );
+    let log = std::fs::read_to_string(dir.join("perf.log")).unwrap();
+    let all = samples(&run);
+    let mine: Vec<_> = all.iter().filter(|s| s.pid == pid).collect();
+    assert!(
+        mine.iter()
+            .any(|s| s.names.iter().any(|n| n == "hot_three")),
+        "no sample of the exec'd program: {} samples of pid {pid}; {log}",
+        mine.len()
+    );
+    assert!(
+        log.contains("samples_out_of_scope: ") && !log.contains("samples_out_of_scope: 0,"),
+        "the shell before exec was sampled and left out: {log}"
     );
 }

@@ -112,10 +112,8 @@ fn record_with(dir: &Path, perf_cfg: &str, real: bool, load: impl FnOnce()) -> R
     wait_until(Duration::from_secs(30), "linux.perf started", || {
         let log = std::fs::read_to_string(&perf_log).unwrap_or_default();
         assert!(!log.contains("cannot set up linux.perf"), "{log}");
-        log.contains("setup linux.perf")
+        log.contains("started linux.perf")
     });
-    // Start is the next command after setup.
-    std::thread::sleep(Duration::from_millis(500));
     load();
     client.signal(Signal::SIGTERM);
     let st = client
@@ -149,7 +147,29 @@ fn record_with(dir: &Path, perf_cfg: &str, real: bool, load: impl FnOnce()) -> R
         .collect();
     let errors: Vec<&String> = lines.iter().filter(|l| l.starts_with("error")).collect();
     assert!(errors.is_empty(), "{errors:?}");
+    // Every sample traced_perf counted is in the trace.
+    let log = std::fs::read_to_string(&perf_log).unwrap();
+    if let Some(n) = log_stat(&log, "samples") {
+        let in_trace = lines.iter().filter(|l| l.starts_with("sample ")).count() as u64;
+        assert_eq!(
+            in_trace,
+            n,
+            "samples in the trace vs counted by traced_perf: {log}\n{end_line}\n{}",
+            std::fs::read_to_string(dir.join("traced.log")).unwrap_or_default()
+        );
+    }
     Run { lines, end_line }
+}
+
+/// `NAME: N` of the PerfStats line traced_perf logs at stop.
+pub fn log_stat(log: &str, name: &str) -> Option<u64> {
+    let line = log.lines().find(|l| l.contains("linux.perf: PerfStats"))?;
+    let at = line.find(&format!(" {name}: "))? + name.len() + 3;
+    let digits: String = line[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
 }
 
 /// One PerfSample as check_perf_trace.py prints it.
@@ -160,6 +180,8 @@ pub struct Sample {
     /// Profiling.CpuMode: 1 kernel, 2 user.
     pub mode: u32,
     pub ts: u64,
+    /// timebase_count: the timebase's running count on its CPU.
+    pub count: Option<u64>,
     /// Frames in the /kernel mapping.
     pub kframes: usize,
     /// Function names, root first ("?" unnamed, "-" no callstack).
@@ -171,14 +193,15 @@ pub fn samples(run: &Run) -> Vec<Sample> {
         .iter()
         .filter_map(|l| l.strip_prefix("sample "))
         .map(|l| {
-            let f: Vec<&str> = l.splitn(7, ' ').collect();
+            let f: Vec<&str> = l.splitn(8, ' ').collect();
             Sample {
                 pid: f[0].parse().unwrap(),
                 cpu: f[2].parse().unwrap(),
                 mode: f[3].parse().unwrap(),
                 ts: f[4].parse().unwrap(),
-                kframes: f[5].parse().unwrap(),
-                names: f[6].split(';').map(String::from).collect(),
+                count: f[5].parse().ok(),
+                kframes: f[6].parse().unwrap(),
+                names: f[7].split(';').map(String::from).collect(),
             }
         })
         .collect()
@@ -230,6 +253,19 @@ fn callstacks_names_scope_and_kernel_frames() {
         all.iter().all(|s| s.pid == split_pid || s.pid == sys_pid),
         "only perf_scope_hot processes are in scope"
     );
+    // timebase_count is cpu-clock's running count on the sample's CPU (as
+    // upstream reads it): it only grows, across processes.
+    for cpu in 0..2 {
+        let counts: Vec<u64> = all
+            .iter()
+            .filter(|s| s.cpu == cpu)
+            .map(|s| s.count.expect("a sample without timebase_count"))
+            .collect();
+        assert!(
+            counts.windows(2).all(|w| w[1] >= w[0]),
+            "cpu {cpu}: {counts:?}"
+        );
+    }
     // The 3:1 split, by stacks that contain each function.
     let has = |s: &Sample, f: &str| s.names.iter().any(|n| n == f);
     let split: Vec<_> = all.iter().filter(|s| s.pid == split_pid).collect();

@@ -7,8 +7,9 @@ Prints, one per line:
   packets N
   error TEXT                 (an undefined id, a frame without mapping...)
   lost CPU N                 (PerfSample.kernel_records_lost)
-  sample PID TID CPU MODE TS KFRAMES NAMES
-                             (TS: the packet's timestamp; KFRAMES: frames in
+  sample PID TID CPU MODE TS COUNT KFRAMES NAMES
+                             (TS: the packet's timestamp; COUNT: the
+                              timebase_count, '-' if absent; KFRAMES: frames in
                               the /kernel mapping; NAMES: function names root
                               first, ';'-joined, '?' for unnamed frames, '-'
                               for no callstack)
@@ -109,7 +110,8 @@ def main(path):
                 else:
                     out.append("?")
             names = ";".join(out) or "-"
-        print("sample", s.pid, s.tid, s.cpu, s.cpu_mode, p.timestamp, kframes, names)
+        count = s.timebase_count if s.HasField("timebase_count") else "-"
+        print("sample", s.pid, s.tid, s.cpu, s.cpu_mode, p.timestamp, count, kframes, names)
 
 
 if __name__ == "__main__":
