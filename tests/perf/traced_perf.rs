@@ -331,6 +331,8 @@ fn callstacks_names_scope_and_kernel_frames() {
     assert!(run.lines.iter().any(|l| l.starts_with("mapping /kernel ")));
 }
 
+/// The timebase here is cpu-clock named as a raw event of the `software`
+/// PMU (its type read from sysfs).
 #[test]
 fn a_tiny_ring_reports_lost_samples_and_names_can_be_off() {
     let tmp = tempfile::tempdir().unwrap();
@@ -338,7 +340,7 @@ fn a_tiny_ring_reports_lost_samples_and_names_can_be_off() {
     let hot = build_load(dir, "perf_hot");
     let run = record(
         dir,
-        "timebase { frequency: 4000 counter: SW_CPU_CLOCK } \
+        "timebase { frequency: 4000 raw_event { pmu_name: \"software\" config: 0 } } \
          callstack_sampling { kernel_frames: true } \
          ring_buffer_pages: 1 ring_buffer_read_period_ms: 2000 \
          tracebox_function_names: false",
