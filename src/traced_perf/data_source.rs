@@ -3,7 +3,7 @@
 //! interned callstacks.
 
 use std::os::fd::OwnedFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::config::{self, Event, Interval, PerfConfig, SampleClock};
 use super::intern::{Interner, MappingKey};
@@ -54,6 +54,9 @@ pub struct PerfStats {
     /// CPUs left out because their event could not be opened
     /// (ignore_open_failure).
     pub cpus_skipped: u64,
+    /// Samples still in the rings when the stop's time ran out, written
+    /// as lost (kernel_records_lost) so the end line names them.
+    pub unread_at_stop: u64,
     /// CPU time of this thread in read passes: reading the rings, scope
     /// checks, resolving frames, interning and writing packets.
     pub read_cpu_ns: u64,
@@ -96,8 +99,16 @@ pub struct PerfSource {
     frames: Vec<u64>,
     since_maps_refresh: Duration,
     since_memory_check: Duration,
+    /// How long the last read at stop may take (half the service's
+    /// stop_timeout_ms, which waits for it).
+    stop_budget: Duration,
+    /// Set while that read runs.
+    deadline: Option<Instant>,
     pub stats: PerfStats,
 }
+
+/// The stop's read budget without a stop_timeout_ms from the service.
+const DEFAULT_STOP_BUDGET: Duration = Duration::from_millis(2500);
 
 fn open_error(what: &str, attr: &Attr, clock: SampleClock, e: std::io::Error) -> String {
     let software = attr.get32(0) == sys::TYPE_SOFTWARE;
@@ -280,7 +291,13 @@ fn open_ring(
 impl PerfSource {
     /// Opens the events (disabled) and maps their rings. Errors name the
     /// event and what the kernel said.
-    pub fn setup(config_untrusted: &[u8], writer: TraceWriter) -> Result<PerfSource, String> {
+    /// `stop_timeout_ms`: how long the service waits for the stop (0:
+    /// unknown).
+    pub fn setup(
+        config_untrusted: &[u8],
+        writer: TraceWriter,
+        stop_timeout_ms: u32,
+    ) -> Result<PerfSource, String> {
         let cfg = config::parse(config_untrusted)?;
         let (attr, what) = attr_for(&cfg)?;
         let cpus = if cfg.target_cpus.is_empty() {
@@ -333,6 +350,11 @@ impl PerfSource {
             frames: Vec::new(),
             since_maps_refresh: Duration::ZERO,
             since_memory_check: Duration::ZERO,
+            stop_budget: match stop_timeout_ms {
+                0 => DEFAULT_STOP_BUDGET,
+                ms => Duration::from_millis(ms as u64 / 2),
+            },
+            deadline: None,
             stats: PerfStats {
                 cpus_skipped,
                 ..Default::default()
@@ -402,13 +424,16 @@ impl PerfSource {
     }
 
     /// Disables the events and reads what their rings still hold, all of
-    /// it: a ring is bounded (ring_buffer_pages) and nothing refills it,
-    /// so the work budget of a read pass would only drop records silently.
+    /// it (the work budget of a read pass would drop records silently)
+    /// while the stop's time lasts; samples left then are written as lost.
     pub fn stop(&mut self) {
         for r in &self.rings {
             let _ = sys::set_enabled(&r.fd, false);
         }
+        self.deadline = Some(Instant::now() + self.stop_budget);
         self.read_passes(usize::MAX);
+        self.deadline = None;
+        self.count_unread();
         self.writer.flush();
         crate::log_info!(
             "linux.perf: {:?}, {} ns CPU per sample (read, scope, resolve, intern, write)",
@@ -446,6 +471,9 @@ impl PerfSource {
                 self.stats.budget_hits += 1;
                 break;
             }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
             let rec = {
                 let data = self.rings[i].ring.data();
                 let Some(bytes) = records::next(data, tail, head, &mut self.scratch) else {
@@ -472,6 +500,38 @@ impl PerfSource {
             }
         }
         self.rings[i].ring.set_tail(tail);
+    }
+
+    /// Counts the samples (and kernel losses) left in each ring, writes
+    /// them as lost, and empties the rings.
+    fn count_unread(&mut self) {
+        for i in 0..self.rings.len() {
+            let head = self.rings[i].ring.head();
+            let mut tail = self.rings[i].ring.tail();
+            let mut n = 0u64;
+            while tail < head {
+                let data = self.rings[i].ring.data();
+                let Some(bytes) = records::next(data, tail, head, &mut self.scratch) else {
+                    break;
+                };
+                tail += bytes.len() as u64;
+                n += match records::parse(bytes, &mut self.sample) {
+                    Some(Record::Sample) => 1,
+                    Some(Record::Lost { lost, .. }) => lost,
+                    _ => 0,
+                };
+            }
+            self.rings[i].ring.set_tail(head);
+            if n > 0 {
+                let cpu = self.rings[i].cpu;
+                crate::log_warn!(
+                    "linux.perf: the stop's {} ms ran out with {n} samples unread on cpu {cpu}; written as lost",
+                    self.stop_budget.as_millis()
+                );
+                self.stats.unread_at_stop += n;
+                self.on_lost(cpu, n, None);
+            }
+        }
     }
 
     fn write_defaults_if_cleared(&mut self) {

@@ -253,7 +253,7 @@ impl Producer {
                 .create_trace_writer(buffer, BufferExhaustedPolicy::Stall)
                 .ok_or("out of trace writer ids")?;
             let bytes = config.perf_event_config.as_deref().unwrap_or(&[]);
-            PerfSource::setup(bytes, writer)
+            PerfSource::setup(bytes, writer, config.stop_timeout_ms.unwrap_or(0))
         })();
         match r {
             Ok(ds) => {

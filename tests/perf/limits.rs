@@ -1,9 +1,11 @@
 //! The read budget (max_enqueued_footprint_kb): a pass decodes at most that
 //! many ring bytes per CPU and leaves the rest for the next one; whatever
 //! the ring could not hold meanwhile is counted as lost, in the trace and
-//! on the end line, and the last pass at stop reads the rings whole.
+//! on the end line, and the last pass at stop reads the rings whole while
+//! the service waits for it; what is left when that time runs out is lost,
+//! and named.
 
-use crate::traced_perf::{build_load, log_stat, lost_in_trace, record, run_load};
+use crate::traced_perf::{build_load, log_stat, lost_in_trace, record, record_with, run_load};
 
 fn stat(log: &str, name: &str) -> u64 {
     log_stat(log, name).unwrap_or_else(|| panic!("no {name} in the stats line: {log}"))
@@ -43,4 +45,40 @@ fn a_read_budget_defers_records_and_every_loss_is_named() {
         );
     }
     assert!(log.contains("ns CPU per sample"), "{log}");
+}
+
+/// Full 8 MiB rings that nothing reads before the stop (a 60 s read
+/// period), and a service that waits 1 s for the stop: traced_perf reads
+/// for half of that, writes what is left as lost and acks in time, so the
+/// trace and the end line count every sample the kernel took.
+#[test]
+fn the_stop_reads_while_the_service_waits_and_names_what_is_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hot = build_load(dir, "perf_stop_hot");
+    let run = record_with(
+        dir,
+        "data_source_stop_timeout_ms: 1000",
+        "timebase { frequency: 20000 counter: SW_CPU_CLOCK } \
+         callstack_sampling { kernel_frames: true } \
+         ring_buffer_pages: 2048 ring_buffer_read_period_ms: 60000",
+        false,
+        || {
+            let mut c = run_load(&hot, &["split", "6000"]);
+            assert!(c.wait().unwrap().success());
+        },
+    );
+    let log = std::fs::read_to_string(dir.join("perf.log")).unwrap();
+    let unread = stat(&log, "unread_at_stop");
+    assert!(unread > 0, "the stop read everything within 500 ms: {log}");
+    assert!(log.contains("the stop's 500 ms ran out"), "{log}");
+    let lost = lost_in_trace(&run);
+    assert_eq!(lost, stat(&log, "lost"), "{log}");
+    assert!(lost >= unread);
+    assert!(
+        run.end_line
+            .contains(&format!("LOST {lost} perf samples in the kernel")),
+        "end line: {:?} (trace says {lost})",
+        run.end_line
+    );
 }

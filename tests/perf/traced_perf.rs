@@ -70,11 +70,12 @@ pub struct Run {
 /// Records with `perf_cfg` (the body of perf_event_config) while `load`
 /// runs; stops the client with SIGTERM once the load is done.
 pub fn record(dir: &Path, perf_cfg: &str, load: impl FnOnce()) -> Run {
-    record_with(dir, perf_cfg, false, load)
+    record_with(dir, "", perf_cfg, false, load)
 }
 
 /// `record`, with Perfetto's own traced (tests/sdk-interop) if `real`.
-fn record_with(dir: &Path, perf_cfg: &str, real: bool, load: impl FnOnce()) -> Run {
+/// `top`: more TraceConfig fields.
+pub fn record_with(dir: &Path, top: &str, perf_cfg: &str, real: bool, load: impl FnOnce()) -> Run {
     let socks = Sockets::in_dir(dir);
     let _traced = if real {
         let bin = interop_bin("real-traced").unwrap();
@@ -88,7 +89,7 @@ fn record_with(dir: &Path, perf_cfg: &str, real: bool, load: impl FnOnce()) -> R
     std::fs::write(
         &cfg,
         format!(
-            "duration_ms: 60000\nbuffers {{ size_kb: 32768 }}\n\
+            "duration_ms: 60000\nbuffers {{ size_kb: 32768 }}\n{top}\n\
              data_sources {{ config {{ name: \"linux.perf\" perf_event_config {{ {perf_cfg} }} }} }}\n"
         ),
     )
@@ -439,6 +440,7 @@ fn perfettos_own_traced_takes_our_samples() {
     let mut pid = 0;
     let run = record_with(
         dir,
+        "",
         "timebase { frequency: 500 counter: SW_CPU_CLOCK } \
          callstack_sampling { scope { target_cmdline: \"perf_hot\" } }",
         true,
