@@ -118,7 +118,7 @@ fn systemd_and_android_layouts() {
     ok(&install(Some(root), &["--init", "systemd", "/opt/tb", BIN]));
     let unit = read(&root.join("lib/systemd/system/traced.service"));
     assert!(unit.contains("Type=notify"), "{unit}");
-    assert!(unit.contains("ExecStart=/opt/tb/bin/traced "), "{unit}");
+    assert!(unit.contains("exec /opt/tb/bin/traced $$TRACED_ARGS "), "{unit}");
     let probes = read(&root.join("lib/systemd/system/traced-probes.service"));
     assert!(probes.contains("ExecStopPost=/opt/tb/bin/traced_probes --cleanup-after-crash"));
     // A remote board's unit: the relay in traced's place, never beside it.

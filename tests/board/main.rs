@@ -6,3 +6,4 @@ mod support;
 mod example_configs;
 mod install_sh;
 mod socket_users;
+mod systemd_units;
