@@ -3,6 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod android_rc;
 mod example_configs;
 mod install_sh;
 mod socket_users;
