@@ -4,6 +4,7 @@
 mod support;
 
 mod android_rc;
+mod cli_messages;
 mod example_configs;
 mod install_sh;
 mod socket_users;
