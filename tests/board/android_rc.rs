@@ -125,7 +125,10 @@ fn check_common(rc: &Rc, file: &str) {
             !PLATFORM_SERVICES.contains(&name.as_str()),
             "{file}: service {name} is the platform's"
         );
-        assert!(!s.option("seclabel").is_empty(), "{file}: {name} has no seclabel");
+        assert!(
+            !s.option("seclabel").is_empty(),
+            "{file}: {name} has no seclabel"
+        );
         let applet = s.argv.get(1).map(String::as_str).unwrap_or("");
         assert_eq!(s.argv[0], "/system/bin/tracebox", "{file}: {name}");
         assert!(
@@ -142,7 +145,11 @@ fn check_common(rc: &Rc, file: &str) {
                 "{file}: declares the platform's socket {}",
                 sock[0]
             );
-            assert!(sockets.insert(sock[0].clone()), "{file}: socket {} twice", sock[0]);
+            assert!(
+                sockets.insert(sock[0].clone()),
+                "{file}: socket {} twice",
+                sock[0]
+            );
         }
     }
     for c in &rc.commands {
@@ -190,7 +197,10 @@ fn beside_rc_uses_its_own_sockets_and_lock_dir() {
         assert!(sock.starts_with("/dev/socket/tracebox_"), "{sock}");
         assert!(!sock.ends_with(platform), "{sock}");
         // Clients are told the same names in the header.
-        assert!(rc.text.contains(&format!("={sock}\n")), "{sock} not in the header");
+        assert!(
+            rc.text.contains(&format!("={sock}\n")),
+            "{sock} not in the header"
+        );
     }
     for applet in ["traced_probes", "traced_perf"] {
         assert_eq!(

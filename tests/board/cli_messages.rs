@@ -30,7 +30,10 @@ fn a_closed_stdout_is_success() {
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
-        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: {err}"
+        );
     }
 }
 
@@ -107,7 +110,11 @@ fn a_wrapped_ring_buffer_suggests_a_larger_buffer() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
+    assert!(
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
     assert_eq!(
         String::from_utf8_lossy(&py.stdout).trim(),
         overwritten.to_string()

@@ -118,7 +118,10 @@ fn systemd_and_android_layouts() {
     ok(&install(Some(root), &["--init", "systemd", "/opt/tb", BIN]));
     let unit = read(&root.join("lib/systemd/system/traced.service"));
     assert!(unit.contains("Type=notify"), "{unit}");
-    assert!(unit.contains("exec /opt/tb/bin/traced $$TRACED_ARGS "), "{unit}");
+    assert!(
+        unit.contains("exec /opt/tb/bin/traced $$TRACED_ARGS "),
+        "{unit}"
+    );
     let probes = read(&root.join("lib/systemd/system/traced-probes.service"));
     assert!(probes.contains("ExecStopPost=/opt/tb/bin/traced_probes --cleanup-after-crash"));
     // A remote board's unit: the relay in traced's place, never beside it.
@@ -192,4 +195,72 @@ fn refuses_to_replace_a_hosts_perfetto() {
         err.contains("/usr/bin/perfetto exists and is not tracebox's"),
         "{err}"
     );
+}
+
+/// On the board itself: `scripts/` copied anywhere, the binary already at
+/// its final place (copied there by hand first), installed over itself.
+#[test]
+fn runs_from_a_copy_of_scripts_over_the_binary_in_place() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    let copy = d.path().join("copied");
+    std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+    let o = Command::new("cp")
+        .arg("-r")
+        .arg(format!("{REPO}/scripts"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(o.success());
+    let placed = root.join("usr/bin/tracebox");
+    std::fs::copy(BIN, &placed).unwrap();
+    let mut c = Command::new(shell());
+    if shell() == "busybox" {
+        c.arg("sh");
+    }
+    let o = c
+        .arg(copy.join("install.sh"))
+        .args(["--init", "busybox", "/usr"])
+        .arg(&placed)
+        .env("DESTDIR", &root)
+        .output()
+        .unwrap();
+    ok(&o);
+    assert_eq!(
+        std::fs::metadata(&placed).unwrap().len(),
+        std::fs::metadata(BIN).unwrap().len()
+    );
+    assert!(root.join("etc/init.d/S60tracebox").exists());
+    assert!(root.join("etc/default/tracebox").exists());
+    let v = Command::new(root.join("usr/bin/perfetto"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("tracebox "));
+}
+
+/// The shell files parse as POSIX sh (dash has no bash extensions), not
+/// only under BusyBox.
+#[test]
+fn shell_files_are_posix_sh() {
+    if Command::new("dash").arg("-c").arg(":").status().is_err() {
+        eprintln!("no dash: skipped");
+        return;
+    }
+    for f in [
+        "scripts/install.sh",
+        "scripts/init/tracebox.init",
+        "scripts/init/tracebox.default",
+    ] {
+        let o = Command::new("dash")
+            .arg("-n")
+            .arg(format!("{REPO}/{f}"))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{f}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 }

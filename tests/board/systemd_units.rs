@@ -189,6 +189,9 @@ fn systemd_accepts_every_unit() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success() && !err.contains(&*path.to_string_lossy()), "{name}: {err}");
+        assert!(
+            o.status.success() && !err.contains(&*path.to_string_lossy()),
+            "{name}: {err}"
+        );
     }
 }
