@@ -178,6 +178,20 @@ fn replace_rc_declares_nothing_of_the_platforms() {
         "{:?}",
         rc.commands
     );
+    // The platform's traced_probes runs as nobody: init makes its lock
+    // dir, the one it picks on Android without TRACED_PROBES_LOCK_DIR.
+    assert!(
+        rc.commands.iter().any(|c| c
+            == &[
+                "mkdir",
+                "/data/local/tmp/tracebox-ftrace",
+                "0700",
+                "nobody",
+                "nobody"
+            ]),
+        "{:?}",
+        rc.commands
+    );
 }
 
 #[test]
