@@ -264,3 +264,58 @@ fn shell_files_are_posix_sh() {
         );
     }
 }
+
+/// scripts/build-static.sh with CARGO_TARGET_DIR set finds the binary
+/// there. A copy of the script in a scratch tree (its dist/ lands there),
+/// with stand-ins for cargo (links a static C program where cargo's
+/// target dir would hold tracebox) and rustup (the target is installed).
+#[test]
+fn build_static_honours_cargo_target_dir() {
+    if Command::new("gcc").arg("--version").output().is_err() {
+        eprintln!("no gcc: skipped");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let tree = d.path().join("tree");
+    let fake = d.path().join("fake-bin");
+    let targets = d.path().join("elsewhere");
+    std::fs::create_dir_all(tree.join("scripts")).unwrap();
+    std::fs::create_dir_all(&fake).unwrap();
+    std::fs::copy(
+        format!("{REPO}/scripts/build-static.sh"),
+        tree.join("scripts/build-static.sh"),
+    )
+    .unwrap();
+    let write_exe = |name: &str, body: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = fake.join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    write_exe(
+        "rustup",
+        "#!/bin/sh\n[ \"$1 $2\" = 'target list' ] && echo x86_64-unknown-linux-musl\nexit 0\n",
+    );
+    write_exe(
+        "cargo",
+        "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --target ] && t=$2; shift; done\n\
+         out=\"$CARGO_TARGET_DIR/$t/release\"; mkdir -p \"$out\"\n\
+         echo 'int main(void){return 0;}' | gcc -static -x c - -o \"$out/tracebox\"\n",
+    );
+    let path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap());
+    let o = Command::new("bash")
+        .arg(tree.join("scripts/build-static.sh"))
+        .arg("x86_64-unknown-linux-musl")
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", &targets)
+        .output()
+        .unwrap();
+    let text = ok(&o);
+    assert!(
+        text.contains("built: dist/tracebox-x86_64-unknown-linux-musl"),
+        "{text}"
+    );
+    assert!(tree
+        .join("dist/tracebox-x86_64-unknown-linux-musl")
+        .is_file());
+}
