@@ -5,7 +5,8 @@
 //! NOTIFY_SOCKET to receive `READY=1`. Checks the socket modes each
 //! defaults file gives: producing open to all, consuming root's unless
 //! TRACEBOX_GROUP or TRACED_ARGS says otherwise. `systemd-analyze verify`
-//! checks every unit's syntax where it is installed.
+//! checks every unit's syntax where it is installed; traced_probes, also
+//! Type=notify, is checked for its READY=1 by hand.
 
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
@@ -194,4 +195,31 @@ fn systemd_accepts_every_unit() {
             "{name}: {err}"
         );
     }
+}
+
+/// traced-probes.service is Type=notify too: READY=1 once connected to
+/// traced. Run by hand (its unit line resets the top-level ftrace, which
+/// tests share), on private sockets.
+#[test]
+fn traced_probes_says_ready_once_connected() {
+    let env = crate::support::cli::Env::new("notify-probes");
+    let _traced = env.start_traced();
+    let notify = env.path("notify");
+    let ready = UnixDatagram::bind(&notify).unwrap();
+    ready
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let _probes = Killed(
+        Command::new(BIN)
+            .arg("traced_probes")
+            .env("PERFETTO_PRODUCER_SOCK_NAME", &env.producer)
+            .env("TRACED_PROBES_STATE_FILE", env.path("probes.state"))
+            .env("NOTIFY_SOCKET", &notify)
+            .spawn()
+            .unwrap(),
+    );
+    let mut buf = [0u8; 64];
+    let n = ready.recv(&mut buf).expect("no READY=1 from traced_probes");
+    assert_eq!(&buf[..n], b"READY=1");
+    env.wait_query("linux.ftrace", true);
 }
