@@ -11,13 +11,13 @@ use cli_support::{python, Env};
 
 const SDK_DS: &str = "data_sources { config { name: \"tbx.sdk_test\" } }\n";
 
-/// `tracebox --list | grep -q traced`: grep exits at its first match and
-/// closes the pipe; the listing still exits 0, without a panic message.
+/// `tracebox --list-events | grep -q sched_switch`: grep exits at its
+/// first match and closes the pipe; the listing still exits 0, without a
+/// panic message (`--list` is tests/cli/multicall.rs').
 #[test]
 fn a_closed_stdout_is_success() {
     for args in [
-        &["--list"][..],
-        &["--list-events"],
+        &["--list-events"][..],
         &["--list-categories"],
         &["perfetto", "--list-events"],
     ] {
@@ -34,6 +34,25 @@ fn a_closed_stdout_is_success() {
             !err.contains("panicked") && !err.contains("Broken pipe"),
             "{args:?}: {err}"
         );
+    }
+}
+
+/// A person who types `tracebox --help` finds how to learn what to record.
+#[test]
+fn top_level_help_names_the_listings() {
+    let o = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "--list-categories",
+        "--list-events",
+        "perfetto --help",
+        "configs/",
+    ] {
+        assert!(text.contains(want), "{want} not in {text}");
     }
 }
 
