@@ -309,7 +309,19 @@ impl PerfSource {
         }
         self.read_all();
         self.writer.flush();
-        crate::log_info!("linux.perf: {:?}", self.stats);
+        let s = &self.stats;
+        let mut line = format!(
+            "linux.perf: {} samples ({} out of scope), {} lost, {} throttles, {} malformed, \
+             {} budget hits",
+            s.samples, s.samples_out_of_scope, s.lost, s.throttles, s.malformed, s.budget_hits
+        );
+        if s.stopped_at_kb > 0 {
+            line.push_str(&format!(
+                "; stopped at {} kB of daemon memory",
+                s.stopped_at_kb
+            ));
+        }
+        crate::log_info!("{line}");
     }
 
     pub fn clear_incremental_state(&mut self) {
