@@ -111,7 +111,7 @@ install_defaults() {
     else
         mkdir -p "$root/etc/default"
         sed -e "s|^#TRACEBOX_BIN_DIR=.*|TRACEBOX_BIN_DIR=$prefix/bin|" \
-            "$repo/scripts/init/tracebox.default" >"$d"
+            "$here/init/tracebox.default" >"$d"
         echo "installed $d"
     fi
     if [ -n "$group" ] && ! grep -q "^TRACEBOX_GROUP=" "$d"; then
@@ -124,7 +124,7 @@ none) ;;
 sysv | busybox)
     [ -n "$init_name" ] || { [ "$init" = busybox ] && init_name=S60tracebox || init_name=tracebox; }
     mkdir -p "$root/etc/init.d"
-    cp "$repo/scripts/init/tracebox.init" "$root/etc/init.d/$init_name"
+    cp "$here/init/tracebox.init" "$root/etc/init.d/$init_name"
     chmod 0755 "$root/etc/init.d/$init_name"
     echo "installed $root/etc/init.d/$init_name"
     install_defaults
@@ -133,7 +133,7 @@ systemd)
     unit_dir="$root/lib/systemd/system"
     mkdir -p "$unit_dir"
     for u in traced.service traced-probes.service traced-perf.service traced-relay.service; do
-        sed -e "s|/usr/bin/|$prefix/bin/|g" "$repo/scripts/init/$u" >"$unit_dir/$u"
+        sed -e "s|/usr/bin/|$prefix/bin/|g" "$here/init/$u" >"$unit_dir/$u"
         echo "installed $unit_dir/$u"
     done
     install_defaults
@@ -150,7 +150,7 @@ android-*)
         done
     fi
     mkdir -p "$root/system/etc/init"
-    cp "$repo/scripts/init/tracebox-${init#android-}.rc" "$root/system/etc/init/tracebox.rc"
+    cp "$here/init/tracebox-${init#android-}.rc" "$root/system/etc/init/tracebox.rc"
     echo "installed $root/system/etc/init/tracebox.rc (see its header for SELinux)"
     ;;
 esac

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The SysV/BusyBox init script for real: installs tracebox into a temporary
-# prefix, starts traced, traced_probes and traced_perf with scripts/init/tracebox.init
-# under BusyBox sh (paths and sockets from a temporary defaults file), records a trace of this
+# The SysV/BusyBox init script for real: stages tracebox into a temporary
+# image root (DESTDIR, --init busybox), starts traced, traced_probes and
+# traced_perf with the installed /etc/init.d/S60tracebox under BusyBox sh (paths and sockets from a temporary defaults file), records a trace of this
 # kernel with the installed `perfetto`, stops, and checks that no tracebox
-# process is left and ftrace is off. Then with TRACEBOX_GROUP set: the
+# process is left and ftrace is off; socket modes by default (producer 0666,
+# consumer 0600) and from TRACED_ARGS. Then with TRACEBOX_GROUP set: the
 # consumer socket's group and mode, a member records, a non-member is refused.
 # Then relay mode (PERFETTO_RELAY_SOCK_NAME): traced_relay in traced's place,
 # its traced_probes recorded by a central traced on a loopback TCP port.
@@ -29,7 +30,8 @@ if ! command -v busybox >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox >/dev/null
 fi
 tmp="$(mktemp -d)"
-init_script="$PWD/scripts/init/tracebox.init"
+# What BusyBox rcS runs: the script as install.sh names it for busybox.
+init_script="$tmp/root/etc/init.d/S60tracebox"
 run_init() { busybox sh "$init_script" "$@"; }
 export TRACEBOX_DEFAULTS="$tmp/default"
 # The TRACEBOX_GROUP check's group and member (unique names, removed at exit).
@@ -46,19 +48,19 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "test-initd: $*" >&2; exit 1; }
 
-scripts/install.sh "$tmp/prefix" "$bin"
+DESTDIR="$tmp/root" scripts/install.sh --init busybox /usr "$bin"
+[ -x "$init_script" ] || fail "install.sh --init busybox did not install $init_script"
 for applet in traced traced_probes traced_perf perfetto report trigger_perfetto; do
-    [ "$(readlink "$tmp/prefix/bin/$applet")" = tracebox ] || fail "no $applet symlink"
+    [ "$(readlink "$tmp/root/usr/bin/$applet")" = tracebox ] || fail "no $applet symlink"
 done
 
 group="$(id -gn)"
 cat >"$tmp/default" <<EOF2
-TRACEBOX_BIN_DIR=$tmp/prefix/bin
+TRACEBOX_BIN_DIR=$tmp/root/usr/bin
 TRACEBOX_PID_DIR=$tmp/run
 PERFETTO_PRODUCER_SOCK_NAME=$tmp/producer.sock
 PERFETTO_CONSUMER_SOCK_NAME=$tmp/consumer.sock
 TRACED_PROBES_STATE_FILE=$tmp/probes.state
-TRACED_ARGS="--set-socket-permissions $group:0660:$group:0660"
 EOF2
 
 echo "== start"
@@ -67,8 +69,9 @@ run_init status || fail "status after start: $?"
 for f in traced traced_probes traced_perf; do
     [ -s "$tmp/run/$f.pid" ] || fail "no pidfile for $f"
 done
-[ "$(stat -c %a "$tmp/producer.sock")" = 660 ] || fail "producer socket mode $(stat -c %a "$tmp/producer.sock")"
-[ "$(stat -c %a "$tmp/consumer.sock")" = 660 ] || fail "consumer socket mode $(stat -c %a "$tmp/consumer.sock")"
+# The defaults: any user may produce, only root may consume.
+[ "$(stat -c %a "$tmp/producer.sock")" = 666 ] || fail "producer socket mode $(stat -c %a "$tmp/producer.sock")"
+[ "$(stat -c %a "$tmp/consumer.sock")" = 600 ] || fail "consumer socket mode $(stat -c %a "$tmp/consumer.sock")"
 again="$(run_init start)"
 [ "$(grep -c "already running" <<<"$again")" = 3 ] || fail "a second start did not see the running daemons: $again"
 
@@ -82,12 +85,15 @@ data_sources { config { name: "linux.system_info" } }
 duration_ms: 1500
 EOF2
 export PERFETTO_PRODUCER_SOCK_NAME="$tmp/producer.sock" PERFETTO_CONSUMER_SOCK_NAME="$tmp/consumer.sock"
-"$tmp/prefix/bin/perfetto" --txt -c "$tmp/config.txt" -o "$tmp/trace.pftrace"
+"$tmp/root/usr/bin/perfetto" --txt -c "$tmp/config.txt" -o "$tmp/trace.pftrace"
 "$py" tests/py/check_probes_trace.py "$tmp/trace.pftrace" --sched-switch --ftrace-stats --cpu-info
 
-echo "== restart"
+echo "== restart with TRACED_ARGS naming the socket permissions"
+echo "TRACED_ARGS=\"--set-socket-permissions $group:0660:$group:0660\"" >>"$tmp/default"
 run_init restart
 run_init status || fail "status after restart: $?"
+[ "$(stat -c %a "$tmp/producer.sock")" = 660 ] || fail "producer socket mode $(stat -c %a "$tmp/producer.sock")"
+[ "$(stat -c %a "$tmp/consumer.sock")" = 660 ] || fail "consumer socket mode $(stat -c %a "$tmp/consumer.sock")"
 
 echo "== stop"
 run_init stop
@@ -95,8 +101,8 @@ rc=0
 run_init status || rc=$?
 [ $rc = 3 ] || fail "status after stop: $rc, want 3"
 [ ! -e "$tmp/run/traced.pid" ] && [ ! -e "$tmp/run/traced_probes.pid" ] && [ ! -e "$tmp/run/traced_perf.pid" ] || fail "pidfiles left"
-if pgrep -f "$tmp/prefix/bin/" >/dev/null; then
-    pgrep -af "$tmp/prefix/bin/" >&2
+if pgrep -f "$tmp/root/usr/bin/" >/dev/null; then
+    pgrep -af "$tmp/root/usr/bin/" >&2
     fail "tracebox processes left running"
 fi
 if [ -e "$tracefs/instances/$instance" ]; then
@@ -112,7 +118,7 @@ useradd -M -N -g nogroup -G "$tgroup" -s /bin/sh "$tmember"
 chmod 0755 "$tmp" # members reach the sockets and the installed binary
 mkdir "$tmp/member" && chown "$tmember" "$tmp/member"
 cat >"$tmp/default" <<EOF2
-TRACEBOX_BIN_DIR=$tmp/prefix/bin
+TRACEBOX_BIN_DIR=$tmp/root/usr/bin
 TRACEBOX_PID_DIR=$tmp/run
 PERFETTO_PRODUCER_SOCK_NAME=$tmp/producer.sock
 PERFETTO_CONSUMER_SOCK_NAME=$tmp/consumer.sock
@@ -123,14 +129,14 @@ run_init start
 [ "$(stat -c '%a %G' "$tmp/consumer.sock")" = "660 $tgroup" ] || fail "consumer socket: $(stat -c '%a %G' "$tmp/consumer.sock")"
 [ "$(stat -c '%a %G' "$tmp/producer.sock")" = "666 $tgroup" ] || fail "producer socket: $(stat -c '%a %G' "$tmp/producer.sock")"
 as_user() { setpriv --reuid="$1" --regid=nogroup --init-groups -- "${@:2}"; }
-as_user "$tmember" "$tmp/prefix/bin/perfetto" --query >"$tmp/member.out" 2>"$tmp/member.err" ||
+as_user "$tmember" "$tmp/root/usr/bin/perfetto" --query >"$tmp/member.out" 2>"$tmp/member.err" ||
     fail "a member of $tgroup cannot query: $(cat "$tmp/member.err")"
 grep -q "^Service: tracebox" "$tmp/member.out" || fail "member's query: $(cat "$tmp/member.out")"
-as_user "$tmember" "$tmp/prefix/bin/perfetto" --txt -c "$tmp/config.txt" -o "$tmp/member/t.pftrace" 2>"$tmp/member.err" ||
+as_user "$tmember" "$tmp/root/usr/bin/perfetto" --txt -c "$tmp/config.txt" -o "$tmp/member/t.pftrace" 2>"$tmp/member.err" ||
     fail "a member of $tgroup cannot record: $(cat "$tmp/member.err")"
 "$py" tests/py/check_probes_trace.py "$tmp/member/t.pftrace" --sched-switch
 rc=0
-as_user nobody "$tmp/prefix/bin/perfetto" --query >/dev/null 2>"$tmp/nobody.err" || rc=$?
+as_user nobody "$tmp/root/usr/bin/perfetto" --query >/dev/null 2>"$tmp/nobody.err" || rc=$?
 [ $rc != 0 ] || fail "nobody (not in $tgroup) could query"
 grep -q "Permission denied (EACCES).*$tmp/consumer.sock\|$tmp/consumer.sock.*Permission denied (EACCES)" "$tmp/nobody.err" ||
     fail "nobody's refusal does not say permission denied on the consumer socket: $(cat "$tmp/nobody.err")"
@@ -141,13 +147,13 @@ echo "== relay mode: traced_relay serves the producer socket, a central traced r
 port="$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 relay_addr="127.0.0.1:$port"
 # The central machine's traced: a private UNIX producer socket plus the
-# relay endpoint. Started from the build, not the prefix, so that the
-# prefix's processes are only the init script's.
+# relay endpoint. Started from the build, not the image, so that the
+# image's processes are only the init script's.
 central_pid="$(PERFETTO_PRODUCER_SOCK_NAME="$tmp/central-producer.sock,$relay_addr" \
     PERFETTO_CONSUMER_SOCK_NAME="$tmp/central-consumer.sock" \
     "$bin" traced --background --enable-relay-endpoint-on "$relay_addr")"
 cat >"$tmp/default" <<EOF2
-TRACEBOX_BIN_DIR=$tmp/prefix/bin
+TRACEBOX_BIN_DIR=$tmp/root/usr/bin
 TRACEBOX_PID_DIR=$tmp/run
 PERFETTO_PRODUCER_SOCK_NAME=$tmp/producer.sock
 PERFETTO_CONSUMER_SOCK_NAME=$tmp/consumer.sock
@@ -172,7 +178,7 @@ TRACEBOX_DEFAULTS="$tmp/default.central" run_init start >/dev/null 2>"$tmp/both.
 # (the trace's remote_clock_sync).
 central() { PERFETTO_CONSUMER_SOCK_NAME="$tmp/central-consumer.sock" "$@"; }
 n=0
-until central "$tmp/prefix/bin/perfetto" --query 2>/dev/null | grep -q "perfetto.traced_probes" &&
+until central "$tmp/root/usr/bin/perfetto" --query 2>/dev/null | grep -q "perfetto.traced_probes" &&
     grep -q "^\[traced_relay\] I: clocks synced" "$tmp/relay-mode.log" 2>/dev/null; do
     n=$((n + 1))
     [ $n -lt 600 ] || fail "no relayed traced_probes or clock sync at the central traced: $(cat "$tmp/relay-mode.log")"
@@ -188,7 +194,7 @@ data_sources { config { name: "linux.process_stats"
 data_sources { config { name: "linux.system_info" } }
 duration_ms: 1500
 EOF2
-central "$tmp/prefix/bin/perfetto" --txt -c "$tmp/relay-config.txt" -o "$tmp/relay.pftrace"
+central "$tmp/root/usr/bin/perfetto" --txt -c "$tmp/relay-config.txt" -o "$tmp/relay.pftrace"
 "$py" - "$tmp/relay.pftrace" <<'PY'
 import sys
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -208,8 +214,8 @@ run_init stop
 rc=0
 run_init status >/dev/null || rc=$?
 [ $rc = 3 ] || fail "status after the relay mode's stop: $rc, want 3"
-if pgrep -f "$tmp/prefix/bin/" >/dev/null; then
-    pgrep -af "$tmp/prefix/bin/" >&2
+if pgrep -f "$tmp/root/usr/bin/" >/dev/null; then
+    pgrep -af "$tmp/root/usr/bin/" >&2
     fail "processes left running after the relay mode's stop"
 fi
 [ ! -e "$tmp/run/traced_relay.pid" ] || fail "traced_relay pidfile left"
@@ -220,7 +226,7 @@ echo "== relay mode ok"
 # What tracebox-replace.rc relies on: init's listening sockets, inherited by traced
 # as ANDROID_SOCKET_traced_{producer,consumer}.
 echo "== Android init sockets (tracebox-replace.rc): traced adopts inherited listeners"
-"$py" - "$tmp" "$tmp/prefix/bin/traced" "$tmp/prefix/bin/perfetto" <<'PY'
+"$py" - "$tmp" "$tmp/root/usr/bin/traced" "$tmp/root/usr/bin/perfetto" <<'PY'
 import os, socket, subprocess, sys
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 tmp, traced, perfetto = sys.argv[1:4]

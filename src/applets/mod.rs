@@ -88,12 +88,17 @@ fn usage() -> String {
         "{VERSION}: Perfetto-compatible system tracing in one binary.\n\n\
          Usage:\n  tracebox APPLET [ARGS...]   run an applet\n  \
          tracebox [PERFETTO ARGS...]  record, starting traced and traced_probes if none runs\n  \
-         tracebox --list | --version | --help\n\nApplets:\n"
+         tracebox --list | --version | --help\n  \
+         tracebox --list-categories   what light mode records (sched, freq, ...), with this kernel's events\n  \
+         tracebox --list-events       every ftrace event of this kernel (group/event)\n\nApplets:\n"
     );
     for (name, summary, _) in APPLETS {
         s.push_str(&format!("  {name:<18} {summary}\n"));
     }
-    s.push_str("\nExample: tracebox perfetto -t 10s sched freq -o trace.pftrace\n");
+    s.push_str(
+        "\nExample: tracebox -t 10s sched freq -o trace.pftrace\n\
+         More: tracebox perfetto --help; example configs in configs/ of the source\n",
+    );
     s
 }
 

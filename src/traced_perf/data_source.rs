@@ -435,11 +435,28 @@ impl PerfSource {
         self.deadline = None;
         self.count_unread();
         self.writer.flush();
-        crate::log_info!(
-            "linux.perf: {:?}, {} ns CPU per sample (read, scope, resolve, intern, write)",
-            self.stats,
-            self.stats.cpu_ns_per_sample()
+        let s = &self.stats;
+        let mut line = format!(
+            "linux.perf: {} samples ({} out of scope), {} lost, {} throttles, {} malformed, \
+             {} budget hits, {} unread at stop, {} cpus skipped; {} ns CPU per sample \
+             (read, scope, resolve, intern, write)",
+            s.samples,
+            s.samples_out_of_scope,
+            s.lost,
+            s.throttles,
+            s.malformed,
+            s.budget_hits,
+            s.unread_at_stop,
+            s.cpus_skipped,
+            s.cpu_ns_per_sample()
         );
+        if s.stopped_at_kb > 0 {
+            line.push_str(&format!(
+                "; stopped at {} kB of daemon memory",
+                s.stopped_at_kb
+            ));
+        }
+        crate::log_info!("{line}");
     }
 
     pub fn clear_incremental_state(&mut self) {

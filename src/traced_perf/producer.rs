@@ -189,7 +189,7 @@ impl Producer {
     fn on_command<M>(&mut self, ctl: &mut LoopCtl<'_, M>, payload_untrusted: &[u8]) {
         let cmd = match wire::parse_command(payload_untrusted) {
             Ok(c) => c,
-            Err(e) => return crate::log_warn!("ignoring async command: {e:?}"),
+            Err(e) => return crate::log_warn!("ignoring async command: {e}"),
         };
         match cmd {
             Command::SetupTracing { page_size_kb } => {
@@ -226,7 +226,7 @@ impl Producer {
         let page_size = (page_size_kb as usize).saturating_mul(1024);
         let abi = match SmbAbi::new(shm.mem().clone(), page_size) {
             Ok(a) => a,
-            Err(e) => return crate::log_error!("unusable shared memory buffer: {e:?}"),
+            Err(e) => return crate::log_error!("unusable shared memory buffer: {e}"),
         };
         let arbiter = Arbiter::new(abi, wire::arbiter_config(), Arc::new(self.link.clone()));
         arbiter.set_direct_smb_patching(self.direct_patching);

@@ -305,7 +305,7 @@ impl Bridge {
             let (verdict, used) = match handshake::parse_request(&c.head) {
                 Ok(None) => return,
                 Err(e) => {
-                    log_warn!("{}: bad request: {e:?}", c.peer);
+                    log_warn!("{}: bad request: {e}", c.peer);
                     return self.refuse(c, e.response());
                 }
                 Ok(Some((req, used))) => {

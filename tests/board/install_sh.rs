@@ -118,7 +118,10 @@ fn systemd_and_android_layouts() {
     ok(&install(Some(root), &["--init", "systemd", "/opt/tb", BIN]));
     let unit = read(&root.join("lib/systemd/system/traced.service"));
     assert!(unit.contains("Type=notify"), "{unit}");
-    assert!(unit.contains("ExecStart=/opt/tb/bin/traced "), "{unit}");
+    assert!(
+        unit.contains("exec /opt/tb/bin/traced $$TRACED_ARGS "),
+        "{unit}"
+    );
     let probes = read(&root.join("lib/systemd/system/traced-probes.service"));
     assert!(probes.contains("ExecStopPost=/opt/tb/bin/traced_probes --cleanup-after-crash"));
     // A remote board's unit: the relay in traced's place, never beside it.
@@ -192,4 +195,127 @@ fn refuses_to_replace_a_hosts_perfetto() {
         err.contains("/usr/bin/perfetto exists and is not tracebox's"),
         "{err}"
     );
+}
+
+/// On the board itself: `scripts/` copied anywhere, the binary already at
+/// its final place (copied there by hand first), installed over itself.
+#[test]
+fn runs_from_a_copy_of_scripts_over_the_binary_in_place() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("root");
+    let copy = d.path().join("copied");
+    std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+    let o = Command::new("cp")
+        .arg("-r")
+        .arg(format!("{REPO}/scripts"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(o.success());
+    let placed = root.join("usr/bin/tracebox");
+    std::fs::copy(BIN, &placed).unwrap();
+    let mut c = Command::new(shell());
+    if shell() == "busybox" {
+        c.arg("sh");
+    }
+    let o = c
+        .arg(copy.join("install.sh"))
+        .args(["--init", "busybox", "/usr"])
+        .arg(&placed)
+        .env("DESTDIR", &root)
+        .output()
+        .unwrap();
+    ok(&o);
+    assert_eq!(
+        std::fs::metadata(&placed).unwrap().len(),
+        std::fs::metadata(BIN).unwrap().len()
+    );
+    assert!(root.join("etc/init.d/S60tracebox").exists());
+    assert!(root.join("etc/default/tracebox").exists());
+    let v = Command::new(root.join("usr/bin/perfetto"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("tracebox "));
+}
+
+/// The shell files parse as POSIX sh (dash has no bash extensions), not
+/// only under BusyBox.
+#[test]
+fn shell_files_are_posix_sh() {
+    if Command::new("dash").arg("-c").arg(":").status().is_err() {
+        eprintln!("no dash: skipped");
+        return;
+    }
+    for f in [
+        "scripts/install.sh",
+        "scripts/init/tracebox.init",
+        "scripts/init/tracebox.default",
+    ] {
+        let o = Command::new("dash")
+            .arg("-n")
+            .arg(format!("{REPO}/{f}"))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{f}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+/// scripts/build-static.sh with CARGO_TARGET_DIR set finds the binary
+/// there. A copy of the script in a scratch tree (its dist/ lands there),
+/// with stand-ins for cargo (links a static C program where cargo's
+/// target dir would hold tracebox) and rustup (the target is installed).
+#[test]
+fn build_static_honours_cargo_target_dir() {
+    if Command::new("gcc").arg("--version").output().is_err() {
+        eprintln!("no gcc: skipped");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let tree = d.path().join("tree");
+    let fake = d.path().join("fake-bin");
+    let targets = d.path().join("elsewhere");
+    std::fs::create_dir_all(tree.join("scripts")).unwrap();
+    std::fs::create_dir_all(&fake).unwrap();
+    std::fs::copy(
+        format!("{REPO}/scripts/build-static.sh"),
+        tree.join("scripts/build-static.sh"),
+    )
+    .unwrap();
+    let write_exe = |name: &str, body: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = fake.join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    write_exe(
+        "rustup",
+        "#!/bin/sh\n[ \"$1 $2\" = 'target list' ] && echo x86_64-unknown-linux-musl\nexit 0\n",
+    );
+    write_exe(
+        "cargo",
+        "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --target ] && t=$2; shift; done\n\
+         out=\"$CARGO_TARGET_DIR/$t/release\"; mkdir -p \"$out\"\n\
+         echo 'int main(void){return 0;}' | gcc -static -x c - -o \"$out/tracebox\"\n",
+    );
+    let path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap());
+    let o = Command::new("bash")
+        .arg(tree.join("scripts/build-static.sh"))
+        .arg("x86_64-unknown-linux-musl")
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", &targets)
+        .output()
+        .unwrap();
+    let text = ok(&o);
+    assert!(
+        text.contains("built: dist/tracebox-x86_64-unknown-linux-musl"),
+        "{text}"
+    );
+    assert!(tree
+        .join("dist/tracebox-x86_64-unknown-linux-musl")
+        .is_file());
 }

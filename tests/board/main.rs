@@ -3,6 +3,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod android_rc;
+mod cli_messages;
 mod example_configs;
 mod install_sh;
 mod socket_users;
+mod systemd_units;

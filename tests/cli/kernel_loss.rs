@@ -65,6 +65,9 @@ fn a_trace_without_kernel_loss_says_nothing_lost() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(says_nothing_lost(&err), "{err}");
+    wait_until(Duration::from_secs(10), "the instance removed", || {
+        !instance_dir(instance).exists()
+    });
 }
 
 /// Returns (events the line says the kernel lost, markers in the trace,
@@ -124,12 +127,20 @@ fn flood_while_stopped(
             .write_all(format!("tbx-kloss {i:05}").as_bytes())
             .unwrap();
     }
+    // An open file of the instance would keep traced_probes from
+    // removing it at the end (EBUSY).
+    drop(marker);
     let overrun = overrun_sum(&idir);
     probes.signal(Signal::SIGCONT);
     let status = client.wait().unwrap();
     let err = std::fs::read_to_string(dir.join("consumer.log")).unwrap();
     assert!(status.success(), "{err}");
     let (lost, captured) = (lost_in_line(&err), markers_in(&out));
+    // The session's end takes its instance down; a test that dropped
+    // traced_probes before that would leave the instance behind.
+    wait_until(Duration::from_secs(10), "the instance removed", || {
+        !idir.exists()
+    });
     eprintln!("kernel lost {lost} (overrun {overrun} while stopped), {captured} in the trace");
     (lost, captured, overrun)
 }

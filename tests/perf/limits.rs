@@ -28,7 +28,7 @@ fn a_read_budget_defers_records_and_every_loss_is_named() {
     );
     let log = std::fs::read_to_string(dir.join("perf.log")).unwrap();
     assert!(
-        stat(&log, "budget_hits") > 0,
+        stat(&log, "budget hits") > 0,
         "the budget never cut a pass: {log}"
     );
     // Every sample read is in the trace (record checks), and what the
@@ -69,7 +69,7 @@ fn the_stop_reads_while_the_service_waits_and_names_what_is_left() {
         },
     );
     let log = std::fs::read_to_string(dir.join("perf.log")).unwrap();
-    let unread = stat(&log, "unread_at_stop");
+    let unread = stat(&log, "unread at stop");
     assert!(unread > 0, "the stop read everything within 500 ms: {log}");
     assert!(log.contains("the stop's 500 ms ran out"), "{log}");
     let lost = lost_in_trace(&run);

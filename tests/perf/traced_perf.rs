@@ -162,15 +162,17 @@ pub fn record_with(dir: &Path, top: &str, perf_cfg: &str, real: bool, load: impl
     Run { lines, end_line }
 }
 
-/// `NAME: N` of the PerfStats line traced_perf logs at stop.
+/// The count before ` NAME` in the line traced_perf logs at stop
+/// ("linux.perf: N samples (N out of scope), N lost, ...").
 pub fn log_stat(log: &str, name: &str) -> Option<u64> {
-    let line = log.lines().find(|l| l.contains("linux.perf: PerfStats"))?;
-    let at = line.find(&format!(" {name}: "))? + name.len() + 3;
-    let digits: String = line[at..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    digits.parse().ok()
+    let line = log
+        .lines()
+        .find(|l| l.contains("linux.perf: ") && l.contains(" samples ("))?;
+    let end = line.find(&format!(" {name}"))?;
+    let start = line[..end]
+        .rfind(|c: char| !c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    line[start..end].parse().ok()
 }
 
 /// One PerfSample as check_perf_trace.py prints it.

@@ -325,10 +325,15 @@ pub fn instance_dir(name: &str) -> PathBuf {
 /// Waits until the traced_probes logging to `dir/probes.log` (at debug
 /// level) started ftrace on `instance` and the instance is tracing.
 pub fn wait_ftrace_started(dir: &Path, instance: &str) {
-    let started = format!("started on \"{instance}\"");
+    let started = format!(
+        "started on {}",
+        tracebox::traced_probes::ftrace::ownership::describe(instance)
+    );
     let idir = instance_dir(instance);
     wait_until(Duration::from_secs(30), "ftrace start", || {
-        read_trim(dir.join("probes.log")).contains(&started)
+        read_trim(dir.join("probes.log"))
+            .lines()
+            .any(|l| l.ends_with(&started))
             && read_trim(idir.join("tracing_on")) == "1"
     });
 }

@@ -181,17 +181,11 @@ pub fn write_packet(w: &mut TraceWriter, i: u64, big: bool) -> Vec<u8> {
     expected.into_bytes()
 }
 
-/// Validates the trace with PyPI perfetto's descriptors when a venv is
-/// available ($TRACEBOX_PYTHON or .venv, see scripts/setup-python.sh).
+/// Validates the trace with PyPI perfetto's descriptors ($TRACEBOX_PYTHON
+/// or .venv; a missing venv fails the test, see scripts/setup-python.sh).
 pub fn check_with_python(packets: &[Vec<u8>], producer_packets: usize) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let py = std::env::var_os("TRACEBOX_PYTHON")
-        .map(std::path::PathBuf::from)
-        .or_else(|| Some(root.join(".venv/bin/python")).filter(|p| p.exists()));
-    let Some(py) = py else {
-        eprintln!("skipped the Python check: no venv (scripts/setup-python.sh)");
-        return;
-    };
+    let py = super::probes::python().expect("no Python venv: run scripts/setup-python.sh");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("trace.pftrace");
     let mut file = Vec::new();

@@ -136,7 +136,10 @@ pub fn cleanup(path: &Path, root: &Tracefs) -> Vec<Touched> {
             }),
         };
         if let Err(err) = r {
-            crate::log_error!("crash cleanup of {e:?} failed: {err}");
+            crate::log_error!(
+                "crash cleanup of {} failed: {err}",
+                super::ownership::describe(key)
+            );
         }
         true
     });

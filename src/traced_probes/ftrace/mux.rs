@@ -231,7 +231,10 @@ impl FtraceMux {
             // Nothing from before the session: setup emptied the buffer,
             // but the instance may have been written to since.
             if let Err(e) = inst.tracefs.clear_trace() {
-                crate::log_warn!("ftrace: cannot clear the buffer of {:?}: {e}", src.key);
+                crate::log_warn!(
+                    "ftrace: cannot clear the buffer of {}: {e}",
+                    super::ownership::describe(&src.key)
+                );
             }
         }
         reading::open_reader(inst, src.drain_ms, self.notify.clone())?;
@@ -243,7 +246,10 @@ impl FtraceMux {
         inst.started += 1;
         src.started = true;
         src.stats_before = cpu_stats(&inst.tracefs);
-        crate::log_debug!("ftrace: source {id} started on {:?}", src.key);
+        crate::log_debug!(
+            "ftrace: source {id} started on {}",
+            super::ownership::describe(&src.key)
+        );
         Ok(())
     }
 
@@ -308,7 +314,10 @@ impl FtraceMux {
             }
             if let Some(inst) = self.instances.get_mut(&key) {
                 if let Err(e) = inst.tracefs.set_tracing_on(false) {
-                    crate::log_warn!("ftrace: cannot turn tracing off on {key:?}: {e}");
+                    crate::log_warn!(
+                        "ftrace: cannot turn tracing off on {}: {e}",
+                        super::ownership::describe(&key)
+                    );
                 }
             }
         }

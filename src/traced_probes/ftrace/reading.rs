@@ -158,7 +158,7 @@ pub fn read_pass(
         };
         match r {
             Ok(n) => busiest = busiest.max(n),
-            Err(e) => crate::log_warn!("ftrace read of {key:?}: {e}"),
+            Err(e) => crate::log_warn!("ftrace read of {}: {e}", super::ownership::describe(key)),
         }
     }
     busiest

@@ -298,7 +298,38 @@ pub enum SmbError {
 
 impl std::fmt::Display for SmbError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "smb: {self:?}")
+        match self {
+            SmbError::BadGeometry { size, page_size } => write!(
+                f,
+                "shared memory of {size} bytes cannot hold pages of {page_size} bytes"
+            ),
+            SmbError::PageOutOfRange { page, num_pages } => {
+                write!(f, "page {page} of a buffer of {num_pages} pages")
+            }
+            SmbError::ReservedLayout { page, layout } => {
+                write!(f, "page {page} has the reserved layout {layout}")
+            }
+            SmbError::ChunkOutOfRange {
+                page,
+                chunk,
+                num_chunks,
+            } => write!(f, "chunk {chunk} of page {page}, which has {num_chunks}"),
+            SmbError::UnexpectedState { page, chunk, found } => {
+                let state = match found {
+                    ChunkState::Free => "free",
+                    ChunkState::BeingWritten => "being written",
+                    ChunkState::BeingRead => "being read",
+                    ChunkState::Complete => "complete",
+                };
+                write!(f, "chunk {chunk} of page {page} is {state}")
+            }
+            SmbError::LayoutChanged { page } => {
+                write!(f, "page {page} was re-partitioned while in use")
+            }
+            SmbError::Contention { page } => {
+                write!(f, "page {page}'s chunk states kept changing")
+            }
+        }
     }
 }
 

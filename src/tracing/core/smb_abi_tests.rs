@@ -273,3 +273,22 @@ fn random_smb_contents_are_read_safely() {
     }
     assert!(total_read > 1000, "{total_read}");
 }
+
+/// Errors reach daemon logs: words, not Rust debug structs.
+#[test]
+fn errors_read_as_words() {
+    let e = SmbError::UnexpectedState {
+        page: 1,
+        chunk: 2,
+        found: ChunkState::BeingWritten,
+    };
+    assert_eq!(e.to_string(), "chunk 2 of page 1 is being written");
+    let e = SmbError::BadGeometry {
+        size: 100,
+        page_size: 4096,
+    };
+    assert_eq!(
+        e.to_string(),
+        "shared memory of 100 bytes cannot hold pages of 4096 bytes"
+    );
+}

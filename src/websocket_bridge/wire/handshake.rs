@@ -61,6 +61,15 @@ impl HeadError {
     }
 }
 
+impl std::fmt::Display for HeadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeadError::TooLarge => write!(f, "request head too large"),
+            HeadError::Malformed(why) => write!(f, "malformed request: {why}"),
+        }
+    }
+}
+
 /// Parses the head at the start of `buf_untrusted`. `Ok(None)` means more
 /// bytes are needed; `Ok(Some((req, n)))` means the head is
 /// `buf_untrusted[..n]` (bytes after it belong to the websocket).
