@@ -305,4 +305,17 @@ mod tests {
         assert_eq!(r, &rec[..]);
         assert!(next(&data, tail, tail + 4, &mut scratch).is_none());
     }
+
+    /// A record that does not wrap is read in place: no copy.
+    #[test]
+    fn a_whole_record_is_borrowed_from_the_ring() {
+        let rec = sample_bytes(&[CONTEXT_USER, 0x1234]);
+        let mut data = vec![0u8; 128];
+        data[8..8 + rec.len()].copy_from_slice(&rec);
+        let mut scratch = Vec::new();
+        let r = next(&data, 128 + 8, 128 + 8 + rec.len() as u64, &mut scratch).unwrap();
+        assert_eq!(r, &rec[..]);
+        assert_eq!(r.as_ptr(), data[8..].as_ptr(), "a copy");
+        assert!(scratch.is_empty());
+    }
 }
