@@ -372,7 +372,8 @@ fn a_tiny_ring_reports_lost_samples_and_names_can_be_off() {
 /// Events this kernel lacks fail their data source's setup with the reason
 /// in traced_perf's log, and the client's end line names the source that
 /// never started: a hardware counter (this VM has none), a tracepoint and a
-/// PMU that do not exist, a CPU that does not exist.
+/// PMU that do not exist, a CPU that does not exist, and a tracepoint on
+/// the boot clock (the kernel reads only NMI-safe clocks for it).
 #[test]
 fn events_the_kernel_lacks_are_clear_setup_errors() {
     let hw = Path::new("/sys/bus/event_source/devices/cpu").exists();
@@ -386,6 +387,8 @@ fn events_the_kernel_lacks_are_clear_setup_errors() {
         "timebase { period: 1 tracepoint { name: \"nosuchgroup:nosuchevent\" } }",
         "timebase { frequency: 100 raw_event { pmu_name: \"nosuchpmu\" config: 1 } }",
         "timebase { frequency: 100 counter: SW_CPU_CLOCK } target_cpu: 4000",
+        "timebase { period: 1 tracepoint { name: \"sched:sched_switch\" } \
+         timestamp_clock: PERF_CLOCK_BOOTTIME }",
     ];
     if !hw {
         sources.push("timebase { frequency: 100 counter: HW_CPU_CYCLES }");
@@ -413,6 +416,8 @@ fn events_the_kernel_lacks_are_clear_setup_errors() {
         "tracepoint nosuchgroup:nosuchevent: this kernel has no such event",
         "raw_event pmu_name \"nosuchpmu\": this kernel has no such PMU",
         "cpu 4000: perf_event_open(cpu-clock)",
+        "perf_event_open(sched:sched_switch): Invalid argument (os error 22) \
+         (PERF_CLOCK_BOOTTIME and PERF_CLOCK_REALTIME work with software counters only",
     ] {
         assert!(log.contains(want), "{want:?} not in {log}");
     }
