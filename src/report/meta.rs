@@ -8,6 +8,7 @@ use super::ftrace::{Ev, Rec, NO_CPU};
 use super::seq::Seqs;
 use crate::cmd::kernel_loss::KernelLoss;
 use crate::cmd::status_line;
+use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
 use crate::pb::protos::{TraceConfig, TraceStats};
 use crate::protozero::decode::{read_varint, FieldIter, RawField};
 use crate::schema::wire_check::decode_checked;
@@ -32,6 +33,12 @@ const CPU_INFO: u32 = 67;
 const MACHINE_ID: u32 = 98;
 /// traced_perf's samples: their loss and stop records feed the end line.
 const PERF_SAMPLE: u32 = 66;
+/// Service events, triggers and relayed machines' clock syncs: with
+/// ftrace_stats, perf samples and machine ids, what the client's
+/// end-of-trace line is made of.
+const TRIGGER: u32 = 46;
+const SERVICE_EVENT: u32 = 69;
+const REMOTE_CLOCK_SYNC: u32 = 107;
 /// Fields every packet may carry besides its payload (trusted uid and
 /// pid, loss and first-packet flags, machine id); not counted as unknown.
 const COMMON: &[u32] = &[3, 41, 42, 79, 87, 98];
@@ -59,7 +66,8 @@ pub struct Meta {
     pub clock_snapshots: u64,
     pub stats: Option<TraceStats>,
     pub kernel_loss: KernelLoss,
-    /// Setup problems from ftrace_stats (deduplicated).
+    /// ftrace parse errors from ftrace_stats (deduplicated; its other
+    /// setup problems are in the end line).
     pub setup: Vec<String>,
     pub ftrace_cpu_end: Vec<(u64, u64, u64)>,
     /// What the process tree and the sched data name, by tid/pid.
@@ -98,6 +106,7 @@ impl Meta {
     pub fn packet<'a>(&mut self, p: &'a [u8], out: &mut Vec<Rec>) -> (Option<&'a [u8]>, u32) {
         self.packets += 1;
         let (mut bundle, mut ts, mut clock, mut seq) = (None, None, None, 0);
+        let mut end_line_facts = false;
         // Payloads that need the sequence or the timestamp, by field number.
         let mut later: [&[u8]; 7] = [&[]; 7];
         let mut it = FieldIter::new(p);
@@ -137,11 +146,11 @@ impl Meta {
                     Err(_) => self.bad_config += 1,
                 },
                 FTRACE_STATS => {
-                    self.kernel_loss.observe_packet(&[p]);
+                    end_line_facts = true;
                     self.ftrace_stats(f.value);
                 }
-                // Kernel losses and guardrail stops, for the end line.
-                PERF_SAMPLE => self.kernel_loss.observe_packet(&[p]),
+                PERF_SAMPLE | TRIGGER | SERVICE_EVENT | REMOTE_CLOCK_SYNC => end_line_facts = true,
+                MACHINE_ID => end_line_facts |= varint(&f) != 0,
                 TRACE_STATS => match decode_checked::<TraceStats>(f.value) {
                     Ok(s) => self.stats = Some(s),
                     Err(_) => self.malformed_packets += 1,
@@ -178,6 +187,9 @@ impl Meta {
             }
         }
         self.malformed_packets += it.error as u64;
+        if end_line_facts {
+            self.kernel_loss.observe_packet(&[p]);
+        }
         let [cleared, defaults, snapshot, interned, descriptor, tree, track] = later;
         if !cleared.is_empty() {
             self.seqs.clear(seq);
@@ -305,18 +317,8 @@ impl Meta {
                     }
                     cpus.push(c);
                 }
-                5 | 13 => {
-                    let s = text(&f);
-                    if !s.is_empty() {
-                        self.setup_problem(s);
-                    }
-                }
-                6 => {
-                    self.setup_problem(format!("unknown ftrace event {}", text(&f)));
-                }
-                7 => {
-                    self.setup_problem(format!("failed ftrace event {}", text(&f)));
-                }
+                // Setup errors, atrace errors, unknown and failed events
+                // are in the end line (`stats_line`).
                 9 => {
                     self.setup_problem(format!("ftrace parse error (status {})", varint(&f)));
                 }
@@ -351,12 +353,54 @@ impl Meta {
         }
     }
 
-    /// The client's end-of-trace line, from the trace alone.
+    /// The client's end-of-trace line, from the trace alone: the same
+    /// losses and the same things asked for and not obtained, in the
+    /// same words (the client's `print_summary`), so a trace file says
+    /// what its recording said. Not known from the file: whether the
+    /// client could write it to its end (the report names a cut file).
     pub fn stats_line(&self) -> Option<String> {
-        let figures = status_line::figures(self.stats.as_ref()?);
-        let lost = self.kernel_loss.events_lost().unwrap_or(0);
-        let line = status_line::summary(figures, lost);
-        Some(self.kernel_loss.with_perf_loss(line))
+        let k = &self.kernel_loss;
+        let config = self.config.as_ref();
+        let mut missing = Vec::new();
+        let trigger = config.and_then(|c| c.trigger_config.as_ref());
+        let mode = trigger.and_then(|t| t.trigger_mode).unwrap_or_default();
+        if matches!(mode, TriggerMode::STOP_TRACING | TriggerMode::START_TRACING)
+            && k.faults.triggers == 0
+        {
+            let which = match mode {
+                TriggerMode::STOP_TRACING => "STOP",
+                _ => "START",
+            };
+            let ms = trigger.and_then(|t| t.trigger_timeout_ms).unwrap_or(0);
+            missing.push(format!(
+                "the {which} trigger did not fire within trigger_timeout_ms ({ms} ms), \
+                 so traced kept no trace"
+            ));
+        }
+        missing.extend(k.faults.phrases());
+        missing.extend(k.unrecorded_switches());
+        let builtin = config.and_then(|c| c.builtin_data_sources.as_ref());
+        if !builtin
+            .and_then(|b| b.disable_clock_snapshotting)
+            .unwrap_or(false)
+        {
+            missing.extend(k.faults.unsynced_machines_phrase());
+        }
+        for e in &k.setup_errors {
+            let why: String = e.chars().filter(|c| !c.is_control()).collect();
+            missing.push(format!("linux.ftrace setup error: {why}"));
+        }
+        match &self.stats {
+            Some(stats) => {
+                let lost = k.events_lost().unwrap_or(0);
+                let losses = status_line::summary(status_line::figures(stats), lost);
+                Some(status_line::end_line(k.with_perf_loss(losses), &missing))
+            }
+            None if !missing.is_empty() => {
+                Some(format!("Trace stats: INCOMPLETE: {}", missing.join("; ")))
+            }
+            None => None,
+        }
     }
 
     /// A thread's name: the process tree's, else the sched comm.

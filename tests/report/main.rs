@@ -4,5 +4,7 @@
 mod support;
 
 mod report;
+mod report_end_line;
 mod report_ftrace_pages;
+mod report_kernel_counts;
 mod report_names_clocks;
