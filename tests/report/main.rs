@@ -8,3 +8,4 @@ mod report_end_line;
 mod report_ftrace_pages;
 mod report_kernel_counts;
 mod report_names_clocks;
+mod report_synthetic;

@@ -165,6 +165,12 @@ fn header_switches_wakeups_and_cpus_match_the_kernel() {
     want[0] += 2 + PRINTS_A;
     want[last] += PRINTS_B;
     assert_eq!(per_cpu, want, "print events per cpu");
+    // The dump's cpu filter picks the same events.
+    let dump = report_ok(&["--events", "-e", "print", "--cpu", &last.to_string(), trace]);
+    let on_last: Vec<&str> = dump.lines().collect();
+    assert_eq!(on_last.len() as u64, want[last], "{dump}");
+    let cpu_col = format!(" [{last:03}] ");
+    assert!(on_last.iter().all(|l| l.contains(&cpu_col)), "{dump}");
 
     // The sleeper, between its markers: one switch in per switch out the
     // kernel counted, one wakeup per sleep. The markers sit just outside
