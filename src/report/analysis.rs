@@ -354,6 +354,13 @@ impl Analysis {
     }
 
     fn slice_done(&mut self, name: &str, start: u64, end: u64) {
+        if end < start {
+            // Time went backwards between the begin and the end (events
+            // out of order past the sorting window, or concatenated
+            // traces): no duration to give.
+            self.atrace_unmatched += 1;
+            return;
+        }
         if !(self.inside(start) && self.inside(end)) {
             return;
         }
@@ -500,6 +507,26 @@ mod tests {
         assert!((47..=53).contains(&a.latency.quantile(0.5)));
         assert_eq!(a.counts[slot(SCHED_SWITCH)], vec![4]);
         assert_eq!(slot_id(slot(GENERIC_BASE + 3)), GENERIC_BASE + 3);
+    }
+
+    /// An end earlier than its begin (concatenated traces, events late
+    /// past the sorting window) is counted, not a huge duration.
+    #[test]
+    fn a_slice_ending_before_it_began_is_counted() {
+        let mut a = Analysis::new(0, u64::MAX);
+        let print = |ts, s: &str| Rec {
+            ts,
+            cpu: 0,
+            pid: 7,
+            ev: Ev::Print(s.into()),
+        };
+        a.feed(&print(500, "B|7|late"));
+        a.feed(&print(100, "E|7"));
+        a.feed(&print(600, "S|7|a|1"));
+        a.feed(&print(200, "F|7|a|1"));
+        a.finish();
+        assert!(a.slices.is_empty(), "{:?}", a.slices);
+        assert_eq!(a.atrace_unmatched, 2);
     }
 
     /// `cpu_frequency` (state = kHz, cpu_id) as the bundle carries it.
