@@ -282,6 +282,14 @@ impl Analysis {
                 if prev > 0 {
                     self.thread(prev).waking = 0;
                 }
+                // A switch the kernel never recorded put `prev_pid` on
+                // this cpu (traced_probes writes the next one in full):
+                // its wakeup was served at a time the trace does not
+                // have. Forget it, or its next switch in would count the
+                // whole gap as latency.
+                if *prev_pid > 0 && *prev_pid != prev {
+                    self.thread(*prev_pid).waking = 0;
+                }
                 self.cpu(r.cpu).running = *next_pid;
                 if *next_pid > 0 {
                     let t = self.thread(*next_pid);
@@ -507,6 +515,33 @@ mod tests {
         assert!((47..=53).contains(&a.latency.quantile(0.5)));
         assert_eq!(a.counts[slot(SCHED_SWITCH)], vec![4]);
         assert_eq!(slot_id(slot(GENERIC_BASE + 3)), GENERIC_BASE + 3);
+    }
+
+    /// The kernel left the switch to 8 unrecorded; the next switch, out
+    /// of 8, names it: 8's wakeup was served then, its next one is
+    /// measured from its own waking.
+    #[test]
+    fn an_unrecorded_switch_does_not_stretch_the_next_latency() {
+        let mut a = Analysis::new(0, u64::MAX);
+        let wake = |ts| Rec {
+            ts,
+            cpu: 1,
+            pid: 5,
+            ev: Ev::Waking {
+                pid: 8,
+                target_cpu: 0,
+                prio: 120,
+                wakeup: false,
+            },
+        };
+        a.feed(&rec(100, 0, switch(7, 0)));
+        a.feed(&wake(200));
+        a.feed(&rec(300, 0, switch(8, 0)));
+        a.feed(&wake(10_000));
+        a.feed(&rec(10_040, 0, switch(0, 8)));
+        a.finish();
+        assert_eq!(a.threads[&8].lat_max, 40);
+        assert_eq!(a.threads[&8].lat_n, 1);
     }
 
     /// An end earlier than its begin (concatenated traces, events late
