@@ -7,5 +7,6 @@ mod report;
 mod report_end_line;
 mod report_ftrace_pages;
 mod report_kernel_counts;
+mod report_memory;
 mod report_names_clocks;
 mod report_synthetic;

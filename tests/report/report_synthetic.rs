@@ -7,7 +7,7 @@
 use crate::report::report_ok;
 use crate::report_end_line::py_json;
 
-fn varint(mut v: u64, out: &mut Vec<u8>) {
+pub(crate) fn varint(mut v: u64, out: &mut Vec<u8>) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -15,19 +15,19 @@ fn varint(mut v: u64, out: &mut Vec<u8>) {
     out.push(v as u8);
 }
 
-fn int(field: u64, v: u64, out: &mut Vec<u8>) {
+pub(crate) fn int(field: u64, v: u64, out: &mut Vec<u8>) {
     varint(field << 3, out);
     varint(v, out);
 }
 
-fn bytes(field: u64, b: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn bytes(field: u64, b: &[u8], out: &mut Vec<u8>) {
     varint(field << 3 | 2, out);
     varint(b.len() as u64, out);
     out.extend_from_slice(b);
 }
 
 /// `FtraceEvent` with `timestamp`, `pid` and one payload.
-fn event(ts: u64, pid: u64, payload_field: u64, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn event(ts: u64, pid: u64, payload_field: u64, payload: &[u8]) -> Vec<u8> {
     let mut e = Vec::new();
     int(1, ts, &mut e);
     int(2, pid, &mut e);
@@ -68,7 +68,7 @@ fn freq(ts: u64, khz: u64, cpu: u64) -> Vec<u8> {
 }
 
 /// `Trace.packet { trusted_packet_sequence_id, ftrace_events { cpu, event... } }`.
-fn bundle(cpu: u64, events: &[Vec<u8>]) -> Vec<u8> {
+pub(crate) fn bundle(cpu: u64, events: &[Vec<u8>]) -> Vec<u8> {
     let mut b = Vec::new();
     int(1, cpu, &mut b);
     for e in events {
