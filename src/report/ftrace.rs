@@ -234,7 +234,8 @@ fn decode_event(
                 }
                 _ => {}
             }
-            let keep = keep_raw || id == CPU_FREQUENCY;
+            // The analysis reads cpu_frequency, the reader task_newtask.
+            let keep = keep_raw || id == CPU_FREQUENCY || id == TASK_NEWTASK;
             Ev::Other {
                 id,
                 raw: if keep { p.into() } else { Box::default() },

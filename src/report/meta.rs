@@ -82,9 +82,27 @@ pub struct Meta {
 #[derive(Debug, Default)]
 pub struct Task {
     pub tgid: i32,
+    /// The thread that created this one with CLONE_THREAD (task_newtask):
+    /// its process is this one's when the process tree never said.
+    pub thread_of: i32,
     pub name: String,
     pub cmdline: String,
     pub comm: String,
+    /// When the process tree gave `name`; the comm seen at the latest
+    /// time and that time: a tree entry read before a rename is stale
+    /// once a later event shows the new comm.
+    pub name_ts: u64,
+    pub latest: String,
+    pub latest_ts: u64,
+}
+
+impl Task {
+    fn latest_name(&self) -> &str {
+        match self.name.is_empty() || self.latest_ts > self.name_ts {
+            true if !self.latest.is_empty() => &self.latest,
+            _ => &self.name,
+        }
+    }
 }
 
 /// Entries kept per table (process names, setup messages, ...).
@@ -228,6 +246,12 @@ impl Meta {
             return;
         }
         let Some(t) = self.task(tid) else { return };
+        if ts >= t.latest_ts {
+            if t.latest.as_bytes() != name {
+                t.latest = String::from_utf8_lossy(name).into_owned();
+            }
+            t.latest_ts = ts;
+        }
         if t.comm.as_bytes() == name && !renamed {
             return;
         }
@@ -273,6 +297,7 @@ impl Meta {
                         }
                         if let Some(t) = self.task(id) {
                             t.name = n;
+                            t.name_ts = ts.unwrap_or(0);
                         }
                     }
                 }
@@ -403,21 +428,48 @@ impl Meta {
         }
     }
 
-    /// A thread's name: the process tree's, else the sched comm.
+    /// A thread's name: the process tree's, else the sched comm; the
+    /// comm when an event after the tree's entry shows another.
     pub fn name(&self, tid: i32) -> String {
         let t = self.tasks.get(&tid);
-        match t.map_or("", |t| if t.name.is_empty() { &t.comm } else { &t.name }) {
+        match t.map_or("", Task::latest_name) {
             "" if tid == 0 => "<idle>".into(),
             "" => "<...>".into(),
             n => n.to_owned(),
         }
     }
 
-    /// A thread's process id (itself when unknown).
+    /// A thread's process id: the process tree's, else that of the thread
+    /// that created it (a few generations), else itself.
     pub fn tgid(&self, tid: i32) -> i32 {
-        self.tasks
-            .get(&tid)
-            .map_or(tid, |t| if t.tgid != 0 { t.tgid } else { tid })
+        let mut at = tid;
+        for _ in 0..8 {
+            match self.tasks.get(&at) {
+                Some(t) if t.tgid != 0 => return t.tgid,
+                Some(t) if t.thread_of > 0 && t.thread_of != at => at = t.thread_of,
+                _ => break,
+            }
+        }
+        at
+    }
+
+    /// `task_newtask` (`pid`, `clone_flags`) raised by thread `parent`: a
+    /// new thread of the parent's process when CLONE_THREAD is set.
+    pub fn new_task(&mut self, parent: i32, raw: &[u8]) {
+        const CLONE_THREAD: u64 = 0x10000;
+        let (mut child, mut flags) = (0, 0);
+        for f in FieldIter::new(raw).filter(|f| f.wire_type == 0) {
+            match f.number {
+                1 => child = varint(&f) as i32,
+                3 => flags = varint(&f),
+                _ => {}
+            }
+        }
+        if child > 0 && parent > 0 && child != parent && flags & CLONE_THREAD != 0 {
+            if let Some(t) = self.task(child) {
+                t.thread_of = parent;
+            }
+        }
     }
 
     /// A process's name: its cmdline, else its main thread's name.
@@ -426,5 +478,42 @@ impl Meta {
             Some(t) if !t.cmdline.is_empty() => t.cmdline.clone(),
             _ => self.name(pid),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process tree entry read before the thread renamed itself loses
+    /// to a later event's comm; a later tree entry wins over older comms.
+    #[test]
+    fn the_latest_name_in_time_wins() {
+        let mut m = Meta::default();
+        let mut out = Vec::new();
+        m.comm(100, 9, b"old", false, &mut out);
+        m.tasks.get_mut(&9).unwrap().name = "old".into();
+        m.tasks.get_mut(&9).unwrap().name_ts = 150;
+        m.comm(200, 9, b"new", false, &mut out);
+        // An older event decoded later does not bring the old name back.
+        m.comm(120, 9, b"old", false, &mut out);
+        assert_eq!(m.name(9), "new");
+        let t = m.tasks.get_mut(&9).unwrap();
+        (t.name, t.name_ts) = ("tree".into(), 300);
+        assert_eq!(m.name(9), "tree");
+    }
+
+    /// task_newtask with CLONE_THREAD puts the new thread in its
+    /// creator's process, through generations; without it, a process.
+    #[test]
+    fn new_threads_join_their_creators_process() {
+        let mut m = Meta::default();
+        m.task(10).unwrap().tgid = 10;
+        // pid = 11, clone_flags = CLONE_THREAD | CLONE_VM.
+        m.new_task(10, &[0x08, 11, 0x18, 0x80, 0x82, 0x04]);
+        m.new_task(11, &[0x08, 12, 0x18, 0x80, 0x82, 0x04]);
+        // A fork (no CLONE_THREAD).
+        m.new_task(12, &[0x08, 13, 0x18, 0x11]);
+        assert_eq!((m.tgid(11), m.tgid(12), m.tgid(13)), (10, 10, 13));
     }
 }

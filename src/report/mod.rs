@@ -24,7 +24,7 @@ use std::io::Read;
 use crate::protozero::decode::FieldIter;
 
 use analysis::Analysis;
-use ftrace::{BundleStats, Rec};
+use ftrace::{BundleStats, Ev, Rec};
 use meta::Meta;
 use reader::PacketReader;
 use sorter::Sorter;
@@ -107,6 +107,15 @@ fn take_packet(
         ftrace::decode_bundle(b, keep_raw, &mut w.bundles, &mut comm, &mut |r| {
             events.push(r)
         });
+        for r in &events {
+            if let Ev::Other {
+                id: ftrace::TASK_NEWTASK,
+                raw,
+            } = &r.ev
+            {
+                meta.new_task(r.pid, raw);
+            }
+        }
         let (clock, snap) = w.bundles.bundle_clock;
         let key = meta.clocks.ftrace(seq, clock, snap);
         changes.append(&mut events);

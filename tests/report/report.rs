@@ -78,7 +78,11 @@ pub(crate) fn stop_recording_stderr(child: Child, dir: &Path) -> (PathBuf, Strin
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "recording failed: {err}");
+    assert!(
+        out.status.success(),
+        "recording failed ({:?}): {err}",
+        out.status
+    );
     (dir.join("trace.pftrace"), err)
 }
 

@@ -48,7 +48,7 @@ fn header_switches_wakeups_and_cpus_match_the_kernel() {
         .unwrap() as usize;
     let last = cpus - 1;
     let ev = r#"ftrace_events: "sched/sched_switch" ftrace_events: "sched/sched_waking"
-        ftrace_events: "ftrace/print""#;
+        ftrace_events: "ftrace/print" ftrace_events: "task/task_newtask""#;
     let t0 = boottime_ns();
     let rec = start_recording(tmp.path(), instance, ev, true);
 
@@ -129,7 +129,10 @@ fn header_switches_wakeups_and_cpus_match_the_kernel() {
         "{text}"
     );
     assert!(
-        text.contains("\nEvents configured: sched/sched_switch sched/sched_waking ftrace/print\n"),
+        text.contains(
+            "\nEvents configured: sched/sched_switch sched/sched_waking ftrace/print \
+             task/task_newtask\n"
+        ),
         "{text}"
     );
     let json = report_ok(&["--json", trace]);
@@ -141,6 +144,32 @@ fn header_switches_wakeups_and_cpus_match_the_kernel() {
     assert_eq!(
         py_json(&json, "d['cpu_info']['count']"),
         processors.to_string()
+    );
+    // Our process: named from the process tree (argv[0]); the threads
+    // above may live too briefly for the tree: task_newtask puts them in.
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.file_name().unwrap().to_string_lossy();
+    let me = std::process::id();
+    assert_eq!(
+        py_json(
+            &json,
+            &format!("[p['name'] for p in d['processes'] if p['pid']=={me}][0]")
+        ),
+        exe
+    );
+    let threads: u64 = py_json(
+        &json,
+        &format!("[p['threads'] for p in d['processes'] if p['pid']=={me}][0]"),
+    )
+    .parse()
+    .unwrap();
+    assert!(
+        threads >= 4,
+        "{threads} threads: {}",
+        py_json(
+            &json,
+            &format!("[t for t in d['threads'] if t['name'].startswith('tbx') or t['pid']=={me}]")
+        )
     );
     // Every section is there and parses.
     assert_eq!(
