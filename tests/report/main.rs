@@ -5,6 +5,7 @@ mod support;
 
 mod report;
 mod report_end_line;
+mod report_every_source;
 mod report_ftrace_pages;
 mod report_kernel_counts;
 mod report_memory;
