@@ -241,6 +241,24 @@ impl Analysis {
         cpu.since = ts;
     }
 
+    /// The kernel switched cpu `c` to `pid` without a record (the switch
+    /// out of it at `ts` names it): `pid` is taken to have run from its
+    /// wakeup (on an idle cpu a wakeup runs within microseconds); with no
+    /// wakeup since the last switch, who ran when is unknown.
+    fn unrecorded_switch(&mut self, c: u32, pid: i32, ts: u64) {
+        let since = self.cpu(c).since;
+        let woke = match pid {
+            0 => 0,
+            _ => self.thread(pid).waking,
+        };
+        if woke != 0 && (since..=ts).contains(&woke) {
+            self.accrue(c, woke);
+            self.cpu(c).running = pid;
+        } else {
+            self.cpu(c).running = UNKNOWN;
+        }
+    }
+
     fn set_freq(&mut self, c: u32, ts: u64, khz: u64) {
         let since = self.cpu(c).freq_since;
         let d = self.clip(since, ts);
@@ -274,8 +292,11 @@ impl Analysis {
             Ev::Switch {
                 prev_pid, next_pid, ..
             } => {
+                let running = self.cpu(r.cpu).running;
                 if !known && *prev_pid >= 0 {
                     self.cpu(r.cpu).running = *prev_pid;
+                } else if *prev_pid >= 0 && *prev_pid != running {
+                    self.unrecorded_switch(r.cpu, *prev_pid, ts);
                 }
                 self.accrue(r.cpu, ts);
                 let prev = self.cpu(r.cpu).running;
@@ -539,9 +560,16 @@ mod tests {
         a.feed(&rec(300, 0, switch(8, 0)));
         a.feed(&wake(10_000));
         a.feed(&rec(10_040, 0, switch(0, 8)));
+        a.feed(&rec(10_100, 0, switch(9, 0)));
+        a.feed(&rec(10_200, 0, switch(0, 7)));
         a.finish();
         assert_eq!(a.threads[&8].lat_max, 40);
         assert_eq!(a.threads[&8].lat_n, 1);
+        // 8 ran from its wakeup at 200 to 300, idle before; 9 came with
+        // no wakeup: who ran over 10_040..10_100 (8, then 9) is unknown.
+        assert_eq!(a.threads[&8].cpu_ns, 100);
+        let c = &a.cpus[0];
+        assert_eq!((c.busy, c.idle, c.unknown), (100, 100 + 9_740 + 100, 60));
     }
 
     /// An end earlier than its begin (concatenated traces, events late
