@@ -81,7 +81,10 @@ wait $OURS
 measure() {
     local tool=$1 events=$2 file=$3
     shift 3
-    /usr/bin/time -f "%U %S %e %M" -o "$WORK/time" "$@" >/dev/null 2>"$WORK/err" || true
+    local rc=0
+    /usr/bin/time -f "%U %S %e %M" -o "$WORK/time" "$@" >/dev/null 2>"$WORK/err" || rc=$?
+    # A reader that failed measured nothing worth a figure: say so.
+    [ "$rc" -eq 0 ] || { echo "bench: $tool exited $rc: $(tail -c 300 "$WORK/err")" >&2; exit 1; }
     read -r u s e rss <"$WORK/time"
     awk -v t="$tool" -v b="$(stat -c %s "$file")" -v n="$events" -v u="$u" -v s="$s" -v e="$e" -v r="$rss" \
         'BEGIN { c = u + s; if (c <= 0) c = 0.001

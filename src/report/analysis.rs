@@ -241,6 +241,24 @@ impl Analysis {
         cpu.since = ts;
     }
 
+    /// The kernel switched cpu `c` to `pid` without a record (the switch
+    /// out of it at `ts` names it): `pid` is taken to have run from its
+    /// wakeup (on an idle cpu a wakeup runs within microseconds); with no
+    /// wakeup since the last switch, who ran when is unknown.
+    fn unrecorded_switch(&mut self, c: u32, pid: i32, ts: u64) {
+        let since = self.cpu(c).since;
+        let woke = match pid {
+            0 => 0,
+            _ => self.thread(pid).waking,
+        };
+        if woke != 0 && (since..=ts).contains(&woke) {
+            self.accrue(c, woke);
+            self.cpu(c).running = pid;
+        } else {
+            self.cpu(c).running = UNKNOWN;
+        }
+    }
+
     fn set_freq(&mut self, c: u32, ts: u64, khz: u64) {
         let since = self.cpu(c).freq_since;
         let d = self.clip(since, ts);
@@ -274,13 +292,24 @@ impl Analysis {
             Ev::Switch {
                 prev_pid, next_pid, ..
             } => {
+                let running = self.cpu(r.cpu).running;
                 if !known && *prev_pid >= 0 {
                     self.cpu(r.cpu).running = *prev_pid;
+                } else if *prev_pid >= 0 && *prev_pid != running {
+                    self.unrecorded_switch(r.cpu, *prev_pid, ts);
                 }
                 self.accrue(r.cpu, ts);
                 let prev = self.cpu(r.cpu).running;
                 if prev > 0 {
                     self.thread(prev).waking = 0;
+                }
+                // A switch the kernel never recorded put `prev_pid` on
+                // this cpu (traced_probes writes the next one in full):
+                // its wakeup was served at a time the trace does not
+                // have. Forget it, or its next switch in would count the
+                // whole gap as latency.
+                if *prev_pid > 0 && *prev_pid != prev {
+                    self.thread(*prev_pid).waking = 0;
                 }
                 self.cpu(r.cpu).running = *next_pid;
                 if *next_pid > 0 {
@@ -354,6 +383,13 @@ impl Analysis {
     }
 
     fn slice_done(&mut self, name: &str, start: u64, end: u64) {
+        if end < start {
+            // Time went backwards between the begin and the end (events
+            // out of order past the sorting window, or concatenated
+            // traces): no duration to give.
+            self.atrace_unmatched += 1;
+            return;
+        }
         if !(self.inside(start) && self.inside(end)) {
             return;
         }
@@ -500,6 +536,60 @@ mod tests {
         assert!((47..=53).contains(&a.latency.quantile(0.5)));
         assert_eq!(a.counts[slot(SCHED_SWITCH)], vec![4]);
         assert_eq!(slot_id(slot(GENERIC_BASE + 3)), GENERIC_BASE + 3);
+    }
+
+    /// The kernel left the switch to 8 unrecorded; the next switch, out
+    /// of 8, names it: 8's wakeup was served then, its next one is
+    /// measured from its own waking.
+    #[test]
+    fn an_unrecorded_switch_does_not_stretch_the_next_latency() {
+        let mut a = Analysis::new(0, u64::MAX);
+        let wake = |ts| Rec {
+            ts,
+            cpu: 1,
+            pid: 5,
+            ev: Ev::Waking {
+                pid: 8,
+                target_cpu: 0,
+                prio: 120,
+                wakeup: false,
+            },
+        };
+        a.feed(&rec(100, 0, switch(7, 0)));
+        a.feed(&wake(200));
+        a.feed(&rec(300, 0, switch(8, 0)));
+        a.feed(&wake(10_000));
+        a.feed(&rec(10_040, 0, switch(0, 8)));
+        a.feed(&rec(10_100, 0, switch(9, 0)));
+        a.feed(&rec(10_200, 0, switch(0, 7)));
+        a.finish();
+        assert_eq!(a.threads[&8].lat_max, 40);
+        assert_eq!(a.threads[&8].lat_n, 1);
+        // 8 ran from its wakeup at 200 to 300, idle before; 9 came with
+        // no wakeup: who ran over 10_040..10_100 (8, then 9) is unknown.
+        assert_eq!(a.threads[&8].cpu_ns, 100);
+        let c = &a.cpus[0];
+        assert_eq!((c.busy, c.idle, c.unknown), (100, 100 + 9_740 + 100, 60));
+    }
+
+    /// An end earlier than its begin (concatenated traces, events late
+    /// past the sorting window) is counted, not a huge duration.
+    #[test]
+    fn a_slice_ending_before_it_began_is_counted() {
+        let mut a = Analysis::new(0, u64::MAX);
+        let print = |ts, s: &str| Rec {
+            ts,
+            cpu: 0,
+            pid: 7,
+            ev: Ev::Print(s.into()),
+        };
+        a.feed(&print(500, "B|7|late"));
+        a.feed(&print(100, "E|7"));
+        a.feed(&print(600, "S|7|a|1"));
+        a.feed(&print(200, "F|7|a|1"));
+        a.finish();
+        assert!(a.slices.is_empty(), "{:?}", a.slices);
+        assert_eq!(a.atrace_unmatched, 2);
     }
 
     /// `cpu_frequency` (state = kHz, cpu_id) as the bundle carries it.

@@ -107,6 +107,20 @@ pub fn event_name(id: u32, generic: &[String]) -> &str {
 /// for the events that change it (the others only show it).
 pub type CommSink<'a> = dyn FnMut(u64, i32, &[u8], bool) + 'a;
 
+/// A bundle's ftrace clock and its (ftrace clock, BOOTTIME) reading.
+pub fn bundle_clock(b: &[u8]) -> (u64, Option<(i64, i64)>) {
+    let (mut clock, mut ftrace_ts, mut boot_ts) = (0, None, 0);
+    for f in FieldIter::new(b).filter(|f| f.wire_type == 0) {
+        match f.number {
+            5 => clock = varint(f.value),
+            6 => ftrace_ts = Some(varint(f.value) as i64),
+            7 => boot_ts = varint(f.value) as i64,
+            _ => {}
+        }
+    }
+    (clock, ftrace_ts.map(|f| (f, boot_ts)))
+}
+
 /// Decodes one bundle; comms seen go to `comm`.
 pub fn decode_bundle(
     b: &[u8],
@@ -117,22 +131,16 @@ pub fn decode_bundle(
 ) {
     st.bundles += 1;
     let mut cpu = 0;
-    let (mut clock, mut ftrace_ts, mut boot_ts) = (0, None, 0);
     for f in FieldIter::new(b) {
         match (f.number, f.wire_type) {
             (1, 0) => cpu = varint(f.value) as u32,
             (3, 0) => st.lost_events_bundles += (varint(f.value) != 0) as u64,
-            (5, 0) => {
-                clock = varint(f.value);
-                st.clock = Some(clock);
-            }
-            (6, 0) => ftrace_ts = Some(varint(f.value) as i64),
-            (7, 0) => boot_ts = varint(f.value) as i64,
+            (5, 0) => st.clock = Some(varint(f.value)),
             (8, 2) => st.errors += 1,
             _ => {}
         }
     }
-    st.bundle_clock = (clock, ftrace_ts.map(|f| (f, boot_ts)));
+    st.bundle_clock = bundle_clock(b);
     if cpu >= MAX_CPUS {
         st.malformed += 1;
         return;
@@ -234,7 +242,8 @@ fn decode_event(
                 }
                 _ => {}
             }
-            let keep = keep_raw || id == CPU_FREQUENCY;
+            // The analysis reads cpu_frequency, the reader task_newtask.
+            let keep = keep_raw || id == CPU_FREQUENCY || id == TASK_NEWTASK;
             Ev::Other {
                 id,
                 raw: if keep { p.into() } else { Box::default() },

@@ -8,6 +8,7 @@ use super::ftrace::{Ev, Rec, NO_CPU};
 use super::seq::Seqs;
 use crate::cmd::kernel_loss::KernelLoss;
 use crate::cmd::status_line;
+use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
 use crate::pb::protos::{TraceConfig, TraceStats};
 use crate::protozero::decode::{read_varint, FieldIter, RawField};
 use crate::schema::wire_check::decode_checked;
@@ -32,6 +33,12 @@ const CPU_INFO: u32 = 67;
 const MACHINE_ID: u32 = 98;
 /// traced_perf's samples: their loss and stop records feed the end line.
 const PERF_SAMPLE: u32 = 66;
+/// Service events, triggers and relayed machines' clock syncs: with
+/// ftrace_stats, perf samples and machine ids, what the client's
+/// end-of-trace line is made of.
+const TRIGGER: u32 = 46;
+const SERVICE_EVENT: u32 = 69;
+const REMOTE_CLOCK_SYNC: u32 = 107;
 /// Fields every packet may carry besides its payload (trusted uid and
 /// pid, loss and first-packet flags, machine id); not counted as unknown.
 const COMMON: &[u32] = &[3, 41, 42, 79, 87, 98];
@@ -59,7 +66,8 @@ pub struct Meta {
     pub clock_snapshots: u64,
     pub stats: Option<TraceStats>,
     pub kernel_loss: KernelLoss,
-    /// Setup problems from ftrace_stats (deduplicated).
+    /// ftrace parse errors from ftrace_stats (deduplicated; its other
+    /// setup problems are in the end line).
     pub setup: Vec<String>,
     pub ftrace_cpu_end: Vec<(u64, u64, u64)>,
     /// What the process tree and the sched data name, by tid/pid.
@@ -74,9 +82,27 @@ pub struct Meta {
 #[derive(Debug, Default)]
 pub struct Task {
     pub tgid: i32,
+    /// The thread that created this one with CLONE_THREAD (task_newtask):
+    /// its process is this one's when the process tree never said.
+    pub thread_of: i32,
     pub name: String,
     pub cmdline: String,
     pub comm: String,
+    /// When the process tree gave `name`; the comm seen at the latest
+    /// time and that time: a tree entry read before a rename is stale
+    /// once a later event shows the new comm.
+    pub name_ts: u64,
+    pub latest: String,
+    pub latest_ts: u64,
+}
+
+impl Task {
+    fn latest_name(&self) -> &str {
+        match self.name.is_empty() || self.latest_ts > self.name_ts {
+            true if !self.latest.is_empty() => &self.latest,
+            _ => &self.name,
+        }
+    }
 }
 
 /// Entries kept per table (process names, setup messages, ...).
@@ -98,6 +124,7 @@ impl Meta {
     pub fn packet<'a>(&mut self, p: &'a [u8], out: &mut Vec<Rec>) -> (Option<&'a [u8]>, u32) {
         self.packets += 1;
         let (mut bundle, mut ts, mut clock, mut seq) = (None, None, None, 0);
+        let mut end_line_facts = false;
         // Payloads that need the sequence or the timestamp, by field number.
         let mut later: [&[u8]; 7] = [&[]; 7];
         let mut it = FieldIter::new(p);
@@ -137,11 +164,11 @@ impl Meta {
                     Err(_) => self.bad_config += 1,
                 },
                 FTRACE_STATS => {
-                    self.kernel_loss.observe_packet(&[p]);
+                    end_line_facts = true;
                     self.ftrace_stats(f.value);
                 }
-                // Kernel losses and guardrail stops, for the end line.
-                PERF_SAMPLE => self.kernel_loss.observe_packet(&[p]),
+                PERF_SAMPLE | TRIGGER | SERVICE_EVENT | REMOTE_CLOCK_SYNC => end_line_facts = true,
+                MACHINE_ID => end_line_facts |= varint(&f) != 0,
                 TRACE_STATS => match decode_checked::<TraceStats>(f.value) {
                     Ok(s) => self.stats = Some(s),
                     Err(_) => self.malformed_packets += 1,
@@ -178,6 +205,9 @@ impl Meta {
             }
         }
         self.malformed_packets += it.error as u64;
+        if end_line_facts {
+            self.kernel_loss.observe_packet(&[p]);
+        }
         let [cleared, defaults, snapshot, interned, descriptor, tree, track] = later;
         if !cleared.is_empty() {
             self.seqs.clear(seq);
@@ -216,6 +246,12 @@ impl Meta {
             return;
         }
         let Some(t) = self.task(tid) else { return };
+        if ts >= t.latest_ts {
+            if t.latest.as_bytes() != name {
+                t.latest = String::from_utf8_lossy(name).into_owned();
+            }
+            t.latest_ts = ts;
+        }
         if t.comm.as_bytes() == name && !renamed {
             return;
         }
@@ -261,6 +297,7 @@ impl Meta {
                         }
                         if let Some(t) = self.task(id) {
                             t.name = n;
+                            t.name_ts = ts.unwrap_or(0);
                         }
                     }
                 }
@@ -305,18 +342,8 @@ impl Meta {
                     }
                     cpus.push(c);
                 }
-                5 | 13 => {
-                    let s = text(&f);
-                    if !s.is_empty() {
-                        self.setup_problem(s);
-                    }
-                }
-                6 => {
-                    self.setup_problem(format!("unknown ftrace event {}", text(&f)));
-                }
-                7 => {
-                    self.setup_problem(format!("failed ftrace event {}", text(&f)));
-                }
+                // Setup errors, atrace errors, unknown and failed events
+                // are in the end line (`stats_line`).
                 9 => {
                     self.setup_problem(format!("ftrace parse error (status {})", varint(&f)));
                 }
@@ -351,29 +378,98 @@ impl Meta {
         }
     }
 
-    /// The client's end-of-trace line, from the trace alone.
+    /// The client's end-of-trace line, from the trace alone: the same
+    /// losses and the same things asked for and not obtained, in the
+    /// same words (the client's `print_summary`), so a trace file says
+    /// what its recording said. Not known from the file: whether the
+    /// client could write it to its end (the report names a cut file).
     pub fn stats_line(&self) -> Option<String> {
-        let figures = status_line::figures(self.stats.as_ref()?);
-        let lost = self.kernel_loss.events_lost().unwrap_or(0);
-        let line = status_line::summary(figures, lost);
-        Some(self.kernel_loss.with_perf_loss(line))
+        let k = &self.kernel_loss;
+        let config = self.config.as_ref();
+        let mut missing = Vec::new();
+        let trigger = config.and_then(|c| c.trigger_config.as_ref());
+        let mode = trigger.and_then(|t| t.trigger_mode).unwrap_or_default();
+        if matches!(mode, TriggerMode::STOP_TRACING | TriggerMode::START_TRACING)
+            && k.faults.triggers == 0
+        {
+            let which = match mode {
+                TriggerMode::STOP_TRACING => "STOP",
+                _ => "START",
+            };
+            let ms = trigger.and_then(|t| t.trigger_timeout_ms).unwrap_or(0);
+            missing.push(format!(
+                "the {which} trigger did not fire within trigger_timeout_ms ({ms} ms), \
+                 so traced kept no trace"
+            ));
+        }
+        missing.extend(k.faults.phrases());
+        missing.extend(k.unrecorded_switches());
+        let builtin = config.and_then(|c| c.builtin_data_sources.as_ref());
+        if !builtin
+            .and_then(|b| b.disable_clock_snapshotting)
+            .unwrap_or(false)
+        {
+            missing.extend(k.faults.unsynced_machines_phrase());
+        }
+        for e in &k.setup_errors {
+            let why: String = e.chars().filter(|c| !c.is_control()).collect();
+            missing.push(format!("linux.ftrace setup error: {why}"));
+        }
+        match &self.stats {
+            Some(stats) => {
+                let lost = k.events_lost().unwrap_or(0);
+                let losses = status_line::summary(status_line::figures(stats), lost);
+                Some(status_line::end_line(k.with_perf_loss(losses), &missing))
+            }
+            None if !missing.is_empty() => {
+                Some(format!("Trace stats: INCOMPLETE: {}", missing.join("; ")))
+            }
+            None => None,
+        }
     }
 
-    /// A thread's name: the process tree's, else the sched comm.
+    /// A thread's name: the process tree's, else the sched comm; the
+    /// comm when an event after the tree's entry shows another.
     pub fn name(&self, tid: i32) -> String {
         let t = self.tasks.get(&tid);
-        match t.map_or("", |t| if t.name.is_empty() { &t.comm } else { &t.name }) {
+        match t.map_or("", Task::latest_name) {
             "" if tid == 0 => "<idle>".into(),
             "" => "<...>".into(),
             n => n.to_owned(),
         }
     }
 
-    /// A thread's process id (itself when unknown).
+    /// A thread's process id: the process tree's, else that of the thread
+    /// that created it (a few generations), else itself.
     pub fn tgid(&self, tid: i32) -> i32 {
-        self.tasks
-            .get(&tid)
-            .map_or(tid, |t| if t.tgid != 0 { t.tgid } else { tid })
+        let mut at = tid;
+        for _ in 0..8 {
+            match self.tasks.get(&at) {
+                Some(t) if t.tgid != 0 => return t.tgid,
+                Some(t) if t.thread_of > 0 && t.thread_of != at => at = t.thread_of,
+                _ => break,
+            }
+        }
+        at
+    }
+
+    /// `task_newtask` (`pid`, `clone_flags`) raised by thread `parent`: a
+    /// new thread of the parent's process when CLONE_THREAD is set.
+    pub fn new_task(&mut self, parent: i32, raw: &[u8]) {
+        const CLONE_THREAD: u64 = 0x10000;
+        let (mut child, mut flags) = (0, 0);
+        for f in FieldIter::new(raw).filter(|f| f.wire_type == 0) {
+            match f.number {
+                1 => child = varint(&f) as i32,
+                3 => flags = varint(&f),
+                _ => {}
+            }
+        }
+        if child > 0 && parent > 0 && child != parent && flags & CLONE_THREAD != 0 {
+            if let Some(t) = self.task(child) {
+                t.thread_of = parent;
+            }
+        }
     }
 
     /// A process's name: its cmdline, else its main thread's name.
@@ -382,5 +478,42 @@ impl Meta {
             Some(t) if !t.cmdline.is_empty() => t.cmdline.clone(),
             _ => self.name(pid),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process tree entry read before the thread renamed itself loses
+    /// to a later event's comm; a later tree entry wins over older comms.
+    #[test]
+    fn the_latest_name_in_time_wins() {
+        let mut m = Meta::default();
+        let mut out = Vec::new();
+        m.comm(100, 9, b"old", false, &mut out);
+        m.tasks.get_mut(&9).unwrap().name = "old".into();
+        m.tasks.get_mut(&9).unwrap().name_ts = 150;
+        m.comm(200, 9, b"new", false, &mut out);
+        // An older event decoded later does not bring the old name back.
+        m.comm(120, 9, b"old", false, &mut out);
+        assert_eq!(m.name(9), "new");
+        let t = m.tasks.get_mut(&9).unwrap();
+        (t.name, t.name_ts) = ("tree".into(), 300);
+        assert_eq!(m.name(9), "tree");
+    }
+
+    /// task_newtask with CLONE_THREAD puts the new thread in its
+    /// creator's process, through generations; without it, a process.
+    #[test]
+    fn new_threads_join_their_creators_process() {
+        let mut m = Meta::default();
+        m.task(10).unwrap().tgid = 10;
+        // pid = 11, clone_flags = CLONE_THREAD | CLONE_VM.
+        m.new_task(10, &[0x08, 11, 0x18, 0x80, 0x82, 0x04]);
+        m.new_task(11, &[0x08, 12, 0x18, 0x80, 0x82, 0x04]);
+        // A fork (no CLONE_THREAD).
+        m.new_task(12, &[0x08, 13, 0x18, 0x11]);
+        assert_eq!((m.tgid(11), m.tgid(12), m.tgid(13)), (10, 10, 13));
     }
 }

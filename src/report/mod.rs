@@ -24,7 +24,7 @@ use std::io::Read;
 use crate::protozero::decode::FieldIter;
 
 use analysis::Analysis;
-use ftrace::{BundleStats, Rec};
+use ftrace::{BundleStats, Ev, Rec};
 use meta::Meta;
 use reader::PacketReader;
 use sorter::Sorter;
@@ -101,16 +101,30 @@ fn take_packet(
     let (bundle, seq) = w.meta.packet(p, &mut recs);
     if let Some(b) = bundle {
         // Name changes first: at equal times they apply to the event.
+        // They are on the trace clock already (the names' times are
+        // compared with the process tree's).
         let (meta, mut changes, mut events) = (&mut w.meta, Vec::new(), Vec::new());
-        let mut comm =
-            |ts, tid, name: &[u8], renamed| meta.comm(ts, tid, name, renamed, &mut changes);
+        let (clock, snap) = ftrace::bundle_clock(b);
+        let key = meta.clocks.ftrace(seq, clock, snap);
+        let mut comm = |ts, tid, name: &[u8], renamed| {
+            if let Some(ts) = meta.clocks.convert(key, ts) {
+                meta.comm(ts, tid, name, renamed, &mut changes)
+            }
+        };
         ftrace::decode_bundle(b, keep_raw, &mut w.bundles, &mut comm, &mut |r| {
             events.push(r)
         });
-        let (clock, snap) = w.bundles.bundle_clock;
-        let key = meta.clocks.ftrace(seq, clock, snap);
-        changes.append(&mut events);
-        for mut r in changes {
+        for r in &events {
+            if let Ev::Other {
+                id: ftrace::TASK_NEWTASK,
+                raw,
+            } = &r.ev
+            {
+                meta.new_task(r.pid, raw);
+            }
+        }
+        recs.append(&mut changes);
+        for mut r in events {
             if let Some(ts) = meta.clocks.convert(key, r.ts) {
                 r.ts = ts;
                 recs.push(r);

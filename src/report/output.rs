@@ -121,9 +121,6 @@ fn view(w: &Walk, a: &Analysis) -> View {
             );
         }
     }
-    if let Some(p) = m.kernel_loss.unrecorded_switches() {
-        loss("ftrace_sched", p);
-    }
     let b = &w.bundles;
     let counts = [
         ("bundles_with_lost_events", b.lost_events_bundles),
@@ -434,9 +431,13 @@ pub fn json(w: &Walk, a: &Analysis) -> String {
         .iter()
         .map(|(k, v)| format!("{}:{}", js(k), js(v)))
         .collect();
+    let cpu_info = match &m.cpu_model {
+        Some((n, model)) => format!("{{\"count\":{n},\"model\":{}}}", js(model)),
+        None => "null".into(),
+    };
     let _ = write!(
         o,
-        "\"machine\":{{{}}},\"data_sources\":[{}],\"events_configured\":[{}],",
+        "\"machine\":{{{}}},\"cpu_info\":{cpu_info},\"data_sources\":[{}],\"events_configured\":[{}],",
         machine.join(","),
         list(&v.sources),
         list(&v.events)
@@ -494,11 +495,12 @@ pub fn json(w: &Walk, a: &Analysis) -> String {
     let h = &a.latency;
     let _ = write!(
         o,
-        "],\"latency\":{{\"count\":{},\"p50_ns\":{},\"p90_ns\":{},\"p99_ns\":{}}},\"events\":{},\"event_counts\":[",
+        "],\"latency\":{{\"count\":{},\"p50_ns\":{},\"p90_ns\":{},\"p99_ns\":{},\"max_ns\":{}}},\"events\":{},\"event_counts\":[",
         h.count(),
         h.quantile(0.5),
         h.quantile(0.9),
         h.quantile(0.99),
+        a.threads.values().map(|t| t.lat_max).max().unwrap_or(0),
         a.events
     );
     for (i, (id, per)) in counts(a).enumerate() {

@@ -6,10 +6,24 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::ftrace::Rec;
+use super::ftrace::{Ev, Rec};
 
 /// Events held back at most (one read pass of a busy many-core board).
 pub const WINDOW: usize = 1 << 18;
+/// Bytes held back at most (events and their payloads): large events
+/// (4 KB prints) fill this before `WINDOW`, which alone would let a trace
+/// of them hold a gigabyte.
+pub const WINDOW_BYTES: usize = 32 << 20;
+
+/// What an event holds in the window: itself and its payload.
+fn weight(r: &Rec) -> usize {
+    let payload = match &r.ev {
+        Ev::Print(s) | Ev::Track(_, s) | Ev::Comm(s) => s.len(),
+        Ev::Other { raw, .. } => raw.len(),
+        Ev::Switch { .. } | Ev::Waking { .. } => 0,
+    };
+    std::mem::size_of::<Item>() + payload
+}
 
 struct Item(u64, u64, Rec);
 
@@ -35,20 +49,23 @@ pub struct Sorter {
     heap: BinaryHeap<Reverse<Item>>,
     seq: u64,
     released: u64,
+    bytes: usize,
     pub late: u64,
 }
 
 impl Sorter {
     pub fn push(&mut self, r: Rec, out: &mut dyn FnMut(Rec)) {
         self.seq += 1;
+        self.bytes += weight(&r);
         self.heap.push(Reverse(Item(r.ts, self.seq, r)));
-        if self.heap.len() > WINDOW {
+        while self.heap.len() > WINDOW || (self.bytes > WINDOW_BYTES && self.heap.len() > 1) {
             self.pop(out);
         }
     }
 
     fn pop(&mut self, out: &mut dyn FnMut(Rec)) {
         if let Some(Reverse(Item(ts, _, r))) = self.heap.pop() {
+            self.bytes -= weight(&r);
             if ts < self.released {
                 self.late += 1;
             }

@@ -4,5 +4,10 @@
 mod support;
 
 mod report;
+mod report_end_line;
+mod report_every_source;
 mod report_ftrace_pages;
+mod report_kernel_counts;
+mod report_memory;
 mod report_names_clocks;
+mod report_synthetic;
