@@ -138,9 +138,12 @@ pub fn end_line(losses: String, missing: &[String]) -> String {
     }
     let incomplete = format!("INCOMPLETE: {}", missing.join("; "));
     if losses == NOTHING_LOST {
-        format!("Trace stats: no data lost, but {incomplete}")
-    } else {
-        format!("{losses}; {incomplete}")
+        return format!("Trace stats: no data lost, but {incomplete}");
+    }
+    // The clause joins the losses' own line; a hint below it stays last.
+    match losses.split_once('\n') {
+        Some((first, hint)) => format!("{first}; {incomplete}\n{hint}"),
+        None => format!("{losses}; {incomplete}"),
     }
 }
 
@@ -238,5 +241,18 @@ mod tests {
         };
         assert_eq!(limits_text(l), ", stops at 1.0 GB, trigger timeout 30s");
         assert_eq!(limits_text(Limits::default()), "");
+    }
+
+    #[test]
+    fn the_incomplete_clause_joins_the_losses_line_above_the_wrap_hint() {
+        let losses = format!("Trace stats: LOST 0 chunks dropped, 3 chunks overwritten{WRAP_HINT}");
+        let line = end_line(losses, &["no producer offers data source x".to_owned()]);
+        assert_eq!(
+            line,
+            format!(
+                "Trace stats: LOST 0 chunks dropped, 3 chunks overwritten; INCOMPLETE: no \
+                 producer offers data source x{WRAP_HINT}"
+            )
+        );
     }
 }
