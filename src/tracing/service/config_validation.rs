@@ -2,7 +2,7 @@
 //! rejection is a human-readable error returned in EnableTracingResponse.
 
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
-use crate::pb::protos::TraceConfig;
+use crate::pb::protos::{DataSourceConfig, TraceConfig};
 
 pub const MAX_BUFFERS_PER_SESSION: usize = 128;
 pub const MAX_DURATION_MS: u32 = 7 * 24 * 3600 * 1000;
@@ -93,6 +93,20 @@ pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
         }
     }
 
+    for (i, b) in cfg.buffers.iter().enumerate() {
+        let Some(name) = b.name.as_deref().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        if let Some(first) = cfg.buffers[..i]
+            .iter()
+            .position(|o| o.name.as_deref() == Some(name))
+        {
+            return Err(format!(
+                "Duplicate buffer name \"{name}\" at index {i} (first occurrence at index {first})"
+            ));
+        }
+    }
+
     let max_ds = super::faults::MAX_DATA_SOURCES_PER_CONFIG;
     if cfg.data_sources.len() > max_ds {
         return Err(format!(
@@ -107,7 +121,7 @@ pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
         if c.name.as_deref().unwrap_or("").is_empty() {
             return Err(format!("data_sources[{i}] has no name"));
         }
-        let target = c.target_buffer.unwrap_or(0) as usize;
+        let target = target_buffer_index(cfg, c)?;
         if target >= cfg.buffers.len() {
             return Err(format!(
                 "data source \"{}\" has target_buffer {target} but only {} buffers are configured",
@@ -117,6 +131,34 @@ pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The config-relative buffer a data source writes into: `target_buffer`,
+/// or the buffer whose `name` is `target_buffer_name` (both set: they
+/// must agree; a `target_buffer` of 0 counts as unset, as upstream).
+pub fn target_buffer_index(cfg: &TraceConfig, ds: &DataSourceConfig) -> Result<usize, String> {
+    let index = ds.target_buffer.unwrap_or(0) as usize;
+    let Some(name) = ds.target_buffer_name.as_deref().filter(|n| !n.is_empty()) else {
+        return Ok(index);
+    };
+    let ds_name = ds.name.as_deref().unwrap_or("");
+    let Some(found) = cfg
+        .buffers
+        .iter()
+        .position(|b| b.name.as_deref() == Some(name))
+    else {
+        return Err(format!(
+            "Data source \"{ds_name}\" specified target_buffer_name \"{name}\" which does not \
+             match any buffer"
+        ));
+    };
+    if index > 0 && index != found {
+        return Err(format!(
+            "Data source \"{ds_name}\" specified both target_buffer={index} and \
+             target_buffer_name=\"{name}\" (index {found}) but they don't match"
+        ));
+    }
+    Ok(found)
 }
 
 fn validate_triggers(cfg: &TraceConfig, max_duration: u32) -> Result<(), String> {
@@ -231,6 +273,41 @@ mod tests {
         let mut c = base();
         c.data_sources[0].config.as_mut().unwrap().target_buffer = Some(1);
         assert!(err(&c).contains("target_buffer 1"));
+    }
+
+    #[test]
+    fn buffers_by_name() {
+        let mut c = base();
+        c.buffers.push(BufferConfig {
+            size_kb: Some(64),
+            name: Some("big".into()),
+            ..Default::default()
+        });
+        let named = |c: &mut TraceConfig, name: &str, index: Option<u32>| {
+            let ds = c.data_sources[0].config.as_mut().unwrap();
+            ds.target_buffer_name = Some(name.into());
+            ds.target_buffer = index;
+        };
+        named(&mut c, "big", None);
+        validate_trace_config(&c).unwrap();
+        let ds = c.data_sources[0].config.clone().unwrap();
+        assert_eq!(target_buffer_index(&c, &ds), Ok(1));
+        named(&mut c, "big", Some(1));
+        validate_trace_config(&c).unwrap();
+        named(&mut c, "big", Some(0)); // 0 is "unset"
+        validate_trace_config(&c).unwrap();
+        named(&mut c, "small", None);
+        assert!(err(&c).contains("\"small\" which does not match any buffer"));
+        c.buffers.push(BufferConfig {
+            size_kb: Some(64),
+            name: Some("x".into()),
+            ..Default::default()
+        });
+        named(&mut c, "big", Some(2));
+        assert!(err(&c).contains("target_buffer=2 and target_buffer_name=\"big\" (index 1)"));
+        named(&mut c, "big", None);
+        c.buffers[2].name = Some("big".into());
+        assert!(err(&c).contains("Duplicate buffer name \"big\" at index 2"));
     }
 
     #[test]

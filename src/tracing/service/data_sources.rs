@@ -93,7 +93,8 @@ impl TracingService {
         let ds = &s.config.data_sources[ds_idx];
         let cfg = ds.config.clone().unwrap_or_default();
         let name = cfg.name.clone().unwrap_or_default();
-        let Some(&global) = s.buffers.get(cfg.target_buffer.unwrap_or(0) as usize) else {
+        let index = super::config_validation::target_buffer_index(&s.config, &cfg);
+        let Some(&global) = index.ok().and_then(|i| s.buffers.get(i)) else {
             return;
         };
         if s.instances.len() >= MAX_INSTANCES_PER_SESSION {

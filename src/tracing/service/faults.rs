@@ -8,6 +8,7 @@
 //! is upstream's own), so the client names them on its end-of-trace line
 //! whether it read the trace over IPC or from the file.
 
+use crate::pb::protos::mod_TraceConfig::StatsdLogging;
 use crate::pb::protos::TraceConfig;
 use crate::protozero::{put_str, VecStream};
 pub use crate::schema::service_events::{data_sources_event, field, DsName};
@@ -80,6 +81,21 @@ pub fn ignored_config_fields(cfg: &TraceConfig) -> Vec<&'static str> {
     }
     flag(per_day, "trigger_config.triggers.max_per_24_h");
     flag(skip, "trigger_config.triggers.skip_probability");
+    // Android plumbing upstream's client and service act on there: a
+    // config asking for it gets none of it here.
+    flag(
+        cfg.persist_trace_across_reboots == Some(true),
+        "persist_trace_across_reboots",
+    );
+    flag(cfg.notify_traceur == Some(true), "notify_traceur");
+    flag(
+        cfg.statsd_logging == Some(StatsdLogging::STATSD_LOGGING_ENABLED),
+        "statsd_logging",
+    );
+    flag(
+        cfg.experimental_trace_buffer_v2_compaction == Some(true),
+        "experimental_trace_buffer_v2_compaction",
+    );
     out
 }
 

@@ -26,10 +26,10 @@
 //!
 //! Not implemented (accepted, and named in the trace by `faults`, unless
 //! noted): session_semaphores / exclusive_prio, trace_filter string rules
-//! (refused), zstd compression, target_buffer_name (the
-//! index is used), trigger max_per_24_h and skip_probability, wall-clock alignment of periodic flushes and
-//! file writes, extension descriptors / trace_provenance packets,
-//! multi-machine fields, bugreport plumbing.
+//! (refused), zstd compression, trigger max_per_24_h and skip_probability,
+//! Android's statsd / traceur / persistence plumbing, wall-clock alignment
+//! of periodic flushes and file writes, extension descriptors /
+//! trace_provenance packets, bugreport plumbing.
 
 pub mod packet_validator;
 pub mod sequence_ids;

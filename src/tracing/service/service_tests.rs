@@ -486,3 +486,51 @@ fn lockdown_mode_refuses_other_uids() {
     h.enable(c2, &cfg).unwrap();
     assert!(h.svc.connect_producer(info, None).is_ok());
 }
+
+/// `target_buffer_name` picks the buffer of that `name`, as upstream: the
+/// producer is told the same global buffer as for its index.
+#[test]
+fn a_data_source_targets_a_buffer_by_name() {
+    use crate::pb::protos::mod_TraceConfig::{BufferConfig, DataSource};
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["by_index", "by_name", "default"]);
+    let c = h.svc.connect_consumer(0);
+    let ds = |name: &str, index: Option<u32>, by_name: Option<&str>| DataSource {
+        config: Some(DataSourceConfig {
+            name: Some(name.into()),
+            target_buffer: index,
+            target_buffer_name: by_name.map(Into::into),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let buffer = |name: &str| BufferConfig {
+        size_kb: Some(64),
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    let cfg = crate::pb::protos::TraceConfig {
+        buffers: vec![buffer("small"), buffer("big")],
+        data_sources: vec![
+            ds("by_index", Some(1), None),
+            ds("by_name", None, Some("big")),
+            ds("default", None, None),
+        ],
+        ..Default::default()
+    };
+    h.enable(c, &cfg).unwrap();
+    let globals: Vec<(String, u32)> = cmds_for(&h.outputs(), p)
+        .into_iter()
+        .filter_map(|c| match c {
+            ProducerCommand::SetupDataSource { config, .. } => {
+                let d: DataSourceConfig = decode_message(&config).unwrap();
+                Some((d.name.unwrap(), d.target_buffer.unwrap()))
+            }
+            _ => None,
+        })
+        .collect();
+    let of = |n: &str| globals.iter().find(|g| g.0 == n).unwrap().1;
+    assert_eq!(globals.len(), 3, "{globals:?}");
+    assert_eq!(of("by_name"), of("by_index"));
+    assert_ne!(of("by_name"), of("default"));
+}

@@ -183,6 +183,7 @@ fn a_failed_final_write_names_the_consumer_to_tell() {
 #[test]
 fn ignored_config_fields_are_listed_and_plain_configs_have_none() {
     use super::faults::ignored_config_fields;
+    use crate::pb::protos::mod_TraceConfig::StatsdLogging;
     use crate::pb::protos::mod_TraceConfig::{mod_TriggerConfig::Trigger, TriggerConfig};
     assert!(ignored_config_fields(&basic_config("ds", 64)).is_empty());
     let mut cfg = basic_config("ds", 64);
@@ -199,4 +200,24 @@ fn ignored_config_fields_are_listed_and_plain_configs_have_none() {
         ignored_config_fields(&cfg),
         ["exclusive_prio", "trigger_config.triggers.max_per_24_h"]
     );
+    let mut cfg = basic_config("ds", 64);
+    cfg.persist_trace_across_reboots = Some(true);
+    cfg.notify_traceur = Some(true);
+    cfg.statsd_logging = Some(StatsdLogging::STATSD_LOGGING_ENABLED);
+    cfg.experimental_trace_buffer_v2_compaction = Some(true);
+    assert_eq!(
+        ignored_config_fields(&cfg),
+        [
+            "persist_trace_across_reboots",
+            "notify_traceur",
+            "statsd_logging",
+            "experimental_trace_buffer_v2_compaction"
+        ]
+    );
+    // Asking for none of it is honoured.
+    cfg.persist_trace_across_reboots = Some(false);
+    cfg.notify_traceur = Some(false);
+    cfg.statsd_logging = Some(StatsdLogging::STATSD_LOGGING_DISABLED);
+    cfg.experimental_trace_buffer_v2_compaction = Some(false);
+    assert!(ignored_config_fields(&cfg).is_empty());
 }
