@@ -491,4 +491,35 @@ fn sigterm_stops_probes_within_a_second_in_every_state() {
     assert!(!instance_dir(&inst).exists(), "ftrace left dirty");
     let _ = c.kill();
     let _ = c.wait();
+    // A config of 200 ftrace instances (the state that once left
+    // traced_probes deaf to SIGTERM): while it sets them up, and once it
+    // holds its most (each removal of an instance costs the kernel RCU
+    // grace periods).
+    for (i, most) in [(0, false), (1, true)] {
+        let prefix = format!("{inst}_many{i}_");
+        let mut p = probes(&s, &[], &d.join("probes.log"), true);
+        let mut config = String::from("buffers { size_kb: 4096 }\nduration_ms: 60000\n");
+        for i in 0..200 {
+            config.push_str(&format!(
+                "data_sources {{ config {{ name: \"linux.ftrace\" ftrace_config {{ \
+                 ftrace_events: \"ftrace/print\" instance_name: \"{prefix}{i}\" }} }} }}\n"
+            ));
+        }
+        let (mut c, _) = client_with(d, &s, &config, "many");
+        wait_until(Duration::from_secs(30), "the setup", || match most {
+            false => instances_named(&prefix) > 0,
+            true => {
+                instances_named(&prefix)
+                    == tracebox::traced_probes::ftrace::instances::MAX_INSTANCES
+            }
+        });
+        let what = match most {
+            false => "setting up 200 instances",
+            true => "holding its most instances",
+        };
+        term(&mut p, what);
+        assert_eq!(instances_named(&prefix), 0, "{what}: ftrace left dirty");
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }

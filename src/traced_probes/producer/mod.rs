@@ -304,6 +304,11 @@ impl Producer {
         ctl.quit();
     }
 
+    /// A SIGINT/SIGTERM is waiting on the signalfd (it is consumed).
+    fn stop_signal_pending(&mut self) -> bool {
+        self.signals.as_mut().is_some_and(|(fd, _)| fd.take())
+    }
+
     /// Registered with traced (Sync answered) on the current connection.
     pub fn is_connected(&self) -> bool {
         self.connected
@@ -335,6 +340,12 @@ impl Handler for Producer {
             return;
         };
         for ev in events {
+            // One read may bring hundreds of commands (a config of many
+            // data sources), each setup taking milliseconds: a stop
+            // signal is honoured between them, not after the batch.
+            if self.stop_signal_pending() {
+                return self.shutdown(ctl);
+            }
             match ev {
                 ClientEvent::Bound {
                     request_id,
