@@ -348,29 +348,58 @@ fn a_clean_trace_says_nothing_lost() {
     assert!(says_nothing_lost(&err), "{err}");
 }
 
+/// 1,000 `linux.ftrace` data sources, each in its own instance: traced
+/// refuses the config before anything is set up (no instance, no file),
+/// with upstream's exit code 0, and the next session records ftrace.
 #[test]
 fn a_thousand_data_sources_are_refused_with_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let daemons = start_our_daemons(dir);
+    let prefix = format!("tbx_faults_1000_{}_", std::process::id());
     let mut cfg = String::from("duration_ms: 500\nbuffers { size_kb: 1024 }\n");
-    for _ in 0..1000 {
-        cfg += "data_sources { config { name: \"linux.ftrace\" } }\n";
+    for i in 0..1000 {
+        cfg += &format!(
+            "data_sources {{ config {{ name: \"linux.ftrace\" ftrace_config {{ \
+             ftrace_events: \"ftrace/print\" instance_name: \"{prefix}{i}\" }} }} }}\n"
+        );
     }
     let out = dir.join("trace.pb");
     let o = client(&daemons.socks, &cfg, dir, &out).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "upstream exits 0: {err}");
     assert!(
         err.contains("Service error: Too many data sources configured (1000 > 256)"),
         "{err}"
     );
-    // Nothing was set up: the next session records normally.
-    let cfg = "duration_ms: 500\nbuffers { size_kb: 1024 }\n\
-               data_sources { config { name: \"linux.process_stats\" process_stats_config {\
-               scan_all_processes_on_start: true } } }\n";
-    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    assert!(!out.exists(), "an empty file is left: {err}");
+    let left = std::fs::read_dir(Path::new(TRACEFS).join("instances"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .count();
+    assert_eq!(left, 0, "instances were created");
+    // Nothing was set up: the next session records ftrace normally.
+    let name = "tbx_faults_after_1000";
+    let inst = Instance::new(name);
+    let cfg = format!(
+        "duration_ms: 2000\nbuffers {{ size_kb: 4096 }}\n{}\
+         data_sources {{ config {{ name: \"linux.process_stats\" process_stats_config {{\
+         scan_all_processes_on_start: true }} }} }}\n",
+        ftrace_source(name, "")
+    );
+    let c = client(&daemons.socks, &cfg, dir, &out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ftrace_started(dir, name);
+    inst.mark("tbx-after-1000");
+    let o = c.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(held(&out).process_tree_pids > 0, "{err}");
+    assert!(o.status.success(), "{err}");
+    let h = held(&out);
+    assert!(h.prints.iter().any(|p| p == "tbx-after-1000"), "{h:?}");
+    assert!(h.process_tree_pids > 0, "{err}");
     assert!(says_nothing_lost(&err), "{err}");
 }
 
