@@ -383,7 +383,9 @@ fn a_thousand_ftrace_sources_create_a_bounded_number_of_instances() {
     let s = Sockets::in_dir(d);
     let _t = start_our_traced(&s, &d.join("traced.log"));
     let _p = probes(&s, &[], &d.join("probes.log"), true);
-    let mut config = String::from("buffers { size_kb: 4096 }\nduration_ms: 1500\n");
+    // Each source's ftrace_stats (with its setup error) takes a whole
+    // 32 KiB chunk in traced's buffer: 200 of them need more than 6 MiB.
+    let mut config = String::from("buffers { size_kb: 16384 }\nduration_ms: 1500\n");
     for i in 0..200 {
         config.push_str(&format!(
             "data_sources {{ config {{ name: \"linux.ftrace\" ftrace_config {{ \
@@ -391,19 +393,52 @@ fn a_thousand_ftrace_sources_create_a_bounded_number_of_instances() {
              buffer_size_kb: 64 }} }} }}\n"
         ));
     }
-    let (mut c, _) = client_with(d, &s, &config, "c");
+    let (mut c, out) = client_with(d, &s, &config, "c");
     let mut most = 0;
+    let mut marked = false;
     while c.try_wait().unwrap().is_none() {
-        most = most.max(instances_named(&prefix));
+        let n = instances_named(&prefix);
+        most = most.max(n);
+        // The first instance set up records as usual.
+        // (Recording: taken over, buffer_percent 5, and started, tracing on.)
+        let first = format!("{prefix}0");
+        let recording = || {
+            read_trim(instance_dir(&first).join("buffer_percent")) == "5"
+                && tracing_on(&first) == "1"
+        };
+        if !marked && n > 0 && recording() {
+            let mark = instance_dir(&format!("{prefix}0")).join("trace_marker");
+            marked = std::fs::write(mark, "tbxbound-0\n").is_ok();
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let err = std::fs::read_to_string(d.join("c.err")).unwrap();
     assert!(c.wait().unwrap().success(), "{err}");
     assert!((1..=8).contains(&most), "{most} instances at once");
-    assert!(err.contains("linux.ftrace setup error: too many "), "{err}");
+    assert!(marked, "the first instance never traced");
+    assert_eq!(markers_in(&out, "tbxbound"), BTreeSet::from([0]), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("Trace stats: "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("linux.ftrace setup error: too many "),
+        "{err}"
+    );
+    assert!(!line.contains("nothing lost"), "{line}");
     wait_until(Duration::from_secs(10), "instances removed", || {
         instances_named(&prefix) == 0
     });
+    // Nothing is left taken: the next session records ftrace.
+    let inst = format!("{prefix}after");
+    let (c, out) = client(d, &s, &inst, "after");
+    wait_recording(&inst);
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = flood(&inst, "tbxafter", stop.clone());
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let written = w.join().unwrap();
+    finish(c, &out, d, "after", "tbxafter", written);
 }
 
 /// A buffer size beyond the machine's bound is clamped (not allocated),
