@@ -3,6 +3,7 @@
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
+use super::kernel_loss::KernelLoss;
 use super::options::{CloneTarget, Output, TracePlan};
 use super::output;
 use super::rpc::Port;
@@ -11,7 +12,7 @@ use super::signals::StopSignals;
 use crate::pb::protos::{
     mod_CloneSessionRequest::OneOfselector, mod_ObservableEvents::CloneTriggerHit, AttachRequest,
     AttachResponse, CloneSessionRequest, CloneSessionResponse, DetachRequest, DetachResponse,
-    DisableTracingRequest, FlushRequest, FlushResponse,
+    DisableTracingRequest, FlushRequest, FlushResponse, TraceConfig,
 };
 use crate::protozero::{put_varint, VecStream};
 
@@ -176,12 +177,30 @@ pub fn clone_for(
         output::remove_if_empty(out);
         return 0;
     }
+    // The end-of-trace line of a clone, as of a session: the clone's own
+    // stats (the consumer is attached to it now) and what its trace tells.
+    // Nothing waits on a trigger here.
+    let config = TraceConfig::default();
     if resp.was_write_into_file == Some(true) {
+        // traced wrote the file: read it back for what it says.
+        let mut kernel = KernelLoss::default();
+        let size = file
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len());
+        if size.is_some() {
+            if let Err(e) = kernel.scan_file(&file) {
+                eprintln!("Could not read the trace back for its ftrace stats: {e}");
+            }
+        }
+        session::print_summary(&mut port, &kernel, &config, size, false);
         eprintln!("Trace written into the output file");
         return 0;
     }
     match session::read_buffers(&mut port, file) {
-        Ok((bytes, _, _)) => {
+        Ok((bytes, _, kernel)) => {
+            session::print_summary(&mut port, &kernel, &config, Some(bytes), false);
             eprintln!("Wrote {bytes} bytes (cloned session)");
             0
         }

@@ -23,7 +23,7 @@ use crate::pb::protos::{
     mod_EnableTracingResponse::OneOfstate, mod_ObservableEvents::Type as ObservableType,
     DetachRequest, DisableTracingRequest, EnableTracingResponse, FlushRequest, FreeBuffersRequest,
     GetTraceStatsRequest, GetTraceStatsResponse, ObserveEventsRequest, ObserveEventsResponse,
-    ReadBuffersRequest, ReadBuffersResponse,
+    ReadBuffersRequest, ReadBuffersResponse, TraceConfig,
 };
 use crate::protozero::{put_bytes, put_varint, VecStream};
 
@@ -311,7 +311,7 @@ pub fn wait_and_collect(
             } else if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
                 let _ = kernel.scan_file(&f);
             }
-            print_summary(port, &kernel, plan, None, true);
+            print_summary(port, &kernel, &plan.config, None, true);
             return 1;
         }
         Ok(EnableTracingResponse { error: Some(e), .. }) if !e.is_empty() => {
@@ -332,7 +332,7 @@ pub fn wait_and_collect(
     }
     if let Some(r) = rotation {
         let (kernel, size) = rotated_files(r);
-        print_summary(port, &kernel, plan, Some(size), false);
+        print_summary(port, &kernel, &plan.config, Some(size), false);
         r.report();
         return 0;
     }
@@ -346,17 +346,17 @@ pub fn wait_and_collect(
                 eprintln!("Could not read the trace back for its ftrace stats: {e}");
             }
         }
-        print_summary(port, &kernel, plan, size, false);
+        print_summary(port, &kernel, &plan.config, size, false);
         eprintln!("Trace written into the output file");
         return 0;
     }
     let Some(file) = out_file else {
-        print_summary(port, &KernelLoss::default(), plan, None, false);
+        print_summary(port, &KernelLoss::default(), &plan.config, None, false);
         return 0;
     };
     match read_buffers(port, file) {
         Ok((bytes, _packets, kernel)) => {
-            print_summary(port, &kernel, plan, Some(bytes), false);
+            print_summary(port, &kernel, &plan.config, Some(bytes), false);
             let _ = port.start("FreeBuffers", &FreeBuffersRequest::default(), None);
             match &plan.output {
                 Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
@@ -442,10 +442,10 @@ fn session_figures(port: &mut Port) -> Option<status_line::Figures> {
 /// asked for and not obtained. `bytes`: the trace's size, if known.
 /// The end-of-trace line. `write_failed`: traced could not write the
 /// output file to the end (it cut it at the last whole packet).
-fn print_summary(
+pub(super) fn print_summary(
     port: &mut Port,
     kernel: &KernelLoss,
-    plan: &TracePlan,
+    config: &TraceConfig,
     bytes: Option<u64>,
     write_failed: bool,
 ) {
@@ -458,7 +458,7 @@ fn print_summary(
         );
     }
     let faults = &kernel.faults;
-    let trigger = plan.config.trigger_config.as_ref();
+    let trigger = config.trigger_config.as_ref();
     let mode = trigger.and_then(|t| t.trigger_mode).unwrap_or_default();
     let waits = matches!(mode, TriggerMode::STOP_TRACING | TriggerMode::START_TRACING);
     if waits && faults.triggers == 0 {
@@ -477,7 +477,7 @@ fn print_summary(
     }
     missing.extend(faults.phrases());
     missing.extend(kernel.unrecorded_switches());
-    let builtin = plan.config.builtin_data_sources.as_ref();
+    let builtin = config.builtin_data_sources.as_ref();
     if !builtin
         .and_then(|b| b.disable_clock_snapshotting)
         .unwrap_or(false)

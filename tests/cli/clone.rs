@@ -1,6 +1,7 @@
-//! `perfetto --clone` of write_into_file sessions, against our traced and
-//! Perfetto's real one: the clone holds what the session wrote into its
-//! file so far plus what its buffers still hold, each packet once.
+//! `perfetto --clone` / `--clone-by-name` of write_into_file sessions,
+//! against our traced and Perfetto's real one: the clone holds what the
+//! session wrote into its file so far plus what its buffers still hold,
+//! each packet once, and its end line says nothing was lost.
 
 use crate::support::cli as cli_support;
 
@@ -50,6 +51,17 @@ fn assert_complete(trace: &Path, svc: Service) {
     }
 }
 
+/// The id `--query` shows for the session named `name`.
+fn session_id(env: &Env, name: &str) -> String {
+    let q = env.perfetto(&["--query"]);
+    let q = String::from_utf8_lossy(&q.stdout);
+    q.lines()
+        .filter(|l| l.split_whitespace().last() == Some(name))
+        .find_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no session {name} in:\n{q}"))
+        .to_string()
+}
+
 /// A write_into_file session writing every `period_ms`; the producer's
 /// packets are in the file (`in_file`) or still in the buffer when the
 /// clone is taken. The session keeps running and ends complete.
@@ -86,10 +98,21 @@ fn clone_wif(tag: &str, svc: Service, period_ms: u32, in_file: bool) {
     }
     let before = std::fs::metadata(&out).unwrap().len();
     let snap = env.path("snap.pftrace");
-    let c = env.perfetto(&["--clone-by-name", "wif", "-o", snap.to_str().unwrap()]);
+    // By id when the buffers hold the packets, by name when the file does.
+    let id = session_id(&env, "wif");
+    let by = match in_file {
+        true => ["--clone-by-name", "wif"],
+        false => ["--clone", id.as_str()],
+    };
+    let c = env.perfetto(&[by[0], by[1], "-o", snap.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(c.status.success(), "{err}");
     assert_complete(&snap, svc);
+    // The clone's end line: everything the session held is in it.
+    assert!(
+        err.lines().any(|l| l == "Trace stats: nothing lost"),
+        "{err}"
+    );
     if !in_file {
         assert_eq!(
             before, 0,

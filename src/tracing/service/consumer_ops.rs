@@ -361,6 +361,7 @@ impl TracingService {
         let with_file = opts.with_file;
         let result = self.make_clone(src_sid, consumer, opts.trigger);
         if let Ok(c) = &result {
+            self.note_clone_faults(now, src_sid, c.session);
             if c.was_write_into_file {
                 // In this order the adapter copies the source's file as it
                 // is now, then appends what the source has not yet written.

@@ -178,7 +178,29 @@ impl TracingService {
     /// When the session stops: data sources that never started, data
     /// source names no producer offered, instances refused.
     pub(super) fn note_unfulfilled(&mut self, now: u64, sid: SessionId) {
-        let Some(s) = self.sessions.get_mut(&sid) else {
+        self.note_unfulfilled_into(now, sid, sid);
+    }
+
+    /// A clone `to` of session `from` starts with what `from` has not yet
+    /// written of its faults, and what `from` did not get so far: a
+    /// snapshot names them as the finished trace would.
+    pub(super) fn note_clone_faults(&mut self, now: u64, from: SessionId, to: SessionId) {
+        let Some(src) = self.sessions.get(&from) else {
+            return;
+        };
+        let mut faults = src.read.faults.clone();
+        // The clone's own file writes fail on their own.
+        faults.file_error = None;
+        if let Some(dst) = self.sessions.get_mut(&to) {
+            dst.read.faults = faults;
+        }
+        self.note_unfulfilled_into(now, from, to);
+    }
+
+    /// The unfulfilled parts of `from` (its instances, its config and what
+    /// matched), written as events of `to`.
+    fn note_unfulfilled_into(&mut self, now: u64, from: SessionId, to: SessionId) {
+        let Some(s) = self.sessions.get(&from) else {
             return;
         };
         let slow: Vec<DsName> = s
@@ -187,6 +209,9 @@ impl TracingService {
             .filter(|i| matches!(i.state, InstanceState::Configured | InstanceState::Starting))
             .map(|i| (i.producer_name.clone(), i.name.clone()))
             .collect();
+        let Some(s) = self.sessions.get_mut(&to) else {
+            return;
+        };
         let mut missing: Vec<DsName> = Vec::new();
         for ds in &s.config.data_sources {
             let Some(name) = ds.config.as_ref().and_then(|c| c.name.as_deref()) else {

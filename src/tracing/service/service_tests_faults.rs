@@ -221,3 +221,40 @@ fn ignored_config_fields_are_listed_and_plain_configs_have_none() {
     cfg.experimental_trace_buffer_v2_compaction = Some(false);
     assert!(ignored_config_fields(&cfg).is_empty());
 }
+
+/// A clone of a running session names what the session did not get so
+/// far (a producer that vanished, a data source nobody offers), and the
+/// session still names them at its own end.
+#[test]
+fn a_clone_names_the_faults_of_its_session() {
+    use super::consumer_ops::CloneSelector;
+    let mut h = H::new();
+    let p = h.producer("gone", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.data_sources
+        .push(basic_config("linux.ftrce", 64).data_sources.remove(0));
+    let sid = h.enable(c, &cfg).unwrap();
+    h.advance(ms(1000));
+    h.svc.disconnect_producer(h.now, p);
+    let cc = h.svc.connect_consumer(0);
+    h.svc
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 3, Default::default())
+        .unwrap();
+    assert!(h.outputs().iter().any(|o| matches!(
+        o,
+        Output::CloneResult {
+            token: 3,
+            result: Ok(_),
+            ..
+        }
+    )));
+    for f in [faults_of(&h.read(cc)), {
+        h.svc.disable_tracing(h.now, c).unwrap();
+        faults_of(&h.read(c))
+    }] {
+        assert_eq!(f.vanished.len(), 1, "{:?}", f.phrases());
+        assert_eq!(f.vanished[0].producer, "gone");
+        assert_eq!(f.not_offered, ["linux.ftrce"]);
+    }
+}
