@@ -332,6 +332,27 @@ fn trigger_never_fires(mode: &str, write_into_file: bool) {
     assert!(line.contains(&want), "{line}");
 }
 
+/// A trace that comes out empty (here: a size limit below the first
+/// packet, where traced writes nothing, as upstream) is named.
+#[test]
+fn a_zero_byte_trace_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let daemons = start_our_daemons(dir);
+    let cfg = "duration_ms: 500\nwrite_into_file: true\nmax_file_size_bytes: 1\n\
+               buffers { size_kb: 1024 }\n\
+               data_sources { config { name: \"linux.process_stats\" } }\n";
+    let out = dir.join("trace.pb");
+    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 0, "{err}");
+    assert_eq!(
+        end_line(&err),
+        "Trace stats: no data lost, but INCOMPLETE: the trace is empty (0 bytes)"
+    );
+}
+
 #[test]
 fn a_clean_trace_says_nothing_lost() {
     let tmp = tempfile::tempdir().unwrap();

@@ -236,7 +236,8 @@ fn soak_bad_configs_vanishing_producers_and_storms() {
         match next() % 5 {
             0 => {
                 // Bad configs: undecodable bytes, a malformed trace filter,
-                // a filter with a wrong checksum.
+                // a filter with a wrong checksum, too many data sources, an
+                // unknown target_buffer_name.
                 let (mut cons, cport) = connect(&t.csock, "ConsumerPort");
                 let with_filter = |code: &[u8]| {
                     let mut f = VecStream::new();
@@ -248,7 +249,26 @@ fn soak_bad_configs_vanishing_producers_and_storms() {
                 let bad_filter = with_filter(&[0x0b, 0x01, 0x00, 0x00]);
                 let bad_sum = with_filter(&[0x0b, 0x01, 0x00, 0x09, 0x00, 0x77]);
                 let garbage = vec![0xff; 16];
-                for cfg in [bad_filter, bad_sum, garbage] {
+                // 1,000 data sources (the bound is 256), and one naming a
+                // buffer that does not exist.
+                let mut many = VecStream::new();
+                let mut by_name = VecStream::new();
+                for i in 0..1000 {
+                    let mut dsc = VecStream::new();
+                    put_str(&mut dsc, 1, "linux.ftrace");
+                    if i == 0 {
+                        put_str(&mut dsc, 11, "nowhere");
+                        let mut ds = VecStream::new();
+                        put_bytes(&mut ds, 1, dsc.as_bytes());
+                        put_bytes(&mut by_name, 2, ds.as_bytes());
+                    }
+                    let mut ds = VecStream::new();
+                    put_bytes(&mut ds, 1, dsc.as_bytes());
+                    put_bytes(&mut many, 2, ds.as_bytes());
+                }
+                let many = trace_config_with(4096, many.as_bytes());
+                let by_name = trace_config_with(4096, by_name.as_bytes());
+                for cfg in [bad_filter, bad_sum, garbage, many, by_name] {
                     let r = cons
                         .invoke(&cport, "EnableTracing", &enable_request(&cfg), None)
                         .unwrap();
