@@ -207,6 +207,89 @@ fn connection_storm_is_bounded_and_memory_returns() {
     record_once(&t, "after");
 }
 
+/// Holds connections to an abstract socket for another uid: connects
+/// `argv[2]` times to `@argv[1]`, then answers each line on stdin with
+/// how many of its connections traced has not closed.
+const HOLDER: &str = r#"
+import socket, sys
+held = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect("\0" + sys.argv[1])
+        held.append(s)
+    except OSError:
+        pass
+for _ in sys.stdin:
+    alive = 0
+    for s in held:
+        try:
+            alive += s.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) != b""
+        except BlockingIOError:
+            alive += 1
+        except OSError:
+            pass
+    print(alive, flush=True)
+"#;
+
+/// Three uids with 300 connections each: none reaches the per-uid bound
+/// (320), together they pass the bound in all (640): traced keeps 640,
+/// closes the rest and logs why.
+#[test]
+fn connections_are_bounded_in_all_across_uids() {
+    use std::io::{BufRead, BufReader, Write};
+    let mut t = Traced::start("uids");
+    let py = traced_probes_common::python().expect("no Python venv: run scripts/setup-python.sh");
+    let name = t.psock.trim_start_matches('@').to_owned();
+    let mut holders: Vec<Child> = (60001..60004)
+        .map(|uid: u32| {
+            let uid = uid.to_string();
+            Command::new("setpriv")
+                .args(["--reuid", &uid, "--regid", &uid, "--clear-groups"])
+                .arg(&py)
+                .args(["-c", HOLDER, &name, "300"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut outs: Vec<_> = holders
+        .iter_mut()
+        .map(|h| BufReader::new(h.stdout.take().unwrap()))
+        .collect();
+    let mut alive = || -> u64 {
+        let mut sum = 0;
+        for (h, out) in holders.iter_mut().zip(outs.iter_mut()) {
+            h.stdin.as_mut().unwrap().write_all(b"?\n").unwrap();
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            sum += line.trim().parse::<u64>().expect("a count");
+        }
+        sum
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut n = alive();
+    while n > 640 {
+        assert!(Instant::now() < deadline, "{n} connections still open");
+        std::thread::sleep(Duration::from_millis(100));
+        n = alive();
+    }
+    assert_eq!(n, 640, "every connection up to the bound is kept");
+    assert!(t.alive());
+    let log = t.log();
+    assert!(
+        log.contains("total client limit reached (640 in all, 320 per uid)"),
+        "no refusal logged:\n{log}"
+    );
+    drop(outs);
+    for mut h in holders {
+        drop(h.stdin.take());
+        let _ = h.wait();
+    }
+    record_once(&t, "after");
+}
+
 /// A deterministic mix of hostile actions for a bounded time.
 #[test]
 fn soak_bad_configs_vanishing_producers_and_storms() {
