@@ -5,7 +5,9 @@
 //!
 //! Budget: `TRACEBOX_FUZZ_RUNS` mutated inputs per target (default 200) and
 //! at most `TRACEBOX_FUZZ_SECS` seconds per target (default 3);
-//! scripts/test.sh runs it again with a larger budget.
+//! scripts/test.sh runs it again with a larger budget and a seed of the
+//! day (`TRACEBOX_FUZZ_SEED`, default 0), so each day explores other
+//! mutations and a failure replays with the seed it prints.
 
 #[allow(dead_code, unused_imports)]
 #[path = "../fuzz/targets/mod.rs"]
@@ -121,9 +123,14 @@ fn replay(name: &str, target: fn(&[u8])) {
     let runs = env_num("TRACEBOX_FUZZ_RUNS", 200);
     let budget = Duration::from_secs(env_num("TRACEBOX_FUZZ_SECS", 3));
     let start = Instant::now();
-    let seed = name.bytes().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
+    // Per target, and per run when TRACEBOX_FUZZ_SEED is set (a different
+    // seed explores other mutations; the same seed replays them).
+    let run_seed = env_num("TRACEBOX_FUZZ_SEED", 0);
+    let seed = name
+        .bytes()
+        .fold(0x9e37_79b9_7f4a_7c15u64 ^ run_seed, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
     let mut rng = Rng(seed | 1);
     let inputs = seeds.iter().cloned().chain((0..runs).map_while(|_| {
         if start.elapsed() > budget {
@@ -138,7 +145,8 @@ fn replay(name: &str, target: fn(&[u8])) {
         if catch_unwind(AssertUnwindSafe(|| target(&input))).is_err() {
             let path = save_crash(name, &input);
             panic!(
-                "fuzz target {name} panicked on input #{done} ({} bytes), saved as {}",
+                "fuzz target {name} panicked on input #{done} ({} bytes, \
+                 TRACEBOX_FUZZ_SEED={run_seed}), saved as {}",
                 input.len(),
                 path.display()
             );

@@ -252,9 +252,13 @@ fn a_data_source_nobody_offers_is_named_with_a_suggestion() {
     let cfg = "duration_ms: 500\nbuffers { size_kb: 1024 }\n\
                data_sources { config { name: \"linux.ftrce\" } }\n";
     let out = dir.join("trace.pb");
-    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    let o = client(&daemons.socks, cfg, dir, &out)
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
+    assert!(o.stdout.is_empty(), "warnings go to stderr: {o:?}");
     assert_eq!(held(&out).ftrace_events, 0);
     upstream_parses(&out);
     let line = end_line(&err);
