@@ -61,14 +61,16 @@ fn mem_total_kb() -> u64 {
 /// Upstream's cap on one cpu's buffer.
 const MAX_PER_CPU_KB: u64 = 64 * 1024;
 
-/// The most a config may ask per cpu: upstream's 64 MiB, and all cpu
-/// buffers of one instance together within 1/8 of the machine's memory
-/// (but at least 1 MiB per cpu).
-pub fn max_buffer_kb(mem_total_kb: u64, ncpu: usize) -> u64 {
+/// The most a config may ask per cpu: upstream's 64 MiB, and the buffers
+/// of every instance this traced_probes uses, all cpus together, within
+/// 1/8 of the machine's memory (`others_kb`: what the other instances
+/// hold already); at least 1 MiB per cpu.
+pub fn max_buffer_kb(mem_total_kb: u64, ncpu: usize, others_kb: u64) -> u64 {
     if mem_total_kb == 0 {
         return MAX_PER_CPU_KB;
     }
-    (mem_total_kb / 8 / ncpu.max(1) as u64).clamp(1024, MAX_PER_CPU_KB)
+    let left = (mem_total_kb / 8).saturating_sub(others_kb);
+    (left / ncpu.max(1) as u64).clamp(1024, MAX_PER_CPU_KB)
 }
 
 /// Per-cpu ring buffer size when the config does not say: 8 MiB on
@@ -131,7 +133,7 @@ impl KInstance {
 
     /// Tracing off, no events, empty buffer (unless preserved), the clock
     /// and the buffer size of the first config.
-    pub fn take_over(&mut self, cfg: &FtraceConfig) {
+    pub fn take_over(&mut self, cfg: &FtraceConfig, others_kb: u64) {
         let t = &self.tracefs;
         let _ = t.set_tracing_on(false);
         let _ = t.disable_all_events();
@@ -163,11 +165,11 @@ impl KInstance {
             }
             _ => default_kb,
         };
-        let max_kb = max_buffer_kb(mem_total_kb(), t.num_cpus().unwrap_or(1));
+        let max_kb = max_buffer_kb(mem_total_kb(), t.num_cpus().unwrap_or(1), others_kb);
         let kb = if kb > max_kb {
             let note = format!(
                 "buffer_size_kb {kb} clamped to {max_kb} (at most 64 MiB per cpu, \
-                 all cpus within 1/8 of memory)"
+                 the buffers of all instances within 1/8 of memory)"
             );
             crate::log_warn!("ftrace: {note}");
             self.clamped = Some(note);
@@ -221,9 +223,13 @@ mod tests {
     #[test]
     fn buffer_cap_follows_memory() {
         use super::max_buffer_kb;
-        assert_eq!(max_buffer_kb(0, 4), 64 * 1024);
-        assert_eq!(max_buffer_kb(64 << 20, 8), 64 * 1024);
-        assert_eq!(max_buffer_kb(512 << 10, 4), 16 * 1024);
-        assert_eq!(max_buffer_kb(16 << 10, 8), 1024);
+        assert_eq!(max_buffer_kb(0, 4, 0), 64 * 1024);
+        assert_eq!(max_buffer_kb(64 << 20, 8, 0), 64 * 1024);
+        assert_eq!(max_buffer_kb(512 << 10, 4, 0), 16 * 1024);
+        assert_eq!(max_buffer_kb(16 << 10, 8, 0), 1024);
+        // 512 MiB, 4 cpus: the budget of 64 MiB is shared by instances.
+        assert_eq!(max_buffer_kb(512 << 10, 4, 48 << 10), 4 * 1024);
+        assert_eq!(max_buffer_kb(512 << 10, 4, 64 << 10), 1024);
+        assert_eq!(max_buffer_kb(512 << 10, 4, 1 << 30), 1024);
     }
 }

@@ -82,7 +82,18 @@ impl Instances {
             // Recorded before changing anything, so a crash from here on
             // is undone.
             self.store_marker();
-            self.map.get_mut(key).expect("inserted").take_over(cfg);
+            // Kernel memory: the other instances' buffers, every cpu.
+            let others_kb: u64 = self
+                .map
+                .iter()
+                .filter(|(k, _)| k.as_str() != key)
+                .map(|(_, i)| {
+                    let ncpu = i.tracefs.num_cpus().unwrap_or(1) as u64;
+                    i.buffer_kb.unwrap_or(0) * ncpu
+                })
+                .sum();
+            let inst = self.map.get_mut(key).expect("inserted");
+            inst.take_over(cfg, others_kb);
         }
         let inst = self.map.get_mut(key).expect("opened above");
         inst.users += 1;
