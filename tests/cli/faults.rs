@@ -23,6 +23,7 @@ struct Held {
     process_tree_pids: usize,
     /// sched_switch events, compact or not.
     sched_switches: usize,
+    ftrace_stats: usize,
     /// The last trace_stats' service-wide `chunks_discarded`.
     service_chunks_discarded: u64,
 }
@@ -45,6 +46,7 @@ fn held(trace: &Path) -> Held {
                 }
             }
             OneOfdata::process_tree(t) => h.process_tree_pids += t.processes.len(),
+            OneOfdata::ftrace_stats(_) => h.ftrace_stats += 1,
             OneOfdata::trace_stats(s) => {
                 h.service_chunks_discarded = s.chunks_discarded.unwrap_or(0)
             }
@@ -300,6 +302,32 @@ fn unknown_ftrace_events_and_atrace_categories_are_named() {
         "{line}"
     );
     assert!(!line.contains("nothing lost"), "{line}");
+}
+
+/// A linux.ftrace source that cannot set up says so in the trace at the
+/// first flush and at the last, not at every periodic flush (each would
+/// take a chunk of the buffer), and the end line names it.
+#[test]
+fn a_failed_ftrace_setup_is_named_once_not_per_flush() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let daemons = start_our_daemons(dir);
+    let cfg = "duration_ms: 2000\nflush_period_ms: 100\nbuffers { size_kb: 1024 }\n\
+               data_sources { config { name: \"linux.ftrace\" ftrace_config {\
+               ftrace_events: \"ftrace/print\" instance_name: \"../escape\" } } }\n";
+    let out = dir.join("trace.pb");
+    let o = client(&daemons.socks, cfg, dir, &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let h = held(&out);
+    assert_eq!(h.ftrace_events, 0, "{h:?}");
+    assert!((1..=2).contains(&h.ftrace_stats), "{h:?}");
+    let line = end_line(&err);
+    assert!(
+        line.starts_with("Trace stats: no data lost, but INCOMPLETE: ")
+            && line.contains("linux.ftrace setup error: "),
+        "{line}"
+    );
 }
 
 #[test]

@@ -43,6 +43,15 @@ pub const MAX_SOURCES_PER_SESSION: usize = 16;
 /// How long a flush waits (once per source) for its atrace setup result.
 const ATRACE_FLUSH_WAIT: Duration = Duration::from_secs(1);
 
+/// A source whose setup failed, and whether its flush has said so yet.
+struct Failed {
+    /// None when another source of the session reports the same error.
+    writer: Option<TraceWriter>,
+    error: String,
+    session: u64,
+    written: bool,
+}
+
 /// All ftrace state of the producer.
 pub struct FtraceMux {
     instances: Instances,
@@ -52,7 +61,7 @@ pub struct FtraceMux {
     reading: Reading,
     /// Sources whose setup failed: they write only an ftrace_stats that
     /// says why, so the consumer learns it from the trace.
-    failed: BTreeMap<u64, (TraceWriter, String)>,
+    failed: BTreeMap<u64, Failed>,
     /// Android's atrace (when its binary exists).
     atrace: AtraceRunner,
     /// Wakes the producer's loop when pages arrive while it sleeps long.
@@ -95,9 +104,23 @@ impl FtraceMux {
         let mut writer = Some(writer);
         if let Err(e) = self.try_setup(id, cfg, session, &mut writer) {
             crate::log_error!("cannot set up linux.ftrace (instance {id}): {e}");
-            if let Some(w) = writer {
-                self.failed.insert(id, (w, e));
-            }
+            // One ftrace_stats per session and error tells the consumer:
+            // each one takes a whole chunk of traced's buffer (200 sources
+            // refused by one bound took 6 MiB of it).
+            let told = self
+                .failed
+                .values()
+                .any(|f| f.session == session && f.error == e && f.writer.is_some());
+            let writer = writer.filter(|_| !told);
+            self.failed.insert(
+                id,
+                Failed {
+                    writer,
+                    error: e,
+                    session,
+                    written: false,
+                },
+            );
         }
     }
 
@@ -216,7 +239,7 @@ impl FtraceMux {
     pub fn start(&mut self, id: u64) -> Result<(), String> {
         let Some(src) = self.sources.get_mut(&id) else {
             return match self.failed.get(&id) {
-                Some((_, e)) => Err(format!("setup failed: {e}")),
+                Some(f) => Err(format!("setup failed: {}", f.error)),
                 None => Err("not set up".into()),
             };
         };
@@ -289,6 +312,9 @@ impl FtraceMux {
             if let Some(src) = self.sources.get_mut(id) {
                 src.stopping = true;
             }
+            if let Some(f) = self.failed.get_mut(id) {
+                f.written = false; // The final flush says it once more.
+            }
         }
     }
 
@@ -335,8 +361,14 @@ impl FtraceMux {
     /// start/end ftrace_stats, returns the writers' chunks.
     pub fn flush(&mut self, ids: &[u64]) {
         for id in ids {
-            if let Some((writer, error)) = self.failed.get_mut(id) {
-                write_setup_error(writer, error);
+            // Written at the first flush and again at the final one (in a
+            // ring buffer the first may be overwritten by then), not at
+            // every periodic flush: each write commits a chunk.
+            if let Some(f) = self.failed.get_mut(id).filter(|f| !f.written) {
+                if let Some(w) = &mut f.writer {
+                    write_setup_error(w, &f.error);
+                }
+                f.written = true;
             }
         }
         if !ids.iter().any(|id| self.sources.contains_key(id)) {
@@ -368,7 +400,7 @@ impl FtraceMux {
     /// StopDataSource: flushes the writer and undoes what only this source
     /// needed; the last user of an instance restores it.
     pub fn stop(&mut self, id: u64) {
-        if let Some((mut writer, _)) = self.failed.remove(&id) {
+        if let Some(mut writer) = self.failed.remove(&id).and_then(|f| f.writer) {
             writer.flush();
         }
         let Some(mut src) = self.sources.remove(&id) else {
