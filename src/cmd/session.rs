@@ -459,7 +459,7 @@ pub(super) fn print_summary(
     }
     let faults = &kernel.faults;
     let trigger = config.trigger_config.as_ref();
-    let mode = trigger.and_then(|t| t.trigger_mode).unwrap_or_default();
+    let mode = super::snapshots::trigger_mode(config);
     let waits = matches!(mode, TriggerMode::STOP_TRACING | TriggerMode::START_TRACING);
     if waits && faults.triggers == 0 {
         let which = if mode == TriggerMode::STOP_TRACING {

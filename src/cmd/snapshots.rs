@@ -6,6 +6,7 @@ use super::attach;
 use super::options::{CloneTarget, Output, TracePlan};
 use crate::pb::protos::mod_ObservableEvents::CloneTriggerHit;
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
+use crate::pb::protos::TraceConfig;
 
 pub struct Snapshots {
     socket: String,
@@ -15,11 +16,21 @@ pub struct Snapshots {
     pub failed: u32,
 }
 
+/// The config's trigger mode as the service acts on it (upstream's
+/// GetTriggerMode): `use_clone_snapshot_if_available` turns STOP_TRACING
+/// into CLONE_SNAPSHOT.
+pub fn trigger_mode(cfg: &TraceConfig) -> TriggerMode {
+    let tc = cfg.trigger_config.as_ref();
+    if tc.is_some_and(|t| t.use_clone_snapshot_if_available == Some(true)) {
+        return TriggerMode::CLONE_SNAPSHOT;
+    }
+    tc.and_then(|t| t.trigger_mode).unwrap_or_default()
+}
+
 impl Snapshots {
     /// Some for a CLONE_SNAPSHOT session written to `-o PATH`.
     pub fn for_plan(plan: &TracePlan, socket: &str) -> Option<Snapshots> {
-        let mode = plan.config.trigger_config.as_ref()?.trigger_mode;
-        if mode != Some(TriggerMode::CLONE_SNAPSHOT) {
+        if trigger_mode(&plan.config) != TriggerMode::CLONE_SNAPSHOT {
             return None;
         }
         match &plan.output {

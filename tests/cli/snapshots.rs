@@ -81,6 +81,11 @@ fn inspect(files: &[PathBuf]) -> Vec<Snap> {
 /// Runs a CLONE_SNAPSHOT session, fires three triggers 400 ms apart and
 /// returns the three snapshots (the session still running meanwhile).
 fn three_snapshots(tag: &str, buffer_extra: &str, real_traced: bool) -> Vec<Snap> {
+    three_snapshots_in(tag, buffer_extra, real_traced, "CLONE_SNAPSHOT")
+}
+
+/// `mode`: what the config's trigger_config says before its triggers.
+fn three_snapshots_in(tag: &str, buffer_extra: &str, real_traced: bool, mode: &str) -> Vec<Snap> {
     let env = Env::new(tag);
     let _traced = if real_traced {
         env.start_real_traced()
@@ -94,7 +99,7 @@ fn three_snapshots(tag: &str, buffer_extra: &str, real_traced: bool) -> Vec<Snap
             "buffers {{ size_kb: 4096 fill_policy: RING_BUFFER {buffer_extra} }}\n\
              data_sources {{ config {{ name: \"linux.sys_stats\"\n\
                sys_stats_config {{ meminfo_period_ms: 50 }} }} }}\n\
-             trigger_config {{ trigger_mode: CLONE_SNAPSHOT trigger_timeout_ms: 120000\n\
+             trigger_config {{ trigger_mode: {mode} trigger_timeout_ms: 120000\n\
                triggers {{ name: \"snap\" stop_delay_ms: 0 }} }}\n\
              unique_session_name: \"{tag}\"\n"
         ),
@@ -147,6 +152,16 @@ fn clone_snapshot_triggers_write_one_complete_file_each() {
 #[test]
 fn clone_snapshot_triggers_with_the_real_traced() {
     check_three(three_snapshots("snapreal", "", true));
+}
+
+/// Upstream's fallback flag: STOP_TRACING with
+/// `use_clone_snapshot_if_available` is CLONE_SNAPSHOT where the service
+/// has it (ours and the real one), not a stop.
+#[test]
+fn use_clone_snapshot_if_available_takes_snapshots() {
+    let mode = "STOP_TRACING use_clone_snapshot_if_available: true";
+    check_three(three_snapshots_in("snapflag", "", false, mode));
+    check_three(three_snapshots_in("snapflagreal", "", true, mode));
 }
 
 fn check_three(snaps: Vec<Snap>) {

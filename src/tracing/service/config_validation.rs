@@ -13,11 +13,14 @@ pub const GUARDRAILS_MAX_BUFFER_SIZE_KB: u64 = 128 * 1024;
 const MAX_BUFFER_SIZE_KB: u32 = 4 * 1024 * 1024 - 1;
 
 /// The trigger mode, with UNSPECIFIED when there is no trigger config.
+/// `use_clone_snapshot_if_available` (valid on STOP_TRACING only) makes
+/// it CLONE_SNAPSHOT, as upstream.
 pub fn trigger_mode(cfg: &TraceConfig) -> TriggerMode {
-    cfg.trigger_config
-        .as_ref()
-        .and_then(|t| t.trigger_mode)
-        .unwrap_or_default()
+    let tc = cfg.trigger_config.as_ref();
+    if tc.is_some_and(|t| t.use_clone_snapshot_if_available == Some(true)) {
+        return TriggerMode::CLONE_SNAPSHOT;
+    }
+    tc.and_then(|t| t.trigger_mode).unwrap_or_default()
 }
 
 pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
@@ -174,7 +177,8 @@ fn validate_triggers(cfg: &TraceConfig, max_duration: u32) -> Result<(), String>
              (received {timeout} ms)"
         ));
     }
-    if tc.use_clone_snapshot_if_available.unwrap_or(false) && mode != TriggerMode::STOP_TRACING {
+    let asked = tc.trigger_mode.unwrap_or_default();
+    if tc.use_clone_snapshot_if_available.unwrap_or(false) && asked != TriggerMode::STOP_TRACING {
         return Err(
             "trigger_mode must be STOP_TRACING when use_clone_snapshot_if_available=true".into(),
         );
@@ -308,6 +312,21 @@ mod tests {
         named(&mut c, "big", None);
         c.buffers[2].name = Some("big".into());
         assert!(err(&c).contains("Duplicate buffer name \"big\" at index 2"));
+    }
+
+    #[test]
+    fn clone_snapshot_if_available_is_clone_snapshot() {
+        let mut c = base();
+        c.trigger_config = trig(TriggerMode::STOP_TRACING, 1000, &["a"]);
+        assert_eq!(trigger_mode(&c), TriggerMode::STOP_TRACING);
+        c.trigger_config
+            .as_mut()
+            .unwrap()
+            .use_clone_snapshot_if_available = Some(true);
+        assert_eq!(trigger_mode(&c), TriggerMode::CLONE_SNAPSHOT);
+        validate_trace_config(&c).unwrap();
+        c.trigger_config.as_mut().unwrap().trigger_mode = Some(TriggerMode::START_TRACING);
+        assert!(err(&c).contains("must be STOP_TRACING"));
     }
 
     #[test]
