@@ -117,6 +117,11 @@ fn flood_while_stopped(
     // Let the start stats and setup settle, then freeze the reader.
     std::thread::sleep(Duration::from_millis(300));
     probes.signal(Signal::SIGSTOP);
+    // kill() returns before every thread has stopped: on a busy machine a
+    // reader thread could still drain the buffer while the flood begins.
+    wait_until(Duration::from_secs(10), "traced_probes stopped", || {
+        all_threads_stopped(probes.child.id())
+    });
     let marker = std::fs::OpenOptions::new()
         .write(true)
         .open(idir.join("trace_marker"))
@@ -175,6 +180,19 @@ fn perfetto(socks: &Sockets, cfg: &Path, out: &Path) -> Command {
         .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
         .stdout(Stdio::null());
     c
+}
+
+/// Every thread of `pid` is in the stopped state (`T` in its stat).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // "pid (comm) S ...": the state follows the last ')'.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    })
 }
 
 fn overrun_sum(instance: &Path) -> u64 {
