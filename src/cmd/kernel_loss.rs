@@ -242,6 +242,24 @@ impl KernelLoss {
         total
     }
 
+    /// The end-line phrase for ftrace data sources whose start-of-trace
+    /// stats are in the trace and whose end-of-trace stats are not (the
+    /// source never made its final flush: its producer died, or the flush
+    /// timed out): what the kernel lost there is unknown, not nothing.
+    pub fn sources_without_end(&self) -> Option<String> {
+        let n = self
+            .sequences
+            .iter()
+            .filter(|s| s.start.is_some() && s.end.is_none())
+            .count();
+        (n > 0).then(|| {
+            format!(
+                "{n} linux.ftrace source(s) wrote no end-of-trace ftrace_stats, so what the \
+                 kernel lost there is unknown"
+            )
+        })
+    }
+
     /// sched_switch events the kernel never recorded, per cpu (from each
     /// ftrace data source's last stats), as an end-line phrase.
     pub fn unrecorded_switches(&self) -> Option<String> {
@@ -744,8 +762,19 @@ mod tests {
         k.observe_packet(&[data_packet(1, 10)]);
         k.observe_packet(&[stats_packet(1, P::EndOfTrace, &[(9, 9)])]);
         assert_eq!(k.events_lost(), None, "the start was overwritten");
+        assert_eq!(k.sources_without_end(), None);
         k.observe_packet(&[stats_packet(1, P::StartOfTrace, &[(9, 9)])]);
         assert_eq!(k.events_lost(), Some(0));
+        // A source that started and never ended: its losses are unknown.
+        k.observe_packet(&[stats_packet(2, P::StartOfTrace, &[(1, 0)])]);
+        assert_eq!(k.events_lost(), Some(0));
+        assert_eq!(
+            k.sources_without_end().as_deref(),
+            Some(
+                "1 linux.ftrace source(s) wrote no end-of-trace ftrace_stats, so what the \
+                 kernel lost there is unknown"
+            )
+        );
     }
 
     #[test]

@@ -477,6 +477,7 @@ pub(super) fn print_summary(
     }
     missing.extend(faults.phrases());
     missing.extend(kernel.unrecorded_switches());
+    missing.extend(kernel.sources_without_end());
     let builtin = config.builtin_data_sources.as_ref();
     if !builtin
         .and_then(|b| b.disable_clock_snapshotting)
