@@ -489,12 +489,25 @@ pub(super) fn print_summary(
         let why: String = e.chars().filter(|c| !c.is_control()).collect();
         missing.push(format!("linux.ftrace setup error: {why}"));
     }
-    if let Some(f) = session_figures(port) {
-        let lost = kernel.events_lost().unwrap_or(0);
-        let losses = kernel.with_perf_loss(status_line::summary(f, lost));
-        eprintln!("{}", status_line::end_line(losses, &missing));
-    } else if !missing.is_empty() {
-        eprintln!("Trace stats: INCOMPLETE: {}", missing.join("; "));
+    let lost = kernel.events_lost().unwrap_or(0);
+    match session_figures(port) {
+        Some(f) => {
+            let losses = kernel.with_perf_loss(status_line::summary(f, lost));
+            eprintln!("{}", status_line::end_line(losses, &missing));
+        }
+        None => {
+            // Without traced's figures nothing can be called "not lost":
+            // the trace's own (kernel) losses, and that the rest is unknown.
+            missing.insert(
+                0,
+                "traced did not report the session's loss figures (GetTraceStats failed)".into(),
+            );
+            let losses = kernel.with_perf_loss(status_line::summary(Default::default(), lost));
+            eprintln!(
+                "{}",
+                status_line::end_line_without_service(losses, &missing)
+            );
+        }
     }
 }
 

@@ -147,6 +147,17 @@ pub fn end_line(losses: String, missing: &[String]) -> String {
     }
 }
 
+/// The end-of-trace line when traced's own figures are missing: the
+/// losses the trace itself shows, never "no data lost".
+pub fn end_line_without_service(losses: String, missing: &[String]) -> String {
+    let incomplete = format!("INCOMPLETE: {}", missing.join("; "));
+    if losses == NOTHING_LOST {
+        format!("Trace stats: {incomplete}")
+    } else {
+        format!("{losses}; {incomplete}")
+    }
+}
+
 const NOTHING_LOST: &str = "Trace stats: nothing lost";
 
 #[cfg(test)]
@@ -217,6 +228,17 @@ mod tests {
         assert_eq!(
             end_line(summary(clean, 0), &[]),
             "Trace stats: nothing lost"
+        );
+        let unknown = ["traced did not report".to_owned()];
+        assert_eq!(
+            end_line_without_service(summary(Figures::default(), 0), &unknown),
+            "Trace stats: INCOMPLETE: traced did not report"
+        );
+        assert_eq!(
+            end_line_without_service(summary(Figures::default(), 3), &unknown),
+            "Trace stats: LOST 3 ftrace events in the kernel (per-cpu buffers overran before \
+             they were read; a larger buffer_size_kb keeps them); INCOMPLETE: traced did not \
+             report"
         );
         let discarded_elsewhere = TraceStats {
             chunks_discarded: Some(3),
