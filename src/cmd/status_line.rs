@@ -150,11 +150,9 @@ pub fn end_line(losses: String, missing: &[String]) -> String {
 /// The end-of-trace line when traced's own figures are missing: the
 /// losses the trace itself shows, never "no data lost".
 pub fn end_line_without_service(losses: String, missing: &[String]) -> String {
-    let incomplete = format!("INCOMPLETE: {}", missing.join("; "));
-    if losses == NOTHING_LOST {
-        format!("Trace stats: {incomplete}")
-    } else {
-        format!("{losses}; {incomplete}")
+    match losses == NOTHING_LOST {
+        true => format!("Trace stats: INCOMPLETE: {}", missing.join("; ")),
+        false => end_line(losses, missing),
     }
 }
 
