@@ -13,6 +13,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use super::trace_faults::{Missing, TraceFaults};
+use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
+use crate::pb::protos::TraceConfig;
 use crate::protozero::decode::{
     field_header, read_varint, FieldHeader, FieldIter, MAX_FIELD_HEADER,
 };
@@ -240,6 +242,52 @@ impl KernelLoss {
             total = Some(total.unwrap_or(0) + lost);
         }
         total
+    }
+
+    /// Everything asked for and not obtained that the trace itself shows,
+    /// one end-line phrase each, in the line's order. The client and
+    /// `tracebox report` both build their end line from it, so a trace
+    /// file says what its recording said. `bytes`: the trace's size when
+    /// known (an empty trace is named unless a trigger explains it).
+    pub fn missing(&self, config: Option<&TraceConfig>, bytes: Option<u64>) -> Vec<String> {
+        let mut missing = Vec::new();
+        let faults = &self.faults;
+        let mode = config
+            .map(super::snapshots::trigger_mode)
+            .unwrap_or_default();
+        if matches!(mode, TriggerMode::STOP_TRACING | TriggerMode::START_TRACING)
+            && faults.triggers == 0
+        {
+            let which = match mode {
+                TriggerMode::STOP_TRACING => "STOP",
+                _ => "START",
+            };
+            let ms = config
+                .and_then(|c| c.trigger_config.as_ref())
+                .and_then(|t| t.trigger_timeout_ms)
+                .unwrap_or(0);
+            missing.push(format!(
+                "the {which} trigger did not fire within trigger_timeout_ms ({ms} ms), \
+                 so traced kept no trace"
+            ));
+        } else if bytes == Some(0) {
+            missing.push("the trace is empty (0 bytes)".to_owned());
+        }
+        missing.extend(faults.phrases());
+        missing.extend(self.unrecorded_switches());
+        missing.extend(self.sources_without_end());
+        let builtin = config.and_then(|c| c.builtin_data_sources.as_ref());
+        if !builtin
+            .and_then(|b| b.disable_clock_snapshotting)
+            .unwrap_or(false)
+        {
+            missing.extend(faults.unsynced_machines_phrase());
+        }
+        for e in &self.setup_errors {
+            let why: String = e.chars().filter(|c| !c.is_control()).collect();
+            missing.push(format!("linux.ftrace setup error: {why}"));
+        }
+        missing
     }
 
     /// The end-line phrase for ftrace data sources whose start-of-trace

@@ -18,7 +18,6 @@ use super::snapshots::Snapshots;
 use super::status_line;
 use crate::base::unix_socket::wait_readable_any;
 use crate::ipc::client::{ClientError, ClientReply};
-use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
 use crate::pb::protos::{
     mod_EnableTracingResponse::OneOfstate, mod_ObservableEvents::Type as ObservableType,
     DetachRequest, DisableTracingRequest, EnableTracingResponse, FlushRequest, FreeBuffersRequest,
@@ -457,38 +456,7 @@ pub(super) fn print_summary(
                 .to_owned(),
         );
     }
-    let faults = &kernel.faults;
-    let trigger = config.trigger_config.as_ref();
-    let mode = super::snapshots::trigger_mode(config);
-    let waits = matches!(mode, TriggerMode::STOP_TRACING | TriggerMode::START_TRACING);
-    if waits && faults.triggers == 0 {
-        let which = if mode == TriggerMode::STOP_TRACING {
-            "STOP"
-        } else {
-            "START"
-        };
-        let ms = trigger.and_then(|t| t.trigger_timeout_ms).unwrap_or(0);
-        missing.push(format!(
-            "the {which} trigger did not fire within trigger_timeout_ms ({ms} ms), \
-             so traced kept no trace"
-        ));
-    } else if bytes == Some(0) {
-        missing.push("the trace is empty (0 bytes)".to_owned());
-    }
-    missing.extend(faults.phrases());
-    missing.extend(kernel.unrecorded_switches());
-    missing.extend(kernel.sources_without_end());
-    let builtin = config.builtin_data_sources.as_ref();
-    if !builtin
-        .and_then(|b| b.disable_clock_snapshotting)
-        .unwrap_or(false)
-    {
-        missing.extend(faults.unsynced_machines_phrase());
-    }
-    for e in &kernel.setup_errors {
-        let why: String = e.chars().filter(|c| !c.is_control()).collect();
-        missing.push(format!("linux.ftrace setup error: {why}"));
-    }
+    missing.extend(kernel.missing(Some(config), bytes));
     let lost = kernel.events_lost().unwrap_or(0);
     match session_figures(port) {
         Some(f) => {

@@ -8,7 +8,6 @@ use super::ftrace::{Ev, Rec, NO_CPU};
 use super::seq::Seqs;
 use crate::cmd::kernel_loss::KernelLoss;
 use crate::cmd::status_line;
-use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
 use crate::pb::protos::{TraceConfig, TraceStats};
 use crate::protozero::decode::{read_varint, FieldIter, RawField};
 use crate::schema::wire_check::decode_checked;
@@ -385,36 +384,7 @@ impl Meta {
     /// client could write it to its end (the report names a cut file).
     pub fn stats_line(&self) -> Option<String> {
         let k = &self.kernel_loss;
-        let config = self.config.as_ref();
-        let mut missing = Vec::new();
-        let trigger = config.and_then(|c| c.trigger_config.as_ref());
-        let mode = trigger.and_then(|t| t.trigger_mode).unwrap_or_default();
-        if matches!(mode, TriggerMode::STOP_TRACING | TriggerMode::START_TRACING)
-            && k.faults.triggers == 0
-        {
-            let which = match mode {
-                TriggerMode::STOP_TRACING => "STOP",
-                _ => "START",
-            };
-            let ms = trigger.and_then(|t| t.trigger_timeout_ms).unwrap_or(0);
-            missing.push(format!(
-                "the {which} trigger did not fire within trigger_timeout_ms ({ms} ms), \
-                 so traced kept no trace"
-            ));
-        }
-        missing.extend(k.faults.phrases());
-        missing.extend(k.unrecorded_switches());
-        let builtin = config.and_then(|c| c.builtin_data_sources.as_ref());
-        if !builtin
-            .and_then(|b| b.disable_clock_snapshotting)
-            .unwrap_or(false)
-        {
-            missing.extend(k.faults.unsynced_machines_phrase());
-        }
-        for e in &k.setup_errors {
-            let why: String = e.chars().filter(|c| !c.is_control()).collect();
-            missing.push(format!("linux.ftrace setup error: {why}"));
-        }
+        let missing = k.missing(self.config.as_ref(), None);
         match &self.stats {
             Some(stats) => {
                 let lost = k.events_lost().unwrap_or(0);
