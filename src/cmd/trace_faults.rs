@@ -58,6 +58,10 @@ pub struct TraceFaults {
     pub not_offered: Vec<String>,
     /// `producer: data source` that never reported started.
     pub not_started: Vec<String>,
+    /// Data sources that had not answered the final flush in time.
+    pub slow_final_flush: Vec<String>,
+    /// Data sources still stopping when the stop timeout ran out.
+    pub stop_timed_out: Vec<String>,
     pub refused: Vec<String>,
     pub ignored_fields: Vec<String>,
     /// Relay connections traced dropped for their identity frame.
@@ -170,6 +174,16 @@ impl TraceFaults {
                         push_unique(&mut self.not_started, format!("{ds} in {p}"));
                     }
                 }
+                (field::LAST_FLUSH_SLOW_DATA_SOURCES, 2) => {
+                    for (p, ds) in data_sources(f.value) {
+                        push_unique(&mut self.slow_final_flush, format!("{ds} in {p}"));
+                    }
+                }
+                (field::DATA_SOURCES_STOP_TIMED_OUT, 2) => {
+                    for (p, ds) in data_sources(f.value) {
+                        push_unique(&mut self.stop_timed_out, format!("{ds} in {p}"));
+                    }
+                }
                 (field::DATA_SOURCES_NOT_SET_UP, 2) => {
                     for (p, ds) in data_sources(f.value) {
                         let entry = match p.is_empty() {
@@ -235,6 +249,20 @@ impl TraceFaults {
             out.push(format!(
                 "data sources that never started (setup failed? see the producer's log): {}",
                 self.not_started.join(", ")
+            ));
+        }
+        if !self.slow_final_flush.is_empty() {
+            out.push(format!(
+                "data sources that did not answer the final flush within flush_timeout_ms \
+                 (what they held then may be missing): {}",
+                self.slow_final_flush.join(", ")
+            ));
+        }
+        if !self.stop_timed_out.is_empty() {
+            out.push(format!(
+                "data sources that did not stop within data_source_stop_timeout_ms (what \
+                 they wrote after is not in the trace): {}",
+                self.stop_timed_out.join(", ")
             ));
         }
         if !self.refused.is_empty() {

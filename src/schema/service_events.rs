@@ -5,10 +5,13 @@
 
 use crate::protozero::{begin_nested, end_nested, put_str, VecStream};
 
-/// `TracingServiceEvent` fields. 7 is upstream's; the others are
+/// `TracingServiceEvent` fields. 7 and 8 are upstream's; the others are
 /// tracebox's, numbered far above upstream's so they never collide.
 pub mod field {
     pub const SLOW_STARTING_DATA_SOURCES: u32 = 7;
+    /// Upstream's: data sources that had not acknowledged the final flush
+    /// when `flush_timeout_ms` ran out.
+    pub const LAST_FLUSH_SLOW_DATA_SOURCES: u32 = 8;
     pub const PRODUCER_DISCONNECTED: u32 = 1001;
     pub const DATA_SOURCES_NOT_OFFERED: u32 = 1002;
     pub const DATA_SOURCES_NOT_SET_UP: u32 = 1003;
@@ -20,6 +23,9 @@ pub mod field {
     /// reached traced (gaps in a writer's chunk ids): `{ producer (1),
     /// count (2) }`.
     pub const CHUNKS_NEVER_ARRIVED: u32 = 1006;
+    /// Data sources that had not acknowledged StopDataSource when
+    /// `data_source_stop_timeout_ms` ran out (a `DataSources` list).
+    pub const DATA_SOURCES_STOP_TIMED_OUT: u32 = 1007;
 }
 
 /// One `(producer, data source)` of a `DataSources` event.

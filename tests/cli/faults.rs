@@ -246,6 +246,85 @@ fn a_producer_killed_mid_trace_keeps_its_data_and_is_named() {
     assert!(!line.contains("nothing lost"), "{line}");
 }
 
+/// traced_probes stops answering (SIGSTOP) before the trace ends: the
+/// final flush and the stop time out. What it committed before is kept,
+/// and the end line names both timeouts instead of "nothing lost".
+#[test]
+fn a_producer_that_stops_answering_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let name = "tbx_faults_stall";
+    let inst = Instance::new(name);
+    let socks = Sockets::in_dir(dir);
+    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
+    let probes = start_probes(
+        &socks.producer,
+        &dir.join("state"),
+        &[],
+        &dir.join("probes.log"),
+        true,
+    );
+    // Periodic flushes commit the markers into traced's buffer while
+    // traced_probes still answers.
+    let cfg = format!(
+        "duration_ms: 4000\nflush_period_ms: 250\nflush_timeout_ms: 500\n\
+         data_source_stop_timeout_ms: 500\nbuffers {{ size_kb: 4096 }}\n{}",
+        ftrace_source(name, "")
+    );
+    let out = dir.join("trace.pb");
+    let mut c = client(&socks, &cfg, dir, &out)
+        .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
+        .spawn()
+        .unwrap();
+    // After the data source's start, which clears the instance.
+    wait_ftrace_started(dir, name);
+    for i in 0..20 {
+        inst.mark_retrying(&format!("tbx-stall {i:02}"));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    probes.signal(Signal::SIGSTOP);
+    let status = c.wait().unwrap();
+    probes.signal(Signal::SIGCONT);
+    let err = std::fs::read_to_string(dir.join("consumer.log")).unwrap();
+    if !status.success() {
+        dump(dir);
+    }
+    assert!(status.success(), "{err}");
+    upstream_parses(&out);
+    let h = held(&out);
+    let mut marks: Vec<&str> = h
+        .prints
+        .iter()
+        .filter_map(|p| p.strip_prefix("tbx-stall "))
+        .collect();
+    marks.sort();
+    let want: Vec<String> = (0..20).map(|i| format!("{i:02}")).collect();
+    assert_eq!(marks, want, "what it committed before the stall is kept");
+    let line = end_line(&err);
+    assert!(
+        line.contains(
+            "data sources that did not answer the final flush within flush_timeout_ms \
+             (what they held then may be missing): linux.ftrace in "
+        ) && line.contains(
+            "data sources that did not stop within data_source_stop_timeout_ms (what they \
+             wrote after is not in the trace): linux.ftrace in "
+        ),
+        "{line}"
+    );
+    assert!(!line.contains("nothing lost"), "{line}");
+    // The trace says so itself: the report of the file has the same line.
+    let report = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .arg("report")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains(line.trim_start_matches("Trace stats: ")),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_data_source_nobody_offers_is_named_with_a_suggestion() {
     let tmp = tempfile::tempdir().unwrap();

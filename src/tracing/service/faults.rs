@@ -147,32 +147,69 @@ impl TracingService {
             .filter(|(_, s)| s.producers.contains(&producer))
             .map(|(id, _)| *id)
             .collect();
-        // A relayed producer is named with its machine.
-        let label = self.producers.get(&producer).map(|p| p.label());
         for sid in sids {
             self.scrape_producer_smb(sid, producer, true);
-            let Some(s) = self.sessions.get_mut(&sid) else {
+            let Some(s) = self.sessions.get(&sid) else {
                 continue;
             };
             if !s.is_active() && s.state != super::session::SessionState::Stopping {
                 continue;
             }
-            let lost: Vec<DsName> = s
-                .instances
-                .iter()
-                .filter(|i| i.producer == producer && i.state != InstanceState::Stopped)
-                .map(|i| {
-                    (
-                        label.clone().unwrap_or(i.producer_name.clone()),
-                        i.name.clone(),
-                    )
-                })
-                .collect();
-            if !lost.is_empty() {
+            let lost = self.instance_names(sid, |i| {
+                i.producer == producer && i.state != InstanceState::Stopped
+            });
+            if let (false, Some(s)) = (lost.is_empty(), self.sessions.get_mut(&sid)) {
                 let e = data_sources_event(field::PRODUCER_DISCONNECTED, &lost);
                 s.read.faults.pending.push((now, e));
             }
         }
+    }
+
+    /// The final flush timed out: the data sources of the producers that
+    /// had not answered it (what they held then may be missing).
+    pub(super) fn note_slow_final_flush(
+        &mut self,
+        now: u64,
+        sid: SessionId,
+        pending: &std::collections::BTreeSet<ProducerId>,
+    ) {
+        let slow = self.instance_names(sid, |i| {
+            pending.contains(&i.producer) && !i.no_flush && i.state != InstanceState::Stopped
+        });
+        if let (false, Some(s)) = (slow.is_empty(), self.sessions.get_mut(&sid)) {
+            let e = data_sources_event(field::LAST_FLUSH_SLOW_DATA_SOURCES, &slow);
+            s.read.faults.pending.push((now, e));
+        }
+    }
+
+    /// `data_source_stop_timeout_ms` ran out: the data sources still
+    /// stopping (what they commit from now on is not in the trace).
+    pub(super) fn note_stop_timed_out(&mut self, now: u64, sid: SessionId) {
+        let late = self.instance_names(sid, |i| i.state == InstanceState::Stopping);
+        if let (false, Some(s)) = (late.is_empty(), self.sessions.get_mut(&sid)) {
+            let e = data_sources_event(field::DATA_SOURCES_STOP_TIMED_OUT, &late);
+            s.read.faults.pending.push((now, e));
+        }
+    }
+
+    /// `(producer, data source)` of the session's instances that `pick`
+    /// selects; a relayed producer is named with its machine.
+    fn instance_names(
+        &self,
+        sid: SessionId,
+        pick: impl Fn(&super::session::DsInstance) -> bool,
+    ) -> Vec<DsName> {
+        let Some(s) = self.sessions.get(&sid) else {
+            return Vec::new();
+        };
+        s.instances
+            .iter()
+            .filter(|i| pick(i))
+            .map(|i| {
+                let label = self.producers.get(&i.producer).map(|p| p.label());
+                (label.unwrap_or(i.producer_name.clone()), i.name.clone())
+            })
+            .collect()
     }
 
     /// When the session stops: data sources that never started, data

@@ -155,6 +155,9 @@ impl TracingService {
                 if let Some(s) = self.sessions.get_mut(&f.session) {
                     s.stats.final_flush_outcome = if success { 1 } else { 2 };
                 }
+                if !success {
+                    self.note_slow_final_flush(now, f.session, &f.pending);
+                }
                 self.stop_session(now, f.session);
             }
             FlushOrigin::Periodic => {}

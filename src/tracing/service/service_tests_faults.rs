@@ -1,10 +1,11 @@
 //! Service core tests: what a session asked for and did not get.
 
 use super::faults::{MAX_DATA_SOURCES_PER_CONFIG, MAX_INSTANCES_PER_SESSION};
+use super::session::SessionState;
 use super::test_env::*;
 use super::*;
 use crate::cmd::trace_faults::TraceFaults;
-use crate::pb::protos::DataSourceConfig;
+use crate::pb::protos::{DataSourceConfig, DataSourceDescriptor};
 use crate::protozero::decode::{decode_message, FieldIter};
 use crate::tracing::core::smb_abi::{ChunkHeader, PageLayout};
 
@@ -257,4 +258,83 @@ fn a_clone_names_the_faults_of_its_session() {
         assert_eq!(f.vanished[0].producer, "gone");
         assert_eq!(f.not_offered, ["linux.ftrce"]);
     }
+}
+
+#[test]
+fn a_final_flush_and_a_stop_that_time_out_are_named() {
+    let mut h = H::new();
+    let info = ProducerInfo {
+        name: "mute".into(),
+        ..Default::default()
+    };
+    let p = h.svc.connect_producer(info, None).unwrap();
+    let d = DataSourceDescriptor {
+        name: Some("ds".into()),
+        will_notify_on_stop: Some(true),
+        ..Default::default()
+    };
+    h.svc.register_data_source(h.now, p, d).unwrap();
+    let quick = h.producer("quick", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.duration_ms = Some(1000);
+    cfg.flush_timeout_ms = Some(300);
+    cfg.data_source_stop_timeout_ms = Some(700);
+    let sid = h.enable(c, &cfg).unwrap();
+    let global = target_of(&mut h, p);
+    h.commit_packets(p, 1, global, &[test_packet(1, 0)]);
+    // The duration ends: the final flush goes out; only `quick` answers.
+    h.advance(ms(1000));
+    let flush = cmds_for(&h.outputs(), quick)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::Flush { request_id, .. } => Some(request_id),
+            _ => None,
+        })
+        .expect("final flush sent");
+    h.svc.on_flush_ack(h.now, quick, flush);
+    h.advance(ms(300));
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Stopping));
+    h.advance(ms(700));
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
+    let packets = h.read(c);
+    assert_eq!(producer_markers(&packets), vec![1], "what it wrote is kept");
+    let f = faults_of(&packets);
+    assert_eq!(f.slow_final_flush, ["ds in mute"]);
+    assert_eq!(f.stop_timed_out, ["ds in mute"]);
+    let phrases = f.phrases();
+    assert!(
+        phrases.iter().any(|p| p.starts_with(
+            "data sources that did not answer the final flush within flush_timeout_ms"
+        ) && p.ends_with(": ds in mute")),
+        "{phrases:?}"
+    );
+    assert!(
+        phrases.iter().any(|p| p
+            .starts_with("data sources that did not stop within data_source_stop_timeout_ms")
+            && p.ends_with(": ds in mute")),
+        "{phrases:?}"
+    );
+}
+
+#[test]
+fn flushes_and_stops_answered_in_time_are_not_faults() {
+    let mut h = H::new();
+    let p = h.producer("quick", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.duration_ms = Some(1000);
+    h.enable(c, &cfg).unwrap();
+    h.advance(ms(1000));
+    let flush = cmds_for(&h.outputs(), p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::Flush { request_id, .. } => Some(request_id),
+            _ => None,
+        })
+        .expect("final flush sent");
+    h.svc.on_flush_ack(h.now, p, flush);
+    let f = faults_of(&h.read(c));
+    assert!(f.slow_final_flush.is_empty() && f.stop_timed_out.is_empty());
+    assert!(f.phrases().is_empty(), "{:?}", f.phrases());
 }

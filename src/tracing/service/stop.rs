@@ -119,6 +119,10 @@ impl TracingService {
         if s.state != SessionState::Stopping {
             return;
         }
+        self.note_stop_timed_out(now, sid);
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
         for i in s.instances.iter_mut() {
             i.state = InstanceState::Stopped;
         }
