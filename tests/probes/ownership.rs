@@ -561,3 +561,71 @@ fn sigterm_stops_probes_within_a_second_in_every_state() {
         let _ = c.wait();
     }
 }
+
+/// Ends `c` with SIGINT and waits for it.
+fn end_session(mut c: Child) {
+    sigint(&c);
+    wait_until(Duration::from_secs(60), "the client's exit", || {
+        c.try_wait().unwrap().is_some()
+    });
+}
+
+/// An instance another process holds a file of (EBUSY on rmdir) stays
+/// ours when its session ends: removed at the next release once the file
+/// is closed, or by the successor if traced_probes dies first.
+#[test]
+fn an_instance_held_open_elsewhere_is_removed_later() {
+    let pid = std::process::id();
+    let (inst, other) = (format!("tbx_own_held_{pid}"), format!("tbx_own_next_{pid}"));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let socks = Sockets::in_dir(dir);
+    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
+    let log = dir.join("probes.log");
+    let mut p = probes(&socks, &[], &log, true);
+    let left_behind = |n: usize| {
+        let want = format!("cannot remove ftrace instance {inst} yet");
+        wait_until(Duration::from_secs(30), "the instance left behind", || {
+            read_trim(&log).matches(&want).count() == n
+        });
+        assert!(instance_dir(&inst).exists());
+        assert_eq!(tracing_on(&inst), "0");
+    };
+    let hold = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(instance_dir(&inst).join("trace_marker"))
+            .unwrap()
+    };
+
+    // Released at the end of the next session, once the file is closed.
+    let (c, _) = client(dir, &socks, &inst, "c1");
+    wait_recording(&inst);
+    let held = hold();
+    end_session(c);
+    left_behind(1);
+    drop(held);
+    let (c, _) = client(dir, &socks, &other, "c2");
+    wait_recording(&other);
+    end_session(c);
+    wait_until(Duration::from_secs(30), "both instances removed", || {
+        !instance_dir(&inst).exists() && !instance_dir(&other).exists()
+    });
+
+    // Left behind again, then traced_probes dies: its successor removes it.
+    let (c, _) = client(dir, &socks, &inst, "c3");
+    wait_recording(&inst);
+    let held = hold();
+    end_session(c);
+    left_behind(2);
+    drop(held);
+    kill9(&mut p);
+    let log2 = dir.join("probes2.log");
+    let _p2 = probes(&socks, &[], &log2, false);
+    wait_until(Duration::from_secs(10), "the successor's cleanup", || {
+        !instance_dir(&inst).exists()
+            && read_trim(&log2).contains(&format!(
+                "cleaned ftrace state left by a previous run: instance {inst}"
+            ))
+    });
+}

@@ -194,8 +194,10 @@ impl KInstance {
 
     /// The last user left: readers closed, tracing off, events off, buffer
     /// emptied; an instance we created is removed, a pre-existing one gets
-    /// its small buffer and its old `tracing_on` back.
-    pub fn release(mut self, root: &Tracefs, key: &str) {
+    /// its small buffer and its old `tracing_on` back. False when an
+    /// instance we created could not be removed (another process holds
+    /// one of its files open: EBUSY).
+    pub fn release(mut self, root: &Tracefs, key: &str) -> bool {
         // Files must be closed before an instance can be removed.
         self.reader = None;
         let t = &self.tracefs;
@@ -206,8 +208,12 @@ impl KInstance {
         // which SIGTERM's one second cannot spare for 8 instances).
         if self.created {
             if let Err(e) = root.remove_instance(key) {
-                crate::log_warn!("cannot remove ftrace instance {key}: {e}");
+                crate::log_warn!(
+                    "cannot remove ftrace instance {key} yet: {e} (tried again at every \
+                     release, and by the next start if still there)"
+                );
                 let _ = t.clear_trace();
+                return false;
             }
         } else {
             let _ = t.clear_trace();
@@ -215,6 +221,7 @@ impl KInstance {
             let _ = t.set_buffer_percent(50);
             let _ = t.set_tracing_on(self.saved_tracing_on);
         }
+        true
     }
 }
 

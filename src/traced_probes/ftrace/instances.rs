@@ -24,6 +24,10 @@ pub struct Instances {
     /// Held for as long as the instance is in `map` (and a bit longer:
     /// until it is restored).
     claims: BTreeMap<String, Claim>,
+    /// Instances we created and could not remove when their last user
+    /// left (a file of theirs open elsewhere): still claimed and in the
+    /// state file, removed at a later release or by the next start.
+    left_behind: BTreeMap<String, Claim>,
     state_file: PathBuf,
 }
 
@@ -33,6 +37,7 @@ impl Instances {
             root: None,
             map: BTreeMap::new(),
             claims: BTreeMap::new(),
+            left_behind: BTreeMap::new(),
             state_file,
         }
     }
@@ -75,8 +80,21 @@ impl Instances {
                 ));
             }
             let root = self.root()?;
-            let claim = ownership::claim(key)?;
-            let inst = KInstance::open(&root, key, cfg)?;
+            // One we left behind is still ours (and still ours to remove).
+            let (claim, ours) = match self.left_behind.remove(key) {
+                Some(c) => (c, true),
+                None => (ownership::claim(key)?, false),
+            };
+            let mut inst = match KInstance::open(&root, key, cfg) {
+                Ok(i) => i,
+                Err(e) => {
+                    if ours {
+                        self.left_behind.insert(key.to_string(), claim);
+                    }
+                    return Err(e);
+                }
+            };
+            inst.created |= ours;
             self.claims.insert(key.to_string(), claim);
             self.map.insert(key.to_string(), inst);
             // Recorded before changing anything, so a crash from here on
@@ -111,11 +129,18 @@ impl Instances {
             return;
         }
         let inst = self.map.remove(key).expect("present");
+        let claim = self.claims.remove(key);
         if let Some(root) = &self.root {
-            inst.release(root, key);
+            // Gone, or removed by someone else: either way not ours now.
+            self.left_behind.retain(|k, _| {
+                root.remove_instance(k)
+                    .is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound)
+            });
+            if let (false, Some(c)) = (inst.release(root, key), claim) {
+                self.left_behind.insert(key.to_string(), c);
+            }
         }
         self.store_marker();
-        self.claims.remove(key);
     }
 
     fn store_marker(&self) {
@@ -132,6 +157,10 @@ impl Instances {
                     }
                 }
             })
+            .chain(self.left_behind.keys().map(|k| Touched::Instance {
+                name: k.clone(),
+                created: true,
+            }))
             .collect();
         if let Err(e) = crash_state::store(&self.state_file, &entries) {
             crate::log_warn!("cannot write {}: {e}", self.state_file.display());
