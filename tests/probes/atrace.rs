@@ -400,3 +400,42 @@ fn atrace_is_stopped_when_traced_probes_exits() {
         std::panic::resume_unwind(e);
     }
 }
+
+/// SIGTERM ends traced_probes within a second even while the atrace it
+/// runs at exit (`--async_stop`) hangs; the log says what that leaves.
+#[test]
+fn a_hanging_atrace_does_not_hold_sigterm_past_a_second() {
+    let _root = ROOT_INSTANCE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rig =
+        Rig::new(|d| atrace_script(d, "case \"$*\" in *--async_stop*) sleep 3;; esac\nexit 0"));
+    let s = rig.session("x", r#"atrace_apps: "com.tbx.hang""#);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert_eq!(
+            rig.wait_argv(1),
+            ["--async_start --only_userspace -a com.tbx.hang"]
+        );
+        let t0 = std::time::Instant::now();
+        rig.probes.signal(nix::sys::signal::Signal::SIGTERM);
+        let st = rig.probes.wait_exit(Duration::from_secs(30));
+        let took = t0.elapsed();
+        assert!(st.is_some_and(|s| s.success()), "{st:?}");
+        assert!(took < Duration::from_secs(1), "exit took {took:?}");
+        // Queued at the stop, and started unless the machine was too slow
+        // to spawn it within the wait.
+        let argv = rig.argv_lines();
+        assert!(
+            argv.get(1)
+                .is_none_or(|a| a == "--async_stop --only_userspace"),
+            "{argv:?}"
+        );
+        let log = std::fs::read_to_string(rig.dir().join("probes.log")).unwrap();
+        assert!(log.contains("atrace still running at exit"), "{log}");
+    }));
+    let mut s = s;
+    let _ = s.kill();
+    let _ = s.wait();
+    if let Err(e) = r {
+        rig.dump();
+        std::panic::resume_unwind(e);
+    }
+}

@@ -28,6 +28,10 @@ pub const DEFAULT_ATRACE: &str = "/system/bin/atrace";
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 /// Stderr kept per command; the rest is read and dropped.
 const MAX_STDERR: usize = 16 * 1024;
+/// How long exit waits for queued commands (the stop of the last
+/// session): a normal one takes milliseconds, and SIGTERM must end
+/// traced_probes within a second even while an atrace hangs.
+pub const EXIT_WAIT: Duration = Duration::from_millis(500);
 
 /// The atrace path for this process.
 pub fn configured_path() -> PathBuf {
@@ -272,20 +276,24 @@ impl AtraceRunner {
 
 impl Drop for AtraceRunner {
     /// Lets queued commands (e.g. the stop of the last session) finish,
-    /// for at most [`TIMEOUT`].
+    /// for at most [`EXIT_WAIT`].
     fn drop(&mut self) {
         let Some(Worker { tx, replies }) = self.worker.take() else {
             return;
         };
         drop(tx);
-        let deadline = Instant::now() + TIMEOUT;
+        let deadline = Instant::now() + EXIT_WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match replies.recv_timeout(left) {
                 Ok(_) => continue,
                 Err(RecvTimeoutError::Disconnected) => return,
                 Err(RecvTimeoutError::Timeout) => {
-                    crate::log_warn!("atrace still running at exit; not waiting for it");
+                    crate::log_warn!(
+                        "atrace still running at exit; not waiting for it (if it was \
+                         `atrace --async_stop`, the atrace categories may stay on until \
+                         the next one)"
+                    );
                     return;
                 }
             }
