@@ -255,15 +255,8 @@ fn a_producer_that_stops_answering_is_named() {
     let dir = tmp.path();
     let name = "tbx_faults_stall";
     let inst = Instance::new(name);
-    let socks = Sockets::in_dir(dir);
-    let _traced = start_our_traced(&socks, &dir.join("traced.log"));
-    let probes = start_probes(
-        &socks.producer,
-        &dir.join("state"),
-        &[],
-        &dir.join("probes.log"),
-        true,
-    );
+    let daemons = start_our_daemons(dir);
+    let (socks, probes) = (&daemons.socks, &daemons.probes);
     // Periodic flushes commit the markers into traced's buffer while
     // traced_probes still answers.
     let cfg = format!(
@@ -272,7 +265,7 @@ fn a_producer_that_stops_answering_is_named() {
         ftrace_source(name, "")
     );
     let out = dir.join("trace.pb");
-    let mut c = client(&socks, &cfg, dir, &out)
+    let mut c = client(socks, &cfg, dir, &out)
         .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
         .spawn()
         .unwrap();

@@ -187,6 +187,18 @@ fn with_rig(rig: &Rig, f: impl FnOnce(&Rig)) {
     }
 }
 
+/// Runs `f` while session `s` runs, then ends `s`; dumps the logs if `f`
+/// panicked.
+fn while_running(rig: &mut Rig, mut s: Child, f: impl FnOnce(&mut Rig)) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(rig)));
+    let _ = s.kill();
+    let _ = s.wait();
+    if let Err(e) = r {
+        rig.dump();
+        std::panic::resume_unwind(e);
+    }
+}
+
 /// What a trace holds: our markers, whether sched events came, and the
 /// atrace_errors of its ftrace_stats.
 #[derive(Default, Debug)]
@@ -376,7 +388,7 @@ fn atrace_is_stopped_when_traced_probes_exits() {
     let _root = ROOT_INSTANCE.lock().unwrap_or_else(|e| e.into_inner());
     let mut rig = Rig::new(|d| atrace_script(d, "exit 0"));
     let s = rig.session("x", r#"atrace_apps: "com.tbx.x""#);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    while_running(&mut rig, s, |rig| {
         assert_eq!(
             rig.wait_argv(1),
             ["--async_start --only_userspace -a com.tbx.x"]
@@ -391,14 +403,7 @@ fn atrace_is_stopped_when_traced_probes_exits() {
                 "--async_stop --only_userspace"
             ]
         );
-    }));
-    let mut s = s;
-    let _ = s.kill();
-    let _ = s.wait();
-    if let Err(e) = r {
-        rig.dump();
-        std::panic::resume_unwind(e);
-    }
+    });
 }
 
 /// SIGTERM ends traced_probes within a second even while the atrace it
@@ -409,7 +414,7 @@ fn a_hanging_atrace_does_not_hold_sigterm_past_a_second() {
     let mut rig =
         Rig::new(|d| atrace_script(d, "case \"$*\" in *--async_stop*) sleep 3;; esac\nexit 0"));
     let s = rig.session("x", r#"atrace_apps: "com.tbx.hang""#);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    while_running(&mut rig, s, |rig| {
         assert_eq!(
             rig.wait_argv(1),
             ["--async_start --only_userspace -a com.tbx.hang"]
@@ -430,12 +435,5 @@ fn a_hanging_atrace_does_not_hold_sigterm_past_a_second() {
         );
         let log = std::fs::read_to_string(rig.dir().join("probes.log")).unwrap();
         assert!(log.contains("atrace still running at exit"), "{log}");
-    }));
-    let mut s = s;
-    let _ = s.kill();
-    let _ = s.wait();
-    if let Err(e) = r {
-        rig.dump();
-        std::panic::resume_unwind(e);
-    }
+    });
 }
