@@ -2,15 +2,15 @@
 //! ring read on a timer, samples turned into PerfSample packets with
 //! interned callstacks.
 
-use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use super::config::{self, Event, Interval, PerfConfig, SampleClock};
+use super::events::{attr_for, event_attr, open_ring, CpuRing};
 use super::intern::{Interner, MappingKey};
 use super::records::{self, Record, Sample};
 use super::resolver::{self, Resolver};
 use super::scope::ScopeFilter;
-use super::sys::{self, Attr, Ring};
+use super::sys;
 use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint};
 use crate::tracing::core::trace_writer::TraceWriter;
 
@@ -29,14 +29,6 @@ const MEMORY_CHECK: Duration = Duration::from_secs(1);
 /// PerfSample.producer_event.source_stop_reason PROFILER_STOP_GUARDRAIL.
 const PRODUCER_EVENT: u32 = 19;
 const STOP_GUARDRAIL: u64 = 1;
-
-struct CpuRing {
-    cpu: u32,
-    fd: OwnedFd,
-    ring: Ring,
-    /// Follower events of the group `fd` leads (read with each sample).
-    _followers: Vec<OwnedFd>,
-}
 
 /// Counters of one instance, for logs and tests.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -110,46 +102,6 @@ pub struct PerfSource {
 /// The stop's read budget without a stop_timeout_ms from the service.
 const DEFAULT_STOP_BUDGET: Duration = Duration::from_millis(2500);
 
-fn open_error(what: &str, attr: &Attr, clock: SampleClock, e: std::io::Error) -> String {
-    let software = attr.get32(0) == sys::TYPE_SOFTWARE;
-    let hint = match e.raw_os_error() {
-        // Only software events take a clock the kernel cannot read from
-        // an NMI.
-        Some(libc::EINVAL) if !software && [0, 7].contains(&clock.clockid) => {
-            " (PERF_CLOCK_BOOTTIME and PERF_CLOCK_REALTIME work with software counters only; \
-             leave timestamp_clock unset)"
-        }
-        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
-            " (this kernel or CPU has no such event)"
-        }
-        Some(libc::EACCES) | Some(libc::EPERM) => {
-            " (needs root or kernel.perf_event_paranoid <= -1)"
-        }
-        _ => "",
-    };
-    format!("perf_event_open({what}): {e}{hint}")
-}
-
-fn tracepoint_id(name: &str) -> Result<u64, String> {
-    let (group, event) = name
-        .split_once(':')
-        .ok_or_else(|| format!("tracepoint {name:?} must be GROUP:NAME"))?;
-    if group.contains('/') || event.contains('/') || group.contains("..") || event.contains("..") {
-        return Err(format!("bad tracepoint name {name:?}"));
-    }
-    for root in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
-        if let Ok(t) = std::fs::read_to_string(format!("{root}/events/{group}/{event}/id")) {
-            return t
-                .trim()
-                .parse()
-                .map_err(|_| format!("tracepoint {name}: bad id"));
-        }
-    }
-    Err(format!(
-        "tracepoint {name}: this kernel has no such event (or tracefs is not mounted)"
-    ))
-}
-
 /// This daemon's anonymous resident memory plus swap (kB), as upstream's
 /// guardrail counts it.
 fn daemon_memory_kb() -> u64 {
@@ -159,133 +111,6 @@ fn daemon_memory_kb() -> u64 {
         .filter(|l| l.starts_with("RssAnon:") || l.starts_with("VmSwap:"))
         .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         .sum()
-}
-
-/// `/sys/bus/event_source/devices/PMU/type`: the perf type of a PMU named
-/// by a raw event.
-fn pmu_type(pmu: &str) -> Result<u32, String> {
-    if pmu.contains('/') || pmu.starts_with("..") {
-        return Err(format!("bad pmu_name {pmu:?}"));
-    }
-    let path = format!("/sys/bus/event_source/devices/{pmu}/type");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        format!("raw_event pmu_name {pmu:?}: this kernel has no such PMU ({path}: {e})")
-    })?;
-    text.trim()
-        .parse()
-        .map_err(|_| format!("raw_event pmu_name {pmu:?}: bad type in {path}"))
-}
-
-/// The attributes counting `event` where its EventModifiers say, with its
-/// name for errors.
-fn event_attr(event: &Event, modifiers: &[u32]) -> Result<(Attr, String), String> {
-    let (mut attr, name) = match event {
-        Event::Counter(c) => {
-            let (t, conf, name) =
-                config::counter(*c).ok_or_else(|| format!("unknown counter {c}"))?;
-            (Attr::new(t, conf), name.to_string())
-        }
-        Event::Tracepoint { name, .. } => (
-            Attr::new(sys::TYPE_TRACEPOINT, tracepoint_id(name)?),
-            name.clone(),
-        ),
-        Event::Raw {
-            type_,
-            config,
-            config1,
-            config2,
-            pmu,
-        } => {
-            let type_ = if pmu.is_empty() {
-                *type_
-            } else {
-                pmu_type(pmu)?
-            };
-            let mut a = Attr::new(type_, *config);
-            a.set_config1(*config1);
-            a.set_config2(*config2);
-            (a, format!("raw event type {type_} config {config:#x}"))
-        }
-    };
-    // Modifiers name where to count; without any, everywhere.
-    if !modifiers.is_empty() {
-        for (m, bit) in [
-            (1, sys::FLAG_EXCLUDE_USER),
-            (2, sys::FLAG_EXCLUDE_KERNEL),
-            (3, sys::FLAG_EXCLUDE_HV),
-        ] {
-            if !modifiers.contains(&m) {
-                attr.set_flags(bit);
-            }
-        }
-    }
-    Ok((attr, name))
-}
-
-/// The attributes of the timebase (the group leader) for `cfg`.
-fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
-    let (mut attr, what) = event_attr(&cfg.event, &cfg.modifiers)?;
-    match cfg.interval {
-        Interval::Frequency(f) => {
-            attr.set_flags(sys::FLAG_FREQ);
-            attr.set_period_or_freq(f);
-        }
-        Interval::Period(p) => attr.set_period_or_freq(p),
-    }
-    // Every sample reads the timebase's running count (a group read, with
-    // the followers if any): upstream's timebase_count is that count, and
-    // trace_processor builds the counter track of each CPU from it.
-    let mut st = sys::SAMPLE_TID
-        | sys::SAMPLE_TIME
-        | sys::SAMPLE_CPU
-        | sys::SAMPLE_PERIOD
-        | sys::SAMPLE_READ;
-    attr.set_read_format(sys::FORMAT_GROUP);
-    if cfg.callstacks {
-        st |= sys::SAMPLE_CALLCHAIN;
-        if !cfg.kernel_frames {
-            attr.set_flags(sys::FLAG_EXCLUDE_CALLCHAIN_KERNEL);
-        }
-        if !cfg.user_frames {
-            attr.set_flags(sys::FLAG_EXCLUDE_CALLCHAIN_USER);
-        }
-    }
-    attr.set_sample_type(st);
-    // COMM records of exec: a process first sampled between fork and exec
-    // is decided again, and its maps re-read, once it runs its program.
-    attr.set_flags(
-        sys::FLAG_DISABLED | sys::FLAG_SAMPLE_ID_ALL | sys::FLAG_COMM | sys::FLAG_COMM_EXEC,
-    );
-    attr.set_clockid(cfg.clock.clockid);
-    Ok((attr, what))
-}
-
-/// The timebase (with its followers as a group) on one CPU, and its ring.
-fn open_ring(
-    cfg: &PerfConfig,
-    attr: &Attr,
-    what: &str,
-    filter: Option<&str>,
-    followers: &[(Attr, String)],
-    cpu: u32,
-) -> Result<CpuRing, String> {
-    let fd = sys::open_cpu(attr, cpu, None).map_err(|e| open_error(what, attr, cfg.clock, e))?;
-    if let Some(f) = filter {
-        sys::set_filter(&fd, f).map_err(|e| format!("tracepoint filter {f:?}: {e}"))?;
-    }
-    let mut members = Vec::with_capacity(followers.len());
-    for (a, name) in followers {
-        let m = sys::open_cpu(a, cpu, Some(&fd));
-        members.push(m.map_err(|e| open_error(&format!("follower {name}"), a, cfg.clock, e))?);
-    }
-    let ring =
-        Ring::map(&fd, cfg.ring_buffer_pages).map_err(|e| format!("mmap of the perf ring: {e}"))?;
-    Ok(CpuRing {
-        cpu,
-        fd,
-        ring,
-        _followers: members,
-    })
 }
 
 impl PerfSource {

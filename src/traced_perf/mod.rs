@@ -3,8 +3,9 @@
 //!
 //! A producer on traced's producer socket ([`producer`], built from
 //! traced_probes' link, wire and SMB machinery). Each instance opens one
-//! perf event per CPU sampling every task ([`sys`]: the only unsafe code),
-//! reads the kernel's mmap rings on a timer ([`records`]), keeps the
+//! perf event per CPU sampling every task ([`events`]; [`sys`] holds the
+//! only unsafe code), reads the kernel's mmap rings on a timer
+//! ([`records`]), keeps the
 //! samples of processes in scope ([`scope`]), resolves their callchains
 //! (frame-pointer chains the kernel walked; no DWARF unwinding) to
 //! mappings, build ids and function names ([`resolver`], [`maps`],
@@ -14,6 +15,7 @@
 pub mod config;
 pub mod data_source;
 pub mod elf;
+pub mod events;
 pub mod intern;
 pub mod maps;
 pub mod producer;
