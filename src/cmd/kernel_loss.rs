@@ -341,12 +341,12 @@ impl KernelLoss {
         ))
     }
 
-    /// The end line with perf samples the kernel lost, and perf sources
+    /// The end line with perf records the kernel lost (samples, mostly), and perf sources
     /// stopped by traced_perf's memory guardrail, added to it.
     pub fn with_perf_loss(&self, mut line: String) -> String {
         let n = self.perf_records_lost;
         if n > 0 {
-            let what = format!("LOST {n} perf samples in the kernel");
+            let what = format!("LOST {n} perf records in the kernel");
             line = if line == "Trace stats: nothing lost" {
                 format!(
                     "Trace stats: {what} (perf ring buffers overran before they were read; \
@@ -668,12 +668,12 @@ mod tests {
         assert_eq!(k.perf_records_lost, 12);
         let line = k.with_perf_loss("Trace stats: nothing lost".into());
         assert!(
-            line.starts_with("Trace stats: LOST 12 perf samples in the kernel"),
+            line.starts_with("Trace stats: LOST 12 perf records in the kernel"),
             "{line}"
         );
         let line = k.with_perf_loss("Trace stats: LOST 1 chunks dropped".into());
         assert!(
-            line.ends_with("; LOST 12 perf samples in the kernel (PerfSample.kernel_records_lost)")
+            line.ends_with("; LOST 12 perf records in the kernel (PerfSample.kernel_records_lost)")
         );
         assert_eq!(KernelLoss::default().with_perf_loss("x".into()), "x");
         let mut s = VecStream::new();

@@ -39,7 +39,7 @@ fn a_read_budget_defers_records_and_every_loss_is_named() {
     if lost > 0 {
         assert!(
             run.end_line
-                .contains(&format!("LOST {lost} perf samples in the kernel")),
+                .contains(&format!("LOST {lost} perf records in the kernel")),
             "end line: {:?} (trace says {lost})",
             run.end_line
         );
@@ -77,7 +77,7 @@ fn the_stop_reads_while_the_service_waits_and_names_what_is_left() {
     assert!(lost >= unread);
     assert!(
         run.end_line
-            .contains(&format!("LOST {lost} perf samples in the kernel")),
+            .contains(&format!("LOST {lost} perf records in the kernel")),
         "end line: {:?} (trace says {lost})",
         run.end_line
     );

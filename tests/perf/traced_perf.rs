@@ -363,7 +363,7 @@ fn a_tiny_ring_reports_lost_samples_and_names_can_be_off() {
         .all(|s| s.names.iter().all(|n| n == "?" || n == "-")));
     assert!(
         run.end_line
-            .contains(&format!("LOST {lost} perf samples in the kernel")),
+            .contains(&format!("LOST {lost} perf records in the kernel")),
         "end line: {:?} (trace says {lost})",
         run.end_line
     );
