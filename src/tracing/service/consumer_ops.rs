@@ -357,11 +357,15 @@ impl TracingService {
         consumer: ConsumerId,
         token: RequestToken,
         opts: CloneOptions,
+        slow_flush: Option<&std::collections::BTreeSet<ProducerId>>,
     ) {
         let with_file = opts.with_file;
         let result = self.make_clone(src_sid, consumer, opts.trigger);
         if let Ok(c) = &result {
             self.note_clone_faults(now, src_sid, c.session);
+            if let Some(pending) = slow_flush {
+                self.note_slow_final_flush(now, src_sid, c.session, pending);
+            }
             if c.was_write_into_file {
                 // In this order the adapter copies the source's file as it
                 // is now, then appends what the source has not yet written.

@@ -165,18 +165,21 @@ impl TracingService {
         }
     }
 
-    /// The final flush timed out: the data sources of the producers that
-    /// had not answered it (what they held then may be missing).
+    /// The last flush of `into`'s trace timed out (the final flush of
+    /// session `sid`, or the flush a clone `into` of it waited for): the
+    /// data sources of `sid` whose producers had not answered it (what
+    /// they held then may be missing).
     pub(super) fn note_slow_final_flush(
         &mut self,
         now: u64,
         sid: SessionId,
+        into: SessionId,
         pending: &std::collections::BTreeSet<ProducerId>,
     ) {
         let slow = self.instance_names(sid, |i| {
             pending.contains(&i.producer) && !i.no_flush && i.state != InstanceState::Stopped
         });
-        if let (false, Some(s)) = (slow.is_empty(), self.sessions.get_mut(&sid)) {
+        if let (false, Some(s)) = (slow.is_empty(), self.sessions.get_mut(&into)) {
             let e = data_sources_event(field::LAST_FLUSH_SLOW_DATA_SOURCES, &slow);
             s.read.faults.pending.push((now, e));
         }

@@ -156,7 +156,7 @@ impl TracingService {
                     s.stats.final_flush_outcome = if success { 1 } else { 2 };
                 }
                 if !success {
-                    self.note_slow_final_flush(now, f.session, &f.pending);
+                    self.note_slow_final_flush(now, f.session, f.session, &f.pending);
                 }
                 self.stop_session(now, f.session);
             }
@@ -166,7 +166,10 @@ impl TracingService {
                 consumer,
                 token,
                 opts,
-            } => self.finish_clone(now, f.session, consumer, token, opts),
+            } => {
+                let slow = (!success).then_some(&f.pending);
+                self.finish_clone(now, f.session, consumer, token, opts, slow)
+            }
             FlushOrigin::Rotate { consumer, token } => {
                 self.finish_rotate(now, f.session, consumer, token)
             }

@@ -338,3 +338,38 @@ fn flushes_and_stops_answered_in_time_are_not_faults() {
     assert!(f.slow_final_flush.is_empty() && f.stop_timed_out.is_empty());
     assert!(f.phrases().is_empty(), "{:?}", f.phrases());
 }
+
+/// A clone whose flush a producer did not answer names its data sources;
+/// the session it was cloned from, whose own final flush is answered,
+/// does not.
+#[test]
+fn a_clone_whose_flush_times_out_names_the_silent_data_sources() {
+    use super::consumer_ops::CloneSelector;
+    let mut h = H::new();
+    let p = h.producer("mute", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.flush_timeout_ms = Some(300);
+    let sid = h.enable(c, &cfg).unwrap();
+    let global = target_of(&mut h, p);
+    h.commit_packets(p, 1, global, &[test_packet(1, 0)]);
+    let cc = h.svc.connect_consumer(0);
+    h.svc
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 3, Default::default())
+        .unwrap();
+    h.advance(ms(300));
+    assert!(h.outputs().iter().any(|o| matches!(
+        o,
+        Output::CloneResult {
+            token: 3,
+            result: Ok(_),
+            ..
+        }
+    )));
+    let packets = h.read(cc);
+    assert_eq!(producer_markers(&packets), vec![1]);
+    assert_eq!(faults_of(&packets).slow_final_flush, ["ds in mute"]);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    let f = faults_of(&h.read(c));
+    assert!(f.slow_final_flush.is_empty(), "{:?}", f.phrases());
+}
