@@ -5,9 +5,9 @@
 //!
 //! Budget: `TRACEBOX_FUZZ_RUNS` mutated inputs per target (default 200) and
 //! at most `TRACEBOX_FUZZ_SECS` seconds per target (default 3);
-//! scripts/test.sh runs it again with a larger budget and a seed of the
-//! day (`TRACEBOX_FUZZ_SEED`, default 0), so each day explores other
-//! mutations and a failure replays with the seed it prints.
+//! scripts/test.sh runs it again with a larger budget. `TRACEBOX_FUZZ_SEED`
+//! (default 0) picks other mutations; a failure prints the seed that
+//! replays it.
 
 #[allow(dead_code, unused_imports)]
 #[path = "../fuzz/targets/mod.rs"]
