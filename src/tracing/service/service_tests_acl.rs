@@ -273,13 +273,7 @@ fn clone_session_snapshots_buffers() {
     h.svc
         .clone_session(h.now, cc, CloneSelector::Id(sid), 5, Default::default())
         .unwrap();
-    let flush_id = cmds_for(&h.outputs(), p)
-        .into_iter()
-        .find_map(|c| match c {
-            ProducerCommand::Flush { request_id, .. } => Some(request_id),
-            _ => None,
-        })
-        .unwrap();
+    let flush_id = flush_request(&h.outputs(), p).unwrap();
     h.commit_packets(p, 1, buf, &[test_packet(3, 0)]);
     h.svc.commit_data(
         h.now,
@@ -420,13 +414,7 @@ fn clone_with_flush(
     h.svc
         .clone_session(h.now, cc, CloneSelector::Id(sid), 7, opts)
         .unwrap();
-    let flush_id = cmds_for(&h.outputs(), p)
-        .into_iter()
-        .find_map(|c| match c {
-            ProducerCommand::Flush { request_id, .. } => Some(request_id),
-            _ => None,
-        })
-        .unwrap();
+    let flush_id = flush_request(&h.outputs(), p).unwrap();
     h.commit_packets(p, 1, buf, &[test_packet(3, 0)]);
     h.svc.commit_data(
         h.now,

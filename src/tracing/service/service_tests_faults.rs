@@ -263,17 +263,12 @@ fn a_clone_names_the_faults_of_its_session() {
 #[test]
 fn a_final_flush_and_a_stop_that_time_out_are_named() {
     let mut h = H::new();
-    let info = ProducerInfo {
-        name: "mute".into(),
-        ..Default::default()
-    };
-    let p = h.svc.connect_producer(info, None).unwrap();
     let d = DataSourceDescriptor {
         name: Some("ds".into()),
         will_notify_on_stop: Some(true),
         ..Default::default()
     };
-    h.svc.register_data_source(h.now, p, d).unwrap();
+    let p = h.producer_with("mute", 0, [d]);
     let quick = h.producer("quick", 0, &["ds"]);
     let c = h.svc.connect_consumer(0);
     let mut cfg = basic_config("ds", 64);
@@ -285,13 +280,7 @@ fn a_final_flush_and_a_stop_that_time_out_are_named() {
     h.commit_packets(p, 1, global, &[test_packet(1, 0)]);
     // The duration ends: the final flush goes out; only `quick` answers.
     h.advance(ms(1000));
-    let flush = cmds_for(&h.outputs(), quick)
-        .into_iter()
-        .find_map(|c| match c {
-            ProducerCommand::Flush { request_id, .. } => Some(request_id),
-            _ => None,
-        })
-        .expect("final flush sent");
+    let flush = flush_request(&h.outputs(), quick).expect("final flush sent");
     h.svc.on_flush_ack(h.now, quick, flush);
     h.advance(ms(300));
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Stopping));
@@ -326,13 +315,7 @@ fn flushes_and_stops_answered_in_time_are_not_faults() {
     cfg.duration_ms = Some(1000);
     h.enable(c, &cfg).unwrap();
     h.advance(ms(1000));
-    let flush = cmds_for(&h.outputs(), p)
-        .into_iter()
-        .find_map(|c| match c {
-            ProducerCommand::Flush { request_id, .. } => Some(request_id),
-            _ => None,
-        })
-        .expect("final flush sent");
+    let flush = flush_request(&h.outputs(), p).expect("final flush sent");
     h.svc.on_flush_ack(h.now, p, flush);
     let f = faults_of(&h.read(c));
     assert!(f.slow_final_flush.is_empty() && f.stop_timed_out.is_empty());

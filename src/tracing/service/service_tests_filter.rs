@@ -162,13 +162,7 @@ fn clones_keep_the_filter() {
     h.svc
         .clone_session(h.now, cc, CloneSelector::Id(sid), 5, Default::default())
         .unwrap();
-    let flush_id = cmds_for(&h.outputs(), p)
-        .into_iter()
-        .find_map(|c| match c {
-            ProducerCommand::Flush { request_id, .. } => Some(request_id),
-            _ => None,
-        })
-        .unwrap();
+    let flush_id = flush_request(&h.outputs(), p).unwrap();
     let ack = CommitDataRequest {
         flush_request_id: Some(flush_id),
         ..Default::default()

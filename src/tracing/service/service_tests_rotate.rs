@@ -81,13 +81,7 @@ fn rotation_moves_on_to_the_new_file_with_its_own_header() {
     h.svc.rotate_file(h.now, c, 5).unwrap();
     let e = h.svc.rotate_file(h.now, c, 6).unwrap_err();
     assert!(e.contains("already in progress"), "{e}");
-    let flush_id = cmds_for(&h.outputs(), p)
-        .into_iter()
-        .find_map(|c| match c {
-            ProducerCommand::Flush { request_id, .. } => Some(request_id),
-            _ => None,
-        })
-        .expect("a flush before the cut");
+    let flush_id = flush_request(&h.outputs(), p).expect("a flush before the cut");
     h.commit_packets(p, 1, buf, &[test_packet(3, 0)]);
     let (old, after) = ack_cut(&mut h, p, sid, flush_id);
     assert!(after.iter().any(|o| matches!(

@@ -10,13 +10,6 @@ use crate::pb::protos::mod_TracePacket::OneOfdata;
 use crate::pb::protos::{DataSourceDescriptor, TraceConfig};
 use crate::protozero::decode::decode_message;
 
-fn flush_request(outs: &[Output], p: ProducerId) -> Option<u64> {
-    cmds_for(outs, p).into_iter().find_map(|c| match c {
-        ProducerCommand::Flush { request_id, .. } => Some(request_id),
-        _ => None,
-    })
-}
-
 fn ack(h: &mut H, p: ProducerId, id: u64) {
     let req = crate::pb::protos::CommitDataRequest {
         flush_request_id: Some(id),
@@ -121,18 +114,13 @@ fn periodic_flush() {
 #[test]
 fn stop_waits_for_acks_or_timeout() {
     let mut h = H::new();
-    let info = ProducerInfo {
-        name: "prod".into(),
-        ..Default::default()
-    };
-    let p = h.svc.connect_producer(info, None).unwrap();
     let d = DataSourceDescriptor {
         name: Some("ds".into()),
         will_notify_on_stop: Some(true),
         will_notify_on_start: Some(true),
         ..Default::default()
     };
-    h.svc.register_data_source(h.now, p, d).unwrap();
+    let p = h.producer_with("prod", 0, [d]);
     let c = h.svc.connect_consumer(0);
     let mut cfg = basic_config("ds", 64);
     cfg.data_source_stop_timeout_ms = Some(700);

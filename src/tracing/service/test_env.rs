@@ -138,6 +138,21 @@ impl H {
     }
 
     pub fn producer(&mut self, name: &str, uid: u32, data_sources: &[&str]) -> ProducerId {
+        let descriptors = data_sources.iter().map(|ds| DataSourceDescriptor {
+            name: Some(ds.to_string()),
+            ..Default::default()
+        });
+        self.producer_with(name, uid, descriptors)
+    }
+
+    /// A producer registering data sources as `descriptors` say (e.g.
+    /// `will_notify_on_stop`).
+    pub fn producer_with(
+        &mut self,
+        name: &str,
+        uid: u32,
+        descriptors: impl IntoIterator<Item = DataSourceDescriptor>,
+    ) -> ProducerId {
         let info = ProducerInfo {
             uid,
             pid: Some(uid as i32 + 1),
@@ -145,11 +160,7 @@ impl H {
             ..Default::default()
         };
         let id = self.svc.connect_producer(info, None).unwrap();
-        for ds in data_sources {
-            let d = DataSourceDescriptor {
-                name: Some(ds.to_string()),
-                ..Default::default()
-            };
+        for d in descriptors {
             self.svc.register_data_source(self.now, id, d).unwrap();
         }
         id
@@ -298,4 +309,12 @@ pub fn cmds_for(outs: &[Output], producer: ProducerId) -> Vec<ProducerCommand> {
             _ => None,
         })
         .collect()
+}
+
+/// The request id of the first Flush sent to producer `p` in `outs`.
+pub fn flush_request(outs: &[Output], p: ProducerId) -> Option<u64> {
+    cmds_for(outs, p).into_iter().find_map(|c| match c {
+        ProducerCommand::Flush { request_id, .. } => Some(request_id),
+        _ => None,
+    })
 }
