@@ -3,7 +3,6 @@
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use super::kernel_loss::KernelLoss;
 use super::options::{CloneTarget, Output, TracePlan};
 use super::output;
 use super::rpc::Port;
@@ -183,17 +182,7 @@ pub fn clone_for(
     let config = TraceConfig::default();
     if resp.was_write_into_file == Some(true) {
         // traced wrote the file: read it back for what it says.
-        let mut kernel = KernelLoss::default();
-        let size = file
-            .metadata()
-            .ok()
-            .filter(|m| m.is_file())
-            .map(|m| m.len());
-        if size.is_some() {
-            if let Err(e) = kernel.scan_file(&file) {
-                eprintln!("Could not read the trace back for its ftrace stats: {e}");
-            }
-        }
+        let (kernel, size) = session::written_file_losses(Some(&file));
         session::print_summary(&mut port, &kernel, &config, size, false);
         eprintln!("Trace written into the output file");
         return 0;

@@ -337,14 +337,7 @@ pub fn wait_and_collect(
     }
     if plan.config.write_into_file == Some(true) {
         // traced has written and closed its side by now.
-        let mut kernel = KernelLoss::default();
-        let mut size = None;
-        if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
-            size = f.metadata().ok().map(|m| m.len());
-            if let Err(e) = kernel.scan_file(&f) {
-                eprintln!("Could not read the trace back for its ftrace stats: {e}");
-            }
-        }
+        let (kernel, size) = written_file_losses(out_file.as_ref());
         print_summary(port, &kernel, &plan.config, size, false);
         eprintln!("Trace written into the output file");
         return 0;
@@ -477,6 +470,20 @@ pub(super) fn print_summary(
             );
         }
     }
+}
+
+/// What a file traced wrote says about losses, and its size; nothing for
+/// a pipe or another non-regular file (it cannot be read back).
+pub(super) fn written_file_losses(file: Option<&File>) -> (KernelLoss, Option<u64>) {
+    let mut kernel = KernelLoss::default();
+    let regular = file.and_then(|f| Some((f, f.metadata().ok()?)));
+    let Some((f, meta)) = regular.filter(|(_, m)| m.is_file()) else {
+        return (kernel, None);
+    };
+    if let Err(e) = kernel.scan_file(f) {
+        eprintln!("Could not read the trace back for its ftrace stats: {e}");
+    }
+    (kernel, Some(meta.len()))
 }
 
 /// How traced's error for a failed write of the output file begins.
