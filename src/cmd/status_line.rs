@@ -156,7 +156,7 @@ pub fn end_line_without_service(losses: String, missing: &[String]) -> String {
     }
 }
 
-const NOTHING_LOST: &str = "Trace stats: nothing lost";
+pub const NOTHING_LOST: &str = "Trace stats: nothing lost";
 
 #[cfg(test)]
 mod tests {

@@ -385,16 +385,15 @@ impl Meta {
     pub fn stats_line(&self) -> Option<String> {
         let k = &self.kernel_loss;
         let missing = k.missing(self.config.as_ref(), None);
-        match &self.stats {
-            Some(stats) => {
-                let lost = k.events_lost().unwrap_or(0);
-                let losses = status_line::summary(status_line::figures(stats), lost);
-                Some(status_line::end_line(k.with_perf_loss(losses), &missing))
-            }
-            None if !missing.is_empty() => {
-                Some(format!("Trace stats: INCOMPLETE: {}", missing.join("; ")))
-            }
-            None => None,
+        let figures = self.stats.as_ref().map(status_line::figures);
+        let lost = k.events_lost().unwrap_or(0);
+        let losses = k.with_perf_loss(status_line::summary(figures.unwrap_or_default(), lost));
+        // Without trace_stats (a trace cut before its end) the line is what
+        // the trace itself shows, as the client's when traced gave none.
+        match figures {
+            Some(_) => Some(status_line::end_line(losses, &missing)),
+            None if losses == status_line::NOTHING_LOST && missing.is_empty() => None,
+            None => Some(status_line::end_line_without_service(losses, &missing)),
         }
     }
 
