@@ -253,7 +253,7 @@ impl KernelLoss {
         let mut missing = Vec::new();
         let faults = &self.faults;
         let mode = config
-            .map(super::snapshots::trigger_mode)
+            .map(crate::schema::trigger::trigger_mode)
             .unwrap_or_default();
         if matches!(mode, TriggerMode::STOP_TRACING | TriggerMode::START_TRACING)
             && faults.triggers == 0

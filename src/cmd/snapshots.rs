@@ -6,7 +6,7 @@ use super::attach;
 use super::options::{CloneTarget, Output, TracePlan};
 use crate::pb::protos::mod_ObservableEvents::CloneTriggerHit;
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
-use crate::pb::protos::TraceConfig;
+use crate::schema::trigger::trigger_mode;
 
 pub struct Snapshots {
     socket: String,
@@ -14,17 +14,6 @@ pub struct Snapshots {
     no_clobber: bool,
     count: u32,
     pub failed: u32,
-}
-
-/// The config's trigger mode as the service acts on it (upstream's
-/// GetTriggerMode): `use_clone_snapshot_if_available` turns STOP_TRACING
-/// into CLONE_SNAPSHOT.
-pub fn trigger_mode(cfg: &TraceConfig) -> TriggerMode {
-    let tc = cfg.trigger_config.as_ref();
-    if tc.is_some_and(|t| t.use_clone_snapshot_if_available == Some(true)) {
-        return TriggerMode::CLONE_SNAPSHOT;
-    }
-    tc.and_then(|t| t.trigger_mode).unwrap_or_default()
 }
 
 impl Snapshots {

@@ -6,6 +6,7 @@ mod json;
 pub mod service_events;
 pub mod services;
 mod table;
+pub mod trigger;
 pub mod wire_check;
 
 /// The build-time generator, compiled here too so its tests run.

@@ -12,16 +12,7 @@ pub const GUARDRAILS_MAX_BUFFER_SIZE_KB: u64 = 128 * 1024;
 /// Buffers are addressed with 32-bit offsets.
 const MAX_BUFFER_SIZE_KB: u32 = 4 * 1024 * 1024 - 1;
 
-/// The trigger mode, with UNSPECIFIED when there is no trigger config.
-/// `use_clone_snapshot_if_available` (valid on STOP_TRACING only) makes
-/// it CLONE_SNAPSHOT, as upstream.
-pub fn trigger_mode(cfg: &TraceConfig) -> TriggerMode {
-    let tc = cfg.trigger_config.as_ref();
-    if tc.is_some_and(|t| t.use_clone_snapshot_if_available == Some(true)) {
-        return TriggerMode::CLONE_SNAPSHOT;
-    }
-    tc.and_then(|t| t.trigger_mode).unwrap_or_default()
-}
+pub use crate::schema::trigger::trigger_mode;
 
 pub fn validate_trace_config(cfg: &TraceConfig) -> Result<(), String> {
     let guardrails = cfg.enable_extra_guardrails.unwrap_or(false);
