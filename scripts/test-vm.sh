@@ -178,7 +178,7 @@ build_initramfs() {
     cp tests/vm/guest/init "$root/init"
     cp tests/vm/guest/inittab "$root/etc/inittab"
     cp tests/vm/guest/rcS tests/vm/guest/rcK "$root/etc/init.d/"
-    cp tests/vm/guest/runner "$root/vm/runner"
+    cp tests/vm/guest/runner tests/vm/guest/lib.sh "$root/vm/"
     echo "root:x:0:0:root:/root:/bin/sh" >"$root/etc/passwd"
     echo "root:x:0:" >"$root/etc/group"
     mkdir -p "$root/vm/scenarios"
