@@ -29,6 +29,8 @@ pub struct TracedOptions {
     /// `--enable-relay-endpoint-on SOCKET`: the same, naming producer
     /// sockets (each must be one of them).
     pub relay_endpoint_on: Vec<String>,
+    /// `--relay-commit-period-ms`: how often relayed producers commit.
+    pub relay_commit_period_ms: Option<u32>,
 }
 
 /// How long a traced started for a client waits for its first consumer.
@@ -257,6 +259,9 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
         identity_drops: 0,
     };
     app.state.relay_service = relay_service;
+    if let Some(ms) = opts.relay_commit_period_ms {
+        app.state.core.set_relay_commit_period_ms(ms);
+    }
     if opts.exit_when_idle {
         // Until the first consumer: the timer fires once, after the wait.
         let mut ctl = el.ctl();
