@@ -62,16 +62,7 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         relay_endpoint_on: args.enable_relay_endpoint_on.clone(),
         ..Default::default()
     };
-    if let Some(ms) = args.relay_commit_period_ms {
-        use crate::tracing::service::relay_commit::{
-            MAX_RELAY_COMMIT_PERIOD_MS as MAX, MIN_RELAY_COMMIT_PERIOD_MS as MIN,
-        };
-        if !(MIN..=MAX).contains(&ms) {
-            eprintln!("traced: --relay-commit-period-ms {ms}: not within {MIN}..{MAX}");
-            return 1;
-        }
-        opts.relay_commit_period_ms = Some(ms);
-    }
+    opts.relay_commit_period_ms = args.relay_commit_period_ms;
     if let Some(p) = &args.set_socket_permissions {
         match crate::traced::SocketPermissions::parse(p) {
             Ok(p) => opts.socket_permissions = Some(p),

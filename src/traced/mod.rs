@@ -201,6 +201,13 @@ fn listen_all(
 /// parent).
 pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
     crate::base::sys::return_large_frees_to_os();
+    let mut state = TracedState::new(nix::unistd::geteuid().as_raw());
+    if let Some(ms) = opts.relay_commit_period_ms {
+        state
+            .core
+            .set_relay_commit_period_ms(ms)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    }
     let mut el = EventLoop::<()>::new()?;
     crate::base::sys::ignore_sigxfsz()?;
     let mut producer_host = Host::new();
@@ -249,19 +256,15 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
             perms.map_or(DEFAULT_CONSUMER_MODE, |p| p.consumer_mode),
         )?;
     }
-    let uid = nix::unistd::geteuid().as_raw();
     let mut app = TracedApp {
         producer_host,
         consumer_host,
-        state: TracedState::new(uid),
+        state,
         timer: None,
         idle_exit: None,
         identity_drops: 0,
     };
     app.state.relay_service = relay_service;
-    if let Some(ms) = opts.relay_commit_period_ms {
-        app.state.core.set_relay_commit_period_ms(ms);
-    }
     if opts.exit_when_idle {
         // Until the first consumer: the timer fires once, after the wait.
         let mut ctl = el.ctl();

@@ -22,11 +22,16 @@ pub const MIN_RELAY_COMMIT_PERIOD_MS: u32 = 50;
 pub const MAX_RELAY_COMMIT_PERIOD_MS: u32 = 60_000;
 
 impl TracingService {
-    /// Sets how often relayed producers are asked to commit (clamped to
-    /// the bounds above).
-    pub fn set_relay_commit_period_ms(&mut self, period_ms: u32) {
-        self.relay_commit_period_ms =
-            period_ms.clamp(MIN_RELAY_COMMIT_PERIOD_MS, MAX_RELAY_COMMIT_PERIOD_MS);
+    /// Sets how often relayed producers are asked to commit.
+    pub fn set_relay_commit_period_ms(&mut self, period_ms: u32) -> Result<(), String> {
+        let (min, max) = (MIN_RELAY_COMMIT_PERIOD_MS, MAX_RELAY_COMMIT_PERIOD_MS);
+        if !(min..=max).contains(&period_ms) {
+            return Err(format!(
+                "--relay-commit-period-ms {period_ms}: not within {min}..{max}"
+            ));
+        }
+        self.relay_commit_period_ms = period_ms;
+        Ok(())
     }
 
     pub fn relay_commit_period_ms(&self) -> u32 {
@@ -37,7 +42,11 @@ impl TracingService {
     /// is relayed, rounds run (once per session, while it has relayed
     /// instances).
     pub(super) fn arm_relay_commit(&mut self, now: u64, sid: SessionId, producer: ProducerId) {
-        if !self.producers.get(&producer).is_some_and(|p| p.machine_id != 0) {
+        if self
+            .producers
+            .get(&producer)
+            .is_none_or(|p| p.machine_id == 0)
+        {
             return;
         }
         let Some(s) = self.sessions.get_mut(&sid) else {

@@ -214,7 +214,8 @@ fn relayed_producers_are_asked_to_commit_every_period_and_their_loss_window_is_n
     let mut h = H::new();
     let host = h.producer("local", 0, &["ds"]);
     let b = remote(&mut h, "probes", "boot-b", "board-b");
-    h.svc.set_relay_commit_period_ms(400);
+    h.svc.set_relay_commit_period_ms(400).unwrap();
+    assert!(h.svc.set_relay_commit_period_ms(10).is_err());
     let c = h.svc.connect_consumer(0);
     let mut cfg = basic_config("ds", 64);
     cfg.trace_all_machines = Some(true);
