@@ -106,6 +106,18 @@ impl TracedApp {
         ctl.quit();
     }
 
+    /// Relay connections the producer host dropped for their identity
+    /// since last time: counted in the sessions' traces.
+    fn note_identity_drops(&mut self) {
+        let dropped = self.producer_host.stats().clients_dropped_identity;
+        if dropped > self.identity_drops {
+            let n = dropped - self.identity_drops;
+            self.identity_drops = dropped;
+            let now = TracedState::now();
+            self.state.core.note_relay_connections_dropped(now, n);
+        }
+    }
+
     /// After every event: route core outputs, re-arm the deadline timer.
     fn after_event(&mut self, ctl: &mut LoopCtl<'_, ()>) {
         self.check_idle(ctl);
@@ -138,13 +150,7 @@ impl Handler for TracedApp {
         if self.producer_host.owns(token) {
             self.producer_host
                 .on_io(ctl, token, ready, &mut ProducerPort(&mut self.state));
-            let dropped = self.producer_host.stats().clients_dropped_identity;
-            if dropped > self.identity_drops {
-                let n = dropped - self.identity_drops;
-                self.identity_drops = dropped;
-                let now = TracedState::now();
-                self.state.core.note_relay_connections_dropped(now, n);
-            }
+            self.note_identity_drops();
         } else if self.consumer_host.owns(token) {
             self.consumer_host
                 .on_io(ctl, token, ready, &mut ConsumerPort(&mut self.state));
@@ -153,6 +159,13 @@ impl Handler for TracedApp {
     }
 
     fn on_timer(&mut self, ctl: &mut LoopCtl<'_, ()>, id: TimerId) {
+        if self
+            .producer_host
+            .on_timer(ctl, id, &mut ProducerPort(&mut self.state))
+        {
+            self.note_identity_drops();
+            return self.after_event(ctl);
+        }
         if self
             .idle_exit
             .as_ref()
