@@ -295,6 +295,10 @@ pub fn wait_and_collect(
     };
     clear_status(show_status);
     ready.send(1); // No-op if "started" was already reported.
+    let clean_end = matches!(&response, Ok(r) if r.error.as_deref().unwrap_or("").is_empty());
+    if let Some(s) = snaps.as_ref().filter(|_| clean_end) {
+        return end_snapshot_session(port, plan, s);
+    }
     if let Some(s) = &snaps {
         s.report();
     }
@@ -361,6 +365,18 @@ pub fn wait_and_collect(
             1
         }
     }
+}
+
+/// A CLONE_SNAPSHOT session ended (at its trigger timeout, or stopped):
+/// its trace is its snapshots (traced reads such a session only through
+/// clones, as upstream), so the end line is the session's own losses and
+/// the last line names the snapshot files. 0 when every snapshot was
+/// written.
+fn end_snapshot_session(port: &mut Port, plan: &TracePlan, snaps: &Snapshots) -> i32 {
+    print_summary(port, &KernelLoss::default(), &plan.config, None, false);
+    plan.output.as_ref().map(output::remove_if_empty);
+    snaps.report();
+    i32::from(snaps.failed > 0)
 }
 
 /// Streams ReadBuffers into `file`. Returns (bytes, packets) written and

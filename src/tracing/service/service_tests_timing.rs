@@ -363,6 +363,30 @@ fn stop_trigger_stops_after_delay_and_timeout_is_empty() {
     assert!(h.read(c2).is_empty());
 }
 
+/// As upstream: a CLONE_SNAPSHOT session's duration is its trigger
+/// timeout, so it ends there even after a trigger hit (issue 33, defect 3).
+#[test]
+fn clone_snapshot_session_stops_at_its_trigger_timeout_after_a_hit() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let sid = h
+        .enable(c, &trigger_config(TriggerMode::CLONE_SNAPSHOT, None, 0))
+        .unwrap();
+    h.svc.activate_triggers(h.now, p, &["go".into()]);
+    h.advance(ms(9_999));
+    assert!(flush_request(&h.outputs(), p).is_none());
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
+    h.advance(ms(1));
+    let id = flush_request(&h.outputs(), p).expect("the stop's flush");
+    ack(&mut h, p, id);
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
+    assert!(h.outputs().contains(&Output::TracingDisabled {
+        consumer: c,
+        error: None
+    }));
+}
+
 #[test]
 fn clone_snapshot_trigger_notifies_and_only_clones_are_readable() {
     let mut h = H::new();
