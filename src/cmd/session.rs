@@ -314,7 +314,7 @@ pub fn wait_and_collect(
             } else if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
                 let _ = kernel.scan_file(&f);
             }
-            print_summary(port, &kernel, &plan.config, None, true);
+            print_summary(port, &kernel, &plan.config, None, Some(FILE_CUT));
             return 1;
         }
         Ok(EnableTracingResponse { error: Some(e), .. }) if !e.is_empty() => {
@@ -335,24 +335,25 @@ pub fn wait_and_collect(
     }
     if let Some(r) = rotation {
         let (kernel, size) = rotated_files(r);
-        print_summary(port, &kernel, &plan.config, Some(size), false);
+        print_summary(port, &kernel, &plan.config, Some(size), None);
         r.report();
         return 0;
     }
     if plan.config.write_into_file == Some(true) {
         // traced has written and closed its side by now.
         let (kernel, size) = written_file_losses(out_file.as_ref());
-        print_summary(port, &kernel, &plan.config, size, false);
+        let unread = out_file.is_none().then_some(FILE_NOT_READ_BACK);
+        print_summary(port, &kernel, &plan.config, size, unread);
         eprintln!("Trace written into the output file");
         return 0;
     }
     let Some(file) = out_file else {
-        print_summary(port, &KernelLoss::default(), &plan.config, None, false);
+        print_summary(port, &KernelLoss::default(), &plan.config, None, None);
         return 0;
     };
     match read_buffers(port, file) {
         Ok((bytes, _packets, kernel)) => {
-            print_summary(port, &kernel, &plan.config, Some(bytes), false);
+            print_summary(port, &kernel, &plan.config, Some(bytes), None);
             let _ = port.start("FreeBuffers", &FreeBuffersRequest::default(), None);
             match &plan.output {
                 Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
@@ -373,7 +374,7 @@ pub fn wait_and_collect(
 /// the last line names the snapshot files. 0 when every snapshot was
 /// written.
 fn end_snapshot_session(port: &mut Port, plan: &TracePlan, snaps: &Snapshots) -> i32 {
-    print_summary(port, &KernelLoss::default(), &plan.config, None, false);
+    print_summary(port, &KernelLoss::default(), &plan.config, None, None);
     plan.output.as_ref().map(output::remove_if_empty);
     snaps.report();
     i32::from(snaps.failed > 0)
@@ -448,23 +449,16 @@ fn session_figures(port: &mut Port) -> Option<status_line::Figures> {
 /// One line on stderr with the session's losses (the session has ended
 /// but still exists, so its stats are final), the kernel's, and what was
 /// asked for and not obtained. `bytes`: the trace's size, if known.
-/// The end-of-trace line. `write_failed`: traced could not write the
-/// output file to the end (it cut it at the last whole packet).
+/// The end-of-trace line. `first`: a phrase that leads the line's
+/// items (the output file could not be written to the end, or read back).
 pub(super) fn print_summary(
     port: &mut Port,
     kernel: &KernelLoss,
     config: &TraceConfig,
     bytes: Option<u64>,
-    write_failed: bool,
+    first: Option<&str>,
 ) {
-    let mut missing = Vec::new();
-    if write_failed {
-        missing.push(
-            "the output file could not be written to the end (it ends at the last whole \
-             packet written)"
-                .to_owned(),
-        );
-    }
+    let mut missing: Vec<String> = first.into_iter().map(str::to_owned).collect();
     missing.extend(kernel.missing(Some(config), bytes));
     let lost = kernel.events_lost().unwrap_or(0);
     match session_figures(port) {
@@ -501,6 +495,16 @@ pub(super) fn written_file_losses(file: Option<&File>) -> (KernelLoss, Option<u6
     }
     (kernel, Some(meta.len()))
 }
+
+/// traced could not write the output file to the end.
+const FILE_CUT: &str =
+    "the output file could not be written to the end (it ends at the last whole packet written)";
+
+/// An attached client got no output file from the service (Perfetto's own
+/// traced does not hand it over), so the trace's own figures are unknown.
+pub(super) const FILE_NOT_READ_BACK: &str =
+    "the trace file was not read back (the service did not hand it to the attaching client): \
+     what the kernel lost and what the trace itself records are unknown";
 
 /// How traced's error for a failed write of the output file begins.
 const FILE_WRITE_FAILED: &str = "Writing the trace file failed";
