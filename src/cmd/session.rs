@@ -3,7 +3,7 @@
 //! then read the buffers into the output file.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use super::output;
 use super::packet_writer::PacketWriter;
 use super::rotate::Rotation;
 use super::rpc::{decode, Port};
-use super::signals::StopSignals;
+use super::signals::{self, StopSignals};
 use super::snapshots::Snapshots;
 use super::status_line;
 use crate::base::unix_socket::wait_readable_any;
@@ -84,6 +84,11 @@ pub fn run(
     mut ready: ReadyNotifier,
 ) -> i32 {
     let write_into_file = plan.config.write_into_file == Some(true);
+    signals::name_output(&match &plan.output {
+        Some(Output::File { path, .. }) => path.clone(),
+        Some(Output::Stdout) => "stdout".to_owned(),
+        None => "the trace".to_owned(),
+    });
     // With rotation the first file is opened once the service is known to
     // rotate.
     let direct_output = plan.output.as_ref().filter(|_| plan.rotate.is_none());
@@ -141,6 +146,12 @@ pub fn run(
         (Some(f), true) => f.try_clone().ok().map(OwnedFd::from),
         _ => None,
     };
+    if signals.interrupted_before_start() {
+        eprintln!("{}", signals::BEFORE_START);
+        plan.output.as_ref().map(output::remove_if_empty);
+        ready.send(1);
+        return 1;
+    }
     let enable_id = match port.start_raw(
         "EnableTracing",
         enable_request(&plan.config_bytes, false),
@@ -383,9 +394,30 @@ fn end_snapshot_session(port: &mut Port, plan: &TracePlan, snaps: &Snapshots) ->
 /// Streams ReadBuffers into `file`. Returns (bytes, packets) written and
 /// the kernel's ftrace losses seen on the way.
 pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss), String> {
+    signals::writing_into(file.as_fd());
+    let r = read_buffers_into(port, &file);
+    signals::done_writing();
+    r
+}
+
+/// Whole packets gathered before each write: what reached the file is
+/// always whole packets but for the write in progress, which a later
+/// interrupt cuts off (signals::whole_bytes).
+const WRITE_BATCH: usize = 1 << 20;
+
+fn read_buffers_into(port: &mut Port, mut file: &File) -> Result<(u64, u64, KernelLoss), String> {
     port.client.set_timeout(Some(READ_WATCHDOG));
     let id = port.start("ReadBuffers", &ReadBuffersRequest {}, None)?;
-    let mut writer = PacketWriter::new(BufWriter::with_capacity(1 << 20, file));
+    let mut writer = PacketWriter::new(Vec::with_capacity(WRITE_BATCH + 4096));
+    let mut on_disk = 0u64;
+    let mut write_batch = |batch: &mut Vec<u8>| -> Result<(), String> {
+        file.write_all(batch)
+            .map_err(|e| format!("Failed to write packets: {e}"))?;
+        on_disk += batch.len() as u64;
+        signals::whole_bytes(on_disk);
+        batch.clear();
+        Ok(())
+    };
     let mut kernel = KernelLoss::default();
     // The slices of the packet being reassembled (it may span replies).
     let mut parts: Vec<Vec<u8>> = Vec::new();
@@ -403,6 +435,9 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss
                         .write_packet(&parts)
                         .map_err(|e| format!("Failed to write packets: {e}"))?;
                     parts.clear();
+                    if writer.out_mut().len() >= WRITE_BATCH {
+                        write_batch(writer.out_mut())?;
+                    }
                 }
             }
             Ok(Some(_)) => return Err("ReadBuffers failed".into()),
@@ -414,9 +449,7 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss
         }
     }
     let (bytes, packets) = (writer.bytes_written, writer.packets_written);
-    writer
-        .finish()
-        .map_err(|e| format!("Failed to write packets: {e}"))?;
+    write_batch(writer.out_mut())?;
     Ok((bytes, packets, kernel))
 }
 
