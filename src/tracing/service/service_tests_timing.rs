@@ -140,6 +140,14 @@ fn stop_waits_for_acks_or_timeout() {
 
     let c2 = h.svc.connect_consumer(0);
     let sid2 = h.enable(c2, &cfg).unwrap();
+    let inst2 = cmds_for(&h.outputs(), p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::StartDataSource { instance_id, .. } => Some(instance_id),
+            _ => None,
+        })
+        .unwrap();
+    h.svc.notify_data_source_started(h.now, p, inst2);
     h.svc.disable_tracing(h.now, c2).unwrap();
     h.advance(ms(699));
     assert_eq!(h.svc.session_state(sid2), Some(SessionState::Stopping));
