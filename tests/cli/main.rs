@@ -12,6 +12,7 @@ mod kernel_loss;
 mod multicall;
 mod permissions;
 mod rotation;
+mod service_version;
 mod session;
 mod signals;
 mod snapshots;

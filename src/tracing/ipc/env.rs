@@ -81,7 +81,7 @@ impl ServiceEnv for RealEnv {
         put_str(&mut s, 4, &u.machine().to_string_lossy());
         end_nested(&mut s, n);
         // tracing_service_version (4)
-        put_str(&mut s, 4, crate::VERSION);
+        put_str(&mut s, 4, crate::SERVICE_VERSION);
         if let Ok(ps) = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
             // page_size (6)
             put_varint(&mut s, 6, ps.unwrap_or(4096) as u64);

@@ -405,8 +405,15 @@ impl TracingService {
         }
     }
 
+    /// True while `sid` is detached (no consumer until an Attach).
+    pub fn session_is_detached(&self, sid: SessionId) -> bool {
+        self.sessions
+            .get(&sid)
+            .is_some_and(|s| s.detach_key.is_some())
+    }
+
     /// The consumer's session, if any.
-    pub(super) fn consumer_session(&self, consumer: ConsumerId) -> Option<SessionId> {
+    pub fn consumer_session(&self, consumer: ConsumerId) -> Option<SessionId> {
         self.consumers
             .get(&consumer)?
             .session
