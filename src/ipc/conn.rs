@@ -34,6 +34,9 @@ pub struct Received {
     pub frame: IPCFrame,
     /// `SCM_RIGHTS` fd that arrived with this frame.
     pub fd: Option<OwnedFd>,
+    /// Stream offset of the frame's first byte (0: nothing came before it,
+    /// not even an empty or unparsable frame).
+    pub offset: u64,
 }
 
 /// Why a frame could not be queued.
@@ -224,6 +227,12 @@ impl Conn {
         self.decoder.discarded()
     }
 
+    /// Bytes of whole frames taken from the stream so far (returned,
+    /// empty or unparsable).
+    pub fn bytes_consumed(&self) -> u64 {
+        self.decoder.consumed()
+    }
+
     /// Serializes and queues `frame` (with `fd`, if any), then tries to
     /// flush. A socket error is reported here or by a later flush.
     pub fn send(&mut self, frame: &IPCFrame, fd: Option<OwnedFd>) -> Result<(), SendError> {
@@ -341,7 +350,11 @@ impl Conn {
                     break;
                 }
             }
-            out.push(Received { frame, fd });
+            out.push(Received {
+                frame,
+                fd,
+                offset: start,
+            });
         }
         // Fds whose frames were skipped as empty or unparsable.
         let consumed = self.decoder.consumed();

@@ -11,6 +11,7 @@ mod flags;
 mod kernel_loss;
 mod multicall;
 mod permissions;
+mod probes_killed;
 mod rotation;
 mod service_version;
 mod session;

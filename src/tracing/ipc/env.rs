@@ -97,6 +97,10 @@ impl ServiceEnv for RealEnv {
         if let Some(n) = sys::cpus_configured() {
             put_varint(&mut s, 8, n as u64);
         }
+        // system_ram_bytes (16)
+        if let Some(ram) = sys::system_ram_bytes() {
+            put_varint(&mut s, 16, ram);
+        }
         Some(s.into_bytes())
     }
 

@@ -496,6 +496,7 @@ impl TracingService {
                 all_started_notified: true,
                 disabled_notified: true,
                 start_time_ns: 0,
+                relay_commit_armed: false,
             },
         );
         self.consumers.get_mut(&consumer).expect("checked").session = Some(sid);

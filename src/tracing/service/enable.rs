@@ -162,6 +162,7 @@ impl TracingService {
             all_started_notified: false,
             disabled_notified: false,
             start_time_ns: 0,
+            relay_commit_armed: false,
         };
         self.sessions.insert(sid, session);
         if let Some(c) = self.consumers.get_mut(&consumer) {
