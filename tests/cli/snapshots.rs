@@ -4,28 +4,12 @@
 
 use crate::support::cli as cli_support;
 
-use cli_support::{python, wait_exit, Env, Killed};
+use cli_support::{python, wait_exit, Env};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// Our traced_probes on the test's private producer socket, ready once
-/// the service lists its data sources.
-fn start_probes(env: &Env) -> Killed {
-    let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
-        .arg("traced_probes")
-        .env("PERFETTO_PRODUCER_SOCK_NAME", &env.producer)
-        .env("TRACED_PROBES_STATE_FILE", env.path("probes.state"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(env.path("probes.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let k = Killed(child);
-    env.wait_query("linux.sys_stats", true);
-    k
-}
 
 /// Per file: [has trace_config, has clock_snapshot, clone trigger name,
 /// number of sys_stats packets, first and last sys_stats timestamp].
@@ -92,7 +76,7 @@ fn three_snapshots_in(tag: &str, buffer_extra: &str, real_traced: bool, mode: &s
     } else {
         env.start_traced()
     };
-    let _probes = start_probes(&env);
+    let _probes = env.start_probes();
     let cfg = env.write(
         "c.pbtx",
         &format!(
@@ -204,7 +188,7 @@ fn snapshot_session_ends_at_timeout(tag: &str, real_traced: bool) {
     } else {
         env.start_traced()
     };
-    let _probes = start_probes(&env);
+    let _probes = env.start_probes();
     let cfg = env.write(
         "c.pbtx",
         "buffers { size_kb: 4096 fill_policy: RING_BUFFER }\n\

@@ -7,7 +7,7 @@
 //! `TRACEBOX_INTERRUPT_TRIALS` (default 60, about half a minute) sets the
 //! number of runs; `TRACEBOX_INTERRUPT_SEED` the random gaps.
 
-use crate::support::cli::{wait_exit, Env, Killed};
+use crate::support::cli::{wait_exit, Env};
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -75,20 +75,6 @@ impl Drop for CpuHog {
             let _ = t.join();
         }
     }
-}
-
-fn start_probes(env: &Env) -> Killed {
-    let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
-        .arg("traced_probes")
-        .env("PERFETTO_PRODUCER_SOCK_NAME", &env.producer)
-        .env("TRACED_PROBES_STATE_FILE", env.path("probes.state"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(env.path("probes.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let k = Killed(child);
-    env.wait_query("linux.sys_stats", true);
-    k
 }
 
 /// Packets in a trace file that must hold whole packets and nothing else.
@@ -202,7 +188,7 @@ fn one_run(env: &Env, cfg: &str, i: u64, rng: &mut Rng, tally: &mut Tally) {
 fn interrupts_from_timeout_and_the_process_group_never_lose_the_trace() {
     let env = Env::new("intr");
     let _traced = env.start_traced();
-    let _probes = start_probes(&env);
+    let _probes = env.start_probes();
     let cfg = env.write(
         "c.pbtx",
         "buffers { size_kb: 4096 }\n\

@@ -78,6 +78,22 @@ impl Env {
         child
     }
 
+    /// Our traced_probes on the private producer socket, ready once the
+    /// service lists its data sources.
+    pub fn start_probes(&self) -> Killed {
+        let child = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .arg("traced_probes")
+            .env("PERFETTO_PRODUCER_SOCK_NAME", &self.producer)
+            .env("TRACED_PROBES_STATE_FILE", self.path("probes.state"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.path("probes.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let k = Killed(child);
+        self.wait_query("linux.sys_stats", true);
+        k
+    }
+
     /// The real SDK producer: registers `tbx.sdk_test`, writes `packets`
     /// packets when started, then waits for the stop.
     pub fn start_sdk_producer(&self, packets: u32) -> Killed {

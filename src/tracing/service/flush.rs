@@ -15,6 +15,9 @@ pub enum FlushOrigin {
     Consumer {
         consumer: ConsumerId,
         token: RequestToken,
+        /// Its reason is the trace's stop: the client's final flush
+        /// (Ctrl-C, `--attach --stop`), named in the trace if it times out.
+        stop: bool,
     },
     /// Flush before stopping (duration expiry, stop trigger).
     StopSession,
@@ -63,7 +66,11 @@ impl TracingService {
             sid,
             timeout,
             flags,
-            FlushOrigin::Consumer { consumer, token },
+            FlushOrigin::Consumer {
+                consumer,
+                token,
+                stop: flags & 0xf == flush_flags::REASON_TRACE_STOP,
+            },
         );
         Ok(())
     }
@@ -146,11 +153,20 @@ impl TracingService {
             }
         }
         match f.origin {
-            FlushOrigin::Consumer { consumer, token } => self.emit(Output::FlushResult {
+            FlushOrigin::Consumer {
                 consumer,
                 token,
-                success,
-            }),
+                stop,
+            } => {
+                if stop && !success {
+                    self.note_slow_final_flush(now, f.session, f.session, &f.pending);
+                }
+                self.emit(Output::FlushResult {
+                    consumer,
+                    token,
+                    success,
+                })
+            }
             FlushOrigin::StopSession => {
                 if let Some(s) = self.sessions.get_mut(&f.session) {
                     s.stats.final_flush_outcome = if success { 1 } else { 2 };
@@ -200,7 +216,9 @@ impl TracingService {
         for id in ids {
             let f = self.flushes.remove(&id).expect("listed above");
             match f.origin {
-                FlushOrigin::Consumer { consumer, token } => self.emit(Output::FlushResult {
+                FlushOrigin::Consumer {
+                    consumer, token, ..
+                } => self.emit(Output::FlushResult {
                     consumer,
                     token,
                     success: false,
