@@ -102,7 +102,8 @@ fetch_deb() {
 fetch_target() {
     local t="$1" arch_suffix="" kpkg deb bdeb
     [ "$debarch" = amd64 ] || arch_suffix=":$debarch"
-    if [ "$debarch" != amd64 ] && ! dpkg --print-foreign-architectures | grep -qx "$debarch"; then
+    # Not `dpkg ... | grep -q`: under pipefail grep's early exit fails dpkg.
+    if [ "$debarch" != amd64 ] && [[ " $(dpkg --print-foreign-architectures | tr '\n' ' ') " != *" $debarch "* ]]; then
         dpkg --add-architecture "$debarch"
         apt_updated=
         apt_update_once

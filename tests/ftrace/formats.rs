@@ -67,6 +67,41 @@ fn corpus_counts() {
     }
 }
 
+/// Debian's PREEMPT_RT kernel (6.1.0-56-rt-amd64, captured in the VM
+/// stage): a fifth common field moves every sched_switch field by four
+/// bytes; the layout comes from the file, so nothing is dropped.
+#[test]
+fn preempt_rt_sched_switch_has_the_lazy_count_common_field() {
+    let sw = load("debian_6.1.0-56-rt-amd64/events/sched/sched_switch/format");
+    let common: Vec<_> = sw
+        .common_fields
+        .iter()
+        .map(|f| (f.name.as_str(), f.offset))
+        .collect();
+    assert_eq!(
+        common,
+        [
+            ("common_type", 0),
+            ("common_flags", 2),
+            ("common_preempt_count", 3),
+            ("common_pid", 4),
+            ("common_preempt_lazy_count", 8)
+        ]
+    );
+    let at = |name: &str| {
+        let f = sw.field(name).unwrap();
+        (f.offset, f.size, f.ty)
+    };
+    assert_eq!(at("prev_comm"), (12, 16, Some(FieldType::FixedCString)));
+    assert_eq!(at("prev_state"), (40, 8, Some(FieldType::Int64)));
+    assert_eq!(at("next_pid"), (64, 4, Some(FieldType::Pid32)));
+    assert_eq!(at("next_prio"), (68, 4, Some(FieldType::Int32)));
+    let waking = load("debian_6.1.0-56-rt-amd64/events/sched/sched_waking/format");
+    assert_eq!(waking.field("comm").unwrap().offset, 12);
+    let (ok, failed) = parse_all(&Path::new(CORPUS).join("debian_6.1.0-56-rt-amd64"));
+    assert_eq!((ok, failed.len()), (3, 0));
+}
+
 #[test]
 fn spot_checks() {
     let sw = load("android_hammerhead_MRA59G_3.4.0/events/sched/sched_switch/format");

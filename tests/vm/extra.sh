@@ -5,12 +5,12 @@
 # with symbols and frame pointers in every function, so the guest's
 # traced_perf unwinds and names it on the device. 32-bit ARM: ARM (not
 # Thumb) code with APCS frames, the layout the kernel's arm user unwinder
-# walks.
+# walks. aarch64: gcc omits leaf functions' frame records by default.
 set -euo pipefail
 t="$1" dest="$3"
 case "$t" in
 x86_64 | x86_64-rt) cc=gcc pkgs=(gcc libc6-dev) flags=() ;;
-aarch64) cc=aarch64-linux-gnu-gcc pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross) flags=() ;;
+aarch64) cc=aarch64-linux-gnu-gcc pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross) flags=(-mno-omit-leaf-frame-pointer) ;;
 armv7) cc=arm-linux-gnueabihf-gcc pkgs=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross) flags=(-marm -mapcs-frame) ;;
 *) echo "extra: unknown target $t" >&2; exit 2 ;;
 esac

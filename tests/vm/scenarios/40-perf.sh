@@ -16,8 +16,13 @@ sh -c "$low" sh /vm/bin/hot split 100000000 &
 split=$!
 sh -c "$low" sh /vm/bin/hot syscall 1000000000 &
 sys=$!
+# The timeouts: an emulated board under a loaded host can stall a daemon
+# for seconds (its first kernel frame waits for kallsyms, seconds to load
+# here), as a slow board's config would allow for.
 cat >"$OUT/config.pbtx" <<CFG
 duration_ms: 8000
+flush_timeout_ms: 30000
+data_source_stop_timeout_ms: 30000
 buffers { size_kb: 16384 }
 data_sources { config { name: "linux.perf" perf_event_config {
     timebase { period: 50000000 counter: SW_CPU_CLOCK }
