@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Host side of 80-second-machine: traced with the relay endpoint on the
 # loopback port the guest's $HOST_RELAY reaches. Once the guest's
-# producers registered, one consumer records both machines; 5 s into the
-# trace the guest is killed (SIGKILL to qemu). After the boot: the trace
+# producers registered, one consumer records both machines; 4 s after the
+# guest's data first shows in the session the guest is killed (SIGKILL to
+# qemu). After the boot: the trace
 # has the guest's sched events, perf samples, system_info and clock sync
 # stamped with its machine id, its data up to the commit window before
 # the kill, and the end line names the disconnect and the window.
@@ -14,6 +15,17 @@ export PERFETTO_CONSUMER_SOCK_NAME="$dir/c.sock"
 
 boottime_ns() { "$repo/.venv/bin/python" -c 'import time; print(time.clock_gettime_ns(time.CLOCK_BOOTTIME))'; }
 
+guest_data_in_snapshot() {
+    "$tb" perfetto --clone-by-name second_machine -o "$dir/snapshot.pftrace" >/dev/null 2>&1 &&
+        "$repo/.venv/bin/python" - "$dir/snapshot.pftrace" <<'PY'
+import sys
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+t = pb.Trace()
+t.ParseFromString(open(sys.argv[1], "rb").read())
+sys.exit(0 if any(p.machine_id and p.HasField("sys_stats") for p in t.packet) else 1)
+PY
+}
+
 driver() {
     set +e
     local i=0
@@ -24,7 +36,7 @@ driver() {
         sleep 0.2
     done
     cat >"$dir/config.pbtx" <<CFG
-duration_ms: 12000
+duration_ms: 60000
 buffers { size_kb: 32768 }
 data_sources { config { name: "linux.ftrace" ftrace_config {
     ftrace_events: "sched/sched_switch" ftrace_events: "sched/sched_waking" } } }
@@ -33,13 +45,25 @@ data_sources { config { name: "linux.system_info" } }
 data_sources { config { name: "linux.perf" perf_event_config {
     timebase { frequency: 100 counter: SW_CPU_CLOCK } } } }
 trace_all_machines: true
+unique_session_name: "second_machine"
 CFG
     "$tb" perfetto --txt -c "$dir/config.pbtx" -o "$dir/trace.pftrace" 2>"$dir/client.err" &
     local client=$!
-    sleep 5
+    # A TCG guest may take seconds to set its data sources up: wait until
+    # a snapshot of the session (a clone) holds the guest's samples, then
+    # give the relay commits 4 s of their own before the kill.
+    i=0
+    until guest_data_in_snapshot; do
+        i=$((i + 1))
+        [ $i -le 120 ] || { echo "no guest data in the session"; kill "$client"; return 1; }
+        sleep 0.5
+    done
+    sleep 4
     boottime_ns >"$dir/killed_at"
     kill -KILL "$(cat "$QEMU_PID_FILE")"
     echo "killed qemu"
+    sleep 1
+    kill -TERM "$client"
     wait "$client"
     local rc=$?
     echo "client exit $rc"
@@ -103,7 +127,8 @@ if syncs:
     killed = int(open(f"{d}/killed_at").read())
     stats = sorted(p.timestamp + offset for p in guest if p.HasField("sys_stats"))
     # Committed every 1 s; TCG and the forward add their latency.
-    v.expect(len(stats) >= 20, f"{len(stats)} sys_stats samples of the guest")
+    # Every 100 ms asked; a TCG guest takes longer (aarch64: ~300 ms).
+    v.expect(len(stats) >= 8, f"{len(stats)} sys_stats samples of the guest")
     if stats:
         late = killed - stats[-1]
         print(f"guest sys_stats: {len(stats)}, the newest {late / 1e6:.0f} ms before the kill")
