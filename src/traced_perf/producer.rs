@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::data_source::PerfSource;
 use crate::base::event_loop::{Handler, Interest, LoopCtl, Ready, TaskRunner, TimerId, Token};
-use crate::base::shm::{AttachOptions, Shm};
+use crate::base::shm::Shm;
 use crate::base::sock_addr::SockAddr;
 use crate::ipc::client::{Client, ClientEvent, ClientReply};
 use crate::pb::protos::mod_InitializeConnectionRequest::ProducerSMBScrapingMode;
@@ -19,10 +19,10 @@ use crate::pb::protos::{DataSourceConfig, InitializeConnectionRequest};
 use crate::traced_probes::backoff::Backoff;
 use crate::traced_probes::data_source::watchdog_delay;
 use crate::traced_probes::link::{Link, Method};
+use crate::traced_probes::producer::smb_for_setup;
 use crate::traced_probes::stop_signals::StopSignals;
 use crate::traced_probes::wire::{self, Command};
 use crate::tracing::core::arbiter::{Arbiter, BufferExhaustedPolicy, CommitBatch};
-use crate::tracing::core::smb_abi::SmbAbi;
 
 pub const NOTIFY_ENV: &str = "TRACED_PERF_NOTIFY_FD";
 pub const PRODUCER_NAME: &str = "perfetto.traced_perf";
@@ -54,6 +54,9 @@ pub struct Producer {
     reconnect_timer: Option<TimerId>,
     notified: bool,
     direct_patching: bool,
+    /// traced asked for shared-memory emulation (we reach it through a
+    /// relay): a private buffer, chunks sent inline.
+    shmem_emulation: bool,
     arbiter: Option<Arc<Arbiter>>,
     shm: Option<Shm>,
     instances: BTreeMap<u64, Instance>,
@@ -85,6 +88,7 @@ impl Producer {
             reconnect_timer: None,
             notified: false,
             direct_patching: false,
+            shmem_emulation: false,
             arbiter: None,
             shm: None,
             instances: BTreeMap::new(),
@@ -169,6 +173,7 @@ impl Producer {
                 return self.disconnect(ctl);
             }
             self.direct_patching = wire::direct_patching_supported(&r.payload);
+            self.shmem_emulation = wire::shmem_emulation(&r.payload);
         } else if id == self.requests.sync {
             self.connected = true;
             self.backoff.reset();
@@ -216,17 +221,9 @@ impl Producer {
         if self.arbiter.is_some() {
             return crate::log_warn!("SetupTracing again on one connection; ignored");
         }
-        let Some(fd) = fd else {
-            return crate::log_error!("SetupTracing without a shared memory fd");
-        };
-        let shm = match Shm::attach(fd, AttachOptions::default()) {
+        let (shm, abi) = match smb_for_setup(fd, self.shmem_emulation, page_size_kb, &self.link) {
             Ok(s) => s,
-            Err(e) => return crate::log_error!("cannot map the shared memory buffer: {e}"),
-        };
-        let page_size = (page_size_kb as usize).saturating_mul(1024);
-        let abi = match SmbAbi::new(shm.mem().clone(), page_size) {
-            Ok(a) => a,
-            Err(e) => return crate::log_error!("unusable shared memory buffer: {e}"),
+            Err(e) => return crate::log_error!("{e}"),
         };
         let arbiter = Arbiter::new(abi, wire::arbiter_config(), Arc::new(self.link.clone()));
         arbiter.set_direct_smb_patching(self.direct_patching);
@@ -354,6 +351,8 @@ impl Producer {
         self.arbiter = None;
         self.shm = None;
         self.stashed_fd = None;
+        self.shmem_emulation = false;
+        self.link.lock().emulated_smb = None;
     }
 
     fn disconnect<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {

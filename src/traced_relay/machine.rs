@@ -51,7 +51,8 @@ mod tests {
         // SystemInfo.utsname (1) comes first.
         assert_eq!(system_info().first(), Some(&0x0a));
         let args = super::super::wire::sync_clock_args(super::super::wire::SyncPhase::Ping, &snap);
-        let back = super::super::wire::decode_sync_clock(&args).unwrap();
-        assert_eq!(back.clocks, snap);
+        use crate::tracing::ipc::relay_port::{parse_untrusted, RelayRequest};
+        let back = parse_untrusted("SyncClock", &args).unwrap();
+        assert_eq!(back, RelayRequest::Clocks(snap));
     }
 }

@@ -16,7 +16,6 @@ use std::time::Duration;
 use crate::ipc::frame::{encode_frame, FrameTooLarge};
 use crate::pb::protos::mod_IPCFrame::{OneOfmsg, SetPeerIdentity};
 use crate::pb::protos::IPCFrame;
-use crate::protozero::decode::{read_varint, FieldIter};
 use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, VecStream};
 
 /// Time between two clock-sync rounds (upstream's value).
@@ -163,77 +162,6 @@ pub fn sync_clock_args(phase: SyncPhase, clocks: &[(u32, u64)]) -> Vec<u8> {
     s.into_bytes()
 }
 
-/// The SystemInfo bytes of an `InitRelayRequest` (empty if absent).
-pub fn decode_init_relay(args_untrusted: &[u8]) -> Result<&[u8], &'static str> {
-    let mut info = &[][..];
-    let mut it = FieldIter::new(args_untrusted);
-    for f in it.by_ref() {
-        if f.number == 1 && f.wire_type == 2 {
-            info = f.value;
-        }
-    }
-    if it.error {
-        return Err("malformed InitRelayRequest");
-    }
-    if info.len() > MAX_SYSTEM_INFO {
-        return Err("InitRelayRequest system_info too large");
-    }
-    Ok(info)
-}
-
-/// A decoded `SyncClockRequest`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SyncClock {
-    pub phase: SyncPhase,
-    pub clocks: Vec<(u32, u64)>,
-}
-
-/// Decodes `SyncClockRequest` args; unknown fields are skipped, clocks
-/// missing an id or a timestamp are dropped.
-pub fn decode_sync_clock(args_untrusted: &[u8]) -> Result<SyncClock, &'static str> {
-    let mut phase = None;
-    let mut clocks = Vec::new();
-    let mut it = FieldIter::new(args_untrusted);
-    for f in it.by_ref() {
-        match (f.number, f.wire_type) {
-            (1, 0) => {
-                phase = match read_varint(f.value).map(|v| v.0) {
-                    Some(1) => Some(SyncPhase::Ping),
-                    Some(2) => Some(SyncPhase::Update),
-                    _ => return Err("unknown SyncClock phase"),
-                }
-            }
-            (2, 2) => {
-                if clocks.len() == MAX_SYNC_CLOCKS {
-                    return Err("too many clocks in SyncClock");
-                }
-                let (mut id, mut ts) = (None, None);
-                let mut inner = FieldIter::new(f.value);
-                for g in inner.by_ref() {
-                    match (g.number, g.wire_type) {
-                        (1, 0) => id = read_varint(g.value).map(|v| v.0),
-                        (2, 0) => ts = read_varint(g.value).map(|v| v.0),
-                        _ => {}
-                    }
-                }
-                if inner.error {
-                    return Err("malformed SyncClock clock");
-                }
-                if let (Some(id), Some(ts)) = (id, ts) {
-                    let id = u32::try_from(id).map_err(|_| "clock id out of range")?;
-                    clocks.push((id, ts));
-                }
-            }
-            _ => {}
-        }
-    }
-    if it.error {
-        return Err("malformed SyncClockRequest");
-    }
-    let phase = phase.ok_or("SyncClock without a phase")?;
-    Ok(SyncClock { phase, clocks })
-}
-
 /// What the relay's clock sync does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncStep {
@@ -361,28 +289,28 @@ mod tests {
 
     #[test]
     fn relay_port_messages_round_trip() {
+        // What we send is read back by traced's one RelayPort parser.
+        use crate::tracing::ipc::relay_port::{parse_untrusted, RelayRequest};
         let info = [0x0a, 0x02, 0x0a, 0x00];
         let args = init_relay_args(&info);
         assert_eq!(args, [0x0a, 4, 0x0a, 0x02, 0x0a, 0x00]);
-        assert_eq!(decode_init_relay(&args).unwrap(), &info);
-        assert!(decode_init_relay(&[0x0a, 5, 0]).is_err());
+        assert_eq!(
+            parse_untrusted("InitRelay", &args).unwrap(),
+            RelayRequest::SystemInfo(info.to_vec())
+        );
 
         let clocks = [(6, 123_456_789_000), (1, u64::MAX), (3, 0)];
         let args = sync_clock_args(SyncPhase::Update, &clocks);
         assert_eq!(&args[..3], &[0x08, 2, 0x12]);
-        let got = decode_sync_clock(&args).unwrap();
-        assert_eq!(got.phase, SyncPhase::Update);
-        assert_eq!(got.clocks, clocks);
-        // quick-protobuf's generated type reads the same bytes.
+        assert_eq!(
+            parse_untrusted("SyncClock", &args).unwrap(),
+            RelayRequest::Clocks(clocks.to_vec())
+        );
         let pb: crate::pb::protos::SyncClockRequest =
             crate::protozero::decode::decode_message(&args).unwrap();
-        assert_eq!(pb.clocks.len(), 3);
-        assert_eq!(pb.clocks[1].timestamp, Some(u64::MAX));
-
-        assert!(decode_sync_clock(&[0x08, 3]).is_err());
-        assert!(decode_sync_clock(&[]).is_err());
+        assert_eq!(pb.phase.map(|p| p as i32), Some(SyncPhase::Update as i32));
         let many = sync_clock_args(SyncPhase::Ping, &vec![(1, 1); MAX_SYNC_CLOCKS + 1]);
-        assert!(decode_sync_clock(&many).is_err());
+        assert!(parse_untrusted("SyncClock", &many).is_err());
     }
 
     #[test]

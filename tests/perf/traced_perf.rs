@@ -73,18 +73,71 @@ pub fn record(dir: &Path, perf_cfg: &str, load: impl FnOnce()) -> Run {
     record_with(dir, "", perf_cfg, false, load)
 }
 
+/// Which service traced_perf produces into.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    Ours,
+    /// Perfetto's own traced (tests/sdk-interop).
+    Real,
+    /// Ours on a loopback TCP socket, traced_perf behind our traced_relay
+    /// (shared-memory emulation).
+    OursRelayed,
+}
+
 /// `record`, with Perfetto's own traced (tests/sdk-interop) if `real`.
 /// `top`: more TraceConfig fields.
 pub fn record_with(dir: &Path, top: &str, perf_cfg: &str, real: bool, load: impl FnOnce()) -> Run {
-    let socks = Sockets::in_dir(dir);
-    let _traced = if real {
+    let service = if real { Service::Real } else { Service::Ours };
+    record_via(dir, top, perf_cfg, service, load)
+}
+
+pub fn record_via(
+    dir: &Path,
+    top: &str,
+    perf_cfg: &str,
+    service: Service,
+    load: impl FnOnce(),
+) -> Run {
+    let mut socks = Sockets::in_dir(dir);
+    let tcp = format!("127.0.0.1:{}", {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    });
+    let local_producer = socks.producer.clone();
+    if service == Service::OursRelayed {
+        socks.producer = format!("{},{tcp}", socks.producer);
+    }
+    let _traced = if service == Service::Real {
         let bin = interop_bin("real-traced").unwrap();
         start_real_traced(&bin, &socks, &dir.join("traced.log"))
     } else {
         start_our_traced(&socks, &dir.join("traced.log"))
     };
+    let relay_sock = dir.join("relay.sock").display().to_string();
+    let _relay = (service == Service::OursRelayed).then(|| {
+        let relay = Proc {
+            child: Command::new(env!("CARGO_BIN_EXE_tracebox"))
+                .arg("traced_relay")
+                .env("PERFETTO_PRODUCER_SOCK_NAME", &relay_sock)
+                .env("PERFETTO_RELAY_SOCK_NAME", &tcp)
+                .env("PERFETTO_MACHINE_NAME", "board-perf")
+                .env_remove("TRACED_RELAY_NOTIFY_FD")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join("relay.log")).unwrap())
+                .spawn()
+                .unwrap(),
+            name: "traced_relay",
+        };
+        wait_until(Duration::from_secs(20), "the relay's socket", || {
+            Path::new(&relay_sock).exists()
+        });
+        relay
+    });
     let perf_log = dir.join("perf.log");
-    let _perf = start_perf(&socks.producer, &perf_log);
+    let _perf = match service {
+        Service::OursRelayed => start_perf(&relay_sock, &perf_log),
+        _ => start_perf(&local_producer, &perf_log),
+    };
     let cfg = dir.join("config.txt");
     std::fs::write(
         &cfg,
@@ -440,6 +493,46 @@ fn events_the_kernel_lacks_are_clear_setup_errors() {
     // Named once: a source that never started is not also a stop that
     // timed out (issue 33, defect 10).
     assert!(!end.contains("did not stop within"), "end line: {end:?}");
+}
+
+/// traced_perf behind traced_relay: traced tells it to emulate shared
+/// memory, it keeps a private buffer and sends its chunks inline, and the
+/// samples reach the trace stamped with the relayed machine.
+#[test]
+fn samples_through_the_relay_with_shared_memory_emulation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hot = build_load(dir, "perf_relay_hot");
+    let mut pid = 0;
+    let run = record_via(
+        dir,
+        "trace_all_machines: true",
+        "timebase { frequency: 500 counter: SW_CPU_CLOCK } \
+         callstack_sampling { scope { target_cmdline: \"perf_relay_hot\" } }",
+        Service::OursRelayed,
+        || {
+            let mut c = run_load(&hot, &["split", "1000"]);
+            pid = c.id();
+            assert!(c.wait().unwrap().success());
+        },
+    );
+    let all = samples(&run);
+    assert!(
+        all.iter()
+            .any(|s| s.pid == pid && s.names.iter().any(|n| n == "hot_three")),
+        "no sample of the load with its frames\n{}",
+        std::fs::read_to_string(dir.join("perf.log")).unwrap_or_default()
+    );
+    let perf_log = std::fs::read_to_string(dir.join("perf.log")).unwrap();
+    assert!(
+        !perf_log.contains("without a shared memory fd"),
+        "{perf_log}"
+    );
+    assert!(
+        !run.end_line.contains("never reached traced"),
+        "{}",
+        run.end_line
+    );
 }
 
 #[test]

@@ -131,7 +131,7 @@ pub fn start_our_traced(s: &Sockets, log: &Path) -> Proc {
         name: "traced",
     };
     wait_until(Duration::from_secs(20), "traced sockets", || {
-        Path::new(&s.producer).exists() && Path::new(&s.consumer).exists()
+        Path::new(s.producer.split(',').next().unwrap()).exists() && Path::new(&s.consumer).exists()
     });
     p
 }

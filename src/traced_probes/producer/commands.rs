@@ -4,9 +4,9 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+use super::smb_for_setup;
 use super::{Instance, Producer};
 use crate::base::event_loop::{LoopCtl, TaskRunner};
-use crate::base::shm::{AttachOptions, Shm};
 use crate::pb::protos::DataSourceConfig;
 use crate::traced_probes::data_source::{self, Env};
 use crate::traced_probes::factory;
@@ -14,7 +14,6 @@ use crate::traced_probes::ftrace::reading::NOTIFY_COALESCE;
 use crate::traced_probes::link::Method;
 use crate::traced_probes::wire::{self, Command};
 use crate::tracing::core::arbiter::{Arbiter, BufferExhaustedPolicy, CommitBatch};
-use crate::tracing::core::smb_abi::SmbAbi;
 
 impl Producer {
     pub(super) fn on_command<M>(&mut self, ctl: &mut LoopCtl<'_, M>, payload_untrusted: &[u8]) {
@@ -58,29 +57,13 @@ impl Producer {
             self.stats.commands_ignored += 1;
             return crate::log_warn!("SetupTracing again on one connection; ignored");
         }
-        let shm = match (fd, self.shmem_emulation) {
-            // Emulation: a private buffer; chunks leave inline in CommitData.
-            (_, true) => match Shm::create(wire::SMB_SIZE_HINT as usize) {
-                Ok(s) => s,
-                Err(e) => return crate::log_error!("cannot create the emulated buffer: {e}"),
-            },
-            (Some(fd), false) => match Shm::attach(fd, AttachOptions::default()) {
-                Ok(s) => s,
-                Err(e) => return crate::log_error!("cannot map the shared memory buffer: {e}"),
-            },
-            (None, false) => {
+        let (shm, abi) = match smb_for_setup(fd, self.shmem_emulation, page_size_kb, &self.link) {
+            Ok(s) => s,
+            Err(e) => {
                 self.stats.commands_ignored += 1;
-                return crate::log_error!("SetupTracing without a shared memory fd");
+                return crate::log_error!("{e}");
             }
         };
-        let page_size = (page_size_kb as usize).saturating_mul(1024);
-        let abi = match SmbAbi::new(shm.mem().clone(), page_size) {
-            Ok(a) => a,
-            Err(e) => return crate::log_error!("unusable shared memory buffer: {e}"),
-        };
-        if self.shmem_emulation {
-            self.link.lock().emulated_smb = Some(abi.clone());
-        }
         let arbiter = Arbiter::new(abi, wire::arbiter_config(), Arc::new(self.link.clone()));
         arbiter.set_direct_smb_patching(self.direct_patching);
         self.arbiter = Some(arbiter);

@@ -393,3 +393,29 @@ impl Handler for Producer {
         }
     }
 }
+
+/// The producer's buffer for SetupTracing: traced's shared memory (`fd`),
+/// or under shared-memory emulation (a relayed producer) a private one
+/// whose finished chunks `link` sends inline in CommitData.
+pub fn smb_for_setup(
+    fd: Option<std::os::fd::OwnedFd>,
+    emulation: bool,
+    page_size_kb: u32,
+    link: &crate::traced_probes::link::Link,
+) -> Result<(crate::base::shm::Shm, crate::tracing::core::smb_abi::SmbAbi), String> {
+    use crate::base::shm::{AttachOptions, Shm};
+    let shm = match (fd, emulation) {
+        (_, true) => Shm::create(crate::traced_probes::wire::SMB_SIZE_HINT as usize)
+            .map_err(|e| format!("cannot create the emulated buffer: {e}"))?,
+        (Some(fd), false) => Shm::attach(fd, AttachOptions::default())
+            .map_err(|e| format!("cannot map the shared memory buffer: {e}"))?,
+        (None, false) => return Err("SetupTracing without a shared memory fd".into()),
+    };
+    let page_size = (page_size_kb as usize).saturating_mul(1024);
+    let abi = crate::tracing::core::smb_abi::SmbAbi::new(shm.mem().clone(), page_size)
+        .map_err(|e| format!("unusable shared memory buffer: {e}"))?;
+    if emulation {
+        link.lock().emulated_smb = Some(abi.clone());
+    }
+    Ok((shm, abi))
+}
