@@ -1,8 +1,8 @@
 //! The traced_perf daemon: CPU profiling with call stacks, the
 //! `linux.perf` data source.
 //!
-//! A producer on traced's producer socket ([`producer`], built from
-//! traced_probes' link, wire and SMB machinery). Each instance opens one
+//! A producer on traced's producer socket: the producer traced_probes
+//! runs too, with traced_perf's part in [`producer`]. Each instance opens one
 //! perf event per CPU sampling every task ([`events`]; [`sys`] holds the
 //! only unsafe code), reads the kernel's mmap rings on a timer
 //! ([`records`]), keeps the
@@ -36,7 +36,7 @@ pub fn run(socket: String, exit_with_traced: bool) -> i32 {
             return 1;
         }
     };
-    let mut producer = Producer::new(socket, exit_with_traced);
+    let mut producer = Producer::new(producer::Perf, socket, exit_with_traced);
     {
         let mut ctl = el.ctl();
         if let Err(e) = producer.watch_stop_signals(&mut ctl) {
