@@ -14,6 +14,7 @@
 
 pub mod config;
 pub mod data_source;
+pub mod dwarf;
 pub mod elf;
 pub mod events;
 pub mod intern;
@@ -23,6 +24,7 @@ pub mod records;
 pub mod resolver;
 pub mod scope;
 pub mod sys;
+pub mod unwind;
 
 use crate::base::event_loop::EventLoop;
 pub use producer::{Producer, NOTIFY_ENV};
