@@ -391,18 +391,27 @@ impl PerfSource {
                 let len = bytes.len();
                 tail += len as u64;
                 done += len;
-                records::parse(bytes, &mut self.sample)
+                let r = records::parse(bytes, &mut self.sample);
+                // Scope first: only kept samples copy their stack.
+                let kept = r == Some(Record::Sample) && self.scope.admits(self.sample.pid);
+                if kept {
+                    self.sample.take_stack(bytes);
+                }
+                (r, kept)
             };
             match rec {
-                Some(Record::Sample) => self.on_sample(),
-                Some(Record::Lost { lost, time }) => self.on_lost(self.rings[i].cpu, lost, time),
-                Some(Record::Throttle) => self.stats.throttles += 1,
-                Some(Record::Exec { pid, comm }) => {
+                (Some(Record::Sample), false) => self.stats.samples_out_of_scope += 1,
+                (Some(Record::Sample), true) => self.on_sample(),
+                (Some(Record::Lost { lost, time }), _) => {
+                    self.on_lost(self.rings[i].cpu, lost, time)
+                }
+                (Some(Record::Throttle), _) => self.stats.throttles += 1,
+                (Some(Record::Exec { pid, comm }), _) => {
                     self.scope.exec(pid, &comm);
                     self.resolver.forget_process(pid);
                 }
-                Some(Record::Other) => {}
-                None => self.stats.malformed += 1,
+                (Some(Record::Other), _) => {}
+                (None, _) => self.stats.malformed += 1,
             }
         }
         self.rings[i].ring.set_tail(tail);
@@ -492,11 +501,8 @@ impl PerfSource {
         end_nested(&mut p, s);
     }
 
+    /// A sample of a process in scope.
     fn on_sample(&mut self) {
-        if !self.scope.admits(self.sample.pid) {
-            self.stats.samples_out_of_scope += 1;
-            return;
-        }
         self.stats.samples += 1;
         if self.sample.user_regs.is_empty() {
             // Nothing to unwind (no user stack copied, or a kernel thread).

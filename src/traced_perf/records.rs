@@ -40,11 +40,26 @@ pub struct Sample {
     /// PERF_SAMPLE_REGS_USER in mask order; empty for a kernel thread
     /// (ABI none).
     pub user_regs: Vec<u64>,
-    /// PERF_SAMPLE_STACK_USER: the bytes the kernel copied from the user
-    /// stack pointer up (dyn_size of them).
+    /// PERF_SAMPLE_STACK_USER: where in the record the bytes the kernel
+    /// copied from the user stack pointer up are (offset, dyn_size).
+    /// [`parse`] does not copy them: most samples are out of scope.
+    pub stack_span: Option<(usize, usize)>,
+    /// Those bytes, once the caller copied them ([`Sample::take_stack`]).
     pub stack: Vec<u8>,
     /// The copy filled the whole requested size: the stack may go on.
     pub stack_cut: bool,
+}
+
+impl Sample {
+    /// Copies the stack bytes of the record `parse` read into `stack`.
+    pub fn take_stack(&mut self, rec: &[u8]) {
+        self.stack.clear();
+        if let Some((at, n)) = self.stack_span {
+            if let Some(b) = rec.get(at..at + n) {
+                self.stack.extend_from_slice(b);
+            }
+        }
+    }
 }
 
 /// The optional parts of a sample record, from the attributes.
@@ -122,6 +137,7 @@ pub fn parse(rec_untrusted: &[u8], sample: &mut Sample) -> Option<Record> {
             sample.user_ips.clear();
             sample.user_regs.clear();
             sample.stack.clear();
+            sample.stack_span = None;
             sample.stack_cut = false;
             let layout = sample.layout;
             if layout.callchain {
@@ -143,8 +159,8 @@ pub fn parse(rec_untrusted: &[u8], sample: &mut Sample) -> Option<Record> {
                 if size > 0 {
                     let data = b.get(at..at.checked_add(size)?)?;
                     let dyn_size = u64_at(b, at + size)? as usize;
-                    let used = dyn_size.min(size);
-                    sample.stack.extend_from_slice(&data[..used]);
+                    let _ = data;
+                    sample.stack_span = Some((at, dyn_size.min(size)));
                     sample.stack_cut = dyn_size >= size;
                 }
             }
@@ -353,12 +369,14 @@ mod tests {
         assert_eq!(parse(&b, &mut s), Some(Record::Sample));
         assert_eq!(s.kernel_ips, vec![0xffff1]);
         assert_eq!(s.user_regs, vec![0x10, 0x20, 0x30]);
+        s.take_stack(&b);
         assert_eq!(s.stack, vec![1, 2, 3, 4, 5, 6, 7, 8]);
         assert!(!s.stack_cut);
         // A full copy; then a stack size past the record.
         let n = b.len();
         b[n - 8..].copy_from_slice(&16u64.to_ne_bytes());
         parse(&b, &mut s).unwrap();
+        s.take_stack(&b);
         assert!(s.stack_cut && s.stack.len() == 16);
         let at = n - 8 - 16 - 8;
         b[at..at + 8].copy_from_slice(&u64::MAX.to_ne_bytes());

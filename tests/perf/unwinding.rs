@@ -108,6 +108,48 @@ fn compilers() -> Vec<&'static str> {
         .collect()
 }
 
+/// `tracebox report --profile --pid P` on the trace: leaf_three has 75 %
+/// of the samples by total (within 5 points), spin leads by self, and the
+/// heaviest path is the whole chain from main.
+fn report_shows_the_split(dir: &Path, pid: u32) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["report", "--profile", "--pid", &pid.to_string()])
+        .arg(dir.join("trace.pb"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let section = |title: &str| -> Vec<(f64, String)> {
+        text.split(title)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {title}: {text}"))
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (
+                    f[0].trim_end_matches('%').parse().unwrap(),
+                    f[2..].join(" "),
+                )
+            })
+            .collect()
+    };
+    let by_self = section("Top functions by self samples:");
+    assert_eq!(by_self[0].1, "spin", "{text}");
+    let by_total = section("Top functions by total samples:");
+    let three = by_total.iter().find(|r| r.1 == "leaf_three").unwrap().0;
+    assert!((three - 75.0).abs() <= 5.0, "{text}");
+    let paths = section("Heaviest call paths (root > leaf):");
+    assert!(
+        paths[0]
+            .1
+            .contains("main > app_run > app_step > lib_entry > lib_mid > leaf_three > spin"),
+        "{text}"
+    );
+    assert!((paths[0].0 - 75.0).abs() <= 5.0, "{text}");
+}
+
 #[test]
 fn dwarf_stacks_reach_main_where_the_kernels_frame_pointer_walk_stops() {
     for cc in compilers() {
@@ -129,6 +171,7 @@ fn dwarf_stacks_reach_main_where_the_kernels_frame_pointer_walk_stops() {
         let share = three_share(&work);
         assert!((share - 75.0).abs() <= 5.0, "{cc}: leaf_three {share:.1} %");
         assert!(log_stat(&log, "unwound").unwrap() >= work.len() as u64);
+        report_shows_the_split(dir, work[0].pid);
 
         // The same program, the kernel walking frame pointers: its stacks
         // stop early (there are none to follow).
