@@ -330,3 +330,113 @@ fn top_functions_agree_with_perf_record_dwarf() {
         );
     }
 }
+
+/// Overwrites the bytes of `section` in the ELF at `path` with garbage.
+fn scramble_section(path: &Path, section: &str) {
+    let out = Command::new("readelf")
+        .args(["-S", "--wide"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == section))
+        .unwrap_or_else(|| panic!("no {section}: {text}"));
+    // "[13] .eh_frame PROGBITS 0000000000002048 002048 0000d0 ..."
+    let f: Vec<&str> = line.split(']').nth(1).unwrap().split_whitespace().collect();
+    let off = usize::from_str_radix(f[3], 16).unwrap();
+    let size = usize::from_str_radix(f[4], 16).unwrap();
+    let mut b = std::fs::read(path).unwrap();
+    for (i, x) in b[off..off + size].iter_mut().enumerate() {
+        *x = (i as u8).wrapping_mul(37) ^ 0xa5;
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+/// Hostile targets, all in one recording: a process that rewrites the dead
+/// part of its stack and maps and unmaps a library between samples, one
+/// whose stack is deeper than any copy (every copy full), and one whose
+/// library has a scrambled `.eh_frame`. traced_perf keeps going; every
+/// sample is in the trace (record checks), the cut ones with their
+/// unwind_error, as many as its log counts.
+#[test]
+fn hostile_stacks_maps_and_unwind_tables_are_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let bin = build_deep(dir, "deep_hostile", "gcc");
+    let copy = dir.join("libdeep_copy.so");
+    std::fs::copy(dir.join("libdeep.so"), &copy).unwrap();
+    let bad_dir = dir.join("bad");
+    std::fs::create_dir(&bad_dir).unwrap();
+    let bad = build_deep(&bad_dir, "deep_hostile", "gcc");
+    scramble_section(&bad_dir.join("libdeep.so"), ".eh_frame");
+    let mut pids = (0, 0, 0);
+    let (run, log) = {
+        let name = "deep_hostile";
+        let run = record(
+            dir,
+            &format!(
+                "timebase {{ frequency: 1000 counter: SW_CPU_CLOCK }} \
+                 ring_buffer_pages: 2048 ring_buffer_read_period_ms: 20 \
+                 callstack_sampling {{ scope {{ target_cmdline: \"{name}\" }} }}"
+            ),
+            || {
+                let mut a = Command::new(&bin)
+                    .args(["hostile", "300"])
+                    .env("DEEP_LIB_COPY", &copy)
+                    .spawn()
+                    .unwrap();
+                let mut b = run_load(&bin, &["bigstack", "300"]);
+                let mut c = run_load(&bad, &["300"]);
+                pids = (a.id(), b.id(), c.id());
+                for ch in [&mut a, &mut b, &mut c] {
+                    assert!(ch.wait().unwrap().success());
+                }
+            },
+        );
+        (run, std::fs::read_to_string(dir.join("perf.log")).unwrap())
+    };
+    let all = samples(&run);
+    let errors: Vec<(u32, u32)> = run
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("unwind_error "))
+        .map(|l| {
+            let (p, e) = l.split_once(' ').unwrap();
+            (p.parse().unwrap(), e.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        errors.len() as u64,
+        log_stat(&log, "unwind errors").unwrap(),
+        "{log}"
+    );
+    let of = |pid: u32| all.iter().filter(|s| s.pid == pid).count();
+    let (hostile, big, scrambled) = pids;
+    for pid in [hostile, big, scrambled] {
+        assert!(of(pid) > 50, "pid {pid}: {} samples\n{log}", of(pid));
+    }
+    // The hostile process's work still unwinds to main (its rewrites hit
+    // dead stack only; the unmapped library is a copy it never runs).
+    let reached = all
+        .iter()
+        .filter(|s| s.pid == hostile && reaches_main(s))
+        .count();
+    assert!(
+        reached * 10 >= of(hostile) * 8,
+        "{reached} of {}",
+        of(hostile)
+    );
+    // Every copy of the deep stack was full: cut, kept with its frames
+    // from the leaf up, and counted.
+    assert!(log_stat(&log, "stack copies cut").unwrap() > 0, "{log}");
+    let big_cut = errors.iter().filter(|e| e.0 == big).count();
+    assert!(big_cut * 10 >= of(big) * 9, "{big_cut} of {}", of(big));
+    // (Samples without a stack: skipped ones, and the exit's.)
+    for s in all.iter().filter(|s| s.pid == big && s.names != ["-"]) {
+        assert!(s.names.len() > 2, "{s:?}");
+    }
+    // The scrambled .eh_frame: errors, never a crash.
+    assert!(errors.iter().any(|e| e.0 == scrambled), "{log}");
+}

@@ -9,7 +9,10 @@
  *   deep N          N rounds (about 1 ms of work per unit)
  *   deep hostile N  as above, and between rounds rewrites the dead part
  *                   of its stack with garbage and maps/unmaps a copy of
- *                   the library (stale maps mid-sample)
+ *                   the library named by $DEEP_LIB_COPY (stale maps
+ *                   mid-sample)
+ *   deep bigstack N N rounds under 24 frames of 4 KiB each: more stack
+ *                   than a sample copies (the copy is always full)
  */
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 void lib_entry(long units, int three);
 
 static int hostile;
+static int bigstack;
 
 __attribute__((noinline)) static void scribble(void) {
   /* Garbage where the next frames will be: a walker that trusts stale
@@ -38,8 +42,23 @@ __attribute__((noinline)) static void app_step(int round) {
   __asm__ volatile("" ::"r"(round));
 }
 
+__attribute__((noinline)) static void deep_frames(int depth, int round) {
+  volatile char pad[4096];
+  pad[0] = (char)depth;
+  if (depth > 0)
+    deep_frames(depth - 1, round);
+  else
+    app_step(round);
+  __asm__ volatile("" ::"r"(pad) : "memory");
+}
+
 __attribute__((noinline)) static void app_run(long rounds) {
-  for (long r = 0; r < rounds; r++) app_step((int)r);
+  for (long r = 0; r < rounds; r++) {
+    if (bigstack)
+      deep_frames(24, (int)r);
+    else
+      app_step((int)r);
+  }
   __asm__ volatile("");
 }
 
@@ -47,6 +66,9 @@ int main(int argc, char **argv) {
   long rounds = 200;
   if (argc > 2 && strcmp(argv[1], "hostile") == 0) {
     hostile = 1;
+    rounds = atol(argv[2]);
+  } else if (argc > 2 && strcmp(argv[1], "bigstack") == 0) {
+    bigstack = 1;
     rounds = atol(argv[2]);
   } else if (argc > 1) {
     rounds = atol(argv[1]);
