@@ -6,9 +6,10 @@
 //! perf event per CPU sampling every task ([`events`]; [`sys`] holds the
 //! only unsafe code), reads the kernel's mmap rings on a timer
 //! ([`records`]), keeps the
-//! samples of processes in scope ([`scope`]), resolves their callchains
-//! (frame-pointer chains the kernel walked; no DWARF unwinding) to
-//! mappings, build ids and function names ([`resolver`], [`maps`],
+//! samples of processes in scope ([`scope`]), unwinds their user stacks
+//! ([`unwind`]: frame pointers through the copied stack; [`dwarf`]:
+//! `.eh_frame` via framehop) or takes the kernel's callchain, resolves
+//! the frames to mappings, build ids and function names ([`resolver`], [`maps`],
 //! [`elf`], kallsyms), and writes PerfSample packets with interned
 //! callstacks ([`intern`]), as upstream's traced_perf does.
 
