@@ -127,6 +127,9 @@ pub struct PerfSource {
     stop_budget: Duration,
     /// Set while that read runs.
     deadline: Option<Instant>,
+    /// Until when this pass may unwind (half the read period from its
+    /// start, or the stop's deadline).
+    unwind_until: Instant,
     pub stats: PerfStats,
 }
 
@@ -225,6 +228,7 @@ impl PerfSource {
                 ms => Duration::from_millis(ms as u64 / 2),
             },
             deadline: None,
+            unwind_until: Instant::now(),
             stats: PerfStats {
                 cpus_skipped,
                 ..Default::default()
@@ -246,9 +250,10 @@ impl PerfSource {
     }
 
     pub fn tick(&mut self) -> Option<Duration> {
-        self.read_all();
         // Half the period at most: the next read comes on time.
-        self.unwind_queued(Instant::now() + self.read_period() / 2);
+        self.unwind_until = Instant::now() + self.read_period() / 2;
+        self.read_all();
+        self.unwind_queued(self.unwind_until);
         self.since_maps_refresh += self.read_period();
         if self.since_maps_refresh >= MAPS_REFRESH {
             self.since_maps_refresh = Duration::ZERO;
@@ -292,8 +297,9 @@ impl PerfSource {
     }
 
     pub fn flush(&mut self) {
+        self.unwind_until = Instant::now() + self.read_period() / 2;
         self.read_all();
-        self.unwind_queued(Instant::now() + self.read_period() / 2);
+        self.unwind_queued(self.unwind_until);
         self.writer.flush();
     }
 
@@ -306,6 +312,7 @@ impl PerfSource {
         }
         let deadline = Instant::now() + self.stop_budget;
         self.deadline = Some(deadline);
+        self.unwind_until = deadline;
         self.read_passes(usize::MAX);
         self.deadline = None;
         self.count_unread();
@@ -513,9 +520,16 @@ impl PerfSource {
         }
         let bytes = self.sample.stack.len();
         let footprint = (self.cfg.max_enqueued_footprint_kb * 1024) as usize;
-        if self.queue.len() >= config::UNWIND_QUEUE_CAPACITY
-            || self.queued_bytes + bytes >= footprint
-        {
+        let full = |q: &PerfSource| {
+            q.queue.len() >= config::UNWIND_QUEUE_CAPACITY || q.queued_bytes + bytes >= footprint
+        };
+        // A full queue is unwound from its oldest while the pass's
+        // unwinding time lasts (the rings' read budget still holds), so
+        // no CPU's samples are skipped for being read after another's.
+        while full(self) && !self.queue.is_empty() && Instant::now() < self.unwind_until {
+            self.unwind_one();
+        }
+        if full(self) {
             self.stats.skipped_enqueue += 1;
             let s = std::mem::take(&mut self.sample);
             self.emit_skipped(&s, SKIP_UNWIND_ENQUEUE);
@@ -535,20 +549,27 @@ impl PerfSource {
     /// wait for the next pass.
     fn unwind_queued(&mut self, deadline: Instant) {
         let t0 = thread_cpu_ns();
-        while let Some(mut s) = self.queue.pop_front() {
+        while !self.queue.is_empty() {
             if Instant::now() >= deadline {
-                self.queue.push_front(s);
                 self.stats.unwind_budget_hits += 1;
                 break;
             }
-            self.queued_bytes -= s.stack.len();
-            let err = self.unwind_user(&mut s);
-            self.emit(&s, err);
-            if self.spare.len() < 64 {
-                self.spare.push(s);
-            }
+            self.unwind_one();
         }
         self.stats.read_cpu_ns += thread_cpu_ns().saturating_sub(t0);
+    }
+
+    /// Unwinds and writes the oldest queued sample.
+    fn unwind_one(&mut self) {
+        let Some(mut s) = self.queue.pop_front() else {
+            return;
+        };
+        self.queued_bytes -= s.stack.len();
+        let err = self.unwind_user(&mut s);
+        self.emit(&s, err);
+        if self.spare.len() < 64 {
+            self.spare.push(s);
+        }
     }
 
     /// Writes every queued sample as skipped at the unwind stage.
