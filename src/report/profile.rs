@@ -566,6 +566,33 @@ mod tests {
         assert_eq!(p.summary(&Filter::default(), 10).samples, 5);
     }
 
+    /// `--comm` matches argv[0] without its directory from the process
+    /// tree, wherever the tree comes in the trace.
+    #[test]
+    fn comm_filter_uses_the_process_tree() {
+        let mut p = Profile::default();
+        for pk in trace() {
+            p.packet(&pk);
+        }
+        let mut tree = VecStream::new();
+        let t = begin_nested(&mut tree, PROCESS_TREE);
+        for (pid, argv0) in [(7u64, "/usr/bin/myapp"), (8, "other")] {
+            let proc_ = begin_nested(&mut tree, 1);
+            put_varint(&mut tree, 1, pid);
+            put_bytes(&mut tree, 3, argv0.as_bytes());
+            put_bytes(&mut tree, 3, b"--flag");
+            end_nested(&mut tree, proc_);
+        }
+        end_nested(&mut tree, t);
+        p.packet(&tree.into_bytes());
+        let f = Filter {
+            pids: vec![],
+            comms: vec!["myapp".into()],
+        };
+        assert_eq!(p.summary(&f, 10).samples, 4);
+        assert!(text(&p, &f, 10).contains("only comm myapp"));
+    }
+
     #[test]
     fn undefined_ids_and_garbage_are_counted_not_fatal() {
         let mut p = Profile::default();
