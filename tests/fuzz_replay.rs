@@ -193,6 +193,7 @@ replay_tests!(
     packet_validator,
     pbtx,
     perf_inputs,
+    perf_unwind,
     probes_commands,
     proc_pid_files,
     proc_text_files,

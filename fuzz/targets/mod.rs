@@ -10,6 +10,7 @@ pub mod kernel_loss;
 pub mod packet_validator;
 pub mod pbtx;
 pub mod perf_inputs;
+pub mod perf_unwind;
 pub mod probes_commands;
 pub mod proc_pid_files;
 pub mod proc_text_files;

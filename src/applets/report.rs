@@ -7,7 +7,7 @@ use argh::FromArgs;
 
 use super::{parse_args, Via};
 use crate::protozero::decimal::parse_decimal;
-use crate::report::{events, output, summarize, walk};
+use crate::report::{events, output, profile, summarize, walk};
 
 /// Summarize a Perfetto trace: machine, losses, CPU use, who ran,
 /// scheduling latency, event counts, atrace slices.
@@ -22,9 +22,18 @@ struct Args {
     /// with --events: only these events (comma-separated names, repeatable)
     #[argh(option, short = 'e')]
     event: Vec<String>,
-    /// with --events: only events of these pids (task or target)
+    /// with --events: only events of these pids (task or target); in the
+    /// profile: only samples of these processes
     #[argh(option, short = 'P')]
     pid: Vec<String>,
+    /// only the profile of the trace's PerfSample packets (top functions
+    /// by self and total samples, heaviest call paths)
+    #[argh(switch)]
+    profile: bool,
+    /// in the profile: only processes of these names (argv[0] without
+    /// its directory, from the trace's process tree)
+    #[argh(option)]
+    comm: Vec<String>,
     /// with --events: only these cpus
     #[argh(option)]
     cpu: Vec<String>,
@@ -106,6 +115,25 @@ pub fn main(args: &[String], _via: Via) -> i32 {
             return 1;
         }
         w.error
+    } else if a.profile {
+        let filter = match list(&a.pid) {
+            Ok(pids) => profile::Filter {
+                pids,
+                comms: list(&a.comm).unwrap_or_default(),
+            },
+            Err(e) => {
+                eprintln!("report: {e}");
+                return 1;
+            }
+        };
+        let (p, error) = profile::Profile::scan(file);
+        if out
+            .write_all(profile::text(&p, &filter, a.top).as_bytes())
+            .is_err()
+        {
+            return 1;
+        }
+        error
     } else {
         let (w, an) = summarize(file, since, until);
         let s = if a.json {
@@ -115,6 +143,22 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         };
         if out.write_all(s.as_bytes()).is_err() {
             return 1;
+        }
+        // A second pass for the profile: printed when there are samples.
+        if !a.json {
+            if let Ok(f) = std::fs::File::open(&a.file) {
+                let (p, _) = profile::Profile::scan(std::io::BufReader::with_capacity(0, f));
+                if p.samples > 0 {
+                    let filter = profile::Filter {
+                        pids: list(&a.pid).unwrap_or_default(),
+                        comms: list(&a.comm).unwrap_or_default(),
+                    };
+                    let text = format!("\n{}", profile::text(&p, &filter, a.top));
+                    if out.write_all(text.as_bytes()).is_err() {
+                        return 1;
+                    }
+                }
+            }
         }
         w.error
     };

@@ -46,6 +46,10 @@ const KERNEL_RECORDS_LOST: u32 = 17;
 /// traced_perf stopped the source, over max_daemon_memory_kb.
 const PRODUCER_EVENT: u32 = 19;
 const STOP_GUARDRAIL: u64 = 1;
+/// `PerfSample.unwind_error` (a user stack cut short) and
+/// `.sample_skipped_reason` (a sample written without its stack).
+const UNWIND_ERROR: u32 = 16;
+const SAMPLE_SKIPPED_REASON: u32 = 18;
 /// PerfSample packets are tens of bytes; bigger ones are not read.
 const MAX_PERF_SAMPLE: u64 = 256;
 
@@ -108,6 +112,9 @@ pub struct KernelLoss {
     pub perf_records_lost: u64,
     /// linux.perf sources stopped by traced_perf's memory guardrail.
     pub perf_guardrail_stops: u64,
+    /// PerfSamples with unwind_error / sample_skipped_reason.
+    pub perf_unwind_errors: u64,
+    pub perf_samples_skipped: u64,
 }
 
 impl KernelLoss {
@@ -144,6 +151,8 @@ impl KernelLoss {
         }
         self.perf_records_lost = self.perf_records_lost.saturating_add(bits.perf_lost);
         self.perf_guardrail_stops += bits.perf_guardrail as u64;
+        self.perf_unwind_errors += bits.perf_unwind_error as u64;
+        self.perf_samples_skipped += bits.perf_skipped as u64;
         match bits.compressed {
             // Packets compressed by the service (compression_type:
             // DEFLATE); never nested in the trace format.
@@ -380,6 +389,26 @@ impl KernelLoss {
                 format!("{line}; {what} (PerfSample.kernel_records_lost)")
             };
         }
+        let mut gaps = Vec::new();
+        if self.perf_samples_skipped > 0 {
+            gaps.push(format!(
+                "{} perf samples without their stack (the unwinder's queue was full or the \
+                 stop came first; PerfSample.sample_skipped_reason)",
+                self.perf_samples_skipped
+            ));
+        }
+        if self.perf_unwind_errors > 0 {
+            gaps.push(format!(
+                "{} perf stacks cut short (PerfSample.unwind_error)",
+                self.perf_unwind_errors
+            ));
+        }
+        for what in gaps {
+            line = match line.as_str() {
+                "Trace stats: nothing lost" => format!("Trace stats: {what}"),
+                _ => format!("{line}; {what}"),
+            };
+        }
         let g = self.perf_guardrail_stops;
         if g > 0 {
             let what = format!(
@@ -563,6 +592,8 @@ struct PacketBits {
     perf_lost: u64,
     /// `PerfSample.producer_event` says the guardrail stopped the source.
     perf_guardrail: bool,
+    perf_unwind_error: bool,
+    perf_skipped: bool,
     machine_id: u64,
     clock_sync: bool,
 }
@@ -601,6 +632,8 @@ fn stats_in_packet(b: &mut dyn TraceBytes, start: u64, end: u64) -> io::Result<P
                             let reason = reason.and_then(|r| read_varint(r.value));
                             bits.perf_guardrail |= reason.map(|r| r.0) == Some(STOP_GUARDRAIL);
                         }
+                        (UNWIND_ERROR, 0) => bits.perf_unwind_error = true,
+                        (SAMPLE_SKIPPED_REASON, 0) => bits.perf_skipped = true,
                         _ => {}
                     }
                 }

@@ -15,6 +15,7 @@ pub mod events;
 pub mod ftrace;
 pub mod meta;
 pub mod output;
+pub mod profile;
 pub mod reader;
 pub mod seq;
 pub mod sorter;

@@ -100,7 +100,8 @@ pub struct PerfConfig {
     pub timebase_raw: Vec<u8>,
     pub callstacks: bool,
     pub kernel_frames: bool,
-    pub user_frames: bool,
+    /// How user frames are found (upstream's user_frames).
+    pub unwind: UnwindMode,
     pub scope: Scope,
     pub target_cpus: Vec<u32>,
     pub ring_buffer_pages: usize,
@@ -131,9 +132,42 @@ pub const DEFAULT_FOOTPRINT_KB: u64 = 4 * 1024;
 const MAX_LIST: usize = 64;
 const MAX_STR: usize = 256;
 
-// UnwindMode values.
-const UNWIND_SKIP: u64 = 1;
-const UNWIND_DWARF: u64 = 2;
+/// CallstackSampling.user_frames (upstream's UnwindMode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnwindMode {
+    /// No user frames.
+    Skip,
+    /// The daemon unwinds the copied stack from `.eh_frame` (the default
+    /// when callstack_sampling is present; armv7 walks frame pointers).
+    Dwarf,
+    /// The daemon walks frame pointers through the copied stack.
+    FramePointer,
+    /// The kernel walks user frame pointers (PERF_SAMPLE_CALLCHAIN).
+    KernelFramePointer,
+}
+
+impl UnwindMode {
+    fn from_proto(v: u64) -> Option<UnwindMode> {
+        Some(match v {
+            0 | 2 => UnwindMode::Dwarf,
+            1 => UnwindMode::Skip,
+            3 => UnwindMode::FramePointer,
+            4 => UnwindMode::KernelFramePointer,
+            _ => return None,
+        })
+    }
+
+    /// Samples copy user registers and stack for the daemon to unwind.
+    pub fn copies_stack(self) -> bool {
+        matches!(self, UnwindMode::Dwarf | UnwindMode::FramePointer)
+    }
+}
+
+/// Bytes of user stack each sample copies (upstream's: below 64 KiB with
+/// the low 8 bits clear; the kernel may copy less to fit the record).
+pub const STACK_SAMPLE_BYTES: u32 = (1 << 16) - 256;
+/// Samples waiting to be unwound at most (upstream's unwind queue).
+pub const UNWIND_QUEUE_CAPACITY: usize = 1024;
 
 /// Field number of our own switch in PerfEventConfig (not upstream's).
 pub const FIELD_TRACEBOX_FUNCTION_NAMES: u32 = 1001;
@@ -259,7 +293,7 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
         timebase_raw: Vec::new(),
         callstacks: false,
         kernel_frames: false,
-        user_frames: true,
+        unwind: UnwindMode::Skip,
         scope: Scope::default(),
         target_cpus: Vec::new(),
         ring_buffer_pages: DEFAULT_RING_PAGES,
@@ -300,17 +334,15 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
             }
             16 => {
                 c.callstacks = true;
+                c.unwind = UnwindMode::Dwarf;
                 for t in FieldIter::new(f.value) {
                     match t.number {
                         1 => parse_scope(t.value, &mut c.scope)?,
                         2 => c.kernel_frames = varint(t.value) != 0,
-                        3 => match varint(t.value) {
-                            UNWIND_SKIP => c.user_frames = false,
-                            UNWIND_DWARF => {
-                                return Err("user_frames: UNWIND_DWARF is not supported (frame pointers only; use UNWIND_FRAME_POINTER or leave it unset)".into())
-                            }
-                            _ => c.user_frames = true,
-                        },
+                        3 => {
+                            c.unwind = UnwindMode::from_proto(varint(t.value))
+                                .ok_or("user_frames: unknown UnwindMode")?
+                        }
                         _ => {}
                     }
                 }
@@ -378,6 +410,9 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
     }
     if c.timebase_raw.is_empty() {
         // Upstream's legacy mode: cpu-clock with callstacks.
+        if !c.callstacks {
+            c.unwind = UnwindMode::Dwarf;
+        }
         c.callstacks = true;
         c.kernel_frames = legacy_kernel_frames;
         c.scope = legacy_scope;
@@ -466,9 +501,40 @@ mod tests {
         let c = parse(&[]).unwrap();
         assert_eq!(c.event, Event::Counter(1));
         assert_eq!(c.interval, Interval::Frequency(10));
-        assert!(c.callstacks && c.user_frames && !c.kernel_frames);
+        assert!(c.callstacks && c.unwind == UnwindMode::Dwarf && !c.kernel_frames);
         assert_eq!(c.ring_buffer_pages, 256);
         assert_eq!(c.clock, MONOTONIC_RAW);
+    }
+
+    #[test]
+    fn user_frames_default_to_dwarf_and_follow_upstreams_modes() {
+        let mode = |v: Option<u64>| {
+            let b = cfg(|s| {
+                let tb = begin_nested(s, 15);
+                put_varint(s, 2, 100);
+                end_nested(s, tb);
+                let cs = begin_nested(s, 16);
+                if let Some(v) = v {
+                    put_varint(s, 3, v);
+                }
+                end_nested(s, cs);
+            });
+            parse(&b).map(|c| c.unwind)
+        };
+        assert_eq!(mode(None), Ok(UnwindMode::Dwarf));
+        assert_eq!(mode(Some(0)), Ok(UnwindMode::Dwarf));
+        assert_eq!(mode(Some(1)), Ok(UnwindMode::Skip));
+        assert_eq!(mode(Some(2)), Ok(UnwindMode::Dwarf));
+        assert_eq!(mode(Some(3)), Ok(UnwindMode::FramePointer));
+        assert_eq!(mode(Some(4)), Ok(UnwindMode::KernelFramePointer));
+        assert!(mode(Some(9)).is_err());
+        // Without callstack_sampling (and a timebase): counters only.
+        let b = cfg(|s| {
+            let tb = begin_nested(s, 15);
+            put_varint(s, 2, 100);
+            end_nested(s, tb);
+        });
+        assert_eq!(parse(&b).unwrap().unwind, UnwindMode::Skip);
     }
 
     #[test]
@@ -493,7 +559,9 @@ mod tests {
         let c = parse(&b).unwrap();
         assert_eq!(c.event, Event::Counter(3));
         assert_eq!(c.interval, Interval::Frequency(1000));
-        assert!(c.callstacks && c.kernel_frames && !c.user_frames && !c.function_names);
+        assert!(
+            c.callstacks && c.kernel_frames && c.unwind == UnwindMode::Skip && !c.function_names
+        );
         assert_eq!(c.scope.target_cmdlines, vec!["hot*".to_string()]);
         assert_eq!(c.scope.exclude_pids, vec![42]);
         assert_eq!(c.scope.additional_cmdline_count, 2);
@@ -568,12 +636,12 @@ mod tests {
     #[test]
     fn bad_values_are_errors() {
         assert!(parse(&cfg(|s| put_varint(s, 3, 3))).is_err());
-        let dwarf = cfg(|s| {
+        let future = cfg(|s| {
             let cs = begin_nested(s, 16);
-            put_varint(s, 3, 2);
+            put_varint(s, 3, 5);
             end_nested(s, cs);
         });
-        assert!(parse(&dwarf).unwrap_err().contains("DWARF"));
+        assert!(parse(&future).unwrap_err().contains("UnwindMode"));
         assert!(parse(&[0x0a, 0x05]).is_err());
     }
 }

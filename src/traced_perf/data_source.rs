@@ -4,13 +4,16 @@
 
 use std::time::{Duration, Instant};
 
-use super::config::{self, Event, Interval, PerfConfig, SampleClock};
+use std::collections::VecDeque;
+
+use super::config::{self, Event, Interval, PerfConfig, SampleClock, UnwindMode};
 use super::events::{attr_for, event_attr, open_ring, CpuRing};
 use super::intern::{Interner, MappingKey};
-use super::records::{self, Record, Sample};
+use super::records::{self, Layout, Record, Sample};
 use super::resolver::{self, Resolver};
 use super::scope::ScopeFilter;
 use super::sys;
+use super::unwind::{self, StackCopy, UnwindError};
 use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint};
 use crate::tracing::core::trace_writer::TraceWriter;
 
@@ -29,6 +32,12 @@ const MEMORY_CHECK: Duration = Duration::from_secs(1);
 /// PerfSample.producer_event.source_stop_reason PROFILER_STOP_GUARDRAIL.
 const PRODUCER_EVENT: u32 = 19;
 const STOP_GUARDRAIL: u64 = 1;
+/// PerfSample.unwind_error and .sample_skipped_reason with its
+/// PROFILER_SKIP_UNWIND_STAGE / PROFILER_SKIP_UNWIND_ENQUEUE.
+const UNWIND_ERROR: u32 = 16;
+const SAMPLE_SKIPPED_REASON: u32 = 18;
+const SKIP_UNWIND_STAGE: u64 = 2;
+const SKIP_UNWIND_ENQUEUE: u64 = 3;
 
 /// Counters of one instance, for logs and tests.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +61,22 @@ pub struct PerfStats {
     /// CPU time of this thread in read passes: reading the rings, scope
     /// checks, resolving frames, interning and writing packets.
     pub read_cpu_ns: u64,
+    /// Samples whose user stack was unwound in the daemon.
+    pub unwound: u64,
+    /// Of those, stacks cut short (written with the frames found and
+    /// PerfSample.unwind_error).
+    pub unwind_errors: u64,
+    /// Of those, where the kernel's stack copy was full (the stack went on
+    /// past the copy).
+    pub stack_copies_cut: u64,
+    /// Samples not queued for unwinding (queue full or over
+    /// max_enqueued_footprint_kb): PROFILER_SKIP_UNWIND_ENQUEUE.
+    pub skipped_enqueue: u64,
+    /// Samples still queued when the stop's time ran out (or the memory
+    /// guardrail stopped the source): PROFILER_SKIP_UNWIND_STAGE.
+    pub skipped_unwind: u64,
+    /// Read passes whose unwinding time ran out with samples queued.
+    pub unwind_budget_hits: u64,
 }
 
 impl PerfStats {
@@ -89,6 +114,12 @@ pub struct PerfSource {
     sample: Sample,
     scratch: Vec<u8>,
     frames: Vec<u64>,
+    /// Samples waiting for their user stack to be unwound, and the stack
+    /// bytes they hold.
+    queue: VecDeque<Sample>,
+    queued_bytes: usize,
+    /// Spare samples (their buffers reused).
+    spare: Vec<Sample>,
     since_maps_refresh: Duration,
     since_memory_check: Duration,
     /// How long the last read at stop may take (half the service's
@@ -96,6 +127,9 @@ pub struct PerfSource {
     stop_budget: Duration,
     /// Set while that read runs.
     deadline: Option<Instant>,
+    /// Until when this pass may unwind (half the read period from its
+    /// start, or the stop's deadline).
+    unwind_until: Instant,
     pub stats: PerfStats,
 }
 
@@ -159,6 +193,16 @@ impl PerfSource {
             return Err("no CPU could be opened (ignore_open_failure left none)".into());
         }
         let resolver = Resolver::new(cfg.function_names, cfg.function_names && cfg.kernel_frames);
+        let copies_stack = cfg.callstacks && cfg.unwind.copies_stack();
+        let layout = Layout {
+            callchain: cfg.callstacks
+                && (cfg.kernel_frames || cfg.unwind == UnwindMode::KernelFramePointer),
+            user_regs: if copies_stack { unwind::REGS_COUNT } else { 0 },
+            user_stack: copies_stack,
+        };
+        if copies_stack && cfg.unwind == UnwindMode::Dwarf && !super::dwarf::HAS_DWARF {
+            crate::log_info!("linux.perf: this CPU has no .eh_frame unwinding; UNWIND_DWARF walks frame pointers");
+        }
         Ok(PerfSource {
             scope: ScopeFilter::new(cfg.scope.clone(), now_on(cfg.clock)),
             cfg,
@@ -169,8 +213,12 @@ impl PerfSource {
             cleared: true,
             sample: Sample {
                 group: true,
+                layout,
                 ..Default::default()
             },
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            spare: Vec::new(),
             scratch: Vec::new(),
             frames: Vec::new(),
             since_maps_refresh: Duration::ZERO,
@@ -180,6 +228,7 @@ impl PerfSource {
                 ms => Duration::from_millis(ms as u64 / 2),
             },
             deadline: None,
+            unwind_until: Instant::now(),
             stats: PerfStats {
                 cpus_skipped,
                 ..Default::default()
@@ -201,7 +250,10 @@ impl PerfSource {
     }
 
     pub fn tick(&mut self) -> Option<Duration> {
+        // Half the period at most: the next read comes on time.
+        self.unwind_until = Instant::now() + self.read_period() / 2;
         self.read_all();
+        self.unwind_queued(self.unwind_until);
         self.since_maps_refresh += self.read_period();
         if self.since_maps_refresh >= MAPS_REFRESH {
             self.since_maps_refresh = Duration::ZERO;
@@ -228,6 +280,7 @@ impl PerfSource {
             self.cfg.max_daemon_memory_kb
         );
         self.stats.stopped_at_kb = kb;
+        self.skip_queued();
         self.rings.clear();
         self.interner.clear();
         self.resolver.forget_processes();
@@ -244,7 +297,9 @@ impl PerfSource {
     }
 
     pub fn flush(&mut self) {
+        self.unwind_until = Instant::now() + self.read_period() / 2;
         self.read_all();
+        self.unwind_queued(self.unwind_until);
         self.writer.flush();
     }
 
@@ -255,10 +310,14 @@ impl PerfSource {
         for r in &self.rings {
             let _ = sys::set_enabled(&r.fd, false);
         }
-        self.deadline = Some(Instant::now() + self.stop_budget);
+        let deadline = Instant::now() + self.stop_budget;
+        self.deadline = Some(deadline);
+        self.unwind_until = deadline;
         self.read_passes(usize::MAX);
         self.deadline = None;
         self.count_unread();
+        self.unwind_queued(deadline);
+        self.skip_queued();
         self.writer.flush();
         let s = &self.stats;
         let mut line = format!(
@@ -275,6 +334,18 @@ impl PerfSource {
             s.cpus_skipped,
             s.cpu_ns_per_sample()
         );
+        if self.cfg.unwind.copies_stack() {
+            line.push_str(&format!(
+                "; {} unwound, {} unwind errors, {} stack copies cut, {} skipped at enqueue, \
+                 {} skipped at unwind, {} unwind budget hits",
+                s.unwound,
+                s.unwind_errors,
+                s.stack_copies_cut,
+                s.skipped_enqueue,
+                s.skipped_unwind,
+                s.unwind_budget_hits
+            ));
+        }
         if s.stopped_at_kb > 0 {
             line.push_str(&format!(
                 "; stopped at {} kB of daemon memory",
@@ -327,18 +398,27 @@ impl PerfSource {
                 let len = bytes.len();
                 tail += len as u64;
                 done += len;
-                records::parse(bytes, &mut self.sample)
+                let r = records::parse(bytes, &mut self.sample);
+                // Scope first: only kept samples copy their stack.
+                let kept = r == Some(Record::Sample) && self.scope.admits(self.sample.pid);
+                if kept {
+                    self.sample.take_stack(bytes);
+                }
+                (r, kept)
             };
             match rec {
-                Some(Record::Sample) => self.on_sample(),
-                Some(Record::Lost { lost, time }) => self.on_lost(self.rings[i].cpu, lost, time),
-                Some(Record::Throttle) => self.stats.throttles += 1,
-                Some(Record::Exec { pid, comm }) => {
+                (Some(Record::Sample), false) => self.stats.samples_out_of_scope += 1,
+                (Some(Record::Sample), true) => self.on_sample(),
+                (Some(Record::Lost { lost, time }), _) => {
+                    self.on_lost(self.rings[i].cpu, lost, time)
+                }
+                (Some(Record::Throttle), _) => self.stats.throttles += 1,
+                (Some(Record::Exec { pid, comm }), _) => {
                     self.scope.exec(pid, &comm);
                     self.resolver.forget_process(pid);
                 }
-                Some(Record::Other) => {}
-                None => self.stats.malformed += 1,
+                (Some(Record::Other), _) => {}
+                (None, _) => self.stats.malformed += 1,
             }
         }
         self.rings[i].ring.set_tail(tail);
@@ -428,16 +508,141 @@ impl PerfSource {
         end_nested(&mut p, s);
     }
 
+    /// A sample of a process in scope.
     fn on_sample(&mut self) {
-        if !self.scope.admits(self.sample.pid) {
-            self.stats.samples_out_of_scope += 1;
+        self.stats.samples += 1;
+        if self.sample.user_regs.is_empty() {
+            // Nothing to unwind (no user stack copied, or a kernel thread).
+            let s = std::mem::take(&mut self.sample);
+            self.emit(&s, None);
+            self.sample = s;
             return;
         }
-        self.stats.samples += 1;
+        let bytes = self.sample.stack.len();
+        let footprint = (self.cfg.max_enqueued_footprint_kb * 1024) as usize;
+        let full = |q: &PerfSource| {
+            q.queue.len() >= config::UNWIND_QUEUE_CAPACITY || q.queued_bytes + bytes >= footprint
+        };
+        // A full queue is unwound from its oldest while the pass's
+        // unwinding time lasts (the rings' read budget still holds), so
+        // no CPU's samples are skipped for being read after another's.
+        while full(self) && !self.queue.is_empty() && Instant::now() < self.unwind_until {
+            self.unwind_one();
+        }
+        if full(self) {
+            self.stats.skipped_enqueue += 1;
+            let s = std::mem::take(&mut self.sample);
+            self.emit_skipped(&s, SKIP_UNWIND_ENQUEUE);
+            self.sample = s;
+            return;
+        }
+        // The queued sample takes the read buffer; a spare one replaces it.
+        let mut next = self.spare.pop().unwrap_or_default();
+        next.group = self.sample.group;
+        next.layout = self.sample.layout;
+        self.queued_bytes += bytes;
+        self.queue
+            .push_back(std::mem::replace(&mut self.sample, next));
+    }
+
+    /// Unwinds queued samples until `deadline`, writing each; the rest
+    /// wait for the next pass.
+    fn unwind_queued(&mut self, deadline: Instant) {
+        let t0 = thread_cpu_ns();
+        while !self.queue.is_empty() {
+            if Instant::now() >= deadline {
+                self.stats.unwind_budget_hits += 1;
+                break;
+            }
+            self.unwind_one();
+        }
+        self.stats.read_cpu_ns += thread_cpu_ns().saturating_sub(t0);
+    }
+
+    /// Unwinds and writes the oldest queued sample.
+    fn unwind_one(&mut self) {
+        let Some(mut s) = self.queue.pop_front() else {
+            return;
+        };
+        self.queued_bytes -= s.stack.len();
+        let err = self.unwind_user(&mut s);
+        self.emit(&s, err);
+        if self.spare.len() < 64 {
+            self.spare.push(s);
+        }
+    }
+
+    /// Writes every queued sample as skipped at the unwind stage.
+    fn skip_queued(&mut self) {
+        while let Some(s) = self.queue.pop_front() {
+            self.stats.skipped_unwind += 1;
+            self.emit_skipped(&s, SKIP_UNWIND_STAGE);
+        }
+        self.queued_bytes = 0;
+    }
+
+    /// The user frames of a sample from its registers and stack copy.
+    fn unwind_user(&mut self, s: &mut Sample) -> Option<UnwindError> {
+        let regs = unwind::user_regs(&s.user_regs)?;
+        self.stats.unwound += 1;
+        let stack = StackCopy {
+            sp: regs.sp,
+            bytes: &s.stack,
+        };
+        s.user_ips.clear();
+        let err = match self.cfg.unwind {
+            UnwindMode::Dwarf => self.resolver.unwind(s.pid, regs, stack, &mut s.user_ips),
+            _ => unwind::frame_pointer_walk(regs, stack, &mut s.user_ips),
+        };
+        if err.is_some() {
+            self.stats.unwind_errors += 1;
+            if s.stack_cut {
+                self.stats.stack_copies_cut += 1;
+            }
+        }
+        err
+    }
+
+    /// A sample without a callstack, as upstream writes one it skipped.
+    fn emit_skipped(&mut self, s: &Sample, reason: u64) {
+        self.write_defaults_if_cleared();
+        let mut p = self.writer.new_packet();
+        put_varint(&mut p, 8, s.time);
+        put_varint(&mut p, 13, SEQ_NEEDS_INCREMENTAL_STATE);
+        let n = begin_nested(&mut p, PERF_SAMPLE);
+        put_varint(&mut p, 1, s.cpu as u64);
+        put_varint(&mut p, 2, s.pid as u64);
+        put_varint(&mut p, 3, s.tid as u64);
+        put_varint(&mut p, 5, s.cpu_mode as u64);
+        if let Some((leader, followers)) = s.counts.split_first() {
+            put_varint(&mut p, 6, *leader);
+            for c in followers {
+                put_varint(&mut p, 7, *c);
+            }
+        }
+        put_varint(&mut p, SAMPLE_SKIPPED_REASON, reason);
+        end_nested(&mut p, n);
+    }
+
+    /// Writes a sample with its interned callstack; an unwind error adds
+    /// upstream's synthetic "ERROR ..." frame as the outermost caller.
+    fn emit(&mut self, s: &Sample, err: Option<UnwindError>) {
         self.write_defaults_if_cleared();
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
-        let s = &self.sample;
+        if let Some(e) = err {
+            let key = MappingKey {
+                start: 0,
+                end: 0,
+                pgoff: 0,
+                load_bias: 0,
+                path: "".into(),
+            };
+            let m = self.interner.mapping(&key, &[]);
+            // Frames are keyed by (mapping, pc): a pc per error kind.
+            let f = self.interner.frame(m, e as u64, || Some(e.frame_name()));
+            frames.push(f);
+        }
         let names = self.cfg.function_names;
         // Outermost first: user frames (root .. leaf), then kernel frames.
         for (i, &ip) in s.user_ips.iter().enumerate().rev() {
@@ -495,7 +700,6 @@ impl PerfSource {
         }
         let callstack = (!frames.is_empty()).then(|| self.interner.callstack(&frames));
         self.frames = frames;
-        let s = &self.sample;
         let mut p = self.writer.new_packet();
         put_varint(&mut p, 8, s.time);
         put_varint(&mut p, 13, SEQ_NEEDS_INCREMENTAL_STATE);
@@ -515,6 +719,9 @@ impl PerfSource {
             for c in followers {
                 put_varint(&mut p, 7, *c);
             }
+        }
+        if let Some(e) = err {
+            put_varint(&mut p, UNWIND_ERROR, e as u64);
         }
         end_nested(&mut p, n);
     }

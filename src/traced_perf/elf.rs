@@ -309,3 +309,76 @@ mod tests {
         assert!(parse(&h[..], true).is_some());
     }
 }
+
+/// What DWARF unwinding needs from one file: `.eh_frame` (and its
+/// `.eh_frame_hdr` index) with their addresses, and the `.text` / `.got`
+/// ranges CFI may refer to.
+#[derive(Debug, Default, Clone)]
+pub struct UnwindSections {
+    pub eh_frame: Option<(std::ops::Range<u64>, std::rc::Rc<[u8]>)>,
+    pub eh_frame_hdr: Option<(std::ops::Range<u64>, std::rc::Rc<[u8]>)>,
+    pub text: Option<std::ops::Range<u64>>,
+    pub got: Option<std::ops::Range<u64>>,
+}
+
+impl UnwindSections {
+    pub fn mem_bytes(&self) -> usize {
+        self.eh_frame.as_ref().map_or(0, |s| s.1.len())
+            + self.eh_frame_hdr.as_ref().map_or(0, |s| s.1.len())
+    }
+}
+
+/// Finds the unwind sections of a little-endian ELF by their names. Each
+/// section read is at most `max_bytes` (a bigger one is left out).
+pub fn unwind_sections(f: &(impl ReadAt + ?Sized), max_bytes: usize) -> Option<UnwindSections> {
+    let h = f.read_at(0, 64).or_else(|| f.read_at(0, 52))?;
+    if h.get(..4)? != b"\x7fELF" || h[5] != 1 {
+        return None;
+    }
+    let l = Layout { is64: h[4] == 2 };
+    let shoff = l.word(&h, 32, 40)?;
+    let (se, sn, shstrndx) = if l.is64 {
+        (u16_at(&h, 58)?, u16_at(&h, 60)?, u16_at(&h, 62)?)
+    } else {
+        (u16_at(&h, 46)?, u16_at(&h, 48)?, u16_at(&h, 50)?)
+    };
+    let shsize = if l.is64 { 64 } else { 40 };
+    if (se as usize) < shsize || (sn as usize) > MAX_HEADERS {
+        return None;
+    }
+    let sh = table(f, shoff, se as usize, sn as usize)?;
+    let section = |i: usize| sh.get(i * se as usize..(i + 1) * se as usize);
+    let names_hdr = section(shstrndx as usize)?;
+    let names_size = l.word(names_hdr, 20, 32)? as usize;
+    if names_size > MAX_TABLE_BYTES {
+        return None;
+    }
+    let names = f.read_at(l.word(names_hdr, 16, 24)?, names_size)?;
+    let mut out = UnwindSections::default();
+    for i in 0..sn as usize {
+        let s = section(i)?;
+        let name_off = u32_at(s, 0)? as usize;
+        let Some(tail) = names.get(name_off..) else {
+            continue;
+        };
+        let name = &tail[..tail.iter().position(|&c| c == 0).unwrap_or(tail.len())];
+        let addr = l.word(s, 12, 16)?;
+        let off = l.word(s, 16, 24)?;
+        let size = l.word(s, 20, 32)?;
+        let Some(range) = addr.checked_add(size).map(|end| addr..end) else {
+            continue;
+        };
+        let data = || {
+            let n = usize::try_from(size).ok().filter(|&n| n <= max_bytes)?;
+            f.read_at(off, n).map(std::rc::Rc::from)
+        };
+        match name {
+            b".eh_frame" => out.eh_frame = data().map(|d| (range, d)),
+            b".eh_frame_hdr" => out.eh_frame_hdr = data().map(|d| (range, d)),
+            b".text" => out.text = Some(range),
+            b".got" => out.got = Some(range),
+            _ => {}
+        }
+    }
+    Some(out)
+}

@@ -5,8 +5,11 @@
 
 use std::os::fd::OwnedFd;
 
-use super::config::{self, Event, Interval, PerfConfig, SampleClock};
+use super::config::{
+    self, Event, Interval, PerfConfig, SampleClock, UnwindMode, STACK_SAMPLE_BYTES,
+};
 use super::sys::{self, Attr, Ring};
+use super::unwind;
 
 /// One CPU's timebase event, its followers and its ring.
 pub(super) struct CpuRing {
@@ -137,12 +140,21 @@ pub(super) fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
         | sys::SAMPLE_PERIOD
         | sys::SAMPLE_READ;
     attr.set_read_format(sys::FORMAT_GROUP);
-    if cfg.callstacks {
+    // As upstream: the daemon's unwinders get the user registers and a
+    // copy of the user stack; the kernel's callchain carries kernel frames,
+    // and user frames only when it walks them (UNWIND_KERNEL_FRAME_POINTER).
+    let kernel_walks_user = cfg.unwind == UnwindMode::KernelFramePointer;
+    if cfg.callstacks && cfg.unwind.copies_stack() {
+        st |= sys::SAMPLE_REGS_USER | sys::SAMPLE_STACK_USER;
+        attr.set_sample_regs_user(unwind::REGS_MASK);
+        attr.set_sample_stack_user(STACK_SAMPLE_BYTES);
+    }
+    if cfg.callstacks && (cfg.kernel_frames || kernel_walks_user) {
         st |= sys::SAMPLE_CALLCHAIN;
         if !cfg.kernel_frames {
             attr.set_flags(sys::FLAG_EXCLUDE_CALLCHAIN_KERNEL);
         }
-        if !cfg.user_frames {
+        if !kernel_walks_user {
             attr.set_flags(sys::FLAG_EXCLUDE_CALLCHAIN_USER);
         }
     }

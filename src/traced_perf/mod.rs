@@ -1,19 +1,21 @@
 //! The traced_perf daemon: CPU profiling with call stacks, the
 //! `linux.perf` data source.
 //!
-//! A producer on traced's producer socket ([`producer`], built from
-//! traced_probes' link, wire and SMB machinery). Each instance opens one
+//! A producer on traced's producer socket: the producer traced_probes
+//! runs too, with traced_perf's part in [`producer`]. Each instance opens one
 //! perf event per CPU sampling every task ([`events`]; [`sys`] holds the
 //! only unsafe code), reads the kernel's mmap rings on a timer
 //! ([`records`]), keeps the
-//! samples of processes in scope ([`scope`]), resolves their callchains
-//! (frame-pointer chains the kernel walked; no DWARF unwinding) to
-//! mappings, build ids and function names ([`resolver`], [`maps`],
+//! samples of processes in scope ([`scope`]), unwinds their user stacks
+//! ([`unwind`]: frame pointers through the copied stack; [`dwarf`]:
+//! `.eh_frame` via framehop) or takes the kernel's callchain, resolves
+//! the frames to mappings, build ids and function names ([`resolver`], [`maps`],
 //! [`elf`], kallsyms), and writes PerfSample packets with interned
 //! callstacks ([`intern`]), as upstream's traced_perf does.
 
 pub mod config;
 pub mod data_source;
+pub mod dwarf;
 pub mod elf;
 pub mod events;
 pub mod intern;
@@ -23,6 +25,7 @@ pub mod records;
 pub mod resolver;
 pub mod scope;
 pub mod sys;
+pub mod unwind;
 
 use crate::base::event_loop::EventLoop;
 pub use producer::{Producer, NOTIFY_ENV};
@@ -36,7 +39,7 @@ pub fn run(socket: String, exit_with_traced: bool) -> i32 {
             return 1;
         }
     };
-    let mut producer = Producer::new(socket, exit_with_traced);
+    let mut producer = Producer::new(producer::Perf, socket, exit_with_traced);
     {
         let mut ctl = el.ctl();
         if let Err(e) = producer.watch_stop_signals(&mut ctl) {

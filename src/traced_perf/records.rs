@@ -1,7 +1,8 @@
 //! Records of a perf ring buffer (`PERF_RECORD_*`), as written for the
 //! attributes traced_perf opens with: sample_type TID | TIME | CPU |
 //! PERIOD | READ (read_format GROUP: the timebase's count, then any
-//! followers') | CALLCHAIN, and sample_id_all. Pure code over byte slices; the
+//! followers') | CALLCHAIN | REGS_USER | STACK_USER (as configured), and
+//! sample_id_all. Pure code over byte slices; the
 //! ring's bytes come from the kernel but are checked like untrusted input.
 
 pub const RECORD_LOST: u32 = 2;
@@ -34,6 +35,40 @@ pub struct Sample {
     /// then each follower's), decoded into `counts`.
     pub group: bool,
     pub counts: Vec<u64>,
+    /// Set by the caller: what the attributes ask each sample to carry.
+    pub layout: Layout,
+    /// PERF_SAMPLE_REGS_USER in mask order; empty for a kernel thread
+    /// (ABI none).
+    pub user_regs: Vec<u64>,
+    /// PERF_SAMPLE_STACK_USER: where in the record the bytes the kernel
+    /// copied from the user stack pointer up are (offset, dyn_size).
+    /// [`parse`] does not copy them: most samples are out of scope.
+    pub stack_span: Option<(usize, usize)>,
+    /// Those bytes, once the caller copied them ([`Sample::take_stack`]).
+    pub stack: Vec<u8>,
+    /// The copy filled the whole requested size: the stack may go on.
+    pub stack_cut: bool,
+}
+
+impl Sample {
+    /// Copies the stack bytes of the record `parse` read into `stack`.
+    pub fn take_stack(&mut self, rec: &[u8]) {
+        self.stack.clear();
+        if let Some((at, n)) = self.stack_span {
+            if let Some(b) = rec.get(at..at + n) {
+                self.stack.extend_from_slice(b);
+            }
+        }
+    }
+}
+
+/// The optional parts of a sample record, from the attributes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub callchain: bool,
+    /// Registers in sample_regs_user (0: none asked).
+    pub user_regs: usize,
+    pub user_stack: bool,
 }
 
 /// Members of a group read kept (the leader and its followers).
@@ -100,26 +135,33 @@ pub fn parse(rec_untrusted: &[u8], sample: &mut Sample) -> Option<Record> {
             }
             sample.kernel_ips.clear();
             sample.user_ips.clear();
-            // No bytes left: sampled without callchains (counters only).
-            if at == b.len() {
-                return Some(Record::Sample);
+            sample.user_regs.clear();
+            sample.stack.clear();
+            sample.stack_span = None;
+            sample.stack_cut = false;
+            let layout = sample.layout;
+            if layout.callchain {
+                at = parse_callchain(b, at, sample)?;
             }
-            let nr = u64_at(b, at)? as usize;
-            let ips = b.get(at + 8..(at + 8).checked_add(nr.checked_mul(8)?)?)?;
-            let mut ctx = CONTEXT_KERNEL;
-            for c in ips.chunks_exact(8) {
-                let ip = u64::from_ne_bytes(c.try_into().ok()?);
-                if ip >= CONTEXT_MAX {
-                    ctx = ip;
-                    continue;
+            if layout.user_regs > 0 {
+                let abi = u64_at(b, at)?;
+                at += 8;
+                if abi != 0 {
+                    for i in 0..layout.user_regs {
+                        sample.user_regs.push(u64_at(b, at + 8 * i)?);
+                    }
+                    at += 8 * layout.user_regs;
                 }
-                let v = match ctx {
-                    CONTEXT_KERNEL => &mut sample.kernel_ips,
-                    CONTEXT_USER => &mut sample.user_ips,
-                    _ => continue,
-                };
-                if v.len() < MAX_FRAMES {
-                    v.push(ip);
+            }
+            if layout.user_stack {
+                let size = u64_at(b, at)? as usize;
+                at += 8;
+                if size > 0 {
+                    let data = b.get(at..at.checked_add(size)?)?;
+                    let dyn_size = u64_at(b, at + size)? as usize;
+                    let _ = data;
+                    sample.stack_span = Some((at, dyn_size.min(size)));
+                    sample.stack_cut = dyn_size >= size;
                 }
             }
             Some(Record::Sample)
@@ -149,6 +191,31 @@ pub fn parse(rec_untrusted: &[u8], sample: &mut Sample) -> Option<Record> {
         }
         _ => Some(Record::Other),
     }
+}
+
+/// The callchain at `at`: kernel and user sections into `sample`.
+/// Returns the offset after it.
+fn parse_callchain(b: &[u8], at: usize, sample: &mut Sample) -> Option<usize> {
+    let nr = u64_at(b, at)? as usize;
+    let end = (at + 8).checked_add(nr.checked_mul(8)?)?;
+    let ips = b.get(at + 8..end)?;
+    let mut ctx = CONTEXT_KERNEL;
+    for c in ips.chunks_exact(8) {
+        let ip = u64::from_ne_bytes(c.try_into().ok()?);
+        if ip >= CONTEXT_MAX {
+            ctx = ip;
+            continue;
+        }
+        let v = match ctx {
+            CONTEXT_KERNEL => &mut sample.kernel_ips,
+            CONTEXT_USER => &mut sample.user_ips,
+            _ => continue,
+        };
+        if v.len() < MAX_FRAMES {
+            v.push(ip);
+        }
+    }
+    Some(end)
 }
 
 /// The next record of a ring between `tail` and `head` (byte counters
@@ -215,7 +282,7 @@ mod tests {
     #[test]
     fn sample_splits_kernel_and_user_frames() {
         let b = sample_bytes(&[CONTEXT_KERNEL, 0xffff1, 0xffff2, CONTEXT_USER, 0x401000]);
-        let mut s = Sample::default();
+        let mut s = chained();
         assert_eq!(parse(&b, &mut s), Some(Record::Sample));
         assert_eq!((s.pid, s.tid, s.time, s.cpu, s.period), (7, 8, 1000, 1, 5));
         assert_eq!(s.kernel_ips, vec![0xffff1, 0xffff2]);
@@ -252,7 +319,7 @@ mod tests {
         b[6..8].copy_from_slice(&size.to_ne_bytes());
         let mut s = Sample {
             group: true,
-            ..Default::default()
+            ..chained()
         };
         assert_eq!(parse(&b, &mut s), Some(Record::Sample));
         assert_eq!(s.counts, vec![900, 33]);
@@ -265,16 +332,69 @@ mod tests {
     fn truncated_callchain_is_rejected() {
         let mut b = sample_bytes(&[CONTEXT_USER, 1, 2]);
         b[40..48].copy_from_slice(&1000u64.to_ne_bytes());
-        assert_eq!(parse(&b, &mut Sample::default()), None);
+        assert_eq!(parse(&b, &mut chained()), None);
         b[40..48].copy_from_slice(&u64::MAX.to_ne_bytes());
-        assert_eq!(parse(&b, &mut Sample::default()), None);
+        assert_eq!(parse(&b, &mut chained()), None);
+    }
+
+    fn chained() -> Sample {
+        Sample {
+            layout: Layout {
+                callchain: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// REGS_USER then STACK_USER after the callchain: the registers in
+    /// mask order, the used part of the stack copy, and whether it was full.
+    #[test]
+    fn user_registers_and_stack_follow_the_callchain() {
+        let mut b = sample_bytes(&[CONTEXT_KERNEL, 0xffff1]);
+        for v in [2u64, 0x10, 0x20, 0x30] {
+            b.extend_from_slice(&v.to_ne_bytes()); // abi 64, 3 registers
+        }
+        b.extend_from_slice(&16u64.to_ne_bytes());
+        b.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]);
+        b.extend_from_slice(&8u64.to_ne_bytes()); // dyn_size
+        let mut s = Sample {
+            layout: Layout {
+                callchain: true,
+                user_regs: 3,
+                user_stack: true,
+            },
+            ..Default::default()
+        };
+        assert_eq!(parse(&b, &mut s), Some(Record::Sample));
+        assert_eq!(s.kernel_ips, vec![0xffff1]);
+        assert_eq!(s.user_regs, vec![0x10, 0x20, 0x30]);
+        s.take_stack(&b);
+        assert_eq!(s.stack, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(!s.stack_cut);
+        // A full copy; then a stack size past the record.
+        let n = b.len();
+        b[n - 8..].copy_from_slice(&16u64.to_ne_bytes());
+        parse(&b, &mut s).unwrap();
+        s.take_stack(&b);
+        assert!(s.stack_cut && s.stack.len() == 16);
+        let at = n - 8 - 16 - 8;
+        b[at..at + 8].copy_from_slice(&u64::MAX.to_ne_bytes());
+        assert_eq!(parse(&b, &mut s), None);
     }
 
     #[test]
     fn random_rings_never_panic() {
         let mut seed = 1u64;
         let mut scratch = Vec::new();
-        let mut sample = Sample::default();
+        let mut sample = Sample {
+            layout: Layout {
+                callchain: true,
+                user_regs: 3,
+                user_stack: true,
+            },
+            ..Default::default()
+        };
         for _ in 0..500 {
             let mut data = sample_bytes(&[CONTEXT_KERNEL, 1, CONTEXT_USER, 2]);
             data.resize(128, 0);

@@ -8,8 +8,10 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
 
-use super::elf::{self, ElfInfo, ReadAt};
+use super::dwarf::{self, ModuleSpec, ProcessUnwinder};
+use super::elf::{self, ElfInfo, ReadAt, UnwindSections};
 use super::maps::{self, Map};
+use super::unwind::{StackCopy, UnwindError, UserRegs};
 use crate::traced_probes::ftrace::ksyms_load;
 use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
 
@@ -19,6 +21,12 @@ const MAX_PROCESSES: usize = 4096;
 const FILE_CACHE_BUDGET: usize = 128 << 20;
 /// Biggest file we open for symbols.
 const MAX_FILE_BYTES: u64 = 2 << 30;
+/// Unwind sections (`.eh_frame`, `.eh_frame_hdr`) kept at once, of all
+/// files; past it they and every process's unwinder start over.
+const UNWIND_CACHE_BUDGET: usize = 64 << 20;
+/// Biggest unwind section read from one file (a bigger one is left out:
+/// that file's frames fall back to frame pointers).
+const MAX_UNWIND_SECTION: usize = 16 << 20;
 
 struct FileReader(File);
 
@@ -36,6 +44,8 @@ pub struct Process {
     files: Vec<Option<Rc<ElfInfo>>>,
     /// Re-read the maps once when an address misses them.
     reread: bool,
+    /// Built at the first DWARF unwind; dropped with the process.
+    unwinder: Option<ProcessUnwinder>,
 }
 
 impl Process {
@@ -45,6 +55,7 @@ impl Process {
             files: vec![None; maps.len()],
             maps,
             reread: true,
+            unwinder: None,
         }
     }
 }
@@ -62,6 +73,9 @@ pub struct Resolver {
     processes: HashMap<u32, Process>,
     files: HashMap<String, Rc<ElfInfo>>,
     files_bytes: usize,
+    unwind_files: HashMap<String, Rc<UnwindSections>>,
+    unwind_bytes: usize,
+    unwind_cache: dwarf::Cache,
     kernel: Option<LazySymbols>,
     symbols: bool,
     pub stats: ResolverStats,
@@ -72,6 +86,8 @@ pub struct ResolverStats {
     pub maps_reads: u64,
     pub elf_reads: u64,
     pub cache_resets: u64,
+    /// Files whose unwind sections were read.
+    pub unwind_reads: u64,
 }
 
 impl Resolver {
@@ -120,16 +136,9 @@ impl Resolver {
             return f.clone();
         }
         self.stats.elf_reads += 1;
-        // Through the process's root first (containers), then as named.
-        let file = path
-            .starts_with('/')
-            .then(|| File::open(format!("/proc/{pid}/root{path}")).or_else(|_| File::open(path)));
-        let info = match file {
-            Some(Ok(f)) if f.metadata().is_ok_and(|m| m.len() <= MAX_FILE_BYTES) => {
-                elf::parse(&FileReader(f), self.symbols).unwrap_or_default()
-            }
-            _ => ElfInfo::default(),
-        };
+        let info = open_in(pid, path)
+            .and_then(|f| elf::parse(&FileReader(f), self.symbols))
+            .unwrap_or_default();
         let bytes = info.symbols.mem_bytes() + path.len() + 64;
         if self.files_bytes + bytes > FILE_CACHE_BUDGET {
             self.files.clear();
@@ -140,6 +149,79 @@ impl Resolver {
         let info = Rc::new(info);
         self.files.insert(path.to_string(), info.clone());
         info
+    }
+
+    /// A file's unwind sections (empty when unreadable: remembered too).
+    fn unwind_file(&mut self, pid: u32, path: &str) -> Rc<UnwindSections> {
+        if let Some(f) = self.unwind_files.get(path) {
+            return f.clone();
+        }
+        self.stats.unwind_reads += 1;
+        let sections = open_in(pid, path)
+            .and_then(|f| elf::unwind_sections(&FileReader(f), MAX_UNWIND_SECTION))
+            .unwrap_or_default();
+        let bytes = sections.mem_bytes() + path.len() + 64;
+        if self.unwind_bytes + bytes > UNWIND_CACHE_BUDGET {
+            // The unwinders hold the sections too: they go with them.
+            self.unwind_files.clear();
+            self.unwind_bytes = 0;
+            for p in self.processes.values_mut() {
+                p.unwinder = None;
+            }
+            self.stats.cache_resets += 1;
+        }
+        self.unwind_bytes += bytes;
+        let sections = Rc::new(sections);
+        self.unwind_files.insert(path.to_string(), sections.clone());
+        sections
+    }
+
+    /// The process's unwinder over its current maps.
+    fn build_unwinder(&mut self, pid: u32) {
+        let maps = self.process(pid).maps.clone();
+        let mut files = Vec::with_capacity(maps.len());
+        for m in &maps {
+            if m.path.starts_with('/') && dwarf::HAS_DWARF {
+                let sections = self.unwind_file(pid, &m.path);
+                let bias = self.file(pid, &m.path).load_bias;
+                files.push((m, sections, bias));
+            }
+        }
+        let unwinder = ProcessUnwinder::new(files.iter().map(|(m, s, bias)| ModuleSpec {
+            name: &m.path,
+            avma: m.start..m.end,
+            base_avma: m.start.wrapping_sub(m.pgoff).wrapping_sub(*bias),
+            sections: s,
+        }));
+        self.process(pid).unwinder = Some(unwinder);
+    }
+
+    /// UNWIND_DWARF of one sample of `pid`: pcs leaf first into `out`.
+    pub fn unwind(
+        &mut self,
+        pid: u32,
+        regs: UserRegs,
+        stack: StackCopy<'_>,
+        out: &mut Vec<u64>,
+    ) -> Option<UnwindError> {
+        let p = self.process(pid);
+        let mut mapped = maps::find_index(&p.maps, regs.pc).is_some();
+        if !mapped && p.reread {
+            // Maps changed since read (dlopen, exec): once per process.
+            *p = Process::read(pid);
+            p.reread = false;
+            self.stats.maps_reads += 1;
+            mapped = maps::find_index(&self.process(pid).maps, regs.pc).is_some();
+        }
+        if self.process(pid).unwinder.is_none() {
+            self.build_unwinder(pid);
+        }
+        let Some(p) = self.processes.get(&pid) else {
+            return Some(UnwindError::InvalidMap);
+        };
+        let u = p.unwinder.as_ref()?;
+        let err = u.unwind(&mut self.unwind_cache, regs, stack, out);
+        err.or((!mapped).then_some(UnwindError::InvalidMap))
     }
 
     /// Resolves a user address of `pid`; `None` when no mapping has it.
@@ -173,6 +255,20 @@ impl Resolver {
             .wrapping_add(file.load_bias);
         Some(UserFrame { map, file, rel_pc })
     }
+}
+
+/// A mapped file of `pid`: through the process's root first
+/// (containers), then as named; `None` for anything else or too big.
+fn open_in(pid: u32, path: &str) -> Option<File> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let f = File::open(format!("/proc/{pid}/root{path}"))
+        .or_else(|_| File::open(path))
+        .ok()?;
+    f.metadata()
+        .is_ok_and(|m| m.len() <= MAX_FILE_BYTES)
+        .then_some(f)
 }
 
 fn read_maps(pid: u32) -> Vec<Map> {

@@ -24,6 +24,8 @@ pub const SAMPLE_READ: u64 = 1 << 4;
 pub const SAMPLE_CALLCHAIN: u64 = 1 << 5;
 pub const SAMPLE_CPU: u64 = 1 << 7;
 pub const SAMPLE_PERIOD: u64 = 1 << 8;
+pub const SAMPLE_REGS_USER: u64 = 1 << 12;
+pub const SAMPLE_STACK_USER: u64 = 1 << 13;
 /// read_format: the leader's sample reads every member of its group.
 pub const FORMAT_GROUP: u64 = 1 << 3;
 
@@ -84,6 +86,14 @@ impl Attr {
     pub fn set_clockid(&mut self, id: i32) {
         self.set_flags(FLAG_USE_CLOCKID);
         self.0[92..96].copy_from_slice(&id.to_ne_bytes());
+    }
+    /// PERF_SAMPLE_REGS_USER: the registers each sample copies.
+    pub fn set_sample_regs_user(&mut self, mask: u64) {
+        self.put64(80, mask);
+    }
+    /// PERF_SAMPLE_STACK_USER: bytes of user stack each sample copies.
+    pub fn set_sample_stack_user(&mut self, bytes: u32) {
+        self.0[88..92].copy_from_slice(&bytes.to_ne_bytes());
     }
     pub fn set_max_stack(&mut self, n: u16) {
         self.0[108..110].copy_from_slice(&n.to_ne_bytes());

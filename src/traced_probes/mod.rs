@@ -9,13 +9,14 @@
 //! point them at fixture directories.
 //!
 //! This level holds what every source shares: [`producer`] (the event-loop
-//! handler), [`wire`] / [`link`] (ProducerPort messages and the connection
+//! handler, shared with traced_perf; [`daemon`] is traced_probes' part), [`wire`] / [`link`] (ProducerPort messages and the connection
 //! the SMB arbiter commits through), [`factory`] (SetupDataSource -> an
 //! instance), [`data_source`] (the trait), [`backoff`], [`clock`] and
 //! [`stop_signals`].
 
 pub mod backoff;
 pub mod clock;
+pub mod daemon;
 pub mod data_source;
 pub mod factory;
 pub mod fs_root;
@@ -32,7 +33,21 @@ pub mod wire;
 use crate::base::event_loop::EventLoop;
 use ftrace::Tracefs;
 
-pub use producer::{Producer, ProducerOptions, NOTIFY_ENV};
+pub use daemon::{Probes, ProbesProducer, NOTIFY_ENV};
+pub use producer::Producer;
+
+/// What traced_probes is told at start.
+#[derive(Debug, Clone)]
+pub struct ProducerOptions {
+    /// traced's producer socket (path, `@abstract`, host:port).
+    pub socket: String,
+    /// Crash state file of the ftrace mux.
+    pub state_file: std::path::PathBuf,
+    /// Exit (after the teardown) when a registered connection closes,
+    /// instead of reconnecting: traced_probes started with an autostarted
+    /// traced goes away with it.
+    pub exit_with_traced: bool,
+}
 
 /// `--reset-ftrace` / `--cleanup-after-crash`: undo a crashed run's state
 /// file, then hard-reset the top-level tracefs instance unless a live
@@ -103,7 +118,8 @@ pub fn run(opts: ProducerOptions) -> i32 {
             return 1;
         }
     };
-    let mut producer = Producer::new(opts);
+    let probes = Probes::new(ftrace::mux::FtraceMux::new(opts.state_file.clone()));
+    let mut producer = Producer::new(probes, opts.socket, opts.exit_with_traced);
     {
         let mut ctl = el.ctl();
         if let Err(e) = producer.watch_stop_signals(&mut ctl) {

@@ -65,11 +65,11 @@ fn decode_reply<M: for<'a> MessageRead<'a>>(method: &str, reply_untrusted: &[u8]
     decode(reply_untrusted)
 }
 
-pub fn initialize_connection() -> Vec<u8> {
+pub fn initialize_connection(producer_name: &str) -> Vec<u8> {
     encode(&InitializeConnectionRequest {
         shared_memory_page_size_hint_bytes: Some(SMB_PAGE_SIZE_HINT),
         shared_memory_size_hint_bytes: Some(SMB_SIZE_HINT),
-        producer_name: Some(PRODUCER_NAME.to_string()),
+        producer_name: Some(producer_name.to_string()),
         smb_scraping_mode: Some(ProducerSMBScrapingMode::SMB_SCRAPING_DISABLED),
         sdk_version: Some(crate::VERSION.to_string()),
         ..Default::default()

@@ -59,8 +59,10 @@ fn the_stop_reads_while_the_service_waits_and_names_what_is_left() {
     let run = record_with(
         dir,
         "data_source_stop_timeout_ms: 1000",
+        // The kernel's walk: the rings fill with samples, not with 64 KiB
+        // stack copies (the load has frame pointers).
         "timebase { frequency: 20000 counter: SW_CPU_CLOCK } \
-         callstack_sampling { kernel_frames: true } \
+         callstack_sampling { kernel_frames: true user_frames: UNWIND_KERNEL_FRAME_POINTER } \
          ring_buffer_pages: 2048 ring_buffer_read_period_ms: 60000",
         false,
         || {

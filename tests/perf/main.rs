@@ -7,3 +7,4 @@ mod limits;
 mod scope;
 mod timebases;
 mod traced_perf;
+mod unwinding;

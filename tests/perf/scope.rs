@@ -35,13 +35,17 @@ fn target_pids_cmdlines_exclusions_and_additional_processes() {
     let c = Load(run_load(&excl_pid, &["split", "1000000"]));
     let (pid_a, pid_c) = (a.0.id(), c.0.id());
     let mut pids = (0, 0, 0, 0);
+    // The kernel's walk (the loads have frame pointers): 64 KiB stack
+    // copies of every process on every CPU at 1 kHz would overrun the
+    // default rings, and this test is about who is sampled.
     let run = record(
         dir,
         &format!(
             "timebase {{ frequency: 1000 counter: SW_CPU_CLOCK }} \
              callstack_sampling {{ scope {{ target_pid: {pid_a} target_cmdline: \"perf_sc_*\" \
              exclude_pid: {pid_c} exclude_cmdline: \"perf_sc_excl\" \
-             additional_cmdline_count: 1 }} }} ring_buffer_read_period_ms: 50"
+             additional_cmdline_count: 1 }} user_frames: UNWIND_KERNEL_FRAME_POINTER }} \
+             ring_buffer_read_period_ms: 50"
         ),
         || {
             let mut loads = [

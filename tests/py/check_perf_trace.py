@@ -19,6 +19,9 @@ Prints, one per line:
   counts CPU TIMEBASE F1..   (samples with follower_counts: the group read)
   stopped REASON             (PerfSample.producer_event.source_stop_reason)
   followers COUNTER..        (PerfSampleDefaults.followers, once per sequence)
+  unwind_error PID ERROR     (PerfSample.unwind_error of the sample before)
+  skipped PID REASON         (PerfSample.sample_skipped_reason of the sample
+                              before)
 """
 import sys
 
@@ -112,6 +115,10 @@ def main(path):
             names = ";".join(out) or "-"
         count = s.timebase_count if s.HasField("timebase_count") else "-"
         print("sample", s.pid, s.tid, s.cpu, s.cpu_mode, p.timestamp, count, kframes, names)
+        if s.HasField("unwind_error"):
+            print("unwind_error", s.pid, s.unwind_error)
+        if s.HasField("sample_skipped_reason"):
+            print("skipped", s.pid, s.sample_skipped_reason)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
-//! The traced_probes producer: one event-loop handler owning the
-//! connection to traced, the SMB arbiter and every data source instance.
+//! The producer both daemons run (traced_probes and traced_perf): one
+//! event-loop handler owning the connection to traced, the SMB arbiter and
+//! every data source instance. What differs between the daemons (their data
+//! sources, their own timers) is a [`Daemon`].
 //!
 //! Connection lifecycle:
 //! 1. connect → BindService("ProducerPort");
 //! 2. once bound, pipelined (the service handles them in order):
 //!    InitializeConnection (hints 2 MiB / 32 KiB, scraping disabled),
-//!    GetAsyncCommand (stream kept open), RegisterDataSource × 5, Sync;
+//!    GetAsyncCommand (stream kept open), RegisterDataSource per source, Sync;
 //! 3. the Sync reply means "registered": the backoff resets and, the first
-//!    time, the ready fd (`TRACED_PROBES_NOTIFY_FD`) gets its "1";
+//!    time, the daemon's ready fd gets its "1";
 //! 4. commands arrive on the GetAsyncCommand stream (see [`wire::Command`]);
 //! 5. when traced goes away every instance is torn down (ftrace restored),
 //!    the SMB dropped, and we reconnect after 100 ms, 200 ms, ... 30 s.
@@ -19,36 +21,67 @@ mod commands;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::base::event_loop::{Handler, Interest, LoopCtl, Ready, TaskRunner, TimerId, Token};
 use crate::base::shm::Shm;
 use crate::base::sock_addr::SockAddr;
 use crate::ipc::client::{Client, ClientEvent, ClientReply};
+use crate::pb::protos::DataSourceConfig;
 use crate::traced_probes::backoff::Backoff;
-use crate::traced_probes::data_source::{self, DataSource, Env};
-use crate::traced_probes::ftrace::mux::FtraceMux;
 use crate::traced_probes::link::{Link, Method};
 use crate::traced_probes::stop_signals::StopSignals;
 use crate::traced_probes::wire;
 use crate::tracing::core::arbiter::Arbiter;
+use crate::tracing::core::trace_writer::TraceWriter;
 
-/// Env var naming the fd to write "1" to once registered with traced.
-pub const NOTIFY_ENV: &str = "TRACED_PROBES_NOTIFY_FD";
+/// The loop both daemons run on (the ftrace workers post `()` to wake it).
+pub type Ctl<'a> = LoopCtl<'a, ()>;
 
-/// What the producer is told at construction.
-#[derive(Debug, Clone)]
-pub struct ProducerOptions {
-    /// traced's producer socket (path, `@abstract`, host:port).
-    pub socket: String,
-    /// Crash state file of the ftrace mux.
-    pub state_file: PathBuf,
-    /// Exit (after the teardown) when a registered connection closes,
-    /// instead of reconnecting: traced_probes started with an autostarted
-    /// traced goes away with it.
-    pub exit_with_traced: bool,
+/// One daemon's part: the data sources it serves and its own timers.
+pub trait Daemon {
+    type Source;
+    /// Env var naming the fd to write "1" to once registered with traced.
+    const NOTIFY_ENV: &'static str;
+    /// Our name in InitializeConnection.
+    const PRODUCER_NAME: &'static str;
+    /// Ticks and stops send one CommitData for all they wrote.
+    const BATCH_COMMITS: bool = false;
+    fn data_sources(&self) -> &'static [&'static str];
+    fn setup(
+        &mut self,
+        id: u64,
+        config: &DataSourceConfig,
+        writer: TraceWriter,
+    ) -> Result<Self::Source, String>;
+    fn start(&mut self, ds: &mut Self::Source) -> Option<Duration>;
+    fn tick(&mut self, ds: &mut Self::Source) -> Option<Duration>;
+    /// Last call before the instance is dropped.
+    fn stop(&mut self, ds: &mut Self::Source);
+    fn clear_incremental_state(&mut self, ds: &mut Self::Source);
+    /// Flushes the instances of `ids` that exist (in the daemon's order).
+    fn flush(&mut self, instances: &mut Instances<Self::Source>, ids: &[u64], stopping: bool);
+    /// Called on every loop wake-up before anything else.
+    fn on_wake(&mut self, _ctl: &mut Ctl<'_>) {}
+    /// After an instance started.
+    fn after_start(&mut self, _ctl: &mut Ctl<'_>) {}
+    /// A timer the producer does not own (commits held while it runs);
+    /// true when it was the daemon's.
+    fn on_timer(
+        &mut self,
+        _ctl: &mut Ctl<'_>,
+        _id: TimerId,
+        _instances: &mut Instances<Self::Source>,
+    ) -> bool {
+        false
+    }
+    fn on_message(&mut self, _ctl: &mut Ctl<'_>, _instances: &mut Instances<Self::Source>) {}
+    /// The connection's instances are gone: drop the daemon's timers.
+    fn teardown(&mut self, _ctl: &mut Ctl<'_>) {}
 }
+
+pub type Instances<S> = BTreeMap<u64, Instance<S>>;
 
 /// Counters, for logs and tests.
 #[derive(Debug, Default, Clone, Copy)]
@@ -59,11 +92,11 @@ pub struct ProducerStats {
     pub setup_failures: u64,
 }
 
-struct Instance {
-    ds: Box<dyn DataSource>,
-    name: String,
-    session: u64,
-    started: bool,
+pub struct Instance<S> {
+    pub ds: S,
+    pub name: String,
+    pub session: u64,
+    pub started: bool,
     timer: Option<TimerId>,
 }
 
@@ -75,8 +108,14 @@ struct Requests {
     sync: Option<u64>,
 }
 
-pub struct Producer {
-    opts: ProducerOptions,
+pub struct Producer<D: Daemon> {
+    daemon: D,
+    /// traced's producer socket (path, `@abstract`, host:port).
+    socket: String,
+    /// Exit (after the teardown) when a registered connection closes,
+    /// instead of reconnecting: a daemon started with an autostarted
+    /// traced goes away with it.
+    exit_with_traced: bool,
     link: Link,
     connected: bool,
     requests: Requests,
@@ -88,25 +127,22 @@ pub struct Producer {
     shmem_emulation: bool,
     arbiter: Option<Arc<Arbiter>>,
     shm: Option<Shm>,
-    instances: BTreeMap<u64, Instance>,
+    instances: Instances<D::Source>,
     timers: HashMap<TimerId, u64>,
     /// Watchdog timer → instance (see `data_source::watchdog_delay`).
     watchdogs: HashMap<TimerId, u64>,
-    ftrace: FtraceMux,
-    ftrace_timer: Option<TimerId>,
-    /// The ftrace readers can wake the loop (a posted message).
-    ftrace_notify_set: bool,
     signals: Option<(StopSignals, Token)>,
     /// An fd received on the connection, not yet taken by SetupTracing.
     stashed_fd: Option<OwnedFd>,
     pub stats: ProducerStats,
 }
 
-impl Producer {
-    pub fn new(opts: ProducerOptions) -> Producer {
-        let ftrace = FtraceMux::new(opts.state_file.clone());
+impl<D: Daemon> Producer<D> {
+    pub fn new(daemon: D, socket: String, exit_with_traced: bool) -> Producer<D> {
         Producer {
-            opts,
+            daemon,
+            socket,
+            exit_with_traced,
             link: Link::default(),
             connected: false,
             requests: Requests::default(),
@@ -120,9 +156,6 @@ impl Producer {
             instances: BTreeMap::new(),
             timers: HashMap::new(),
             watchdogs: HashMap::new(),
-            ftrace,
-            ftrace_timer: None,
-            ftrace_notify_set: false,
             signals: None,
             stashed_fd: None,
             stats: ProducerStats::default(),
@@ -132,7 +165,7 @@ impl Producer {
     /// Blocks SIGINT/SIGTERM and reads them from a signalfd on the loop:
     /// they stop every instance (leaving ftrace clean) and quit the loop.
     /// Signals that arrived since `stop_signals::block` are delivered too.
-    pub fn watch_stop_signals<M>(&mut self, ctl: &mut LoopCtl<'_, M>) -> std::io::Result<()> {
+    pub fn watch_stop_signals(&mut self, ctl: &mut Ctl<'_>) -> std::io::Result<()> {
         let fd = StopSignals::open()?;
         let token = ctl.register(&fd, Interest::READABLE)?;
         self.signals = Some((fd, token));
@@ -140,16 +173,16 @@ impl Producer {
     }
 
     /// Starts the first connection attempt.
-    pub fn start<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+    pub fn start(&mut self, ctl: &mut Ctl<'_>) {
         self.try_connect(ctl);
     }
 
-    fn try_connect<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+    fn try_connect(&mut self, ctl: &mut Ctl<'_>) {
         self.reconnect_timer = None;
-        let addr = match SockAddr::parse(&self.opts.socket) {
+        let addr = match SockAddr::parse(&self.socket) {
             Ok(a) => a,
             Err(e) => {
-                crate::log_error!("bad producer socket {:?}: {e}", self.opts.socket);
+                crate::log_error!("bad producer socket {:?}: {e}", self.socket);
                 return self.schedule_reconnect(ctl);
             }
         };
@@ -159,7 +192,7 @@ impl Producer {
                 if e.kind() == std::io::ErrorKind::PermissionDenied {
                     crate::log_warn!("{e}");
                 } else {
-                    crate::log_debug!("cannot connect to {}: {e}", self.opts.socket);
+                    crate::log_debug!("cannot connect to {}: {e}", self.socket);
                 }
                 return self.schedule_reconnect(ctl);
             }
@@ -178,18 +211,14 @@ impl Producer {
         }
     }
 
-    fn schedule_reconnect<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+    fn schedule_reconnect(&mut self, ctl: &mut Ctl<'_>) {
         if self.reconnect_timer.is_none() {
             let d = self.backoff.next_delay();
             self.reconnect_timer = Some(ctl.add_timer(d));
         }
     }
 
-    fn on_bound<M>(
-        &mut self,
-        ctl: &mut LoopCtl<'_, M>,
-        service: Option<crate::ipc::client::BoundService>,
-    ) {
+    fn on_bound(&mut self, ctl: &mut Ctl<'_>, service: Option<crate::ipc::client::BoundService>) {
         let Some(service) = service else {
             crate::log_error!("traced does not expose ProducerPort");
             return self.disconnect(ctl);
@@ -198,11 +227,11 @@ impl Producer {
         link.set_service(service);
         self.requests.init = link.invoke(
             Method::InitializeConnection,
-            &wire::initialize_connection(),
+            &wire::initialize_connection(D::PRODUCER_NAME),
             false,
         );
         self.requests.async_cmd = link.invoke(Method::GetAsyncCommand, &[], false);
-        for name in data_source::ALL {
+        for name in self.daemon.data_sources() {
             link.invoke(
                 Method::RegisterDataSource,
                 &wire::register_data_source(name),
@@ -212,7 +241,7 @@ impl Producer {
         self.requests.sync = link.invoke(Method::Sync, &[], false);
     }
 
-    fn on_reply<M>(&mut self, ctl: &mut LoopCtl<'_, M>, mut r: ClientReply) {
+    fn on_reply(&mut self, ctl: &mut Ctl<'_>, mut r: ClientReply) {
         let id = Some(r.request_id);
         // Like Perfetto's "TakeReceivedFD": a received fd waits for the
         // handler that wants it (SetupTracing). One recvmsg can carry several
@@ -231,10 +260,10 @@ impl Producer {
             self.connected = true;
             self.stats.connections += 1;
             self.backoff.reset();
-            crate::log_info!("connected to traced at {}", self.opts.socket);
+            crate::log_info!("connected to traced at {}", self.socket);
             if !self.notified {
                 self.notified = true;
-                crate::base::child_process::notify_ready(NOTIFY_ENV);
+                crate::base::child_process::notify_ready(D::NOTIFY_ENV);
             }
         } else if id == self.requests.async_cmd {
             if !r.success {
@@ -246,26 +275,18 @@ impl Producer {
     }
 
     /// Stops every instance (ftrace restored) and drops the SMB.
-    fn teardown<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
-        let ids: Vec<u64> = self.instances.keys().copied().collect();
-        for id in ids {
-            if let Some(mut inst) = self.instances.remove(&id) {
-                if let Some(t) = inst.timer.take() {
-                    ctl.cancel_timer(t);
-                }
-                let mut env = Env {
-                    ftrace: &mut self.ftrace,
-                };
-                inst.ds.stop(&mut env);
+    fn teardown(&mut self, ctl: &mut Ctl<'_>) {
+        for (_, mut inst) in std::mem::take(&mut self.instances) {
+            if let Some(t) = inst.timer.take() {
+                ctl.cancel_timer(t);
             }
+            self.daemon.stop(&mut inst.ds);
         }
         self.timers.clear();
         for (t, _) in self.watchdogs.drain() {
             ctl.cancel_timer(t);
         }
-        if let Some(t) = self.ftrace_timer.take() {
-            ctl.cancel_timer(t);
-        }
+        self.daemon.teardown(ctl);
         self.arbiter = None;
         self.shm = None;
         self.stashed_fd = None;
@@ -273,8 +294,8 @@ impl Producer {
         self.link.lock().emulated_smb = None;
     }
 
-    fn disconnect<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
-        if self.connected && self.opts.exit_with_traced {
+    fn disconnect(&mut self, ctl: &mut Ctl<'_>) {
+        if self.connected && self.exit_with_traced {
             crate::log_info!("traced went away; exiting with it");
             self.connected = false;
             self.teardown(ctl);
@@ -294,7 +315,7 @@ impl Producer {
     }
 
     /// SIGINT/SIGTERM: stop everything cleanly, then quit the loop.
-    pub fn shutdown<M>(&mut self, ctl: &mut LoopCtl<'_, M>) {
+    pub fn shutdown(&mut self, ctl: &mut Ctl<'_>) {
         crate::log_info!("stopping");
         let ids: Vec<u64> = self.instances.keys().copied().collect();
         for id in ids {
@@ -315,19 +336,11 @@ impl Producer {
     }
 }
 
-impl Handler for Producer {
+impl<D: Daemon> Handler for Producer<D> {
     type Msg = ();
 
-    fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, token: Token, ready: Ready) {
-        if !self.ftrace_notify_set {
-            // Before any StartDataSource: ftrace workers wake the loop
-            // when pages come while the drain timer sleeps long.
-            let remote = ctl.remote();
-            self.ftrace.set_notify(std::sync::Arc::new(move || {
-                let _ = remote.post(());
-            }));
-            self.ftrace_notify_set = true;
-        }
+    fn on_io(&mut self, ctl: &mut Ctl<'_>, token: Token, ready: Ready) {
+        self.daemon.on_wake(ctl);
         if let Some((fd, t)) = &mut self.signals {
             if *t == token {
                 if fd.take() {
@@ -361,61 +374,39 @@ impl Handler for Producer {
         }
     }
 
-    fn on_message(&mut self, ctl: &mut LoopCtl<'_, ()>, _msg: ()) {
-        self.on_ftrace_data(ctl);
+    fn on_message(&mut self, ctl: &mut Ctl<'_>, _msg: ()) {
+        self.daemon.on_message(ctl, &mut self.instances);
     }
 
-    fn on_timer(&mut self, ctl: &mut LoopCtl<'_, ()>, id: TimerId) {
+    fn on_timer(&mut self, ctl: &mut Ctl<'_>, id: TimerId) {
         if Some(id) == self.reconnect_timer {
             return self.try_connect(ctl);
-        }
-        if Some(id) == self.ftrace_timer {
-            return self.on_ftrace_tick(ctl);
         }
         if let Some(inst_id) = self.watchdogs.remove(&id) {
             crate::log_error!("traced never stopped instance {inst_id}; stopping it");
             return self.stop_data_source(ctl, inst_id);
         }
         let Some(inst_id) = self.timers.remove(&id) else {
+            let hold = self.arbiter.as_ref().map(|a| a.hold_commits());
+            self.daemon.on_timer(ctl, id, &mut self.instances);
+            drop(hold);
             return;
         };
         let Some(inst) = self.instances.get_mut(&inst_id) else {
             return;
         };
         inst.timer = None;
-        let mut env = Env {
-            ftrace: &mut self.ftrace,
-        };
-        if let Some(d) = inst.ds.tick(&mut env) {
+        let hold = self
+            .arbiter
+            .as_ref()
+            .filter(|_| D::BATCH_COMMITS)
+            .map(|a| a.hold_commits());
+        let next = self.daemon.tick(&mut inst.ds);
+        drop(hold);
+        if let Some(d) = next {
             let t = ctl.add_timer(d);
             inst.timer = Some(t);
             self.timers.insert(t, inst_id);
         }
     }
-}
-
-/// The producer's buffer for SetupTracing: traced's shared memory (`fd`),
-/// or under shared-memory emulation (a relayed producer) a private one
-/// whose finished chunks `link` sends inline in CommitData.
-pub fn smb_for_setup(
-    fd: Option<std::os::fd::OwnedFd>,
-    emulation: bool,
-    page_size_kb: u32,
-    link: &crate::traced_probes::link::Link,
-) -> Result<(crate::base::shm::Shm, crate::tracing::core::smb_abi::SmbAbi), String> {
-    use crate::base::shm::{AttachOptions, Shm};
-    let shm = match (fd, emulation) {
-        (_, true) => Shm::create(crate::traced_probes::wire::SMB_SIZE_HINT as usize)
-            .map_err(|e| format!("cannot create the emulated buffer: {e}"))?,
-        (Some(fd), false) => Shm::attach(fd, AttachOptions::default())
-            .map_err(|e| format!("cannot map the shared memory buffer: {e}"))?,
-        (None, false) => return Err("SetupTracing without a shared memory fd".into()),
-    };
-    let page_size = (page_size_kb as usize).saturating_mul(1024);
-    let abi = crate::tracing::core::smb_abi::SmbAbi::new(shm.mem().clone(), page_size)
-        .map_err(|e| format!("unusable shared memory buffer: {e}"))?;
-    if emulation {
-        link.lock().emulated_smb = Some(abi.clone());
-    }
-    Ok((shm, abi))
 }

@@ -1,0 +1,442 @@
+//! User stacks unwound in traced_perf (UNWIND_DWARF, UNWIND_FRAME_POINTER)
+//! against the kernel's frame-pointer walk and `perf record --call-graph
+//! dwarf`, on tests/data/perf/deep.c: a program and its shared library
+//! built -O2 -fomit-frame-pointer with a known call tree (main -> app_run
+//! -> app_step -> lib_entry -> lib_mid -> leaf_three 75 % / leaf_one 25 %
+//! -> spin).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::probes::ROOT;
+use crate::traced_perf::{build_load, log_stat, record, run_load, samples, Run, Sample};
+
+/// The frames below main every stack of the load's work has, root first.
+const CHAIN: [&str; 5] = ["main", "app_run", "app_step", "lib_entry", "lib_mid"];
+
+/// Builds deep.c as `name` with its library in `dir` (-O2, no frame
+/// pointers anywhere) with `cc`.
+pub fn build_deep(dir: &Path, name: &str, cc: &str) -> PathBuf {
+    let data = Path::new(ROOT).join("tests/data/perf");
+    let lib = dir.join("libdeep.so");
+    let flags = ["-O2", "-fomit-frame-pointer", "-g0"];
+    let st = Command::new(cc)
+        .args(flags)
+        .args(["-fPIC", "-shared", "-o"])
+        .arg(&lib)
+        .arg(data.join("deep_lib.c"))
+        .status()
+        .expect("a C compiler builds the load");
+    assert!(st.success());
+    let out = dir.join(name);
+    let st = Command::new(cc)
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(data.join("deep.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .args(["-ldeep", "-ldl"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    out
+}
+
+/// Records `bin args` with `callstack` as the CallstackSampling body,
+/// 1 kHz on cpu-clock, only that program in scope.
+fn profile(dir: &Path, bin: &Path, args: &[&str], callstack: &str) -> (Run, String) {
+    let name = bin.file_name().unwrap().to_str().unwrap().to_string();
+    let run = record(
+        dir,
+        &format!(
+            "timebase {{ frequency: 1000 counter: SW_CPU_CLOCK }} \
+             ring_buffer_pages: 2048 ring_buffer_read_period_ms: 20 \
+             callstack_sampling {{ scope {{ target_cmdline: \"{name}\" }} {callstack} }}"
+        ),
+        || {
+            let mut c = run_load(bin, args);
+            assert!(c.wait().unwrap().success());
+        },
+    );
+    let log = std::fs::read_to_string(dir.join("perf.log")).unwrap();
+    (run, log)
+}
+
+/// Samples whose stack is in the load's own code (not the loader's
+/// start-up or exit).
+fn in_work(samples: &[Sample]) -> Vec<&Sample> {
+    samples
+        .iter()
+        .filter(|s| {
+            s.names
+                .iter()
+                .any(|n| n == "spin" || n == "leaf_three" || n == "leaf_one")
+        })
+        .collect()
+}
+
+/// The stack holds main and the whole chain below it, in order.
+fn reaches_main(s: &Sample) -> bool {
+    let Some(at) = s.names.iter().position(|n| n == "main") else {
+        return false;
+    };
+    s.names[at..at + CHAIN.len().min(s.names.len() - at)] == CHAIN[..]
+        && s.names
+            .get(at + CHAIN.len())
+            .is_some_and(|n| n == "leaf_three" || n == "leaf_one")
+}
+
+/// Share (%) of `leaf_three` among samples under either leaf.
+fn three_share(samples: &[&Sample]) -> f64 {
+    let three = samples
+        .iter()
+        .filter(|s| s.names.iter().any(|n| n == "leaf_three"))
+        .count();
+    let one = samples
+        .iter()
+        .filter(|s| s.names.iter().any(|n| n == "leaf_one"))
+        .count();
+    100.0 * three as f64 / (three + one).max(1) as f64
+}
+
+fn compilers() -> Vec<&'static str> {
+    ["gcc", "clang"]
+        .into_iter()
+        .filter(|cc| Command::new(cc).arg("--version").output().is_ok())
+        .collect()
+}
+
+/// `tracebox report --profile --pid P` on the trace: leaf_three has 75 %
+/// of the samples by total (within 5 points), spin leads by self, and the
+/// heaviest path is the whole chain from main.
+fn report_shows_the_split(dir: &Path, pid: u32) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["report", "--profile", "--pid", &pid.to_string()])
+        .arg(dir.join("trace.pb"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let section = |title: &str| -> Vec<(f64, String)> {
+        text.split(title)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {title}: {text}"))
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (
+                    f[0].trim_end_matches('%').parse().unwrap(),
+                    f[2..].join(" "),
+                )
+            })
+            .collect()
+    };
+    let by_self = section("Top functions by self samples:");
+    assert_eq!(by_self[0].1, "spin", "{text}");
+    let by_total = section("Top functions by total samples:");
+    let three = by_total.iter().find(|r| r.1 == "leaf_three").unwrap().0;
+    assert!((three - 75.0).abs() <= 5.0, "{text}");
+    let paths = section("Heaviest call paths (root > leaf):");
+    assert!(
+        paths[0]
+            .1
+            .contains("main > app_run > app_step > lib_entry > lib_mid > leaf_three > spin"),
+        "{text}"
+    );
+    assert!((paths[0].0 - 75.0).abs() <= 5.0, "{text}");
+}
+
+#[test]
+fn dwarf_stacks_reach_main_where_the_kernels_frame_pointer_walk_stops() {
+    for cc in compilers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let bin = build_deep(dir, &format!("deep_dw_{cc}"), cc);
+        let (run, log) = profile(dir, &bin, &["300"], "");
+        let all = samples(&run);
+        let work = in_work(&all);
+        assert!(work.len() > 200, "{cc}: {} samples: {log}", work.len());
+        let short: Vec<_> = work.iter().filter(|s| !reaches_main(s)).collect();
+        assert!(
+            short.is_empty(),
+            "{cc}: {} of {} stacks do not reach main, e.g. {:?}\n{log}",
+            short.len(),
+            work.len(),
+            &short[..short.len().min(3)]
+        );
+        let share = three_share(&work);
+        assert!((share - 75.0).abs() <= 5.0, "{cc}: leaf_three {share:.1} %");
+        assert!(log_stat(&log, "unwound").unwrap() >= work.len() as u64);
+        report_shows_the_split(dir, work[0].pid);
+
+        // The same program, the kernel walking frame pointers: its stacks
+        // stop early (there are none to follow).
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let bin = build_deep(dir, &format!("deep_kfp_{cc}"), cc);
+        let (run, log) = profile(
+            dir,
+            &bin,
+            &["300"],
+            "user_frames: UNWIND_KERNEL_FRAME_POINTER",
+        );
+        let all = samples(&run);
+        let leafs: Vec<&Sample> = all.iter().filter(|s| s.names.len() > 1).collect();
+        let whole = all.iter().filter(|s| reaches_main(s)).count();
+        assert!(all.len() > 200, "{cc}: {log}");
+        assert!(
+            whole * 10 < all.len(),
+            "{cc}: the kernel's walk reached main in {whole} of {} stacks",
+            all.len()
+        );
+        let _ = leafs;
+    }
+}
+
+/// UNWIND_FRAME_POINTER walks the copied stack of a program built with
+/// frame pointers (hot.c) to main; on deep.c (none) it stops early and
+/// says why in unwind_error.
+#[test]
+fn user_space_frame_pointer_walk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hot = build_load(dir, "hot_fpwalk");
+    let (run, log) = profile(
+        dir,
+        &hot,
+        &["split", "300"],
+        "user_frames: UNWIND_FRAME_POINTER",
+    );
+    let all = samples(&run);
+    let hot_stacks: Vec<&Sample> = all
+        .iter()
+        .filter(|s| s.names.iter().any(|n| n == "hot_three" || n == "hot_one"))
+        .collect();
+    assert!(hot_stacks.len() > 100, "{log}");
+    // Threads start in clone(), not main: the thread function is the root
+    // of our code, under libc's start routine.
+    for s in &hot_stacks {
+        let at = s
+            .names
+            .iter()
+            .position(|n| n == "hot_three" || n == "hot_one")
+            .unwrap();
+        assert_eq!(
+            s.names.get(at + 1).map(String::as_str),
+            Some("work_unit"),
+            "{s:?}"
+        );
+        assert!(at >= 1, "nothing above the thread function: {s:?}");
+    }
+    assert!(log_stat(&log, "unwound").unwrap() > 0);
+}
+
+/// `perf record --call-graph dwarf` on the same program: the top five
+/// functions by self samples, and the two leaves' total shares, agree
+/// within 5 percentage points.
+#[test]
+fn top_functions_agree_with_perf_record_dwarf() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let bin = build_deep(dir, "deep_vs_perf", "gcc");
+    let data = dir.join("perf.data");
+    let st = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-F",
+            "1000",
+            "-e",
+            "cpu-clock",
+            "--call-graph",
+        ])
+        .arg("dwarf")
+        .arg("-o")
+        .arg(&data)
+        .arg("--")
+        .arg(&bin)
+        .arg("300")
+        .status()
+        .expect("linux-perf is installed");
+    assert!(st.success());
+    let out = Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--children",
+            "--sort",
+            "sym",
+            "-q",
+            "-g",
+            "none",
+        ])
+        .arg("-i")
+        .arg(&data)
+        .output()
+        .unwrap();
+    // "  100.00%    99.15%  [.] spin"
+    let mut perf_total = HashMap::new();
+    let mut perf_self = HashMap::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 4 {
+            continue;
+        }
+        let pct = |s: &str| s.trim_end_matches('%').parse::<f64>().ok();
+        if let (Some(t), Some(s)) = (pct(f[0]), pct(f[1])) {
+            let name = f[3..].join(" ");
+            perf_total.insert(name.clone(), t);
+            perf_self.insert(name, s);
+        }
+    }
+    assert!(perf_self.contains_key("spin"), "{perf_self:?}");
+
+    let (run, log) = profile(dir, &bin, &["300"], "kernel_frames: true");
+    let all = samples(&run);
+    assert!(all.len() > 200, "{log}");
+    let n = all.len() as f64;
+    let mut our_self: HashMap<String, f64> = HashMap::new();
+    let mut our_total: HashMap<String, f64> = HashMap::new();
+    for s in &all {
+        if let Some(leaf) = s.names.last() {
+            *our_self.entry(leaf.clone()).or_default() += 100.0 / n;
+        }
+        let mut seen: Vec<&String> = s.names.iter().collect();
+        seen.sort();
+        seen.dedup();
+        for f in seen {
+            *our_total.entry(f.clone()).or_default() += 100.0 / n;
+        }
+    }
+    let mut top: Vec<(&String, &f64)> = perf_self.iter().collect();
+    top.sort_by(|a, b| b.1.total_cmp(a.1));
+    for (name, pct) in top.iter().take(5) {
+        let ours = our_self.get(*name).copied().unwrap_or(0.0);
+        assert!(
+            (ours - **pct).abs() <= 5.0,
+            "{name}: perf {pct:.1} % self, ours {ours:.1} %"
+        );
+    }
+    for name in ["leaf_three", "leaf_one", "main", "lib_mid"] {
+        let p = perf_total.get(name).copied().unwrap_or(0.0);
+        let ours = our_total.get(name).copied().unwrap_or(0.0);
+        assert!(
+            (ours - p).abs() <= 5.0,
+            "{name}: perf {p:.1} % total, ours {ours:.1} %"
+        );
+    }
+}
+
+/// Overwrites the bytes of `section` in the ELF at `path` with garbage.
+fn scramble_section(path: &Path, section: &str) {
+    let out = Command::new("readelf")
+        .args(["-S", "--wide"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == section))
+        .unwrap_or_else(|| panic!("no {section}: {text}"));
+    // "[13] .eh_frame PROGBITS 0000000000002048 002048 0000d0 ..."
+    let f: Vec<&str> = line.split(']').nth(1).unwrap().split_whitespace().collect();
+    let off = usize::from_str_radix(f[3], 16).unwrap();
+    let size = usize::from_str_radix(f[4], 16).unwrap();
+    let mut b = std::fs::read(path).unwrap();
+    for (i, x) in b[off..off + size].iter_mut().enumerate() {
+        *x = (i as u8).wrapping_mul(37) ^ 0xa5;
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+/// Hostile targets, all in one recording: a process that rewrites the dead
+/// part of its stack and maps and unmaps a library between samples, one
+/// whose stack is deeper than any copy (every copy full), and one whose
+/// library has a scrambled `.eh_frame`. traced_perf keeps going; every
+/// sample is in the trace (record checks), the cut ones with their
+/// unwind_error, as many as its log counts.
+#[test]
+fn hostile_stacks_maps_and_unwind_tables_are_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let bin = build_deep(dir, "deep_hostile", "gcc");
+    let copy = dir.join("libdeep_copy.so");
+    std::fs::copy(dir.join("libdeep.so"), &copy).unwrap();
+    let bad_dir = dir.join("bad");
+    std::fs::create_dir(&bad_dir).unwrap();
+    let bad = build_deep(&bad_dir, "deep_hostile", "gcc");
+    scramble_section(&bad_dir.join("libdeep.so"), ".eh_frame");
+    let mut pids = (0, 0, 0);
+    let (run, log) = {
+        let name = "deep_hostile";
+        let run = record(
+            dir,
+            &format!(
+                "timebase {{ frequency: 1000 counter: SW_CPU_CLOCK }} \
+                 ring_buffer_pages: 2048 ring_buffer_read_period_ms: 20 \
+                 callstack_sampling {{ scope {{ target_cmdline: \"{name}\" }} }}"
+            ),
+            || {
+                let mut a = Command::new(&bin)
+                    .args(["hostile", "300"])
+                    .env("DEEP_LIB_COPY", &copy)
+                    .spawn()
+                    .unwrap();
+                let mut b = run_load(&bin, &["bigstack", "300"]);
+                let mut c = run_load(&bad, &["300"]);
+                pids = (a.id(), b.id(), c.id());
+                for ch in [&mut a, &mut b, &mut c] {
+                    assert!(ch.wait().unwrap().success());
+                }
+            },
+        );
+        (run, std::fs::read_to_string(dir.join("perf.log")).unwrap())
+    };
+    let all = samples(&run);
+    let errors: Vec<(u32, u32)> = run
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("unwind_error "))
+        .map(|l| {
+            let (p, e) = l.split_once(' ').unwrap();
+            (p.parse().unwrap(), e.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        errors.len() as u64,
+        log_stat(&log, "unwind errors").unwrap(),
+        "{log}"
+    );
+    let of = |pid: u32| all.iter().filter(|s| s.pid == pid).count();
+    let (hostile, big, scrambled) = pids;
+    for pid in [hostile, big, scrambled] {
+        assert!(of(pid) > 50, "pid {pid}: {} samples\n{log}", of(pid));
+    }
+    // The hostile process's work still unwinds to main (its rewrites hit
+    // dead stack only; the unmapped library is a copy it never runs).
+    let reached = all
+        .iter()
+        .filter(|s| s.pid == hostile && reaches_main(s))
+        .count();
+    assert!(
+        reached * 10 >= of(hostile) * 8,
+        "{reached} of {}",
+        of(hostile)
+    );
+    // Every copy of the deep stack was full: cut, kept with its frames
+    // from the leaf up, and counted.
+    assert!(log_stat(&log, "stack copies cut").unwrap() > 0, "{log}");
+    let big_cut = errors.iter().filter(|e| e.0 == big).count();
+    assert!(big_cut * 10 >= of(big) * 9, "{big_cut} of {}", of(big));
+    // (Samples without a stack: skipped ones, and the exit's.)
+    for s in all.iter().filter(|s| s.pid == big && s.names != ["-"]) {
+        assert!(s.names.len() > 2, "{s:?}");
+    }
+    // The scrambled .eh_frame: errors, never a crash.
+    assert!(errors.iter().any(|e| e.0 == scrambled), "{log}");
+}
