@@ -15,6 +15,7 @@ Exit status 1 if a file does not parse.
 import sys
 import zlib
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from no_unknown_fields import assert_known
 
 
 def expand(packets):
@@ -35,7 +36,9 @@ def main():
     for name in files:
         t = pb.Trace()
         with open(name, "rb") as f:
-            t.ParseFromString(f.read())
+            data = f.read()
+        t.ParseFromString(data)
+        assert_known(data, name)
         c = dict(config=0, clocks=0, sysinfo=0, procs=0, sched=0, markers=0,
                  zipped=sum(p.HasField("compressed_packets") for p in t.packet))
         # cpu -> previous_bundle_end_timestamp of its first bundle; every

@@ -169,16 +169,11 @@ fn chunks_an_emulating_producer_never_sent_are_named() {
         h.svc.commit_data(h.now, b, &req);
     }
     h.svc.disable_tracing(h.now, c).unwrap();
-    let mut faults = crate::cmd::trace_faults::TraceFaults::default();
+    let mut k = crate::cmd::kernel_loss::KernelLoss::default();
     for p in h.read(c) {
-        let d = decode_packet(&p);
-        if let OneOfdata::service_event(_) = d.data {
-            let event = crate::protozero::decode::FieldIter::new(&p)
-                .find(|f| f.number == 69)
-                .unwrap();
-            faults.observe_service_event(d.timestamp.unwrap_or(0), event.value);
-        }
+        k.observe_packet(&[p]);
     }
+    let faults = k.faults;
     assert_eq!(
         faults.never_arrived,
         [("probes on machine board-b".into(), 2)]
