@@ -705,6 +705,7 @@ mod tests {
                 ..Default::default()
             };
             write_ftrace_stats(&mut s, P::EndOfTrace, &snap);
+            trace_extensions::write_unrecorded_switches(&mut s, &unrecorded);
             put_varint(&mut s, TRUSTED_SEQUENCE_ID as u32, seq);
             k.observe_packet(&[s.into_bytes()]);
         }

@@ -7,8 +7,8 @@
 //! no unknown field.
 //!
 //! * `tracebox_service_event` (1900): tracebox's service events, the
-//!   `TracingServiceEvent` fields 1001-1007 of earlier versions renumbered
-//!   1-7 (same payloads). Readers still accept the old numbering.
+//!   `TracingServiceEvent` fields 1001-1008 of earlier versions renumbered
+//!   1-8 (same payloads). Readers still accept the old numbering.
 //! * `tracebox_ftrace_stats` (1901), in the packet of an `ftrace_stats`:
 //!   per cpu, the sched_switch events the kernel never recorded (was
 //!   `FtraceCpuStats` field 1001).
@@ -176,6 +176,16 @@ pub fn extension_descriptor() -> Vec<u8> {
         "",
     );
     ds(&mut s, "data_sources_stop_timed_out", 7);
+    field(
+        &mut s,
+        2,
+        "uncommitted_window_ms",
+        8,
+        OPTIONAL,
+        UINT64,
+        "",
+        "",
+    );
     let nested = begin_nested(&mut s, 3);
     put_str(&mut s, 1, "ChunksNeverArrived");
     field(&mut s, 2, "producer", 1, OPTIONAL, STRING, "", "");

@@ -13,6 +13,7 @@ mod multicall;
 mod permissions;
 mod probes_killed;
 mod rotation;
+mod service_version;
 mod session;
 mod signals;
 mod snapshots;
