@@ -1,8 +1,8 @@
 """Every field of every packet must be known to upstream's descriptors
 (PyPI perfetto's perfetto_trace_pb2) or declared by the trace's own
 extension_descriptor packets (TracePacket field 72), as trace_processor
-reads them. The trace_config packet is the user's config as given and is
-not checked.
+reads them. The trace_config packet (the user's config as given) and
+for_testing packets (test producers' payloads) are not checked.
 
 As a module: unknown_fields(trace_bytes) -> ["packet[i].path", ...].
 As a script: no_unknown_fields.py TRACE...; exit status 1 if any.
@@ -61,11 +61,11 @@ def unknown_fields(data):
         trace.ParseFromString(data)
     out = []
     for i, p in enumerate(trace.packet):
-        if p.HasField("trace_config"):
+        if p.HasField("trace_config") or p.HasField("for_testing"):
             # The user's config, echoed as given (as upstream's traced
             # does): tracebox's own config options (e.g.
             # PerfEventConfig.tracebox_function_names) are there only when
-            # the config sets them.
+            # the config sets them. for_testing: test producers' payloads.
             continue
         _walk(p, f"packet[{i}]", out)
     return out
