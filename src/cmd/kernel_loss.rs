@@ -18,6 +18,7 @@ use crate::pb::protos::TraceConfig;
 use crate::protozero::decode::{
     field_header, read_varint, FieldHeader, FieldIter, MAX_FIELD_HEADER,
 };
+use crate::schema::trace_extensions::{self, service_event_from_extension};
 
 /// `Trace.packet`, `TracePacket.trusted_packet_sequence_id`,
 /// `TracePacket.ftrace_stats`.
@@ -29,6 +30,9 @@ const COMPRESSED_PACKETS: u64 = 50;
 const TIMESTAMP: u64 = 8;
 const TRIGGER: u64 = 46;
 const SERVICE_EVENT: u64 = 69;
+/// tracebox's TracePacket extensions (schema::trace_extensions).
+const TRACEBOX_SERVICE_EVENT: u64 = trace_extensions::TRACEBOX_SERVICE_EVENT as u64;
+const TRACEBOX_FTRACE_STATS: u64 = trace_extensions::TRACEBOX_FTRACE_STATS as u64;
 /// `TracePacket.machine_id` (a relayed machine's packets), and
 /// `.remote_clock_sync` (that machine's clocks against traced's).
 const MACHINE_ID: u64 = 98;
@@ -66,7 +70,8 @@ const CPU_STATS: u32 = 2;
 const CPU: u32 = 1;
 const OVERRUN: u32 = 3;
 const DROPPED_EVENTS: u32 = 8;
-/// `FtraceCpuStats.tracebox_unrecorded_switches` (traced_probes' own).
+/// `FtraceCpuStats` field 1001: where traces of earlier versions kept the
+/// unrecorded switches (now `tracebox_ftrace_stats`).
 const UNRECORDED_SWITCHES: u32 = 1001;
 /// `FtraceStats.exclusive_feature_error`: why the data source did not
 /// set up (its instance is owned by another live traced_probes...).
@@ -139,7 +144,7 @@ impl KernelLoss {
 
     fn take(&mut self, bits: PacketBits, outer: bool) {
         if let Some(stats) = &bits.ftrace_stats {
-            self.record(bits.seq, stats);
+            self.record(bits.seq, stats, bits.tracebox_ftrace.as_deref());
         }
         if let Some(event) = &bits.service_event {
             self.faults.observe_service_event(bits.timestamp, event);
@@ -203,11 +208,15 @@ impl KernelLoss {
         Ok(())
     }
 
-    fn record(&mut self, seq: u64, stats_untrusted: &[u8]) {
-        let Some((phase, cpus, error)) = parse_stats(stats_untrusted, &mut self.faults) else {
+    /// `ext_untrusted`: the packet's `tracebox_ftrace_stats`, if any.
+    fn record(&mut self, seq: u64, stats_untrusted: &[u8], ext_untrusted: Option<&[u8]>) {
+        let Some((phase, mut cpus, error)) = parse_stats(stats_untrusted, &mut self.faults) else {
             self.malformed += 1;
             return;
         };
+        if let Some(ext) = ext_untrusted {
+            merge_unrecorded(ext, &mut cpus);
+        }
         if let Some(e) = error {
             if self.setup_errors.len() < MAX_SETUP_ERRORS && !self.setup_errors.contains(&e) {
                 self.setup_errors.push(e);
@@ -578,6 +587,29 @@ fn field_at(b: &mut dyn TraceBytes, pos: u64, limit: u64) -> io::Result<Option<F
     Ok(field_header(head, pos, limit).ok())
 }
 
+/// Sets each cpu's `unrecorded` from a `tracebox_ftrace_stats` extension
+/// (schema::trace_extensions); malformed parts are skipped.
+fn merge_unrecorded(ext_untrusted: &[u8], cpus: &mut [CpuLoss]) {
+    use crate::schema::trace_extensions::ftrace;
+    for f in FieldIter::new(ext_untrusted) {
+        if (f.number, f.wire_type) != (ftrace::CPU_STATS, 2) {
+            continue;
+        }
+        let (mut cpu, mut n) = (None, 0);
+        for g in FieldIter::new(f.value) {
+            let v = read_varint(g.value).map(|v| v.0);
+            match (g.number, g.wire_type) {
+                (ftrace::CPU, 0) => cpu = v,
+                (ftrace::UNRECORDED_SWITCHES, 0) => n = v.unwrap_or(0),
+                _ => {}
+            }
+        }
+        if let Some(c) = cpus.iter_mut().find(|c| Some(c.cpu) == cpu) {
+            c.unrecorded = n;
+        }
+    }
+}
+
 /// What the client wants of one packet.
 #[derive(Default)]
 struct PacketBits {
@@ -585,6 +617,8 @@ struct PacketBits {
     timestamp: u64,
     ftrace_stats: Option<Vec<u8>>,
     service_event: Option<Vec<u8>>,
+    /// `tracebox_ftrace_stats` (schema::trace_extensions).
+    tracebox_ftrace: Option<Vec<u8>>,
     trigger: bool,
     /// `compressed_packets` bytes.
     compressed: Option<Vec<u8>>,
@@ -618,7 +652,17 @@ fn stats_in_packet(b: &mut dyn TraceBytes, start: u64, end: u64) -> io::Result<P
                 bits.ftrace_stats = Some(b.at(f.value_start, len as usize)?.to_vec());
             }
             (SERVICE_EVENT, 2) if len <= MAX_STATS as u64 => {
-                bits.service_event = Some(b.at(f.value_start, len as usize)?.to_vec());
+                let e = b.at(f.value_start, len as usize)?;
+                bits.service_event
+                    .get_or_insert_with(Vec::new)
+                    .extend_from_slice(e);
+            }
+            (TRACEBOX_SERVICE_EVENT, 2) if len <= MAX_STATS as u64 => {
+                let e = service_event_from_extension(b.at(f.value_start, len as usize)?);
+                bits.service_event.get_or_insert_with(Vec::new).extend(e);
+            }
+            (TRACEBOX_FTRACE_STATS, 2) if len <= MAX_STATS as u64 => {
+                bits.tracebox_ftrace = Some(b.at(f.value_start, len as usize)?.to_vec());
             }
             (PERF_SAMPLE, 2) if len <= MAX_PERF_SAMPLE => {
                 for g in FieldIter::new(b.at(f.value_start, len as usize)?) {
@@ -694,6 +738,7 @@ mod tests {
                 ..Default::default()
             };
             write_ftrace_stats(&mut s, P::EndOfTrace, &snap);
+            trace_extensions::write_unrecorded_switches(&mut s, &unrecorded);
             put_varint(&mut s, TRUSTED_SEQUENCE_ID as u32, seq);
             k.observe_packet(&[s.into_bytes()]);
         }

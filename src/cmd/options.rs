@@ -378,6 +378,17 @@ pub fn plan(
         output.as_ref(),
         flags.detach.is_some(),
     )?;
+    if rotate.as_ref().is_some_and(|r| r.max_bytes.is_some()) && cfg.write_flush_mode.is_none() {
+        // Each periodic write then holds what producers had up to it
+        // (ftrace reads its kernel buffers to the end), so a file ends
+        // within one write period's data of --rotate-size instead of
+        // waiting for data still in the kernel or in producers.
+        use crate::pb::protos::mod_TraceConfig::WriteFlushMode;
+        let mut tail = VecStream::new();
+        put_varint(&mut tail, 44, WriteFlushMode::WRITE_FLUSH_ENABLED as u64);
+        config_bytes.extend_from_slice(tail.as_bytes());
+        cfg.write_flush_mode = Some(WriteFlushMode::WRITE_FLUSH_ENABLED);
+    }
 
     Ok(Action::Trace(TracePlan {
         rotate,

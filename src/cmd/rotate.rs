@@ -110,8 +110,9 @@ impl Rotation {
             .map_err(|e| format!("Could not duplicate the trace file: {e}"))?;
         let now = Instant::now();
         // The service appends once per write period: looking at the size
-        // more often than that finds nothing new.
-        let size_check = Duration::from_millis(file_write_period_ms.clamp(100, 1000));
+        // a few times per period finds each write soon after it (an fstat
+        // each time).
+        let size_check = Duration::from_millis((file_write_period_ms / 4).clamp(50, 1000));
         let r = Rotation {
             plan: plan.clone(),
             base: path.clone(),
@@ -299,8 +300,16 @@ impl Rotation {
                 self.current_name()
             )
         };
+        // A cut that could not happen (not a session that simply ended):
+        // the last file holds the rest of the trace, past --rotate-*.
+        let stopped = match &self.failed {
+            Some(e) if !SESSION_ENDED.iter().any(|w| e.contains(w)) => {
+                format!("; rotation stopped, the last file holds the rest: {e}")
+            }
+            _ => String::new(),
+        };
         format!(
-            "Trace written into {} file(s): {} to {}{removed}; {link}",
+            "Trace written into {} file(s): {} to {}{removed}; {link}{stopped}",
             files.len(),
             files.first().map_or("", String::as_str),
             files.last().map_or("", String::as_str),
@@ -360,6 +369,22 @@ mod tests {
             link_error: None,
             kernel: KernelLoss::default(),
         }
+    }
+
+    /// A cut that could not happen is named on the end line; a session
+    /// that ended before its cut is not a failure.
+    #[test]
+    fn a_stopped_rotation_is_named_on_the_end_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = rotation_in(dir.path(), None);
+        r.relink().unwrap();
+        r.failed = Some("The session stopped before the rotation".into());
+        assert!(!r.report_line().contains("rotation stopped"));
+        r.failed = Some("Failed to open t.001: No space left on device".into());
+        assert!(r.report_line().ends_with(
+            "; rotation stopped, the last file holds the rest: Failed to open t.001: No \
+             space left on device"
+        ));
     }
 
     /// `OUT` replaced by a directory mid-trace: the cut still happens, no

@@ -10,6 +10,7 @@ use crate::cmd::kernel_loss::KernelLoss;
 use crate::cmd::status_line;
 use crate::pb::protos::{TraceConfig, TraceStats};
 use crate::protozero::decode::{read_varint, FieldIter, RawField};
+use crate::schema::trace_extensions;
 use crate::schema::wire_check::decode_checked;
 
 /// `TracePacket` fields.
@@ -38,13 +39,33 @@ const PERF_SAMPLE: u32 = 66;
 const TRIGGER: u32 = 46;
 const SERVICE_EVENT: u32 = 69;
 const REMOTE_CLOCK_SYNC: u32 = 107;
+/// tracebox's TracePacket extensions (schema::trace_extensions) and their
+/// declaration.
+const TRACEBOX_SERVICE_EVENT: u32 = trace_extensions::TRACEBOX_SERVICE_EVENT;
+const TRACEBOX_FTRACE_STATS: u32 = trace_extensions::TRACEBOX_FTRACE_STATS;
+const EXTENSION_DESCRIPTOR: u32 = trace_extensions::EXTENSION_DESCRIPTOR;
 /// Fields every packet may carry besides its payload (trusted uid and
 /// pid, loss and first-packet flags, machine id); not counted as unknown.
 const COMMON: &[u32] = &[3, 41, 42, 79, 87, 98];
 /// Payloads the report knows and does not use (process_stats, sys_stats,
 /// track_event, sync marker, trigger, service_event, uuid,
 /// remote_clock_sync, ...).
-const KNOWN: &[u32] = &[4, 5, 7, 9, 36, 46, 69, 89, 107, 124, 126, 130, 134];
+const KNOWN: &[u32] = &[
+    4,
+    5,
+    7,
+    9,
+    36,
+    46,
+    69,
+    EXTENSION_DESCRIPTOR,
+    89,
+    107,
+    124,
+    126,
+    130,
+    134,
+];
 
 #[derive(Debug, Default)]
 pub struct Meta {
@@ -166,7 +187,12 @@ impl Meta {
                     end_line_facts = true;
                     self.ftrace_stats(f.value);
                 }
-                PERF_SAMPLE | TRIGGER | SERVICE_EVENT | REMOTE_CLOCK_SYNC => end_line_facts = true,
+                PERF_SAMPLE
+                | TRIGGER
+                | SERVICE_EVENT
+                | REMOTE_CLOCK_SYNC
+                | TRACEBOX_SERVICE_EVENT
+                | TRACEBOX_FTRACE_STATS => end_line_facts = true,
                 MACHINE_ID => end_line_facts |= varint(&f) != 0,
                 TRACE_STATS => match decode_checked::<TraceStats>(f.value) {
                     Ok(s) => self.stats = Some(s),

@@ -7,6 +7,7 @@ mod json;
 pub mod service_events;
 pub mod services;
 mod table;
+pub mod trace_extensions;
 pub mod trigger;
 pub mod wire_check;
 

@@ -430,11 +430,11 @@ fn sdk_producer_through_the_relay_records() {
         .count();
     assert!(on_machine_1 >= 200, "{on_machine_1} packets on machine 1");
     // The SDK's emulated chunks came in id order: no gap was reported
-    // (TracingServiceEvent 69, chunks_never_arrived 1006).
+    // (tracebox_service_event 1900, chunks_never_arrived 6).
     let gaps = packets.iter().any(|p| {
         FieldIter::new(p)
-            .filter(|f| f.number == 69)
-            .any(|f| FieldIter::new(f.value).any(|g| g.number == 1006))
+            .filter(|f| f.number == 1900)
+            .any(|f| FieldIter::new(f.value).any(|g| g.number == 6))
     });
     assert!(!gaps, "a chunk gap was reported for the SDK producer");
 }
@@ -489,13 +489,14 @@ fn identity_drops_are_in_the_trace_and_on_the_end_line() {
         ),
         "{err}"
     );
-    // The data: TracingServiceEvent (69) field 1005 = 1.
+    // The data: tracebox_service_event (1900) field 5
+    // (relay_connections_dropped) = 1.
     let trace = std::fs::read(&out).unwrap();
     let packets = crate::support::traced::packets_from_file(&trace);
     let counted = packets.iter().any(|p| {
         tracebox::protozero::decode::FieldIter::new(p)
-            .filter(|f| f.number == 69)
-            .any(|f| f.value == [0xe8, 0x3e, 0x01])
+            .filter(|f| f.number == 1900)
+            .any(|f| f.value == [0x28, 0x01])
     });
     assert!(counted, "no relay_connections_dropped event");
 }

@@ -120,6 +120,46 @@ fn a_perfetto_traced_is_refused_clearly() {
     assert!(!dir.join("t.000").exists());
 }
 
+/// Each file after a cut starts with every cpu at the same moment: (next
+/// to) no event of a file precedes trace_processor's
+/// ftrace_latest_data_start_ns (it would not import them). Kernel symbols are interned, so each cut
+/// restarts the ftrace sequence's incremental state.
+#[test]
+fn rotated_files_start_with_every_cpu_together() {
+    let instance = "tbx_cli_rot_cpus";
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let r = std::panic::catch_unwind(|| {
+        let daemons = start_our_daemons(dir);
+        flood_with(
+            &daemons,
+            dir,
+            instance,
+            "tbx-rotc",
+            &["--rotate-size", "64kb"],
+            "",
+            r#"ftrace_events: "workqueue/workqueue_execute_start"
+    symbolize_ksyms: true"#,
+        )
+    });
+    if r.is_err() {
+        dump(dir);
+    }
+    let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let (files, log) = r.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    assert!(files.len() >= 3, "only {} files: {log}", files.len());
+    // The cpus are read one after the other, microseconds apart: a rare
+    // event falls in between (before, a cut hid about half a second of
+    // every cpu but the last one read: a third of a file's events).
+    for (i, f) in check_union(&files, "tbx-rotc").iter().enumerate() {
+        let name = files[i].display();
+        assert!(f["cpus"] >= 1 && f["events"] > 0, "{name}: {f:?}");
+        assert!(f["early"] * 200 <= f["events"], "{name}: {f:?}");
+    }
+}
+
 /// Two rotated recordings one after the other on the same traced and
 /// traced_probes: each is cut (a long-lived traced rotates every session).
 #[test]
@@ -198,6 +238,19 @@ fn flood(
     rotate: &[&str],
     extra_config: &str,
 ) -> (Vec<PathBuf>, String) {
+    flood_with(daemons, dir, instance, prefix, rotate, extra_config, "")
+}
+
+/// [`flood`] with more `ftrace_config` fields.
+fn flood_with(
+    daemons: &Daemons,
+    dir: &Path,
+    instance: &str,
+    prefix: &str,
+    rotate: &[&str],
+    extra_config: &str,
+    extra_ftrace: &str,
+) -> (Vec<PathBuf>, String) {
     let cfg = dir.join("config.txt");
     std::fs::write(
         &cfg,
@@ -210,7 +263,8 @@ data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
     ftrace_events: "sched/sched_switch"
     buffer_size_kb: 8192
     instance_name: "{instance}"
-    drain_period_ms: 100 }} }} }}
+    drain_period_ms: 100
+    {extra_ftrace} }} }} }}
 data_sources {{ config {{ name: "linux.process_stats"
     process_stats_config {{ scan_all_processes_on_start: true }} }} }}
 {extra_config}

@@ -10,13 +10,16 @@ usage: check_machines.py TRACE_FILE MACHINE_ID
 import sys
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from no_unknown_fields import assert_known
 
 
 def main():
     path, machine = sys.argv[1], int(sys.argv[2])
     trace = pb.Trace()
     with open(path, "rb") as f:
-        trace.ParseFromString(f.read())
+        data = f.read()
+    trace.ParseFromString(data)
+    assert_known(data, path)
     mine = [p for p in trace.packet if p.machine_id == machine]
     infos = [p for p in mine if p.HasField("system_info")]
     assert infos, f"no system_info for machine {machine}"

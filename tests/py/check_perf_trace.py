@@ -26,12 +26,15 @@ Prints, one per line:
 import sys
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from no_unknown_fields import assert_known
 
 
 def main(path):
     trace = pb.Trace()
     with open(path, "rb") as f:
-        trace.ParseFromString(f.read())
+        data = f.read()
+    trace.ParseFromString(data)
+    assert_known(data, path)
     print("packets", len(trace.packet))
     seqs = {}
     mappings_seen = set()

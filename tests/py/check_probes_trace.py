@@ -20,6 +20,7 @@ import collections
 import sys
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from no_unknown_fields import assert_known
 
 
 def main():
@@ -39,7 +40,9 @@ def main():
 
     trace = pb.Trace()
     with open(a.trace, "rb") as f:
-        trace.ParseFromString(f.read())
+        data = f.read()
+    trace.ParseFromString(data)
+    assert_known(data, a.trace)
 
     counts = collections.Counter()
     pids = set()

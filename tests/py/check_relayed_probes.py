@@ -19,6 +19,7 @@ usage: check_relayed_probes.py TRACE PROBES_PID TEST_PID [--sdk-packets N]
 import argparse
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from no_unknown_fields import assert_known
 
 LOSS_FIELDS = ("chunks_overwritten", "chunks_discarded", "abi_violations",
                "trace_writer_packet_loss", "patches_failed",
@@ -36,7 +37,9 @@ def main():
     probes_pid, test_pid, sdk_packets = a.probes_pid, a.test_pid, a.sdk_packets
     trace = pb.Trace()
     with open(a.trace, "rb") as f:
-        trace.ParseFromString(f.read())
+        data = f.read()
+    trace.ParseFromString(data)
+    assert_known(data, a.trace)
 
     trees = [p for p in trace.packet if p.HasField("process_tree")]
     assert trees, "no process_tree packet"

@@ -5,7 +5,9 @@ Usage: check_rotation.py PREFIX FILE...
 For each file (deflate compressed_packets opened) prints one line of counts: trace_config, clock_snapshot,
 system_info packets, processes in process_tree packets, sched_switch events
 (compact or not), markers (ftrace print buffers "PREFIX NNNNNN") and
-compressed_packets.
+compressed_packets, the cpus with ftrace data, their events, and "early": events before
+trace_processor's ftrace_latest_data_start_ns (the latest first bundle's
+previous_bundle_end_timestamp over the cpus), which it would not import.
 Then: union=N dups=D gaps=G lo=L hi=H over all files (a marker number in
 two files is a duplicate; a number missing between lo and hi is a gap).
 Exit status 1 if a file does not parse.
@@ -13,6 +15,7 @@ Exit status 1 if a file does not parse.
 import sys
 import zlib
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from no_unknown_fields import assert_known
 
 
 def expand(packets):
@@ -33,9 +36,14 @@ def main():
     for name in files:
         t = pb.Trace()
         with open(name, "rb") as f:
-            t.ParseFromString(f.read())
+            data = f.read()
+        t.ParseFromString(data)
+        assert_known(data, name)
         c = dict(config=0, clocks=0, sysinfo=0, procs=0, sched=0, markers=0,
                  zipped=sum(p.HasField("compressed_packets") for p in t.packet))
+        # cpu -> previous_bundle_end_timestamp of its first bundle; every
+        # event timestamp of the file.
+        starts, stamps = {}, []
         for p in expand(t.packet):
             if p.HasField("trace_config"):
                 c["config"] += 1
@@ -49,6 +57,17 @@ def main():
                 continue
             b = p.ftrace_events
             c["sched"] += len(b.compact_sched.switch_timestamp)
+            if b.HasField("previous_bundle_end_timestamp"):
+                starts.setdefault(b.cpu, b.previous_bundle_end_timestamp)
+            ts = 0
+            for d in b.compact_sched.switch_timestamp:
+                ts += d
+                stamps.append(ts)
+            ts = 0
+            for d in b.compact_sched.waking_timestamp:
+                ts += d
+                stamps.append(ts)
+            stamps.extend(e.timestamp for e in b.event)
             for e in b.event:
                 if e.HasField("sched_switch"):
                     c["sched"] += 1
@@ -58,6 +77,10 @@ def main():
                     if n in seen:
                         dups += 1
                     seen[n] = name
+        latest = max(starts.values(), default=0)
+        c["cpus"] = len(starts)
+        c["events"] = len(stamps)
+        c["early"] = sum(ts < latest for ts in stamps)
         print(name, " ".join(f"{k}={v}" for k, v in c.items()))
     lo, hi = (min(seen), max(seen)) if seen else (0, -1)
     gaps = (hi - lo + 1) - len(seen)

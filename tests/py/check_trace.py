@@ -9,13 +9,16 @@ usage: check_trace.py TRACE_FILE EXPECTED_PRODUCER_PACKETS
 import sys
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from no_unknown_fields import assert_known
 
 
 def main():
     path, want = sys.argv[1], int(sys.argv[2])
     trace = pb.Trace()
     with open(path, "rb") as f:
-        trace.ParseFromString(f.read())
+        data = f.read()
+    trace.ParseFromString(data)
+    assert_known(data, path)
     pkts = list(trace.packet)
     assert pkts, "empty trace"
     first = pkts[0]

@@ -309,3 +309,28 @@ fn rotate_flags_reach_the_plan() {
         .rotate
         .is_none());
 }
+
+/// --rotate-size makes traced flush producers before each periodic write
+/// (data still in the kernel or a producer would otherwise make files
+/// overshoot the size), unless the config chose a flush mode itself.
+#[test]
+fn rotate_size_flushes_before_each_write() {
+    use crate::pb::protos::mod_TraceConfig::WriteFlushMode;
+    let args = |extra: &'static str| {
+        let mut a = vec!["-t", "1h", "-s", "1gb", "sched", "-o", "/tmp/x"];
+        a.push(extra);
+        a
+    };
+    let p = trace(&args("--rotate-size=1mb"), None);
+    assert_eq!(
+        p.config.write_flush_mode,
+        Some(WriteFlushMode::WRITE_FLUSH_ENABLED)
+    );
+    let sent: TraceConfig = crate::protozero::decode::decode_message(&p.config_bytes).unwrap();
+    assert_eq!(
+        sent.write_flush_mode,
+        Some(WriteFlushMode::WRITE_FLUSH_ENABLED)
+    );
+    let p = trace(&args("--rotate-time=1h"), None);
+    assert_eq!(p.config.write_flush_mode, None);
+}

@@ -866,7 +866,44 @@ impl FtraceReader {
     /// no newer page can overtake them; the other workers go on meanwhile
     /// (parked together, a busy cpu's flush left the others unread long
     /// enough for their kernel buffers to overrun).
+    ///
+    /// Then every cpu is topped up with what came meanwhile, all workers
+    /// parked at once and nothing parsed until each was read: the cpus'
+    /// data ends at nearly the same moment (a rotation cut must not leave
+    /// one cpu's last events in the next file while another's stop here).
     pub fn flush(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
+        let busiest = self.flush_each(f)?;
+        let ps = self.page_size;
+        self.buf.clear();
+        for c in &self.cpus {
+            c.shared.signal(|st| st.park = true);
+        }
+        let mut read = Ok(());
+        let mut ranges = Vec::with_capacity(self.cpus.len());
+        for c in &mut self.cpus {
+            let fallback = c.shared.lock().fallback;
+            let start = self.buf.len();
+            if read.is_ok() {
+                read = c.flush_into(&mut self.buf, ps, fallback, self.flush_max_pages);
+            }
+            ranges.push((c.cpu, start, self.buf.len()));
+        }
+        for c in &self.cpus {
+            c.shared.signal(|st| st.park = false);
+        }
+        read?;
+        let mut top_up = 0;
+        for (cpu, start, end) in ranges {
+            if end > start {
+                top_up = top_up.max((end - start) / ps);
+                f(cpu, &self.buf.data()[start..end]);
+            }
+        }
+        Ok(busiest.max(top_up))
+    }
+
+    /// Each cpu in turn: staged pages, then what the kernel holds.
+    fn flush_each(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
         let ps = self.page_size;
         let mut busiest = 0;
         for c in &mut self.cpus {

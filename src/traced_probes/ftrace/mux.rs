@@ -351,9 +351,21 @@ impl FtraceMux {
 
     /// Forgets the kernel addresses interned on `id`'s sequence: the next
     /// bundle with symbols starts the sequence's interning afresh.
+    ///
+    /// At a rotation cut this comes before the flush: every cpu is read to
+    /// this moment first, under the old interned state, and the next
+    /// bundle is marked as clearing it. traced puts what comes before the
+    /// mark in the old file and the rest in the new one, so every file
+    /// starts with all cpus at the same moment (trace_processor drops what
+    /// precedes the latest cpu's start: `ftrace_latest_data_start_ns`).
     pub fn clear_incremental_state(&mut self, id: u64) {
+        if self.sources.get(&id).is_some_and(|s| s.started) {
+            self.read_pass(None);
+        }
         if let Some(src) = self.sources.get_mut(&id) {
-            *src.kernel.borrow_mut() = KernelAddrs::default();
+            let mut k = src.kernel.borrow_mut();
+            *k = KernelAddrs::default();
+            k.clear_pending = src.started;
         }
     }
 

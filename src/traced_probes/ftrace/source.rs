@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use crate::pb::protos::mod_FtraceConfig::PrintFilter as PrintFilterConfig;
 use crate::protozero::{put_varint, VecStream};
+use crate::schema::trace_extensions;
 use crate::traced_probes::clock::boot_time_ns;
 use crate::traced_probes::ftrace::parse::bundle::{CpuState, EventFilter};
 use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
@@ -114,9 +115,25 @@ impl Source {
                 (k.len() as u32, k.mem_bytes().div_ceil(1024) as u32)
             }),
         };
+        if unrecorded.iter().any(|&n| n > 0) {
+            // The stats carry a tracebox extension: declare it on this
+            // sequence too, so that a trace recorded by upstream's traced
+            // (which does not declare ours) decodes with no unknown field.
+            let mut s = VecStream::new();
+            put_varint(&mut s, 8, boot_time_ns());
+            crate::protozero::put_bytes(
+                &mut s,
+                trace_extensions::EXTENSION_DESCRIPTOR,
+                &trace_extensions::extension_descriptor(),
+            );
+            self.writer.write_packet(s.as_bytes());
+        }
         let mut s = VecStream::new();
         put_varint(&mut s, 8, boot_time_ns());
         stats::write_ftrace_stats(&mut s, phase, &snapshot);
+        // Beside FtraceStats, in the packet: a field of ours inside it
+        // would be unknown to upstream's readers.
+        trace_extensions::write_unrecorded_switches(&mut s, &unrecorded);
         self.writer.write_packet(s.as_bytes());
     }
 }

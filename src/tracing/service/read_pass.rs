@@ -252,6 +252,9 @@ impl TracingService {
         if first {
             s.read.did_emit_initial_packets = true;
             service.push(sp::trace_uuid(uid, now, s.uuid.0, s.uuid.1));
+            if !builtin.disable_extension_descriptors.unwrap_or(false) {
+                service.push(sp::extension_descriptor(uid, now));
+            }
             if !builtin.disable_system_info.unwrap_or(false) {
                 if let Some(info) = self.env.system_info() {
                     service.push(sp::system_info(uid, now, &info));

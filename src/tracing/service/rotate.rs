@@ -3,8 +3,9 @@
 //! the session goes on in it. Every packet is read out exactly once, so the
 //! files together hold what one unrotated file would; each file starts
 //! with its own trace config, clock snapshot and system info, and the data
-//! sources are asked to clear their incremental state so that interned
-//! data and the process tree are emitted again into the new file.
+//! sources are asked (once, before the cut's flush) to clear their
+//! incremental state so that interned data and the process tree are
+//! emitted again into the new file.
 
 use super::flush::FlushOrigin;
 use super::service::TracingService;
@@ -114,7 +115,10 @@ impl TracingService {
         s.read.did_emit_initial_clock_snapshot = false;
         s.read.did_emit_initial_packets = false;
         s.read.pending_clock_snapshots.clear();
-        self.clear_incremental_state_now(sid);
+        // No second ClearIncrementalState: the one before the flush already
+        // made every honouring sequence start afresh in the new file (held
+        // back above), and another would make process_stats scan /proc
+        // twice per cut.
         self.emit(Output::RotateResult {
             consumer,
             token,

@@ -6,6 +6,7 @@ use crate::protozero::{begin_nested, end_nested, put_bytes, put_str, put_varint,
 
 use super::session::ReceivedTrigger;
 use super::types::CLOCK_BOOTTIME;
+use crate::schema::trace_extensions;
 
 /// TracePacket field numbers used here.
 mod field {
@@ -122,10 +123,30 @@ pub fn service_event(uid: u32, event_field: u32, ts: u64) -> Vec<u8> {
     })
 }
 
-/// A `TracingServiceEvent` given as its encoded fields.
+/// A `TracingServiceEvent` given as its encoded fields; tracebox's own
+/// fields go into the `tracebox_service_event` extension of the packet
+/// (see schema::trace_extensions), so upstream's readers find no unknown
+/// field.
 pub fn service_event_raw(uid: u32, ts: u64, event_fields: &[u8]) -> Vec<u8> {
+    let (upstream, ours) = trace_extensions::split_service_event(event_fields);
     packet(uid, Some(ts), |s| {
-        put_bytes(s, field::SERVICE_EVENT, event_fields)
+        if !upstream.is_empty() || ours.is_empty() {
+            put_bytes(s, field::SERVICE_EVENT, &upstream);
+        }
+        if !ours.is_empty() {
+            put_bytes(s, trace_extensions::TRACEBOX_SERVICE_EVENT, &ours);
+        }
+    })
+}
+
+/// The `extension_descriptor` declaring tracebox's TracePacket extensions.
+pub fn extension_descriptor(uid: u32, ts: u64) -> Vec<u8> {
+    packet(uid, Some(ts), |s| {
+        put_bytes(
+            s,
+            trace_extensions::EXTENSION_DESCRIPTOR,
+            &trace_extensions::extension_descriptor(),
+        )
     })
 }
 

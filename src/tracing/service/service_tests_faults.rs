@@ -6,26 +6,16 @@ use super::test_env::*;
 use super::*;
 use crate::cmd::trace_faults::TraceFaults;
 use crate::pb::protos::{DataSourceConfig, DataSourceDescriptor};
-use crate::protozero::decode::{decode_message, FieldIter};
+use crate::protozero::decode::decode_message;
 use crate::tracing::core::smb_abi::{ChunkHeader, PageLayout};
 
-/// The service events of a read-back, as the client sees them.
+/// The service events of a read-back, as the client reads them.
 fn faults_of(packets: &[Vec<u8>]) -> TraceFaults {
-    let mut f = TraceFaults::default();
+    let mut k = crate::cmd::kernel_loss::KernelLoss::default();
     for p in packets {
-        let (mut ts, mut ev) = (0, None);
-        for x in FieldIter::new(p) {
-            match x.number {
-                8 => ts = crate::protozero::decode::read_varint(x.value).unwrap().0,
-                69 => ev = Some(x.value.to_vec()),
-                _ => {}
-            }
-        }
-        if let Some(ev) = ev {
-            f.observe_service_event(ts, &ev);
-        }
+        k.observe_packet(&[p]);
     }
-    f
+    k.faults
 }
 
 fn target_of(h: &mut H, p: ProducerId) -> u32 {

@@ -169,7 +169,7 @@ fn chunks_an_emulating_producer_never_sent_are_named() {
         h.svc.commit_data(h.now, b, &req);
     }
     h.svc.disable_tracing(h.now, c).unwrap();
-    let mut faults = crate::cmd::trace_faults::TraceFaults::default();
+    let mut k = crate::cmd::kernel_loss::KernelLoss::default();
     let mut writer_losses = Vec::new();
     for p in h.read(c) {
         let d = decode_packet(&p);
@@ -177,13 +177,9 @@ fn chunks_an_emulating_producer_never_sent_are_named() {
             let losses = st.buffer_stats.iter().map(|b| b.trace_writer_packet_loss);
             writer_losses.extend(losses.map(|l| l.unwrap_or(0)));
         }
-        if let OneOfdata::service_event(_) = d.data {
-            let event = crate::protozero::decode::FieldIter::new(&p)
-                .find(|f| f.number == 69)
-                .unwrap();
-            faults.observe_service_event(d.timestamp.unwrap_or(0), event.value);
-        }
+        k.observe_packet(&[p]);
     }
+    let faults = k.faults;
     assert_eq!(
         faults.never_arrived,
         [("probes on machine board-b".into(), 2)]
@@ -234,16 +230,11 @@ fn relayed_producers_are_asked_to_commit_every_period_and_their_loss_window_is_n
     h.advance(ms(400));
     assert_eq!(flushes_to(&h.outputs(), b), 0, "no rounds without it");
     h.svc.disable_tracing(h.now, c).unwrap();
-    let mut faults = crate::cmd::trace_faults::TraceFaults::default();
+    let mut k = crate::cmd::kernel_loss::KernelLoss::default();
     for p in h.read(c) {
-        if let OneOfdata::service_event(_) = decode_packet(&p).data {
-            let event = crate::protozero::decode::FieldIter::new(&p)
-                .find(|f| f.number == 69)
-                .unwrap();
-            faults.observe_service_event(h.now, event.value);
-        }
+        k.observe_packet(&[p]);
     }
-    let gone = &faults.vanished;
+    let gone = &k.faults.vanished;
     assert_eq!(gone.len(), 1, "{gone:?}");
     assert_eq!(gone[0].producer, "probes on machine board-b");
     assert_eq!(gone[0].uncommitted_window_ms, Some(400));

@@ -187,9 +187,15 @@ impl<W: PacketWriter> Bundler<'_, W> {
             let s = &mut self.state.out;
             self.state.compact.write_and_reset(s);
             s.end(n);
+            let mut addrs = self.state.metadata.kernel.borrow_mut();
             if let Some(k) = self.ctx.ksyms {
-                write_kernel_symbols(s, k, &mut self.state.metadata.kernel.borrow_mut());
+                write_kernel_symbols(s, k, &mut addrs);
             }
+            if std::mem::take(&mut addrs.clear_pending) && !addrs.sequence_started {
+                s.varint(TRACE_PACKET_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
+                addrs.sequence_started = true;
+            }
+            drop(addrs);
             self.w.write_packet(s.as_bytes());
             s.clear();
         }

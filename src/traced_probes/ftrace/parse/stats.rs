@@ -54,8 +54,6 @@ impl CpuStats {
 
 /// `TracePacket.ftrace_stats`.
 pub const TRACE_PACKET_FTRACE_STATS: u32 = 34;
-/// `FtraceCpuStats.tracebox_unrecorded_switches` (our extension).
-pub const CPU_STATS_UNRECORDED_SWITCHES: u32 = 1001;
 
 /// `FtraceStats.Phase`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,9 +102,6 @@ pub fn write_ftrace_stats<S: Stream + ?Sized>(s: &mut S, phase: Phase, st: &Stat
         put_double(s, 7, c.now_ts);
         put_varint(s, 8, c.dropped_events);
         put_varint(s, 9, c.read_events);
-        if let Some(&n) = st.unrecorded_switches.get(cpu).filter(|n| **n > 0) {
-            put_varint(s, CPU_STATS_UNRECORDED_SWITCHES, n);
-        }
         end_nested(s, m);
     }
     if let Some((parsed, kb)) = st.kernel_symbols {

@@ -418,6 +418,10 @@ pub struct KernelAddrs {
     pub written: usize,
     /// Whether the sequence already got its SEQ_INCREMENTAL_STATE_CLEARED.
     pub sequence_started: bool,
+    /// ClearIncrementalState came: the next bundle is marked
+    /// SEQ_INCREMENTAL_STATE_CLEARED even without interned data, so that
+    /// at a rotation cut everything from it on goes to the new file.
+    pub clear_pending: bool,
 }
 
 impl KernelAddrs {
