@@ -29,6 +29,7 @@ use crate::traced_probes::clock::boot_time_ns;
 use crate::traced_probes::ftrace::ksyms_load;
 use crate::traced_probes::ftrace::parse::atrace::AtraceRequest;
 use crate::traced_probes::ftrace::parse::bundle::EventFilter;
+use crate::traced_probes::ftrace::parse::kprobes;
 use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
 use crate::traced_probes::ftrace::parse::stats::{self, Phase, StatsSnapshot};
 use crate::traced_probes::ftrace::parse::translate::KernelAddrs;
@@ -156,12 +157,21 @@ impl FtraceMux {
                  {MAX_SOURCES_PER_SESSION})"
             ));
         }
-        let inst = self.instances.acquire(&key, cfg)?;
+        if !cfg.kprobe_events.is_empty() {
+            self.instances.kprobes_supported()?;
+        }
+        self.instances.acquire(&key, cfg)?;
+        let mut failed_events = Vec::new();
+        let kprobes = self.instances.setup_kprobes(&key, cfg, &mut failed_events);
+        let inst = self.instances.get_mut(&key).expect("acquired above");
         let setup_note = inst.clamped.take();
         let mut filter = EventFilter::default();
         filter.print = cfg.print_filter.as_ref().map(print_filter);
-        let mut failed_events = Vec::new();
         let (mut wanted, mut unknown_events) = event_union::wanted(inst, cfg, android);
+        for k in &kprobes {
+            wanted.push(k.name.clone());
+            filter.kprobes.push((k.ftrace_id, k.trace_type));
+        }
         let syscall_want =
             syscall_filter::setup(inst, cfg, &mut wanted, &mut filter, &mut failed_events);
         syscall_filter::set_kernel_filter(
@@ -220,6 +230,8 @@ impl FtraceMux {
             stopping: false,
             syscalls: syscall_want,
             setup_note,
+            kprobe_names: kprobes.into_iter().map(|k| k.name.1).collect(),
+            kprobe_stats: None,
         };
         src.cpu(ncpu.saturating_sub(1));
         self.sources.insert(id, src);
@@ -389,6 +401,13 @@ impl FtraceMux {
                 let before = src.stats_before.clone();
                 let sizes = buffer_sizes(inst);
                 let atrace_errors = self.atrace.errors(*id, ATRACE_FLUSH_WAIT);
+                if !src.kprobe_names.is_empty() {
+                    let names: Vec<&str> = src.kprobe_names.iter().map(String::as_str).collect();
+                    src.kprobe_stats = self
+                        .instances
+                        .kprobe_profile()
+                        .map(|text| kprobes::profile_totals(&text, &names));
+                }
                 src.write_stats(Phase::StartOfTrace, &before, sizes, None);
                 src.write_stats(Phase::EndOfTrace, &after, sizes, atrace_errors);
                 src.report_kernel_loss(&before, &after);
