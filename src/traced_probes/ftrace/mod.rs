@@ -11,7 +11,8 @@
 //!   (one data source's state and stats), [`syscall_filter`],
 //!   [`atrace_runner`], [`crash_state`] (what to undo after a crash),
 //!   [`ksyms_load`] (the kernel symbol table, loaded in the background),
-//!   [`kprobes`] (the kprobe events we made, machine-wide).
+//!   [`kprobes`] (the kprobe events we made, machine-wide), [`funcgraph`]
+//!   (the function_graph tracer of an instance).
 //! * [`data_source`]: the `linux.ftrace` instance the producer holds.
 //!
 //! Typical use by the data source:
@@ -29,6 +30,7 @@ pub mod crash_state;
 pub mod data_source;
 pub mod drain_pace;
 pub mod event_union;
+pub mod funcgraph;
 pub mod instance;
 pub mod instances;
 pub mod kprobes;

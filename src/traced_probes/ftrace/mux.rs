@@ -29,10 +29,10 @@ use crate::traced_probes::clock::boot_time_ns;
 use crate::traced_probes::ftrace::ksyms_load;
 use crate::traced_probes::ftrace::parse::atrace::AtraceRequest;
 use crate::traced_probes::ftrace::parse::bundle::EventFilter;
-use crate::traced_probes::ftrace::parse::kprobes;
 use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
 use crate::traced_probes::ftrace::parse::stats::{self, Phase, StatsSnapshot};
 use crate::traced_probes::ftrace::parse::translate::KernelAddrs;
+use crate::traced_probes::ftrace::parse::{funcgraph, kprobes};
 use crate::tracing::core::trace_writer::TraceWriter;
 
 /// Upstream's default drain period (its valid range: schema::ftrace_reading).
@@ -160,14 +160,26 @@ impl FtraceMux {
         if !cfg.kprobe_events.is_empty() {
             self.instances.kprobes_supported()?;
         }
-        self.instances.acquire(&key, cfg)?;
+        let funcgraph_req = funcgraph::request_untrusted(cfg)?;
+        let inst = self.instances.acquire(&key, cfg)?;
         let mut failed_events = Vec::new();
+        if let Some(req) = &funcgraph_req {
+            if let Err(e) = super::funcgraph::setup(inst, &key, req, &mut failed_events) {
+                self.instances.release(&key);
+                return Err(e);
+            }
+        }
         let kprobes = self.instances.setup_kprobes(&key, cfg, &mut failed_events);
         let inst = self.instances.get_mut(&key).expect("acquired above");
         let setup_note = inst.clamped.take();
         let mut filter = EventFilter::default();
         filter.print = cfg.print_filter.as_ref().map(print_filter);
         let (mut wanted, mut unknown_events) = event_union::wanted(inst, cfg, android);
+        if funcgraph_req.is_some() {
+            for n in ["funcgraph_entry", "funcgraph_exit"] {
+                wanted.push(("ftrace".into(), n.into()));
+            }
+        }
         for k in &kprobes {
             wanted.push(k.name.clone());
             filter.kprobes.push((k.ftrace_id, k.trace_type));

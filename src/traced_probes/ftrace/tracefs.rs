@@ -412,6 +412,8 @@ impl Tracefs {
         let _ = self.set_current_tracer("nop");
         let _ = self.set_buffer_percent(50);
         let _ = self.truncate_file("set_ftrace_filter");
+        let _ = self.truncate_file("set_graph_function");
+        let _ = self.write_file("max_graph_depth", "0");
         let _ = self.truncate_file("set_ftrace_pid");
         note(self.clear_trace());
         first_err.map_or(Ok(()), Err)

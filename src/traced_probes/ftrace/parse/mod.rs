@@ -6,13 +6,14 @@
 //! fields, [`bundle`] writes FtraceEventBundle packets (with
 //! [`compact_sched`], [`print_filter`], [`syscalls`] and [`ksyms`]),
 //! [`stats`] writes FtraceStats, [`kprobes`] maps `kprobe_events` to
-//! tracefs lines, [`atrace`] maps atrace categories to
+//! tracefs lines, [`funcgraph`] checks function_graph patterns, [`atrace`] maps atrace categories to
 //! kernel events.
 
 pub mod atrace;
 pub mod bundle;
 pub mod compact_sched;
 pub mod format;
+pub mod funcgraph;
 pub mod kprobes;
 pub mod ksyms;
 pub mod packet_buf;
