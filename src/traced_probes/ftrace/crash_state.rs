@@ -258,5 +258,22 @@ mod tests {
         assert!(!path.exists());
         store(&path, &[]).unwrap();
         assert!(cleanup(&path, &root).is_empty());
+
+        // A dead daemon's kprobe: removed through kprobe_events (a plain
+        // file here, so the line the kernel would get is visible), after
+        // the instances.
+        std::fs::write(root.path("kprobe_events"), "").unwrap();
+        let probe = Touched::Kprobe {
+            group: "perfetto_kretprobes_4000000".into(),
+            event: "vfs_read".into(),
+        };
+        store(&path, &[probe.clone(), Touched::Root]).unwrap();
+        let cleaned = cleanup(&path, &root);
+        assert_eq!(cleaned.last(), Some(&probe));
+        assert_eq!(
+            std::fs::read_to_string(root.path("kprobe_events")).unwrap(),
+            "-:perfetto_kretprobes_4000000/vfs_read"
+        );
+        assert!(!path.exists());
     }
 }

@@ -73,7 +73,9 @@ pub fn setup(
 }
 
 /// Adds each pattern to `file`; the kernel refuses (EINVAL) one that
-/// matches no traceable function.
+/// matches no traceable function. Each ends in a newline: the kernel
+/// takes a word without one only when the file is closed, and an error
+/// there reaches nobody.
 fn append_patterns(
     t: &Tracefs,
     file: &str,
@@ -83,7 +85,7 @@ fn append_patterns(
 ) -> Result<(), String> {
     let mut matched = 0;
     for p in patterns {
-        match t.append_file(file, p) {
+        match t.append_file(file, &format!("{p}\n")) {
             Ok(()) => matched += 1,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 failed.push(format!("{what}: {p} (matches no traceable function)"));

@@ -113,7 +113,7 @@ impl Source {
             parse_errors: if end { &parse_errors } else { &[] },
             cpu_buffer_size_pages: sizes.now,
             cached_cpu_buffer_size_pages: sizes.cached,
-            kprobe_stats: self.kprobe_stats,
+            kprobe_stats: if end { self.kprobe_stats } else { None },
             kernel_symbols: self.ksyms.as_ref().map(|k| {
                 let k = k.get();
                 (k.len() as u32, k.mem_bytes().div_ceil(1024) as u32)
