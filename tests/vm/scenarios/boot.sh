@@ -14,5 +14,5 @@ set -eu
 cut -d' ' -f22 /proc/1/stat >init_start_ticks
 /etc/init.d/S60tracebox boot-done
 cut -d' ' -f1 /proc/uptime >uptime
-cp /var/log/tracebox-boot.pftrace boot.trace
-ls -l boot.trace
+cp /var/log/tracebox-boot.pftrace boot.pftrace
+ls -l boot.pftrace
