@@ -57,7 +57,7 @@ pub fn setup(
     }
     if !inst.funcgraph_on {
         if let Err(e) = t.set_current_tracer(TRACER) {
-            return Err(if e.raw_os_error() == Some(libc::EBUSY) {
+            return Err(if e.kind() == io::ErrorKind::ResourceBusy {
                 format!(
                     "enable_function_graph: {} is being read by another session that \
                      started first; the tracer cannot change under it",
@@ -87,7 +87,7 @@ fn append_patterns(
     for p in patterns {
         match t.append_file(file, &format!("{p}\n")) {
             Ok(()) => matched += 1,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
                 failed.push(format!("{what}: {p} (matches no traceable function)"));
             }
             Err(e) => return Err(format!("enable_function_graph: cannot write {file}: {e}")),

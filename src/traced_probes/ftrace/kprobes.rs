@@ -186,12 +186,12 @@ fn create_probe(root: &Tracefs, group: &str, p: &Probe) -> io::Result<()> {
     let write = |maxactive| {
         let line = kprobes::create_line(group, &p.function, p.retprobe, maxactive);
         match root.kprobe_events_line(&line) {
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
             r => r,
         }
     };
     match write(Some(KRETPROBE_MAXACTIVE)) {
-        Err(e) if p.retprobe && e.raw_os_error() == Some(libc::EINVAL) => write(None),
+        Err(e) if p.retprobe && e.kind() == io::ErrorKind::InvalidInput => write(None),
         r => r,
     }
 }
