@@ -28,6 +28,20 @@ pub fn setup(
     req: &FuncgraphRequest,
     failed: &mut Vec<String>,
 ) -> Result<(), String> {
+    let r = try_setup(inst, key, req, failed);
+    if r.is_err() && !inst.funcgraph_on {
+        // Nobody else uses the tracer here: leave no filters behind.
+        restore(&inst.tracefs);
+    }
+    r
+}
+
+fn try_setup(
+    inst: &mut KInstance,
+    key: &str,
+    req: &FuncgraphRequest,
+    failed: &mut Vec<String>,
+) -> Result<(), String> {
     let t = &inst.tracefs;
     let tracers = t.read_file("available_tracers").unwrap_or_default();
     if !tracers.split_whitespace().any(|x| x == TRACER) {
