@@ -154,6 +154,7 @@ fn corpus_header_pages() {
         ("android_flounder_lte_LRX16F_3.10.40", (8, 16, 4096)),
         ("android_walleye_OPM5.171019.017.A1_4.4.88", (8, 16, 4096)),
         ("synthetic", (8, 16, 4096)),
+        ("debian_6.1.0-56-amd64", (8, 16, 4096)),
     ] {
         let path = Path::new(CORPUS).join(kernel).join("events/header_page");
         let l = parse_header_page(&std::fs::read_to_string(path).unwrap()).unwrap();
