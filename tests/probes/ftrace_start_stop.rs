@@ -226,3 +226,75 @@ fn the_last_flush_leaves_nothing_in_the_kernel_buffers() {
         }
     });
 }
+
+/// `preserve_ftrace_buffer`: what the kernel recorded before the session
+/// is in the trace, and the instance keeps its clock and buffer size
+/// (changing either would empty the buffer); bundles say which clock.
+#[test]
+fn a_preserving_session_keeps_the_buffer_its_clock_and_size() {
+    let instance = "tbx_probes_preserve";
+    let root = Tracefs::discover().expect("tracefs (tests run as root)");
+    let _ = root.remove_instance(instance);
+    let t = root.create_instance(instance).unwrap();
+    t.set_buffer_size_kb(512).unwrap();
+    t.set_clock("local").unwrap();
+    t.set_tracing_on(true).unwrap();
+    for i in 0..50 {
+        t.write_trace_marker(&format!("tbx-before {i}")).unwrap();
+    }
+
+    with_dir(|dir| {
+        let daemons = start_our_daemons(dir);
+        let mut perfetto = start_perfetto(
+            dir,
+            &daemons.socks,
+            instance,
+            "preserve_ftrace_buffer: true",
+        );
+        wait_started(instance);
+        t.write_trace_marker("tbx-during").unwrap();
+        let st = perfetto
+            .wait_exit(Duration::from_secs(60))
+            .expect("perfetto ends");
+        assert!(st.success(), "perfetto: {st:?}");
+
+        let seen = read_trace(&dir.join("trace.pb"));
+        let before = seen
+            .markers
+            .iter()
+            .filter(|m| m.starts_with("tbx-before"))
+            .count();
+        assert_eq!(before, 50, "{:?}", seen.markers);
+        assert!(seen.markers.iter().any(|m| m == "tbx-during"));
+        let end = seen.end.expect("end-of-trace ftrace_stats");
+        assert_eq!(end.preserve_ftrace_buffer, Some(true));
+        // The size found (512 KiB, which the kernel rounds up to whole
+        // pages of data), not the config's 1024 KiB.
+        let pages = (512 * 1024 / t.ring_buffer_page_size().unwrap_or(4096)) as u32;
+        let cached = end.cached_cpu_buffer_size_pages.expect("cached size");
+        assert!(
+            (pages..=pages + pages / 50 + 1).contains(&cached),
+            "{end:?}"
+        );
+        assert_eq!(end.cpu_buffer_size_pages, Some(cached), "{end:?}");
+        let bytes = std::fs::read(dir.join("trace.pb")).unwrap();
+        let trace = Trace::from_reader(&mut BytesReader::from_bytes(&bytes), &bytes).unwrap();
+        let clocks: Vec<_> = trace
+            .packet
+            .iter()
+            .filter_map(|p| match &p.data {
+                OneOfdata::ftrace_events(b) => Some(b.ftrace_clock),
+                _ => None,
+            })
+            .collect();
+        assert!(!clocks.is_empty());
+        assert!(
+            clocks
+                .iter()
+                .all(|c| *c == Some(tracebox::pb::protos::FtraceClock::FTRACE_CLOCK_LOCAL)),
+            "{clocks:?}"
+        );
+    });
+    assert_eq!(t.clocks().unwrap().0, "local");
+    root.remove_instance(instance).expect("instance removable");
+}
