@@ -298,3 +298,56 @@ fn a_preserving_session_keeps_the_buffer_its_clock_and_size() {
     assert_eq!(t.clocks().unwrap().0, "local");
     root.remove_instance(instance).expect("instance removable");
 }
+
+/// This machine's kernel has neither kprobe_events nor the function_graph
+/// tracer: a session asking for either records nothing from that source
+/// and the end line says why, word for word.
+#[test]
+fn kprobes_and_function_graph_are_refused_where_the_kernel_lacks_them() {
+    let root = Tracefs::discover().expect("tracefs (tests run as root)");
+    if root.has_kprobe_events()
+        || root
+            .read_file("available_tracers")
+            .unwrap_or_default()
+            .contains("function_graph")
+    {
+        eprintln!("this kernel has kprobes or function_graph: the VM stage tests them");
+        return;
+    }
+    let cases = [
+        (
+            "tbx_probes_no_kprobes",
+            r#"kprobe_events { probe: "vfs_read" type: KPROBE_TYPE_BOTH }"#,
+            "linux.ftrace setup error: kprobe_events: this kernel has no kprobe_events in \
+             tracefs (CONFIG_KPROBE_EVENTS)",
+        ),
+        (
+            "tbx_probes_no_funcgraph",
+            r#"enable_function_graph: true function_filters: "vfs_read""#,
+            "linux.ftrace setup error: enable_function_graph: ftrace instance \
+             tbx_probes_no_funcgraph has no function_graph tracer (this kernel was built \
+             without CONFIG_FUNCTION_GRAPH_TRACER)",
+        ),
+    ];
+    for (instance, extra, want) in cases {
+        with_dir(|dir| {
+            let daemons = start_our_daemons(dir);
+            let mut perfetto = start_perfetto(dir, &daemons.socks, instance, extra);
+            perfetto
+                .wait_exit(Duration::from_secs(60))
+                .expect("perfetto ends");
+            let log = std::fs::read_to_string(dir.join("consumer.log")).unwrap();
+            let line = log
+                .lines()
+                .rfind(|l| l.starts_with("Trace stats:"))
+                .unwrap_or_default();
+            assert_eq!(
+                line,
+                format!("Trace stats: no data lost, but INCOMPLETE: {want}"),
+                "{log}"
+            );
+            // Refused before the instance was touched, or restored after.
+            assert!(!instance_dir(instance).exists(), "{instance} left behind");
+        });
+    }
+}

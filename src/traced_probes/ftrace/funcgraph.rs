@@ -43,12 +43,13 @@ fn try_setup(
     failed: &mut Vec<String>,
 ) -> Result<(), String> {
     let t = &inst.tracefs;
-    let tracers = t.read_file("available_tracers").unwrap_or_default();
-    if !tracers.split_whitespace().any(|x| x == TRACER) {
-        let why = if key.is_empty() {
-            "this kernel was built without CONFIG_FUNCTION_GRAPH_TRACER"
+    if !has_tracer(t) {
+        // instances/NAME is two levels below the top-level directory.
+        let top = t.root().parent().and_then(|p| p.parent()).map(Tracefs::new);
+        let why = if !key.is_empty() && top.is_some_and(|top| has_tracer(&top)) {
+            "this kernel offers it only in the top-level instance (before 6.x)"
         } else {
-            "kernels before 6.x offer it only in the top-level instance"
+            "this kernel was built without CONFIG_FUNCTION_GRAPH_TRACER"
         };
         return Err(format!(
             "enable_function_graph: {} has no function_graph tracer ({why})",
@@ -84,6 +85,11 @@ fn try_setup(
         inst.funcgraph_on = true;
     }
     Ok(())
+}
+
+fn has_tracer(t: &Tracefs) -> bool {
+    let tracers = t.read_file("available_tracers").unwrap_or_default();
+    tracers.split_whitespace().any(|x| x == TRACER)
 }
 
 /// Adds each pattern to `file`; the kernel refuses (EINVAL) one that
