@@ -66,6 +66,9 @@ pub struct FtraceMux {
     atrace: AtraceRunner,
     /// Wakes the producer's loop when pages arrive while it sleeps long.
     notify: Option<DataNotify>,
+    /// Instances whose stopped source has not released them yet (see
+    /// [`release_stopped`](Self::release_stopped)).
+    stopped: Vec<String>,
 }
 
 impl std::fmt::Debug for FtraceMux {
@@ -87,6 +90,7 @@ impl FtraceMux {
             failed: BTreeMap::new(),
             atrace: AtraceRunner::new(atrace_runner::configured_path()),
             notify: None,
+            stopped: Vec::new(),
         }
     }
 
@@ -131,6 +135,7 @@ impl FtraceMux {
         session: u64,
         writer: &mut Option<TraceWriter>,
     ) -> Result<(), String> {
+        self.release_stopped();
         let key = cfg.instance_name.clone().unwrap_or_default();
         let atrace_req = AtraceRequest {
             categories: cfg.atrace_categories.clone(),
@@ -429,7 +434,11 @@ impl FtraceMux {
     }
 
     /// StopDataSource: flushes the writer and undoes what only this source
-    /// needed; the last user of an instance restores it.
+    /// needed. Restoring the instance (its last user's job) waits for
+    /// [`release_stopped`](Self::release_stopped), which the producer calls
+    /// once it has told traced the source stopped: switching a tracer back
+    /// or removing a kprobe waits for the kernel (RCU grace periods; whole
+    /// seconds in an emulated guest), which no stop timeout should see.
     pub fn stop(&mut self, id: u64) {
         if let Some(mut writer) = self.failed.remove(&id).and_then(|f| f.writer) {
             writer.flush();
@@ -457,7 +466,15 @@ impl FtraceMux {
                 .filter(|s| s.key == key)
                 .filter_map(|s| s.syscalls.as_ref()),
         );
-        self.instances.release(&key);
+        self.stopped.push(key);
+    }
+
+    /// Releases the instances of the sources stopped so far (the last
+    /// user of one restores it).
+    pub fn release_stopped(&mut self) {
+        for key in std::mem::take(&mut self.stopped) {
+            self.instances.release(&key);
+        }
     }
 }
 

@@ -259,6 +259,7 @@ impl Producer {
                 inst.ds.stop(&mut env);
             }
         }
+        self.ftrace.release_stopped();
         self.timers.clear();
         for (t, _) in self.watchdogs.drain() {
             ctl.cancel_timer(t);
