@@ -15,7 +15,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::traced_probes::ftrace::parse::kprobes::{is_reserved_group, valid_function_untrusted};
+use crate::traced_probes::ftrace::parse::kprobes::{group_tag, valid_function_untrusted};
 use crate::traced_probes::ftrace::Tracefs;
 
 /// Overrides the state file path (tests use private paths).
@@ -89,7 +89,7 @@ pub fn parse(text: &str) -> Vec<Touched> {
                 // Only names we could have written: the line goes back to
                 // kprobe_events.
                 (Some("kprobe"), Some(group), Some(event), None)
-                    if is_reserved_group(group) && valid_function_untrusted(event) =>
+                    if group_tag(group).is_some() && valid_function_untrusted(event) =>
                 {
                     Some(Touched::Kprobe {
                         group: group.to_string(),
@@ -184,7 +184,9 @@ fn cleanup_kprobe(
     kept: &mut Vec<Touched>,
     entry: &Touched,
 ) -> bool {
-    let tag = group.rsplit('_').next().unwrap_or_default();
+    let Some(tag) = group_tag(group) else {
+        return true; // parse() keeps no other group
+    };
     let _claim = match super::ownership::claim_kprobes(tag) {
         Ok(c) => c,
         Err(why) => {
@@ -222,7 +224,10 @@ mod tests {
         ];
         assert_eq!(parse(&format(&e)), e);
         // Nothing but our groups and plain names goes back to tracefs.
-        assert!(parse("kprobe sched vfs_read\nkprobe perfetto_kprobes_1 a+4\n").is_empty());
+        assert!(parse(
+            "kprobe sched vfs_read\nkprobe perfetto_kprobes_1 a+4\nkprobe perfetto_kprobes_../x f\n"
+        )
+        .is_empty());
         assert_eq!(
             parse("junk\ninstance x\nroot extra\ninstance y created\n"),
             vec![Touched::Instance {

@@ -70,6 +70,17 @@ pub fn is_reserved_group(group: &str) -> bool {
         .any(|g| group == *g || group.strip_prefix(g).is_some_and(|t| t.starts_with('_')))
 }
 
+/// The tag of one of our groups (`perfetto_kprobes_TAG` or
+/// `perfetto_kretprobes_TAG`, TAG a pid: digits only, so it can name a
+/// lock file), e.g. from a crash state file.
+pub fn group_tag(group: &str) -> Option<&str> {
+    let tag = [KPROBE_GROUP, KRETPROBE_GROUP]
+        .iter()
+        .find_map(|g| group.strip_prefix(g)?.strip_prefix('_'))?;
+    let digits = !tag.is_empty() && tag.len() <= 10 && tag.bytes().all(|c| c.is_ascii_digit());
+    digits.then_some(tag)
+}
+
 /// A kernel function name usable as a probe point and as an event name:
 /// `[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes. Everything else (offsets,
 /// `module:` prefixes, fetch args, newlines that would add more lines to
@@ -287,6 +298,16 @@ mod tests {
         assert!(is_reserved_group("perfetto_kretprobes_12"));
         assert!(!is_reserved_group("perfetto_kprobesx"));
         assert!(!is_reserved_group("sched"));
+        assert_eq!(group_tag("perfetto_kretprobes_12"), Some("12"));
+        assert_eq!(group_tag("perfetto_kprobes_7"), Some("7"));
+        for bad in [
+            "perfetto_kprobes",
+            "perfetto_kprobes_",
+            "perfetto_kprobes_../x",
+            "sched_1",
+        ] {
+            assert_eq!(group_tag(bad), None, "{bad}");
+        }
     }
 
     #[test]
