@@ -8,7 +8,8 @@
 #   BINARY           default: target/release/tracebox (or $CARGO_TARGET_DIR)
 #   --init KIND      also install boot files: sysv (/etc/init.d/tracebox),
 #                    busybox (/etc/init.d/S60tracebox, which BusyBox's rcS
-#                    runs), systemd (traced.service, traced-probes.service,
+#                    runs; both with the boot trace config
+#                    /etc/tracebox/boot.pbtx), systemd (traced.service, traced-probes.service,
 #                    traced-perf.service, and traced-relay.service for a
 #                    remote board),
 #                    android-replace or android-beside (tracebox.rc), none
@@ -103,6 +104,18 @@ create_group() {
 }
 [ -n "$group" ] && create_group
 
+# The boot trace's config (/etc/tracebox/boot.pbtx): kept if present.
+install_boot_config() {
+    b="$root/etc/tracebox/boot.pbtx"
+    if [ -e "$b" ]; then
+        echo "kept existing $b"
+    else
+        mkdir -p "$root/etc/tracebox"
+        cp "$here/init/boot.pbtx" "$b"
+        echo "installed $b"
+    fi
+}
+
 # The defaults file: kept if present, else ours with the paths of this install.
 install_defaults() {
     d="$root/etc/default/tracebox"
@@ -128,6 +141,7 @@ sysv | busybox)
     chmod 0755 "$root/etc/init.d/$init_name"
     echo "installed $root/etc/init.d/$init_name"
     install_defaults
+    install_boot_config
     ;;
 systemd)
     unit_dir="$root/lib/systemd/system"

@@ -3,6 +3,7 @@
 //! delta-coded timestamps and an intern table of comms).
 
 use crate::protozero::decode::{read_varint, FieldIter, RawField};
+use crate::traced_probes::ftrace::parse::kprobes::FTRACE_EVENT_KPROBE;
 use crate::traced_probes::ftrace::parse::table::{ftrace_event, EVENTS};
 
 /// `FtraceEvent` payload fields the analysis reads.
@@ -211,7 +212,9 @@ fn decode_event(
                 wakeup: id == SCHED_WAKEUP,
             }
         }
-        ftrace_event::GENERIC => {
+        // Both carry the event's name in field 1; a kprobe is named after
+        // its function.
+        ftrace_event::GENERIC | FTRACE_EVENT_KPROBE => {
             let name = bytes(1);
             let i = match st.generic_names.iter().position(|n| n.as_bytes() == name) {
                 Some(i) => i,

@@ -103,6 +103,9 @@ pub fn run(opts: ProducerOptions) -> i32 {
                     ftrace::crash_state::Touched::Instance { name, .. } => {
                         format!("instance {name}")
                     }
+                    ftrace::crash_state::Touched::Kprobe { group, event } => {
+                        format!("kprobe {group}/{event}")
+                    }
                 })
                 .collect();
             crate::log_warn!(

@@ -78,6 +78,11 @@ fn busybox_image_with_a_consumer_group() {
         std::fs::metadata(&script).unwrap().permissions().mode() & 0o111,
         0o111
     );
+    // The boot trace's config, as in the repository.
+    assert_eq!(
+        read(&root.join("etc/tracebox/boot.pbtx")),
+        read(Path::new(&format!("{REPO}/scripts/init/boot.pbtx")))
+    );
     let defaults = read(&root.join("etc/default/tracebox"));
     assert!(
         defaults.contains("\nTRACEBOX_BIN_DIR=/usr/bin\n"),

@@ -52,11 +52,13 @@ fn load(rel: &str) -> tracebox::traced_probes::ftrace::parse::format::EventForma
 
 #[test]
 fn corpus_counts() {
-    let expect: [(&str, usize, &[&str]); 5] = [
+    let expect: [(&str, usize, &[&str]); 6] = [
         ("android_hammerhead_MRA59G_3.4.0", 444, &[]),
         ("android_flounder_lte_LRX16F_3.10.40", 818, &[]),
         ("android_walleye_OPM5.171019.017.A1_4.4.88", 959, &[]),
         ("hypervisor", 17, &[]),
+        // Kprobes and function_graph as a Debian 6.1 kernel has them.
+        ("debian_6.1.0-56-amd64", 7, &[]),
         // An empty file: an error, not a panic.
         ("synthetic", 242, &["events/trusty/format"]),
     ];
@@ -187,6 +189,7 @@ fn corpus_header_pages() {
         ("android_flounder_lte_LRX16F_3.10.40", (8, 16, 4096)),
         ("android_walleye_OPM5.171019.017.A1_4.4.88", (8, 16, 4096)),
         ("synthetic", (8, 16, 4096)),
+        ("debian_6.1.0-56-amd64", (8, 16, 4096)),
     ] {
         let path = Path::new(CORPUS).join(kernel).join("events/header_page");
         let l = parse_header_page(&std::fs::read_to_string(path).unwrap()).unwrap();

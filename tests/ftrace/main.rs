@@ -5,6 +5,7 @@ mod support;
 
 mod bundle;
 mod formats;
+mod kprobes_funcgraph;
 mod ksyms;
 mod pages;
 mod print_filter;

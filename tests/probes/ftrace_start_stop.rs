@@ -226,3 +226,128 @@ fn the_last_flush_leaves_nothing_in_the_kernel_buffers() {
         }
     });
 }
+
+/// `preserve_ftrace_buffer`: what the kernel recorded before the session
+/// is in the trace, and the instance keeps its clock and buffer size
+/// (changing either would empty the buffer); bundles say which clock.
+#[test]
+fn a_preserving_session_keeps_the_buffer_its_clock_and_size() {
+    let instance = "tbx_probes_preserve";
+    let root = Tracefs::discover().expect("tracefs (tests run as root)");
+    let _ = root.remove_instance(instance);
+    let t = root.create_instance(instance).unwrap();
+    t.set_buffer_size_kb(512).unwrap();
+    t.set_clock("local").unwrap();
+    t.set_tracing_on(true).unwrap();
+    for i in 0..50 {
+        t.write_trace_marker(&format!("tbx-before {i}")).unwrap();
+    }
+
+    with_dir(|dir| {
+        let daemons = start_our_daemons(dir);
+        let mut perfetto = start_perfetto(
+            dir,
+            &daemons.socks,
+            instance,
+            "preserve_ftrace_buffer: true",
+        );
+        wait_started(instance);
+        t.write_trace_marker("tbx-during").unwrap();
+        let st = perfetto
+            .wait_exit(Duration::from_secs(60))
+            .expect("perfetto ends");
+        assert!(st.success(), "perfetto: {st:?}");
+
+        let seen = read_trace(&dir.join("trace.pb"));
+        let before = seen
+            .markers
+            .iter()
+            .filter(|m| m.starts_with("tbx-before"))
+            .count();
+        assert_eq!(before, 50, "{:?}", seen.markers);
+        assert!(seen.markers.iter().any(|m| m == "tbx-during"));
+        let end = seen.end.expect("end-of-trace ftrace_stats");
+        assert_eq!(end.preserve_ftrace_buffer, Some(true));
+        // The size found (512 KiB, which the kernel rounds up to whole
+        // pages of data), not the config's 1024 KiB.
+        let pages = (512 * 1024 / t.ring_buffer_page_size().unwrap_or(4096)) as u32;
+        let cached = end.cached_cpu_buffer_size_pages.expect("cached size");
+        assert!(
+            (pages..=pages + pages / 50 + 1).contains(&cached),
+            "{end:?}"
+        );
+        assert_eq!(end.cpu_buffer_size_pages, Some(cached), "{end:?}");
+        let bytes = std::fs::read(dir.join("trace.pb")).unwrap();
+        let trace = Trace::from_reader(&mut BytesReader::from_bytes(&bytes), &bytes).unwrap();
+        let clocks: Vec<_> = trace
+            .packet
+            .iter()
+            .filter_map(|p| match &p.data {
+                OneOfdata::ftrace_events(b) => Some(b.ftrace_clock),
+                _ => None,
+            })
+            .collect();
+        assert!(!clocks.is_empty());
+        assert!(
+            clocks
+                .iter()
+                .all(|c| *c == Some(tracebox::pb::protos::FtraceClock::FTRACE_CLOCK_LOCAL)),
+            "{clocks:?}"
+        );
+    });
+    assert_eq!(t.clocks().unwrap().0, "local");
+    root.remove_instance(instance).expect("instance removable");
+}
+
+/// This machine's kernel has neither kprobe_events nor the function_graph
+/// tracer: a session asking for either records nothing from that source
+/// and the end line says why, word for word.
+#[test]
+fn kprobes_and_function_graph_are_refused_where_the_kernel_lacks_them() {
+    let root = Tracefs::discover().expect("tracefs (tests run as root)");
+    if root.has_kprobe_events()
+        || root
+            .read_file("available_tracers")
+            .unwrap_or_default()
+            .contains("function_graph")
+    {
+        eprintln!("this kernel has kprobes or function_graph: the VM stage tests them");
+        return;
+    }
+    let cases = [
+        (
+            "tbx_probes_no_kprobes",
+            r#"kprobe_events { probe: "vfs_read" type: KPROBE_TYPE_BOTH }"#,
+            "linux.ftrace setup error: kprobe_events: this kernel has no kprobe_events in \
+             tracefs (CONFIG_KPROBE_EVENTS)",
+        ),
+        (
+            "tbx_probes_no_funcgraph",
+            r#"enable_function_graph: true function_filters: "vfs_read""#,
+            "linux.ftrace setup error: enable_function_graph: ftrace instance \
+             tbx_probes_no_funcgraph has no function_graph tracer (this kernel was built \
+             without CONFIG_FUNCTION_GRAPH_TRACER)",
+        ),
+    ];
+    for (instance, extra, want) in cases {
+        with_dir(|dir| {
+            let daemons = start_our_daemons(dir);
+            let mut perfetto = start_perfetto(dir, &daemons.socks, instance, extra);
+            perfetto
+                .wait_exit(Duration::from_secs(60))
+                .expect("perfetto ends");
+            let log = std::fs::read_to_string(dir.join("consumer.log")).unwrap();
+            let line = log
+                .lines()
+                .rfind(|l| l.starts_with("Trace stats:"))
+                .unwrap_or_default();
+            assert_eq!(
+                line,
+                format!("Trace stats: no data lost, but INCOMPLETE: {want}"),
+                "{log}"
+            );
+            // Refused before the instance was touched, or restored after.
+            assert!(!instance_dir(instance).exists(), "{instance} left behind");
+        });
+    }
+}

@@ -7,13 +7,15 @@
 //! traced_probes never reads it. Cleanup claims each instance first
 //! ([`ownership`](super::ownership)) and skips those a live process owns.
 //!
-//! Format, one entry per line: `root` (the top-level tracefs) or
-//! `instance NAME created|existing`. The file exists only while some
+//! Format, one entry per line: `root` (the top-level tracefs),
+//! `instance NAME created|existing`, or `kprobe GROUP EVENT` (a kprobe
+//! event we made, see [`kprobes`](super::kprobes)). The file exists only while some
 //! instance is in use, and is rewritten whole (write + rename) on change.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::traced_probes::ftrace::parse::kprobes::{group_tag, valid_function_untrusted};
 use crate::traced_probes::ftrace::Tracefs;
 
 /// Overrides the state file path (tests use private paths).
@@ -27,6 +29,12 @@ pub enum Touched {
     Instance {
         name: String,
         created: bool,
+    },
+    /// A kprobe event we made (removed after the instances are reset: the
+    /// kernel refuses to remove one still enabled).
+    Kprobe {
+        group: String,
+        event: String,
     },
 }
 
@@ -60,6 +68,7 @@ pub fn format(entries: &[Touched]) -> String {
                 let how = if *created { "created" } else { "existing" };
                 s.push_str(&format!("instance {name} {how}\n"));
             }
+            Touched::Kprobe { group, event } => s.push_str(&format!("kprobe {group} {event}\n")),
         }
     }
     s
@@ -77,6 +86,16 @@ pub fn parse(text: &str) -> Vec<Touched> {
                     name: name.to_string(),
                     created: how == "created",
                 }),
+                // Only names we could have written: the line goes back to
+                // kprobe_events.
+                (Some("kprobe"), Some(group), Some(event), None)
+                    if group_tag(group).is_some() && valid_function_untrusted(event) =>
+                {
+                    Some(Touched::Kprobe {
+                        group: group.to_string(),
+                        event: event.to_string(),
+                    })
+                }
                 _ => None,
             }
         })
@@ -107,11 +126,16 @@ pub fn cleanup(path: &Path, root: &Tracefs) -> Vec<Touched> {
         return Vec::new();
     };
     let mut cleaned = parse(&text);
+    // Instances first: a probe still enabled in one cannot be removed.
+    cleaned.sort_by_key(|e| matches!(e, Touched::Kprobe { .. }));
     let mut kept = Vec::new();
     cleaned.retain(|e| {
         let key = match e {
             Touched::Root => "",
             Touched::Instance { name, .. } => name,
+            Touched::Kprobe { group, event } => {
+                return cleanup_kprobe(root, group, event, &mut kept, e);
+            }
         };
         // Held until this entry is reset.
         let _claim = match super::ownership::claim(key) {
@@ -134,6 +158,7 @@ pub fn cleanup(path: &Path, root: &Tracefs) -> Vec<Touched> {
                 }
                 Ok(())
             }),
+            Touched::Kprobe { .. } => unreachable!("handled above"),
         };
         if let Err(err) = r {
             crate::log_error!(
@@ -148,6 +173,32 @@ pub fn cleanup(path: &Path, root: &Tracefs) -> Vec<Touched> {
         crate::log_warn!("cannot rewrite {}: {e}", path.display());
     }
     cleaned
+}
+
+/// Removes a kprobe a dead traced_probes made, unless its tag is claimed
+/// by a live one (then it stays recorded in `kept`).
+fn cleanup_kprobe(
+    root: &Tracefs,
+    group: &str,
+    event: &str,
+    kept: &mut Vec<Touched>,
+    entry: &Touched,
+) -> bool {
+    let Some(tag) = group_tag(group) else {
+        return true; // parse() keeps no other group
+    };
+    let _claim = match super::ownership::claim_kprobes(tag) {
+        Ok(c) => c,
+        Err(why) => {
+            crate::log_warn!("crash cleanup: leaving kprobe {group}/{event} alone: {why}");
+            kept.push(entry.clone());
+            return false;
+        }
+    };
+    if let Err(err) = super::kprobes::remove_probe(root, group, event) {
+        crate::log_error!("crash cleanup of kprobe {group}/{event} failed: {err}");
+    }
+    true
 }
 
 #[cfg(test)]
@@ -166,8 +217,17 @@ mod tests {
                 name: "b".into(),
                 created: false,
             },
+            Touched::Kprobe {
+                group: "perfetto_kretprobes_42".into(),
+                event: "vfs_read".into(),
+            },
         ];
         assert_eq!(parse(&format(&e)), e);
+        // Nothing but our groups and plain names goes back to tracefs.
+        assert!(parse(
+            "kprobe sched vfs_read\nkprobe perfetto_kprobes_1 a+4\nkprobe perfetto_kprobes_../x f\n"
+        )
+        .is_empty());
         assert_eq!(
             parse("junk\ninstance x\nroot extra\ninstance y created\n"),
             vec![Touched::Instance {
@@ -203,5 +263,22 @@ mod tests {
         assert!(!path.exists());
         store(&path, &[]).unwrap();
         assert!(cleanup(&path, &root).is_empty());
+
+        // A dead daemon's kprobe: removed through kprobe_events (a plain
+        // file here, so the line the kernel would get is visible), after
+        // the instances.
+        std::fs::write(root.path("kprobe_events"), "").unwrap();
+        let probe = Touched::Kprobe {
+            group: "perfetto_kretprobes_4000000".into(),
+            event: "vfs_read".into(),
+        };
+        store(&path, &[probe.clone(), Touched::Root]).unwrap();
+        let cleaned = cleanup(&path, &root);
+        assert_eq!(cleaned.last(), Some(&probe));
+        assert_eq!(
+            std::fs::read_to_string(root.path("kprobe_events")).unwrap(),
+            "-:perfetto_kretprobes_4000000/vfs_read"
+        );
+        assert!(!path.exists());
     }
 }

@@ -9,6 +9,7 @@ use super::instance::KInstance;
 use crate::pb::protos::FtraceConfig;
 use crate::traced_probes::ftrace::parse::atrace;
 use crate::traced_probes::ftrace::parse::bundle::EventFilter;
+use crate::traced_probes::ftrace::parse::kprobes::is_reserved_group;
 
 type Event = (String, String);
 
@@ -33,6 +34,10 @@ pub struct Enabled {
 pub fn wanted(inst: &KInstance, cfg: &FtraceConfig, android: bool) -> (Vec<Event>, Vec<String>) {
     let mut out: Vec<Event> = Vec::new();
     let mut push = |g: &str, n: &str| {
+        // Kprobe groups come from `kprobe_events` only (as upstream).
+        if is_reserved_group(g) {
+            return;
+        }
         let e = (g.to_string(), n.to_string());
         if !out.contains(&e) {
             out.push(e);

@@ -38,6 +38,8 @@ pub struct KInstance {
     pub buffer_percent: Option<u32>,
     /// The per-cpu buffer size we set (`None`: the kernel refused it).
     pub buffer_kb: Option<u64>,
+    /// We switched it to the function_graph tracer.
+    pub funcgraph_on: bool,
     /// Data sources set up / started on this instance.
     pub users: usize,
     pub started: usize,
@@ -126,20 +128,27 @@ impl KInstance {
             clamped: None,
             buffer_kb: None,
             buffer_percent: None,
+            funcgraph_on: false,
             users: 0,
             started: 0,
         })
     }
 
-    /// Tracing off, no events, empty buffer (unless preserved), the clock
-    /// and the buffer size of the first config.
+    /// Tracing off, no events, empty buffer, the clock and the buffer size
+    /// of the first config. With `preserve_ftrace_buffer` none of that (a
+    /// new clock or size empties the buffer, as upstream notes): what the
+    /// kernel recorded, and is recording, stays, in the clock it has.
     pub fn take_over(&mut self, cfg: &FtraceConfig, others_kb: u64) {
         let t = &self.tracefs;
+        if cfg.preserve_ftrace_buffer.unwrap_or(false) {
+            self.clock = t.clocks().map(|c| c.0).unwrap_or_else(|_| "local".into());
+            self.buffer_kb = t.buffer_size_kb().ok();
+            self.set_wake_percent(cfg);
+            return;
+        }
         let _ = t.set_tracing_on(false);
         let _ = t.disable_all_events();
-        if !cfg.preserve_ftrace_buffer.unwrap_or(false) {
-            let _ = t.clear_trace();
-        }
+        let _ = t.clear_trace();
         // mono_raw if asked, else the first of boot, global, local.
         let wanted: &[&str] = if cfg.use_monotonic_raw_clock.unwrap_or(false) {
             &["mono_raw", "boot", "global", "local"]
@@ -181,15 +190,23 @@ impl KInstance {
             Ok(()) => self.buffer_kb = Some(kb),
             Err(e) => crate::log_warn!("ftrace: cannot set buffer_size_kb {kb}: {e}"),
         }
-        // Readers sleep until this much of a cpu buffer is filled, or a
-        // drain period passed: a reader wakes per batch of pages, not per
-        // page, and the data still flows every drain period (pids reach
-        // process_stats while the tasks still live).
+        self.set_wake_percent(cfg);
+    }
+
+    /// Readers sleep until this much of a cpu buffer is filled, or a drain
+    /// period passed: a reader wakes per batch of pages, not per page, and
+    /// the data still flows every drain period (pids reach process_stats
+    /// while the tasks still live).
+    fn set_wake_percent(&mut self, cfg: &FtraceConfig) {
         let percent = cfg
             .drain_buffer_percent
             .filter(|p| (1..=100).contains(p))
             .unwrap_or(DEFAULT_BUFFER_PERCENT);
-        self.buffer_percent = t.set_buffer_percent(percent).ok().map(|()| percent);
+        self.buffer_percent = self
+            .tracefs
+            .set_buffer_percent(percent)
+            .ok()
+            .map(|()| percent);
     }
 
     /// The last user left: readers closed, tracing off, events off, buffer
@@ -203,6 +220,9 @@ impl KInstance {
         let t = &self.tracefs;
         let _ = t.set_tracing_on(false);
         let _ = t.disable_all_events();
+        if self.funcgraph_on {
+            super::funcgraph::restore(t);
+        }
         // Removing an instance frees its buffers: emptying them first
         // would only cost another RCU grace period (about 30 ms each,
         // which SIGTERM's one second cannot spare for 8 instances).

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use super::crash_state::{self, Touched};
 use super::instance::KInstance;
+use super::kprobes::{Installed, Kprobes};
 use super::ownership::{self, Claim};
 use crate::pb::protos::FtraceConfig;
 use crate::traced_probes::ftrace::Tracefs;
@@ -29,6 +30,8 @@ pub struct Instances {
     /// state file, removed at a later release or by the next start.
     left_behind: BTreeMap<String, Claim>,
     state_file: PathBuf,
+    /// The kprobe events we made, and which instances use them.
+    kprobes: Kprobes,
 }
 
 impl Instances {
@@ -39,6 +42,7 @@ impl Instances {
             claims: BTreeMap::new(),
             left_behind: BTreeMap::new(),
             state_file,
+            kprobes: Kprobes::default(),
         }
     }
 
@@ -118,6 +122,54 @@ impl Instances {
         Ok(inst)
     }
 
+    /// Whether the kernel can make kprobe events (checked before a config
+    /// that wants some takes an instance).
+    pub fn kprobes_supported(&mut self) -> Result<(), String> {
+        if self.root()?.has_kprobe_events() {
+            Ok(())
+        } else {
+            Err(
+                "kprobe_events: this kernel has no kprobe_events in tracefs \
+                 (CONFIG_KPROBE_EVENTS)"
+                    .into(),
+            )
+        }
+    }
+
+    /// Creates the kprobes `cfg` wants (those not made yet) for instance
+    /// `key`, which is in use; refused ones go to `failed`.
+    pub fn setup_kprobes(
+        &mut self,
+        key: &str,
+        cfg: &FtraceConfig,
+        failed: &mut Vec<String>,
+    ) -> Vec<Installed> {
+        let planned = self.kprobes.plan(key, cfg, failed);
+        if planned.is_empty() {
+            return Vec::new();
+        }
+        // Recorded before the kernel has them: a crash from here on is
+        // undone by the successor.
+        self.store_marker();
+        let Ok(root) = self.root() else {
+            return Vec::new();
+        };
+        let inst = self.map.get_mut(key).expect("instance in use");
+        let made = self.kprobes.create(&root, key, inst, planned, failed);
+        self.store_marker();
+        made
+    }
+
+    /// `kprobe_profile` (hits and misses of every kprobe on the machine).
+    pub fn kprobe_profile(&self) -> Option<String> {
+        self.root.as_ref()?.read_kprobe_profile().ok()
+    }
+
+    /// The tag of our kprobe groups.
+    pub fn kprobe_tag(&self) -> &str {
+        self.kprobes.tag()
+    }
+
     /// One user less; the last one restores the instance (removes it if
     /// we created it).
     pub fn release(&mut self, key: &str) {
@@ -139,6 +191,8 @@ impl Instances {
             if let (false, Some(c)) = (inst.release(root, key), claim) {
                 self.left_behind.insert(key.to_string(), c);
             }
+            // Only now: removing a probe empties the buffers it was on.
+            self.kprobes.release(root, key);
         }
         self.store_marker();
     }
@@ -160,6 +214,10 @@ impl Instances {
             .chain(self.left_behind.keys().map(|k| Touched::Instance {
                 name: k.clone(),
                 created: true,
+            }))
+            .chain(self.kprobes.names().map(|(group, event)| Touched::Kprobe {
+                group: group.clone(),
+                event: event.clone(),
             }))
             .collect();
         if let Err(e) = crash_state::store(&self.state_file, &entries) {

@@ -10,7 +10,9 @@
 //!   instance), [`reading`] (read passes and [`drain_pace`]), [`source`]
 //!   (one data source's state and stats), [`syscall_filter`],
 //!   [`atrace_runner`], [`crash_state`] (what to undo after a crash),
-//!   [`ksyms_load`] (the kernel symbol table, loaded in the background).
+//!   [`ksyms_load`] (the kernel symbol table, loaded in the background),
+//!   [`kprobes`] (the kprobe events we made, machine-wide), [`funcgraph`]
+//!   (the function_graph tracer of an instance).
 //! * [`data_source`]: the `linux.ftrace` instance the producer holds.
 //!
 //! Typical use by the data source:
@@ -28,8 +30,10 @@ pub mod crash_state;
 pub mod data_source;
 pub mod drain_pace;
 pub mod event_union;
+pub mod funcgraph;
 pub mod instance;
 pub mod instances;
+pub mod kprobes;
 pub mod ksyms_load;
 pub mod mux;
 pub mod ownership;

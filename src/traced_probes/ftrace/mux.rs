@@ -32,6 +32,7 @@ use crate::traced_probes::ftrace::parse::bundle::EventFilter;
 use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
 use crate::traced_probes::ftrace::parse::stats::{self, Phase, StatsSnapshot};
 use crate::traced_probes::ftrace::parse::translate::KernelAddrs;
+use crate::traced_probes::ftrace::parse::{funcgraph, kprobes};
 use crate::tracing::core::trace_writer::TraceWriter;
 
 /// Upstream's default drain period (its valid range: schema::ftrace_reading).
@@ -65,6 +66,9 @@ pub struct FtraceMux {
     atrace: AtraceRunner,
     /// Wakes the producer's loop when pages arrive while it sleeps long.
     notify: Option<DataNotify>,
+    /// Instances whose stopped source has not released them yet (see
+    /// [`release_stopped`](Self::release_stopped)).
+    stopped: Vec<String>,
 }
 
 impl std::fmt::Debug for FtraceMux {
@@ -86,6 +90,7 @@ impl FtraceMux {
             failed: BTreeMap::new(),
             atrace: AtraceRunner::new(atrace_runner::configured_path()),
             notify: None,
+            stopped: Vec::new(),
         }
     }
 
@@ -130,6 +135,7 @@ impl FtraceMux {
         session: u64,
         writer: &mut Option<TraceWriter>,
     ) -> Result<(), String> {
+        self.release_stopped();
         let key = cfg.instance_name.clone().unwrap_or_default();
         let atrace_req = AtraceRequest {
             categories: cfg.atrace_categories.clone(),
@@ -156,12 +162,33 @@ impl FtraceMux {
                  {MAX_SOURCES_PER_SESSION})"
             ));
         }
+        if !cfg.kprobe_events.is_empty() {
+            self.instances.kprobes_supported()?;
+        }
+        let funcgraph_req = funcgraph::request_untrusted(cfg)?;
         let inst = self.instances.acquire(&key, cfg)?;
+        let mut failed_events = Vec::new();
+        if let Some(req) = &funcgraph_req {
+            if let Err(e) = super::funcgraph::setup(inst, &key, req, &mut failed_events) {
+                self.instances.release(&key);
+                return Err(e);
+            }
+        }
+        let kprobes = self.instances.setup_kprobes(&key, cfg, &mut failed_events);
+        let inst = self.instances.get_mut(&key).expect("acquired above");
         let setup_note = inst.clamped.take();
         let mut filter = EventFilter::default();
         filter.print = cfg.print_filter.as_ref().map(print_filter);
-        let mut failed_events = Vec::new();
         let (mut wanted, mut unknown_events) = event_union::wanted(inst, cfg, android);
+        if funcgraph_req.is_some() {
+            for n in ["funcgraph_entry", "funcgraph_exit"] {
+                wanted.push(("ftrace".into(), n.into()));
+            }
+        }
+        for k in &kprobes {
+            wanted.push(k.name.clone());
+            filter.kprobes.push((k.ftrace_id, k.trace_type));
+        }
         let syscall_want =
             syscall_filter::setup(inst, cfg, &mut wanted, &mut filter, &mut failed_events);
         syscall_filter::set_kernel_filter(
@@ -220,6 +247,8 @@ impl FtraceMux {
             stopping: false,
             syscalls: syscall_want,
             setup_note,
+            kprobe_names: kprobes.into_iter().map(|k| k.name.1).collect(),
+            kprobe_stats: None,
         };
         src.cpu(ncpu.saturating_sub(1));
         self.sources.insert(id, src);
@@ -401,6 +430,13 @@ impl FtraceMux {
                 let before = src.stats_before.clone();
                 let sizes = buffer_sizes(inst);
                 let atrace_errors = self.atrace.errors(*id, ATRACE_FLUSH_WAIT);
+                if !src.kprobe_names.is_empty() {
+                    let names: Vec<&str> = src.kprobe_names.iter().map(String::as_str).collect();
+                    src.kprobe_stats = self
+                        .instances
+                        .kprobe_profile()
+                        .map(|text| kprobes::profile_totals(&text, &names));
+                }
                 src.write_stats(Phase::StartOfTrace, &before, sizes, None);
                 src.write_stats(Phase::EndOfTrace, &after, sizes, atrace_errors);
                 src.report_kernel_loss(&before, &after);
@@ -410,7 +446,11 @@ impl FtraceMux {
     }
 
     /// StopDataSource: flushes the writer and undoes what only this source
-    /// needed; the last user of an instance restores it.
+    /// needed. Restoring the instance (its last user's job) waits for
+    /// [`release_stopped`](Self::release_stopped), which the producer calls
+    /// once it has told traced the source stopped: switching a tracer back
+    /// or removing a kprobe waits for the kernel (RCU grace periods; whole
+    /// seconds in an emulated guest), which no stop timeout should see.
     pub fn stop(&mut self, id: u64) {
         if let Some(mut writer) = self.failed.remove(&id).and_then(|f| f.writer) {
             writer.flush();
@@ -438,7 +478,15 @@ impl FtraceMux {
                 .filter(|s| s.key == key)
                 .filter_map(|s| s.syscalls.as_ref()),
         );
-        self.instances.release(&key);
+        self.stopped.push(key);
+    }
+
+    /// Releases the instances of the sources stopped so far (the last
+    /// user of one restores it).
+    pub fn release_stopped(&mut self) {
+        for key in std::mem::take(&mut self.stopped) {
+            self.instances.release(&key);
+        }
     }
 }
 

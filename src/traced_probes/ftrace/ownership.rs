@@ -81,8 +81,20 @@ pub fn claim(key: &str) -> Result<Claim, String> {
     if !key.is_empty() {
         super::tracefs::check_instance_name(key).map_err(|e| e.to_string())?;
     }
-    let path = lock_path(key);
-    let what = describe(key);
+    claim_at(lock_path(key), describe(key))
+}
+
+/// Claims the kprobe groups tagged `tag` (`perfetto_kprobes_TAG`...): held
+/// while this process has probes in them, so a successor removes a dead
+/// one's probes and never a live one's.
+pub fn claim_kprobes(tag: &str) -> Result<Claim, String> {
+    claim_at(
+        lock_dir().join(format!("kprobes.{tag}.lock")),
+        format!("kprobe groups {tag}"),
+    )
+}
+
+fn claim_at(path: PathBuf, what: String) -> Result<Claim, String> {
     let open = || -> io::Result<File> {
         std::fs::create_dir_all(lock_dir())?;
         OpenOptions::new()

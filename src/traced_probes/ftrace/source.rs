@@ -54,6 +54,10 @@ pub struct Source {
     pub syscalls: Option<SyscallWant>,
     /// What setup could not give as asked (e.g. a clamped buffer size).
     pub setup_note: Option<String>,
+    /// The events of its kprobes (as `kprobe_profile` names them).
+    pub kprobe_names: Vec<String>,
+    /// (hits, misses) of those at the flush being written.
+    pub kprobe_stats: Option<(u64, u64)>,
 }
 
 impl Source {
@@ -110,6 +114,7 @@ impl Source {
             parse_errors: if end { &parse_errors } else { &[] },
             cpu_buffer_size_pages: sizes.now,
             cached_cpu_buffer_size_pages: sizes.cached,
+            kprobe_stats: if end { self.kprobe_stats } else { None },
             kernel_symbols: self.ksyms.as_ref().map(|k| {
                 let k = k.get();
                 (k.len() as u32, k.mem_bytes().div_ceil(1024) as u32)

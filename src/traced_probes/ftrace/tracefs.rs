@@ -375,6 +375,22 @@ impl Tracefs {
         t
     }
 
+    // ---- kprobes (top-level files: one list for the machine) ---------------
+
+    /// Whether this kernel can make kprobe events (`CONFIG_KPROBE_EVENTS`).
+    pub fn has_kprobe_events(&self) -> bool {
+        self.path("kprobe_events").is_file()
+    }
+
+    /// Writes one line (from [`super::parse::kprobes`]) to `kprobe_events`.
+    pub fn kprobe_events_line(&self, line: &str) -> io::Result<()> {
+        self.append_file("kprobe_events", line)
+    }
+
+    pub fn read_kprobe_profile(&self) -> io::Result<String> {
+        self.read_file("kprobe_profile")
+    }
+
     // ---- reset -----------------------------------------------------------
 
     /// Leaves the instance idle: tracing off, events off, nop tracer, empty
@@ -396,6 +412,8 @@ impl Tracefs {
         let _ = self.set_current_tracer("nop");
         let _ = self.set_buffer_percent(50);
         let _ = self.truncate_file("set_ftrace_filter");
+        let _ = self.truncate_file("set_graph_function");
+        let _ = self.write_file("max_graph_depth", "0");
         let _ = self.truncate_file("set_ftrace_pid");
         note(self.clear_trace());
         first_err.map_or(Ok(()), Err)

@@ -179,6 +179,8 @@ impl<D: Daemon> Producer<D> {
             &wire::notify_stopped(id),
             true,
         );
+        // After telling traced: restoring tracefs may wait on the kernel.
+        self.ftrace.release_stopped();
     }
 
     fn flush(&mut self, ids: &[u64], request_id: u64, stopping: bool) {

@@ -282,6 +282,7 @@ impl<D: Daemon> Producer<D> {
             }
             self.daemon.stop(&mut inst.ds);
         }
+        self.ftrace.release_stopped();
         self.timers.clear();
         for (t, _) in self.watchdogs.drain() {
             ctl.cancel_timer(t);

@@ -7,6 +7,7 @@ use super::compact_sched::{
     CompactSchedBuffer, CompactSchedFormat, SwitchFormat, INTERNER_THRESHOLD,
 };
 use super::format::PageHeaderLayout;
+use super::kprobes::{TraceType, FTRACE_EVENT_KPROBE};
 use super::ksyms::LazySymbols;
 use super::packet_buf::{Open, PacketBuf};
 use super::page_parser::{parse_page, PageSink, ParseError};
@@ -58,6 +59,9 @@ pub struct EventFilter {
     pub print: Option<PrintFilter>,
     /// `syscall_events`: which raw_syscalls records to keep.
     pub syscalls: Option<super::syscalls::SyscallFilter>,
+    /// `kprobe_events`: the `KprobeEvent.type` of each kprobe's ftrace id
+    /// (a few entries).
+    pub kprobes: Vec<(u32, TraceType)>,
 }
 
 impl EventFilter {
@@ -67,6 +71,11 @@ impl EventFilter {
             self.bits.resize(w + 1, 0);
         }
         self.bits[w] |= 1 << b;
+    }
+
+    /// The trace type this data source gives kprobe `id`.
+    pub fn kprobe_type(&self, id: u32) -> Option<TraceType> {
+        self.kprobes.iter().find(|(i, _)| *i == id).map(|(_, t)| *t)
     }
 
     pub fn is_enabled(&self, id: u32) -> bool {
@@ -285,11 +294,19 @@ impl<W: PacketWriter> Bundler<'_, W> {
         let field = match ev.target {
             Target::Typed(f) => f,
             Target::Generic => ftrace_event::GENERIC,
+            Target::Kprobe => FTRACE_EVENT_KPROBE,
         };
         let p = s.begin_small(field);
         let ok = match ev.target {
             Target::Typed(_) => write_typed_fields(s, ev, rec, ctx.table, meta),
             Target::Generic => write_generic_fields(s, ev, rec, ctx.table, meta),
+            Target::Kprobe => {
+                s.bytes(1, ev.name.as_bytes());
+                if let Some(t) = ctx.filter.kprobe_type(id) {
+                    s.varint(2, t as u64);
+                }
+                Some(())
+            }
         };
         // One event is small: shortest lengths save 6 bytes of ~55.
         s.end_small(p);

@@ -5,13 +5,16 @@
 //! buffer pages, [`table`] + [`translate`] map kernel fields to proto
 //! fields, [`bundle`] writes FtraceEventBundle packets (with
 //! [`compact_sched`], [`print_filter`], [`syscalls`] and [`ksyms`]),
-//! [`stats`] writes FtraceStats, [`atrace`] maps atrace categories to
+//! [`stats`] writes FtraceStats, [`kprobes`] maps `kprobe_events` to
+//! tracefs lines, [`funcgraph`] checks function_graph patterns, [`atrace`] maps atrace categories to
 //! kernel events.
 
 pub mod atrace;
 pub mod bundle;
 pub mod compact_sched;
 pub mod format;
+pub mod funcgraph;
+pub mod kprobes;
 pub mod ksyms;
 pub mod packet_buf;
 pub mod page_parser;

@@ -85,6 +85,8 @@ pub struct StatsSnapshot<'a> {
     pub cached_cpu_buffer_size_pages: Option<u32>,
     /// With `symbolize_ksyms`: (symbols parsed, table memory in KiB).
     pub kernel_symbols: Option<(u32, u32)>,
+    /// With `kprobe_events`: (hits, misses) of its kprobes.
+    pub kprobe_stats: Option<(u64, u64)>,
 }
 
 /// Writes `ftrace_stats` (field 34) into an open TracePacket.
@@ -129,6 +131,12 @@ pub fn write_ftrace_stats<S: Stream + ?Sized>(s: &mut S, phase: Phase, st: &Stat
             seen.push(*e);
             put_varint(s, 9, e.status() as u64);
         }
+    }
+    if let Some((hits, misses)) = st.kprobe_stats {
+        let m = begin_nested(s, 10);
+        put_varint(s, 1, hits);
+        put_varint(s, 2, misses);
+        end_nested(s, m);
     }
     if let Some(p) = st.cpu_buffer_size_pages {
         put_varint(s, 11, p as u64);

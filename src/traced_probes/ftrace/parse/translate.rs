@@ -18,6 +18,9 @@ pub enum Target {
     Typed(u32),
     /// Legacy self-describing `GenericFtraceEvent` (field 327).
     Generic,
+    /// One of our kprobes: `KprobeEvent {name, type}` (field 542); the
+    /// type is the data source's (see `EventFilter::kprobe_type`).
+    Kprobe,
 }
 
 /// One kernel field and where it goes.
@@ -254,6 +257,27 @@ impl TranslationTable {
         Ok(id)
     }
 
+    /// Adds one of our kprobe events (its fields are not recorded, as
+    /// upstream). Returns its ftrace id.
+    pub fn add_kprobe(
+        &mut self,
+        group: &str,
+        name: &str,
+        format_text: &str,
+    ) -> Result<u32, super::format::FormatError> {
+        let format = parse_format(format_text)?;
+        let id = format.id;
+        self.insert(EventTranslation {
+            group: group.into(),
+            name: name.into(),
+            ftrace_id: id,
+            target: Target::Kprobe,
+            fields: Vec::new(),
+            format,
+        });
+        Ok(id)
+    }
+
     pub fn set_printk_formats(&mut self, map: HashMap<u64, String>) {
         self.printk_formats = map;
     }
@@ -288,6 +312,7 @@ fn typed_translation(info: &EventInfo, format: EventFormat) -> EventTranslation 
             continue;
         };
         let Some(ft) = kf.ty else { continue };
+        let ft = funcgraph_func(info, &kf.name, ft);
         if !compatible(ft, fi.proto_type) {
             continue;
         }
@@ -308,6 +333,18 @@ fn typed_translation(info: &EventInfo, format: EventFormat) -> EventTranslation 
         target: Target::Typed(info.proto_field_id),
         fields,
         format,
+    }
+}
+
+/// The function of `ftrace/funcgraph_*` is an `unsigned long`, but a
+/// kernel address all the same: interned (and named with
+/// `symbolize_ksyms`) as upstream does.
+fn funcgraph_func(info: &EventInfo, field: &str, ft: FieldType) -> FieldType {
+    let funcgraph = info.group == "ftrace" && info.name.starts_with("funcgraph_");
+    match ft {
+        FieldType::Uint64 if funcgraph && field == "func" => FieldType::SymAddr64,
+        FieldType::Uint32 if funcgraph && field == "func" => FieldType::SymAddr32,
+        ft => ft,
     }
 }
 
