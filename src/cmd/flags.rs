@@ -48,6 +48,11 @@ pub struct RawFlags {
     /// light mode: an app whose atrace events to record (repeatable)
     #[argh(option, short = 'a')]
     pub app: Vec<String>,
+    /// stop and exit 1 as soon as a data source cannot record what was asked (an unknown
+    /// ftrace event or category, a data source nobody offers, an ftrace instance another
+    /// process owns) instead of recording the rest
+    #[argh(switch)]
+    pub strict: bool,
     /// show producers, data sources and sessions of the running service
     #[argh(switch)]
     pub query: bool,

@@ -15,6 +15,7 @@ use super::rotate::Rotation;
 use super::rpc::{decode, Port};
 use super::signals::StopSignals;
 use super::snapshots::Snapshots;
+use super::start_problems::StartProblems;
 use super::status_line;
 use crate::base::unix_socket::wait_readable_any;
 use crate::ipc::client::{ClientError, ClientReply};
@@ -122,21 +123,18 @@ pub fn run(
     }
     // Subscribe before enabling, so no event can slip by.
     let snaps = Snapshots::for_plan(plan, socket);
-    let mut events = Vec::new();
+    // Instance changes carry what setup could not do (start_problems).
+    let mut events = vec![ObservableType::TYPE_DATA_SOURCES_INSTANCES];
     if ready.0.is_some() {
         events.push(ObservableType::TYPE_ALL_DATA_SOURCES_STARTED);
     }
     if snaps.is_some() {
         events.push(ObservableType::TYPE_CLONE_TRIGGER_HIT);
     }
-    let observe_id = if events.is_empty() {
-        None
-    } else {
-        let req = ObserveEventsRequest {
-            events_to_observe: events,
-        };
-        port.start("ObserveEvents", &req, None).ok()
+    let req = ObserveEventsRequest {
+        events_to_observe: events,
     };
+    let observe_id = port.start("ObserveEvents", &req, None).ok();
     let fd_for_service = match (&out_file, write_into_file) {
         (Some(f), true) => f.try_clone().ok().map(OwnedFd::from),
         _ => None,
@@ -192,8 +190,8 @@ pub fn wait_and_collect(
     mut snaps: Option<Snapshots>,
     mut rotation: Option<&mut Rotation>,
 ) -> i32 {
-    let has_snaps = snaps.is_some();
-    let observing = |ready: &ReadyNotifier| ready.0.is_some() || has_snaps;
+    let mut problems = StartProblems::default();
+    let mut strict_stop = false;
     let started = Instant::now();
     let failsafe = failsafe_ms(plan).map(Duration::from_millis);
     let total_ms = plan.config.duration_ms.unwrap_or(0) as u64;
@@ -214,7 +212,7 @@ pub fn wait_and_collect(
                 .and_then(|r| r.due()),
         ];
         let queued = std::iter::once(enable_id)
-            .chain(observe_id.filter(|_| observing(ready)))
+            .chain(observe_id)
             .any(|id| port.client.has_queued(id));
         let wait = if queued {
             Some(Duration::ZERO)
@@ -245,12 +243,20 @@ pub fn wait_and_collect(
                 return 1;
             }
         }
-        if let Some(id) = observe_id.filter(|_| observing(ready)) {
+        if let Some(id) = observe_id {
             if let Ok(Some(r)) = port.next(id) {
                 let ev = decode::<ObserveEventsResponse>("ObserveEvents", &r.payload)
                     .ok()
                     .and_then(|e| e.events)
                     .unwrap_or_default();
+                let lines = problems.observe(&ev);
+                if !lines.is_empty() {
+                    clear_status(show_status);
+                    for l in lines {
+                        eprintln!("{l}");
+                    }
+                    strict_stop = plan.strict;
+                }
                 if ev.all_data_sources_started == Some(true) {
                     ready.send(0);
                 }
@@ -260,10 +266,14 @@ pub fn wait_and_collect(
                 }
             }
         }
-        if !stopping && signals.received() {
+        if !stopping && (signals.received() || strict_stop) {
             stopping = true;
             clear_status(show_status);
-            eprintln!("SIGINT/SIGTERM received: disabling tracing.");
+            if strict_stop {
+                eprintln!("--strict: stopping the trace (it would not record what was asked).");
+            } else {
+                eprintln!("SIGINT/SIGTERM received: disabling tracing.");
+            }
             port.client.set_timeout(Some(Duration::from_secs(30)));
             let flush = FlushRequest {
                 timeout_ms: Some(0),
@@ -295,6 +305,8 @@ pub fn wait_and_collect(
     };
     clear_status(show_status);
     ready.send(1); // No-op if "started" was already reported.
+                   // --strict stopped the trace: the file is written, the run failed.
+    let ok = i32::from(strict_stop);
     if let Some(s) = &snaps {
         s.report();
     }
@@ -333,18 +345,18 @@ pub fn wait_and_collect(
         let (kernel, size) = rotated_files(r);
         print_summary(port, &kernel, &plan.config, Some(size), false);
         r.report();
-        return 0;
+        return ok;
     }
     if plan.config.write_into_file == Some(true) {
         // traced has written and closed its side by now.
         let (kernel, size) = written_file_losses(out_file.as_ref());
         print_summary(port, &kernel, &plan.config, size, false);
         eprintln!("Trace written into the output file");
-        return 0;
+        return ok;
     }
     let Some(file) = out_file else {
         print_summary(port, &KernelLoss::default(), &plan.config, None, false);
-        return 0;
+        return ok;
     };
     match read_buffers(port, file) {
         Ok((bytes, _packets, kernel)) => {
@@ -354,7 +366,7 @@ pub fn wait_and_collect(
                 Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
                 _ => eprintln!("Wrote {bytes} bytes into stdout"),
             }
-            0
+            ok
         }
         Err(e) => {
             eprintln!("{e}");

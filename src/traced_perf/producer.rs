@@ -294,7 +294,7 @@ impl Producer {
         crate::log_info!("started linux.perf (instance {id})");
         self.link.lock().invoke(
             Method::NotifyDataSourceStarted,
-            &wire::notify_started(id),
+            &wire::notify_started(id, &[]),
             true,
         );
     }

@@ -152,10 +152,11 @@ impl Producer {
             inst.timer = Some(t);
             self.timers.insert(t, id);
         }
+        let problems = inst.ds.setup_problems(&env);
         self.arm_ftrace_timer(ctl);
         self.link.lock().invoke(
             Method::NotifyDataSourceStarted,
-            &wire::notify_started(id),
+            &wire::notify_started(id, &problems),
             true,
         );
     }

@@ -157,6 +157,7 @@ impl TracingService {
         }
         self.note_ignored_fields(now, sid);
         self.setup_matching_instances(now, sid, None);
+        self.notify_not_offered(sid);
 
         match mode {
             TriggerMode::START_TRACING
