@@ -45,6 +45,10 @@ pub struct RawFlags {
     /// light mode: stop after writing this much, streaming to the file
     #[argh(option, short = 's')]
     pub size: Option<String>,
+    /// light mode: record ftrace into this tracefs instance instead of the top level (it cannot
+    /// see atrace app markers, which go to the top-level trace_marker only)
+    #[argh(option)]
+    pub ftrace_instance: Option<String>,
     /// light mode: an app whose atrace events to record (repeatable)
     #[argh(option, short = 'a')]
     pub app: Vec<String>,

@@ -201,6 +201,7 @@ pub fn plan(
         size: flags.size.clone(),
         apps: flags.app.clone(),
         categories: flags.categories.clone(),
+        ftrace_instance: flags.ftrace_instance.clone(),
     };
     let background = match (flags.background, flags.background_wait) {
         (_, true) => Background::Wait,

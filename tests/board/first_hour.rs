@@ -169,3 +169,33 @@ fn output_path_errors_come_before_any_daemon_starts() {
     }
     assert_eq!(std::fs::read(&existing).unwrap(), b"keep");
 }
+
+/// `--ftrace-instance NAME` records light mode's events into a private
+/// instance (so it works while another recording owns the top level).
+#[test]
+fn light_mode_records_into_a_named_ftrace_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let instance = "tbx_first_hour_light";
+    let _ = std::fs::remove_dir(format!("/sys/kernel/tracing/instances/{instance}"));
+    let out = dir.path().join("t.pftrace");
+    let o = tracebox(dir.path())
+        .args([
+            "-t",
+            "1s",
+            "sched/sched_switch",
+            "--ftrace-instance",
+            instance,
+        ])
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("NOT RECORDING AS ASKED"), "{err}");
+    let s = crate::support::cli::summary(&out);
+    assert!(
+        s.num("compact_switches") > 0 || s.contains("\"sched_switch\""),
+        "no sched events: {s:?}"
+    );
+}
