@@ -10,6 +10,12 @@ use argh::FromArgs;
 /// [-a APP] [-o OUT] [EVENTS/CATEGORIES...]. Config mode: perfetto -c FILE
 /// [--txt] -o OUT.
 #[derive(FromArgs, Debug, Default, PartialEq)]
+#[argh(
+    note = "End-of-trace line keys: [unrecorded-switches] sched_switch events the kernel \
+never recorded (some kernels skip the switch out of a cpu's idle task): a task it switched to \
+shows as the task before it until its next switch; traced_probes writes such switches in full, \
+so trace_processor counts them as mismatched_sched_switch_tids. Nothing else is lost."
+)]
 pub struct RawFlags {
     /// trace config file (binary TraceConfig, or text with --txt); - reads stdin; :test is a
     /// built-in 2 s scheduling trace
