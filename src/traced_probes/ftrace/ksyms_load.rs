@@ -32,8 +32,10 @@ fn load_logged() -> KernelSymbols {
 pub fn in_background() -> LazySymbols {
     match std::thread::Builder::new()
         .name("ksyms-load".into())
-        .spawn(load_logged)
-    {
+        .spawn(|| {
+            crate::base::own_threads::register_current("ksyms-load");
+            load_logged()
+        }) {
         Ok(h) => LazySymbols::new(move || h.join().unwrap_or_default()),
         Err(_) => LazySymbols::new(load_logged),
     }
