@@ -305,9 +305,14 @@ pub fn wait_and_collect(
     };
     clear_status(show_status);
     ready.send(1); // No-op if "started" was already reported.
-                   // --strict stopped the trace: the file is written, the run failed.
+
+    // --strict stopped the trace: the file is written, the run failed.
     let ok = i32::from(strict_stop);
-    if let Some(s) = &snaps {
+    // A CLONE_SNAPSHOT session stopped by Ctrl-C: as upstream, traced
+    // gives its buffers only to clones, so `-o` stays empty; the last
+    // line says so and names the snapshots instead of "empty".
+    let snapshot_end = stopping && !strict_stop && snaps.is_some();
+    if let Some(s) = snaps.as_ref().filter(|_| !snapshot_end) {
         s.report();
     }
 
@@ -360,11 +365,20 @@ pub fn wait_and_collect(
     };
     match read_buffers(port, file) {
         Ok((bytes, _packets, kernel)) => {
-            print_summary(port, &kernel, &plan.config, Some(bytes), false);
+            let size = Some(bytes).filter(|&b| b > 0 || !snapshot_end);
+            print_summary(port, &kernel, &plan.config, size, false);
             let _ = port.start("FreeBuffers", &FreeBuffersRequest::default(), None);
-            match &plan.output {
-                Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
-                _ => eprintln!("Wrote {bytes} bytes into stdout"),
+            let into = match &plan.output {
+                Some(Output::File { path, .. }) => path.as_str(),
+                _ => "stdout",
+            };
+            match snaps.as_ref().filter(|_| snapshot_end) {
+                Some(s) => eprintln!(
+                    "Wrote {bytes} bytes into {into} (CLONE_SNAPSHOT: the session is read only \
+                     through its snapshots, as upstream); {}",
+                    s.summary()
+                ),
+                None => eprintln!("Wrote {bytes} bytes into {into}"),
             }
             ok
         }

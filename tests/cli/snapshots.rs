@@ -132,6 +132,18 @@ fn three_snapshots_in(tag: &str, buffer_extra: &str, real_traced: bool, mode: &s
     assert_eq!(log.matches("(cloned session)").count(), 3, "{log}");
     assert!(log.contains("3 snapshots: "), "{log}");
     assert!(!env.path("t.pftrace.3").exists());
+    // As upstream's perfetto: traced gives a CLONE_SNAPSHOT session's
+    // buffers only to clones, so `-o` stays empty; the end says why and
+    // names the snapshots rather than calling the trace empty.
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 0);
+    assert!(!log.contains("the trace is empty"), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("CLONE_SNAPSHOT")
+            && last.contains("3 snapshots: ")
+            && last.contains(".0 to "),
+        "{log}"
+    );
     inspect(&files)
 }
 

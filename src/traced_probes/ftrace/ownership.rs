@@ -131,7 +131,7 @@ fn held_by(mut file: File, what: &str) -> String {
 }
 
 /// What a user can do when another traced_probes owns the top level.
-const TOP_LEVEL_FIX: &str = "; stop that recording, or record into a private instance      (light mode: --ftrace-instance NAME; a config: ftrace_config { instance_name: \"NAME\" })";
+const TOP_LEVEL_FIX: &str = "; stop that recording, or record into a private instance (light mode: --ftrace-instance NAME; a config: ftrace_config { instance_name: \"NAME\" })";
 
 #[cfg(test)]
 mod tests {
