@@ -297,8 +297,22 @@ pub fn wait_and_collect(
         }
         if show_status && Instant::now() >= next_status {
             next_status += STATUS_PERIOD;
+            // Data waits in producers (traced_probes reads a quiet
+            // kernel buffer every 2 s, chunks commit when full): a flush
+            // each second brings it to traced, so the line shows what the
+            // trace will hold, not 0 B.
+            if !stopping {
+                status_flush(port);
+            }
             if let Some(f) = session_figures(port) {
-                let line = status_line::render(started.elapsed().as_millis() as u64, total_ms, f);
+                let file = out_file
+                    .as_ref()
+                    .filter(|_| plan.config.write_into_file == Some(true))
+                    .and_then(|f| f.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len());
+                let elapsed = started.elapsed().as_millis() as u64;
+                let line = status_line::render(elapsed, total_ms, f, file);
                 eprint!("\r\x1b[K{line}");
             }
         }
@@ -444,6 +458,20 @@ fn rotated_files(r: &mut Rotation) -> (KernelLoss, u64) {
         }
     }
     (kernel, size)
+}
+
+/// FlushFlags: reason = explicit (4), initiator = perfetto_cmd (2 << 4).
+const FLUSH_FLAGS_STATUS: u64 = 4 | (2 << 4);
+
+/// Asks producers to hand what they hold to traced (at most 1 s), for the
+/// live line. A failure only makes the line lag.
+fn status_flush(port: &mut Port) {
+    port.client.set_timeout(Some(Duration::from_secs(2)));
+    let flush = FlushRequest {
+        timeout_ms: Some(1000),
+        flags: Some(FLUSH_FLAGS_STATUS),
+    };
+    let _ = port.call::<_, crate::pb::protos::FlushResponse>("Flush", &flush, None);
 }
 
 /// The session's totals and losses (GetTraceStats, waiting at most 2 s).

@@ -199,3 +199,57 @@ fn light_mode_records_into_a_named_ftrace_instance() {
         "no sched events: {s:?}"
     );
 }
+
+/// The live line shows, from its first seconds, data that reached traced
+/// and, for write_into_file, the file: the client flushes each second
+/// while the line is shown, so a quiet kernel buffer does not read 0 B.
+#[test]
+fn the_live_line_shows_data_in_traced_and_the_file_from_the_first_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let instance = "tbx_first_hour_live";
+    let cfg = dir.path().join("live.pbtx");
+    std::fs::write(
+        &cfg,
+        format!(
+            "buffers {{ size_kb: 4096 }}\nduration_ms: 3000\nwrite_into_file: true\n\
+             file_write_period_ms: 500\n\
+             data_sources {{ config {{ name: \"linux.ftrace\" ftrace_config {{\n\
+               instance_name: \"{instance}\" ftrace_events: \"sched/sched_switch\" }} }} }}\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("t.pftrace");
+    let cmd = format!(
+        "{} --private-sockets --txt -c {} -o {}",
+        env!("CARGO_BIN_EXE_tracebox"),
+        cfg.display(),
+        out.display()
+    );
+    // util-linux `script` gives the client a pseudo-terminal as stderr.
+    let o = Command::new("script")
+        .args(["-q", "-e", "-c", &cmd, "/dev/null"])
+        .env("TRACED_PROBES_STATE_FILE", dir.path().join("state"))
+        .env_remove("PERFETTO_PRODUCER_SOCK_NAME")
+        .env_remove("PERFETTO_CONSUMER_SOCK_NAME")
+        .output()
+        .expect("run script(1)");
+    let tty = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{tty}");
+    let lines: Vec<&str> = tty
+        .split(['\r', '\n'])
+        .map(|l| l.trim_start_matches("\x1b[K"))
+        .filter(|l| l.starts_with('[') && l.contains(" recorded"))
+        .collect();
+    // By the second update (about 2 s in) data has reached traced and the
+    // file: a quiet buffer no longer reads 0 B for the first seconds.
+    let second = lines
+        .get(1)
+        .unwrap_or_else(|| panic!("fewer than 2 updates: {tty:?}"));
+    assert!(!second.contains("] 0 B recorded"), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" in the file") && !l.contains(", 0 B in the file")),
+        "{lines:?}"
+    );
+}
