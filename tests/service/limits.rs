@@ -248,7 +248,7 @@ fn connections_are_bounded_in_all_across_uids() {
             let uid = uid.to_string();
             Command::new("setpriv")
                 .args(["--reuid", &uid, "--regid", &uid, "--clear-groups"])
-                .arg(&py)
+                .arg(py)
                 .args(["-c", HOLDER, &name, "300"])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
