@@ -36,7 +36,7 @@ fn every_example_parses() {
 }
 
 /// The example, shortened and moved into its own tracefs instance.
-fn shortened(text: &str, instance: &str) -> String {
+pub(crate) fn shortened(text: &str, instance: &str) -> String {
     let mut out = String::new();
     for line in text.lines() {
         let t = line.trim_start();
@@ -113,7 +113,7 @@ fn every_example_records() {
 
 /// The text configs README shows: bare fenced blocks that hold
 /// `data_sources` or `buffers`, and `cat > NAME.pbtx <<EOF` heredocs.
-fn readme_configs() -> Vec<(usize, String)> {
+pub(crate) fn readme_configs() -> Vec<(usize, String)> {
     let text = include_str!("../../README.md");
     let mut out = Vec::new();
     let mut block: Option<(usize, bool, String)> = None;

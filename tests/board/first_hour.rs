@@ -253,3 +253,126 @@ fn the_live_line_shows_data_in_traced_and_the_file_from_the_first_seconds() {
         "{lines:?}"
     );
 }
+
+/// README's first-hour path as one walk, the way a new user takes it:
+/// the build's binary answers, a light-mode recording (README's first
+/// command, in a private instance on private daemons), the file opens with
+/// Perfetto's own descriptors, `tracebox report` summarizes it, README's
+/// profiling example records its process tree, and `scripts/install.sh`
+/// stages a board image whose tracebox runs.
+#[test]
+fn readme_first_hour_walk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let bin = env!("CARGO_BIN_EXE_tracebox");
+
+    // Build: the binary the build made answers.
+    let v = Command::new(bin).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("tracebox "));
+
+    // Record: `tracebox -t 5s sched freq -o trace.pftrace`, shortened.
+    let trace = d.join("trace.pftrace");
+    let instance = "tbx_first_hour_walk";
+    let o = tracebox(d)
+        .args(["-t", "2s", "sched", "freq", "--ftrace-instance", instance])
+        .arg("-o")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "record: {err}");
+    assert!(
+        err.contains("started traced") && err.contains("Trace stats"),
+        "{err}"
+    );
+    assert!(!err.contains("NOT RECORDING AS ASKED"), "{err}");
+
+    // Open: what the UI reads, decoded with Perfetto's descriptors.
+    let s = crate::support::cli::summary(&trace);
+    assert!(
+        s.num("compact_switches") > 0 || s.contains("\"sched_switch\""),
+        "open: no scheduling: {s:?}"
+    );
+
+    // Report.
+    let r = Command::new(bin)
+        .arg("report")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        r.status.success(),
+        "report: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    for want in [
+        "Trace: ",
+        "CPUs: ",
+        "Top threads by CPU time",
+        "Top processes by CPU time",
+    ] {
+        assert!(text.contains(want), "report lacks {want}: {text}");
+    }
+    if std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .contains("model name")
+    {
+        assert!(!text.contains(" x unknown\n"), "{text}");
+    }
+
+    // Profile: README's perf.pbtx as written, shortened.
+    let (_, perf) = crate::example_configs::readme_configs()
+        .into_iter()
+        .find(|(_, c)| c.contains("linux.perf"))
+        .expect("README's profiling example");
+    let cfg = d.join("perf.pbtx");
+    std::fs::write(&cfg, crate::example_configs::shortened(&perf, instance)).unwrap();
+    let perf_trace = d.join("perf.pftrace");
+    let o = tracebox(d)
+        .args(["--txt", "-c"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&perf_trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "profile: {err}");
+    assert!(
+        err.contains("traced_perf (pid "),
+        "autostart starts traced_perf: {err}"
+    );
+    assert!(!err.contains("NOT RECORDING AS ASKED"), "{err}");
+    let s = crate::support::cli::summary(&perf_trace);
+    assert!(
+        s.contains("\"process_tree\""),
+        "profile names no processes: {s:?}"
+    );
+    let r = Command::new(bin)
+        .arg("report")
+        .arg(&perf_trace)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+
+    // Install: a board image (busybox init) whose tracebox runs.
+    let root = d.join("image");
+    let o = Command::new("sh")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install.sh"))
+        .args(["--init", "busybox", "/usr", bin])
+        .env("DESTDIR", &root)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "install: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(root.join("etc/init.d/S60tracebox").exists(), "{out}");
+    let v = Command::new(root.join("usr/bin/perfetto"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("tracebox "));
+}
