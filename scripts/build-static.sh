@@ -22,7 +22,9 @@ apt_install() {
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
-    apt-get update -qq
+    # A mirror mid-sync fails some index (e.g. a foreign architecture's)
+    # while the rest is fine; the install below says if ours is missing.
+    apt-get update -qq || echo "build-static: apt-get update reported errors; trying the install anyway" >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 

@@ -54,5 +54,10 @@ scripts/test-initd.sh "$ours"
 echo "== static cross builds under qemu-user: aarch64 and armv7, end-to-end on this kernel"
 scripts/test-cross.sh
 
+echo "== VM stage: Debian's kernels under qemu-system (x86_64, x86_64-rt, aarch64, armv7; tests/vm/README.md)"
+vm_start=$(date +%s)
+scripts/test-vm.sh all
+echo "== VM stage took $(($(date +%s) - vm_start)) s"
+
 # One closing line for the whole suite (cargo prints one per test binary).
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tracebox: %d passed, %d failed\n", p, f }' "$log"

@@ -25,3 +25,11 @@ pub mod websocket_bridge;
 
 /// What every applet, the service and the producers report as their version.
 pub const VERSION: &str = concat!("tracebox ", env!("CARGO_PKG_VERSION"));
+
+/// The service's `tracing_service_version` (SystemInfo and the service
+/// state): upstream's form first, so trace_processor knows a service that
+/// flushes on every `write_into_file` write (it reads the major number of
+/// `Perfetto vNN.` and stops warning `config_write_into_file_no_flush` from
+/// v54 on), then what it really is.
+pub const SERVICE_VERSION: &str =
+    concat!("Perfetto v54.0 (tracebox ", env!("CARGO_PKG_VERSION"), ")");

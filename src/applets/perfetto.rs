@@ -155,6 +155,15 @@ pub fn main(args: &[String], via: Via) -> i32 {
             } else if let Some(fd) = plan.notify_fd {
                 ready = ReadyNotifier(take_fd(fd));
             }
+            // Before autostart, so an interrupt from here on is seen (and
+            // said) rather than killing the client silently.
+            let mut signals = match StopSignals::install() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("signal setup failed: {e}");
+                    return 1;
+                }
+            };
             let _service = if via == Via::Multicall {
                 match autostart::ensure_daemons(&consumer) {
                     Ok(d) => {
@@ -168,13 +177,6 @@ pub fn main(args: &[String], via: Via) -> i32 {
                 }
             } else {
                 None
-            };
-            let mut signals = match StopSignals::install() {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("signal setup failed: {e}");
-                    return 1;
-                }
             };
             crate::cmd::status_line::set_limits(crate::cmd::status_line::Limits {
                 max_file_bytes: plan.config.max_file_size_bytes.unwrap_or(0),
@@ -190,7 +192,10 @@ pub fn main(args: &[String], via: Via) -> i32 {
                     "Delaying the trace start by {} ms (cmd_trace_start_delay)",
                     delay.as_millis()
                 );
-                std::thread::sleep(delay);
+                if signals.sleep_unless_interrupted(delay) {
+                    eprintln!("{}", crate::cmd::signals::BEFORE_START);
+                    return 1;
+                }
             }
             session::run(&plan, &consumer, &mut signals, ready)
         }

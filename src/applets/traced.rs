@@ -29,6 +29,11 @@ struct TracedArgs {
     /// (repeatable)
     #[argh(option)]
     enable_relay_endpoint_on: Vec<String>,
+    /// ask relayed producers to commit what they wrote every MS
+    /// milliseconds (50..60000, default 1000): a dying relay link loses at
+    /// most that much of their data
+    #[argh(option, arg_name = "MS")]
+    relay_commit_period_ms: Option<u32>,
 }
 
 pub fn main(args: &[String], _via: Via) -> i32 {
@@ -37,7 +42,9 @@ pub fn main(args: &[String], _via: Via) -> i32 {
     let args: Vec<String> = args
         .iter()
         .flat_map(|a| match a.split_once('=') {
-            Some((k @ "--enable-relay-endpoint-on", v)) => vec![k.to_string(), v.to_string()],
+            Some((k @ ("--enable-relay-endpoint-on" | "--relay-commit-period-ms"), v)) => {
+                vec![k.to_string(), v.to_string()]
+            }
             _ => vec![a.clone()],
         })
         .collect();
@@ -55,6 +62,7 @@ pub fn main(args: &[String], _via: Via) -> i32 {
         relay_endpoint_on: args.enable_relay_endpoint_on.clone(),
         ..Default::default()
     };
+    opts.relay_commit_period_ms = args.relay_commit_period_ms;
     if let Some(p) = &args.set_socket_permissions {
         match crate::traced::SocketPermissions::parse(p) {
             Ok(p) => opts.socket_permissions = Some(p),

@@ -48,6 +48,19 @@ pub fn spawn_applet(
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .process_group(pgid);
+    // The client blocks SIGINT/SIGTERM (it reads them from a signalfd) and
+    // a blocked mask survives exec: the daemon starts with none blocked.
+    // SAFETY: sigprocmask is async-signal-safe, fine between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::signal::sigprocmask(
+                nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                Some(&nix::sys::signal::SigSet::empty()),
+                None,
+            )
+            .map_err(io::Error::from)
+        });
+    }
     let mut child = cmd.spawn()?;
     drop(write_end);
     match wait_for_ready(read_end, timeout) {

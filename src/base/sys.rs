@@ -49,6 +49,17 @@ pub fn cpus_configured() -> Option<u32> {
     u32::try_from(n).ok()
 }
 
+/// Physical memory in bytes (`_SC_PHYS_PAGES` pages of `_SC_PAGESIZE`), as
+/// upstream fills `SystemInfo.system_ram_bytes`.
+// `c_long` is i32 on 32-bit targets (armv7, i686): the conversions are real there.
+#[allow(clippy::useless_conversion)]
+pub fn system_ram_bytes() -> Option<u64> {
+    use nix::unistd::{sysconf, SysconfVar};
+    let pages = u64::try_from(i64::from(sysconf(SysconfVar::_PHYS_PAGES).ok()??)).ok()?;
+    let size = u64::try_from(i64::from(sysconf(SysconfVar::PAGE_SIZE).ok()??)).ok()?;
+    pages.checked_mul(size).filter(|&b| b > 0)
+}
+
 /// USER_HZ: the unit of /proc's tick counters.
 // `c_long` is i32 on 32-bit targets (armv7, i686): the conversion is real there.
 #[allow(clippy::useless_conversion)]
@@ -66,6 +77,22 @@ mod tests {
         let n = cpus_configured().unwrap();
         assert!(n >= 1 && n as usize >= std::thread::available_parallelism().unwrap().get());
         assert!(clock_ticks_per_second().unwrap() > 0);
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let total_kb: u64 = meminfo
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let ram = system_ram_bytes().unwrap();
+        // MemTotal leaves out what the kernel reserved at boot.
+        assert!(
+            ram >= total_kb * 1024 && ram < total_kb * 1024 * 2,
+            "{ram} vs {total_kb} kB"
+        );
         let off = utc_offset_minutes().unwrap();
         assert!((-14 * 60..=14 * 60).contains(&off), "{off}");
     }

@@ -1,13 +1,15 @@
 //! `--attach`, `--is_detached` and `--clone`: sessions that already exist.
 
+use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use super::options::{CloneTarget, Output, TracePlan};
 use super::output;
-use super::rpc::Port;
+use super::rpc::{decode, encode, Port};
 use super::session::{self, ReadyNotifier};
 use super::signals::StopSignals;
+use crate::ipc::client::ClientReply;
 use crate::pb::protos::{
     mod_CloneSessionRequest::OneOfselector, mod_ObservableEvents::CloneTriggerHit, AttachRequest,
     AttachResponse, CloneSessionRequest, CloneSessionResponse, DetachRequest, DetachResponse,
@@ -17,15 +19,26 @@ use crate::protozero::{put_varint, VecStream};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-fn attach(port: &mut Port, key: &str) -> Result<AttachResponse, String> {
+/// Attach, with the session's output file when the service hands it over
+/// (our traced does, for the end line; upstream's does not).
+fn attach(port: &mut Port, key: &str) -> Result<(AttachResponse, Option<File>), String> {
     port.client.set_timeout(Some(TIMEOUT));
-    port.call(
-        "Attach",
-        &AttachRequest {
-            key: Some(key.to_owned()),
-        },
-        None,
-    )
+    let req = AttachRequest {
+        key: Some(key.to_owned()),
+    };
+    let mut replies = port
+        .client
+        .invoke(&port.service, "Attach", &encode(&req), None)
+        .map_err(|e| format!("Attach: {e}"))?;
+    match replies.pop() {
+        Some(ClientReply {
+            success: true,
+            payload,
+            fd,
+            ..
+        }) => Ok((decode("Attach", &payload)?, fd.map(File::from))),
+        _ => Err("Attach failed".into()),
+    }
 }
 
 /// `--is_detached=KEY`: 0 if a session is detached under KEY, 2 if not.
@@ -61,8 +74,8 @@ pub fn attach_and_wait(socket: &str, key: &str, stop: bool, signals: &mut StopSi
             return 1;
         }
     };
-    let config = match attach(&mut port, key) {
-        Ok(r) => r.trace_config.unwrap_or_default(),
+    let (config, file) = match attach(&mut port, key) {
+        Ok((r, file)) => (r.trace_config.unwrap_or_default(), file),
         Err(_) => {
             eprintln!("Session re-attach failed. Check service logs for details");
             return 2;
@@ -106,7 +119,7 @@ pub fn attach_and_wait(socket: &str, key: &str, stop: bool, signals: &mut StopSi
         enable_id,
         None,
         &plan,
-        None,
+        file,
         signals,
         &mut ReadyNotifier(None),
         None,
@@ -184,13 +197,13 @@ pub fn clone_for(
     if resp.was_write_into_file == Some(true) {
         // traced wrote the file: read it back for what it says.
         let (kernel, size) = session::written_file_losses(Some(&file));
-        session::print_summary(&mut port, &kernel, &config, size, false);
+        session::print_summary(&mut port, &kernel, &config, size, None);
         eprintln!("Trace written into the output file");
         return 0;
     }
     match session::read_buffers(&mut port, file) {
         Ok((bytes, _, kernel)) => {
-            session::print_summary(&mut port, &kernel, &config, Some(bytes), false);
+            session::print_summary(&mut port, &kernel, &config, Some(bytes), None);
             eprintln!("Wrote {bytes} bytes (cloned session)");
             0
         }

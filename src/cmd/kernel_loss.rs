@@ -278,6 +278,7 @@ impl KernelLoss {
             missing.push("the trace is empty (0 bytes)".to_owned());
         }
         missing.extend(faults.phrases());
+        missing.extend(self.ftrace_producer_died(config));
         missing.extend(self.unrecorded_switches());
         missing.extend(self.sources_without_end());
         let builtin = config.and_then(|c| c.builtin_data_sources.as_ref());
@@ -292,6 +293,29 @@ impl KernelLoss {
             missing.push(format!("linux.ftrace setup error: {why}"));
         }
         missing
+    }
+
+    /// The end-line phrase for a traced_probes that vanished while its
+    /// `linux.ftrace` ran: what it had read is in the trace, but events of
+    /// the last window (see schema::ftrace_reading) may have been in the
+    /// kernel buffer still, and nobody read them.
+    pub fn ftrace_producer_died(&self, config: Option<&TraceConfig>) -> Option<String> {
+        use crate::schema::ftrace_reading::{config_kernel_window_ms, kernel_window_ms};
+        let died = self
+            .faults
+            .vanished
+            .iter()
+            .any(|v| v.data_sources.iter().any(|d| d == "linux.ftrace"));
+        died.then(|| {
+            let ms = config
+                .and_then(config_kernel_window_ms)
+                .unwrap_or_else(|| kernel_window_ms(None));
+            format!(
+                "linux.ftrace: traced_probes died; events from the last ≤ {:.1} s were in \
+                 the kernel buffer and are not in the trace",
+                ms as f64 / 1000.0
+            )
+        })
     }
 
     /// The end-line phrase for ftrace data sources whose start-of-trace

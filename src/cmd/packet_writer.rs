@@ -39,6 +39,11 @@ impl<W: Write> PacketWriter<W> {
         Ok(())
     }
 
+    /// What the packets went into so far.
+    pub fn out_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     pub fn finish(mut self) -> io::Result<W> {
         self.out.flush()?;
         Ok(self.out)

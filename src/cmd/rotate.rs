@@ -55,6 +55,9 @@ pub struct Rotation {
     /// Why rotation stopped (the trace goes on in the current file).
     pub failed: Option<String>,
     pub removed: u64,
+    /// Why `OUT` could not be pointed at the newest file (it was replaced
+    /// by something that is not a link, e.g. a directory).
+    link_error: Option<String>,
     /// The kernel's loss counters read from the first file before
     /// `--rotate-keep` removed it (it holds ftrace's start-of-trace stats).
     pub kernel: KernelLoss,
@@ -121,6 +124,7 @@ impl Rotation {
             next_size_check: now + size_check,
             failed: None,
             removed: 0,
+            link_error: None,
             kernel: KernelLoss::default(),
         };
         r.relink()?;
@@ -205,7 +209,14 @@ impl Rotation {
         self.current = file;
         self.file_started = Instant::now();
         self.kept.push_back(next);
-        self.relink()?;
+        // The cut happened: a link that cannot follow it does not stop
+        // rotation, the end line names it.
+        if let Err(e) = self.relink() {
+            if self.link_error.is_none() {
+                eprintln!("{e}");
+            }
+            self.link_error = Some(e);
+        }
         self.remove_beyond_keep();
         Ok(())
     }
@@ -222,7 +233,18 @@ impl Rotation {
         let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(&target, &tmp)
             .and_then(|()| std::fs::rename(&tmp, &self.base))
-            .map_err(|e| format!("Could not point {} at the newest file: {e}", self.base))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                format!("Could not point {} at the newest file: {e}", self.base)
+            })
+    }
+
+    /// Whether `OUT` is still our link to the file being written (anyone
+    /// may have replaced it since the last cut).
+    fn link_is_current(&self) -> bool {
+        let target = file_name(&self.base, self.index);
+        let target = Path::new(&target).file_name();
+        std::fs::read_link(&self.base).is_ok_and(|l| Some(l.as_os_str()) == target)
     }
 
     fn remove_beyond_keep(&mut self) {
@@ -259,19 +281,30 @@ impl Rotation {
 
     /// One line naming the files.
     pub fn report(&self) {
+        eprintln!("{}", self.report_line());
+    }
+
+    fn report_line(&self) -> String {
         let files = self.files();
         let removed = match self.removed {
             0 => String::new(),
             n => format!(" ({n} older removed by --rotate-keep)"),
         };
-        eprintln!(
-            "Trace written into {} file(s): {} to {}{removed}; {} -> {}",
+        let link = if self.link_is_current() {
+            format!("{} -> {}", self.base, self.current_name())
+        } else {
+            format!(
+                "{} is not a link to {} (it was replaced)",
+                self.base,
+                self.current_name()
+            )
+        };
+        format!(
+            "Trace written into {} file(s): {} to {}{removed}; {link}",
             files.len(),
             files.first().map_or("", String::as_str),
             files.last().map_or("", String::as_str),
-            self.base,
-            self.current_name()
-        );
+        )
     }
 }
 
@@ -324,8 +357,37 @@ mod tests {
             next_size_check: now,
             failed: None,
             removed: 0,
+            link_error: None,
             kernel: KernelLoss::default(),
         }
+    }
+
+    /// `OUT` replaced by a directory mid-trace: the cut still happens, no
+    /// `.link-tmp` stays behind, and the end line does not claim a link.
+    #[test]
+    fn a_link_replaced_by_a_directory_is_named_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = rotation_in(dir.path(), None);
+        r.relink().unwrap();
+        let base = r.base.clone();
+        assert!(r
+            .report_line()
+            .ends_with(&format!("; {base} -> {base}.000")));
+        std::fs::remove_file(&base).unwrap();
+        std::fs::create_dir(&base).unwrap();
+        std::fs::write(Path::new(&base).join("x"), b"x").unwrap();
+        File::create(file_name(&base, 1)).unwrap();
+        r.index = 1;
+        r.kept.push_back(1);
+        assert!(r.relink().is_err());
+        assert!(!Path::new(&format!("{base}.link-tmp")).exists());
+        assert_eq!(
+            r.report_line(),
+            format!(
+                "Trace written into 2 file(s): {base}.000 to {base}.001; \
+                 {base} is not a link to {base}.001 (it was replaced)"
+            )
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! then read the buffers into the output file.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use super::output;
 use super::packet_writer::PacketWriter;
 use super::rotate::Rotation;
 use super::rpc::{decode, Port};
-use super::signals::StopSignals;
+use super::signals::{self, StopSignals};
 use super::snapshots::Snapshots;
 use super::start_problems::StartProblems;
 use super::status_line;
@@ -85,6 +85,11 @@ pub fn run(
     mut ready: ReadyNotifier,
 ) -> i32 {
     let write_into_file = plan.config.write_into_file == Some(true);
+    signals::name_output(&match &plan.output {
+        Some(Output::File { path, .. }) => path.clone(),
+        Some(Output::Stdout) => "stdout".to_owned(),
+        None => "the trace".to_owned(),
+    });
     // With rotation the first file is opened once the service is known to
     // rotate.
     let direct_output = plan.output.as_ref().filter(|_| plan.rotate.is_none());
@@ -139,6 +144,12 @@ pub fn run(
         (Some(f), true) => f.try_clone().ok().map(OwnedFd::from),
         _ => None,
     };
+    if signals.interrupted_before_start() {
+        eprintln!("{}", signals::BEFORE_START);
+        plan.output.as_ref().map(output::remove_if_empty);
+        ready.send(1);
+        return 1;
+    }
     let enable_id = match port.start_raw(
         "EnableTracing",
         enable_request(&plan.config_bytes, false),
@@ -322,11 +333,11 @@ pub fn wait_and_collect(
 
     // --strict stopped the trace: the file is written, the run failed.
     let ok = i32::from(strict_stop);
-    // A CLONE_SNAPSHOT session stopped by Ctrl-C: as upstream, traced
-    // gives its buffers only to clones, so `-o` stays empty; the last
-    // line says so and names the snapshots instead of "empty".
-    let snapshot_end = stopping && !strict_stop && snaps.is_some();
-    if let Some(s) = snaps.as_ref().filter(|_| !snapshot_end) {
+    let clean_end = matches!(&response, Ok(r) if r.error.as_deref().unwrap_or("").is_empty());
+    if let Some(s) = snaps.as_ref().filter(|_| clean_end) {
+        return end_snapshot_session(port, plan, s).max(ok);
+    }
+    if let Some(s) = &snaps {
         s.report();
     }
 
@@ -341,7 +352,7 @@ pub fn wait_and_collect(
             } else if let Some(f) = out_file.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
                 let _ = kernel.scan_file(&f);
             }
-            print_summary(port, &kernel, &plan.config, None, true);
+            print_summary(port, &kernel, &plan.config, None, Some(FILE_CUT));
             return 1;
         }
         Ok(EnableTracingResponse { error: Some(e), .. }) if !e.is_empty() => {
@@ -362,37 +373,29 @@ pub fn wait_and_collect(
     }
     if let Some(r) = rotation {
         let (kernel, size) = rotated_files(r);
-        print_summary(port, &kernel, &plan.config, Some(size), false);
+        print_summary(port, &kernel, &plan.config, Some(size), None);
         r.report();
         return ok;
     }
     if plan.config.write_into_file == Some(true) {
         // traced has written and closed its side by now.
         let (kernel, size) = written_file_losses(out_file.as_ref());
-        print_summary(port, &kernel, &plan.config, size, false);
+        let unread = out_file.is_none().then_some(FILE_NOT_READ_BACK);
+        print_summary(port, &kernel, &plan.config, size, unread);
         eprintln!("Trace written into the output file");
         return ok;
     }
     let Some(file) = out_file else {
-        print_summary(port, &KernelLoss::default(), &plan.config, None, false);
+        print_summary(port, &KernelLoss::default(), &plan.config, None, None);
         return ok;
     };
     match read_buffers(port, file) {
         Ok((bytes, _packets, kernel)) => {
-            let size = Some(bytes).filter(|&b| b > 0 || !snapshot_end);
-            print_summary(port, &kernel, &plan.config, size, false);
+            print_summary(port, &kernel, &plan.config, Some(bytes), None);
             let _ = port.start("FreeBuffers", &FreeBuffersRequest::default(), None);
-            let into = match &plan.output {
-                Some(Output::File { path, .. }) => path.as_str(),
-                _ => "stdout",
-            };
-            match snaps.as_ref().filter(|_| snapshot_end) {
-                Some(s) => eprintln!(
-                    "Wrote {bytes} bytes into {into} (CLONE_SNAPSHOT: the session is read only \
-                     through its snapshots, as upstream); {}",
-                    s.summary()
-                ),
-                None => eprintln!("Wrote {bytes} bytes into {into}"),
+            match &plan.output {
+                Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
+                _ => eprintln!("Wrote {bytes} bytes into stdout"),
             }
             ok
         }
@@ -403,12 +406,45 @@ pub fn wait_and_collect(
     }
 }
 
+/// A CLONE_SNAPSHOT session ended (at its trigger timeout, or stopped):
+/// its trace is its snapshots (traced reads such a session only through
+/// clones, as upstream), so the end line is the session's own losses and
+/// the last line names the snapshot files. 0 when every snapshot was
+/// written.
+fn end_snapshot_session(port: &mut Port, plan: &TracePlan, snaps: &Snapshots) -> i32 {
+    print_summary(port, &KernelLoss::default(), &plan.config, None, None);
+    plan.output.as_ref().map(output::remove_if_empty);
+    snaps.report();
+    i32::from(snaps.failed > 0)
+}
+
 /// Streams ReadBuffers into `file`. Returns (bytes, packets) written and
 /// the kernel's ftrace losses seen on the way.
 pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss), String> {
+    signals::writing_into(file.as_fd());
+    let r = read_buffers_into(port, &file);
+    signals::done_writing();
+    r
+}
+
+/// Whole packets gathered before each write: what reached the file is
+/// always whole packets but for the write in progress, which a later
+/// interrupt cuts off (signals::whole_bytes).
+const WRITE_BATCH: usize = 1 << 20;
+
+fn read_buffers_into(port: &mut Port, mut file: &File) -> Result<(u64, u64, KernelLoss), String> {
     port.client.set_timeout(Some(READ_WATCHDOG));
     let id = port.start("ReadBuffers", &ReadBuffersRequest {}, None)?;
-    let mut writer = PacketWriter::new(BufWriter::with_capacity(1 << 20, file));
+    let mut writer = PacketWriter::new(Vec::with_capacity(WRITE_BATCH + 4096));
+    let mut on_disk = 0u64;
+    let mut write_batch = |batch: &mut Vec<u8>| -> Result<(), String> {
+        file.write_all(batch)
+            .map_err(|e| format!("Failed to write packets: {e}"))?;
+        on_disk += batch.len() as u64;
+        signals::whole_bytes(on_disk);
+        batch.clear();
+        Ok(())
+    };
     let mut kernel = KernelLoss::default();
     // The slices of the packet being reassembled (it may span replies).
     let mut parts: Vec<Vec<u8>> = Vec::new();
@@ -426,6 +462,9 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss
                         .write_packet(&parts)
                         .map_err(|e| format!("Failed to write packets: {e}"))?;
                     parts.clear();
+                    if writer.out_mut().len() >= WRITE_BATCH {
+                        write_batch(writer.out_mut())?;
+                    }
                 }
             }
             Ok(Some(_)) => return Err("ReadBuffers failed".into()),
@@ -437,9 +476,7 @@ pub fn read_buffers(port: &mut Port, file: File) -> Result<(u64, u64, KernelLoss
         }
     }
     let (bytes, packets) = (writer.bytes_written, writer.packets_written);
-    writer
-        .finish()
-        .map_err(|e| format!("Failed to write packets: {e}"))?;
+    write_batch(writer.out_mut())?;
     Ok((bytes, packets, kernel))
 }
 
@@ -486,23 +523,16 @@ fn session_figures(port: &mut Port) -> Option<status_line::Figures> {
 /// One line on stderr with the session's losses (the session has ended
 /// but still exists, so its stats are final), the kernel's, and what was
 /// asked for and not obtained. `bytes`: the trace's size, if known.
-/// The end-of-trace line. `write_failed`: traced could not write the
-/// output file to the end (it cut it at the last whole packet).
+/// The end-of-trace line. `first`: a phrase that leads the line's
+/// items (the output file could not be written to the end, or read back).
 pub(super) fn print_summary(
     port: &mut Port,
     kernel: &KernelLoss,
     config: &TraceConfig,
     bytes: Option<u64>,
-    write_failed: bool,
+    first: Option<&str>,
 ) {
-    let mut missing = Vec::new();
-    if write_failed {
-        missing.push(
-            "the output file could not be written to the end (it ends at the last whole \
-             packet written)"
-                .to_owned(),
-        );
-    }
+    let mut missing: Vec<String> = first.into_iter().map(str::to_owned).collect();
     missing.extend(kernel.missing(Some(config), bytes));
     let lost = kernel.events_lost().unwrap_or(0);
     match session_figures(port) {
@@ -539,6 +569,16 @@ pub(super) fn written_file_losses(file: Option<&File>) -> (KernelLoss, Option<u6
     }
     (kernel, Some(meta.len()))
 }
+
+/// traced could not write the output file to the end.
+const FILE_CUT: &str =
+    "the output file could not be written to the end (it ends at the last whole packet written)";
+
+/// An attached client got no output file from the service (Perfetto's own
+/// traced does not hand it over), so the trace's own figures are unknown.
+pub(super) const FILE_NOT_READ_BACK: &str =
+    "the trace file was not read back (the service did not hand it to the attaching client): \
+     what the kernel lost and what the trace itself records are unknown";
 
 /// How traced's error for a failed write of the output file begins.
 const FILE_WRITE_FAILED: &str = "Writing the trace file failed";

@@ -64,19 +64,14 @@ impl Snapshots {
 
     /// One line naming the snapshot files and any that failed.
     pub fn report(&self) {
-        eprintln!("{}", self.summary());
-    }
-
-    /// The snapshot files taken and any that failed.
-    pub fn summary(&self) -> String {
         let failed = match self.failed {
             0 => String::new(),
             n => format!(", {n} failed"),
         };
         match self.count {
-            0 => "No snapshot was taken (no CLONE_SNAPSHOT trigger hit)".to_owned(),
-            1 => format!("1 snapshot: {}.0{failed}", self.path),
-            n => format!(
+            0 => eprintln!("No snapshot was taken (no CLONE_SNAPSHOT trigger hit)"),
+            1 => eprintln!("1 snapshot: {}.0{failed}", self.path),
+            n => eprintln!(
                 "{n} snapshots: {p}.0 to {p}.{}{failed}",
                 n - 1,
                 p = self.path

@@ -47,6 +47,9 @@ pub struct Vanished {
     pub ts: u64,
     pub producer: String,
     pub data_sources: Vec<String>,
+    /// A relayed producer: what it wrote this many ms before the
+    /// disconnect may not have been committed.
+    pub uncommitted_window_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -149,6 +152,8 @@ impl TraceFaults {
 
     /// One `TracingServiceEvent`, written at boot time `ts`.
     pub fn observe_service_event(&mut self, ts: u64, event_untrusted: &[u8]) {
+        let vanished_before = self.vanished.len();
+        let mut window_ms = None;
         for f in FieldIter::new(event_untrusted) {
             match (f.number, f.wire_type) {
                 (TRACING_STARTED, 0) if read_varint(f.value).is_some_and(|v| v.0 != 0) => {
@@ -162,7 +167,11 @@ impl TraceFaults {
                         ts,
                         producer,
                         data_sources,
+                        uncommitted_window_ms: None,
                     });
+                }
+                (field::UNCOMMITTED_WINDOW_MS, 0) => {
+                    window_ms = read_varint(f.value).map(|v| v.0);
                 }
                 (field::DATA_SOURCES_NOT_OFFERED, 2) => {
                     for (_, ds) in data_sources(f.value) {
@@ -219,6 +228,9 @@ impl TraceFaults {
                 _ => {}
             }
         }
+        for v in &mut self.vanished[vanished_before..] {
+            v.uncommitted_window_ms = window_ms;
+        }
     }
 
     /// One phrase per thing asked for and not obtained, in the order the
@@ -232,8 +244,14 @@ impl TraceFaults {
                 }
                 _ => format!("at boot time {:.3} s", v.ts as f64 / 1e9),
             };
+            let kept = match v.uncommitted_window_ms {
+                Some(ms) => format!(
+                    "data of the last \u{2264} {ms} ms before the disconnect may be missing"
+                ),
+                None => "what it had written is kept".to_string(),
+            };
             out.push(format!(
-                "producer {} disconnected {when} (its {} stopped; what it had written is kept)",
+                "producer {} disconnected {when} (its {} stopped; {kept})",
                 v.producer,
                 v.data_sources.join(", ")
             ));
@@ -356,11 +374,25 @@ mod tests {
         f.observe_service_event(4_000_000_000, &missing);
         f.add(Missing::UnknownEvent, b"shed");
         f.add(Missing::UnknownEvent, b"shed");
+        let mut relayed = data_sources_event(
+            field::PRODUCER_DISCONNECTED,
+            &[(
+                "perfetto.traced_probes on machine board-b".into(),
+                "linux.sys_stats".into(),
+            )],
+        );
+        let mut w = crate::protozero::VecStream::new();
+        crate::protozero::put_varint(&mut w, field::UNCOMMITTED_WINDOW_MS, 1000);
+        relayed.extend_from_slice(w.as_bytes());
+        f.observe_service_event(5_000_000_000, &relayed);
         assert_eq!(
             f.phrases(),
             [
                 "producer perfetto.traced_probes disconnected 2.1 s into the trace \
                  (its linux.ftrace stopped; what it had written is kept)",
+                "producer perfetto.traced_probes on machine board-b disconnected 4.0 s into \
+                 the trace (its linux.sys_stats stopped; data of the last \u{2264} 1000 ms \
+                 before the disconnect may be missing)",
                 "no producer offers data source linux.ftrce (did you mean linux.ftrace?)",
                 "unknown ftrace events or atrace categories: shed",
             ]

@@ -32,6 +32,9 @@ pub struct Received {
     pub frame: IPCFrame,
     /// `SCM_RIGHTS` fd that arrived with this frame.
     pub fd: Option<OwnedFd>,
+    /// Stream offset of the frame's first byte (0: nothing came before it,
+    /// not even an empty or unparsable frame).
+    pub offset: u64,
 }
 
 /// Why a frame could not be queued.
@@ -159,6 +162,12 @@ impl Conn {
     /// Frames dropped because they did not parse.
     pub fn frames_discarded(&self) -> u64 {
         self.decoder.discarded()
+    }
+
+    /// Bytes of whole frames taken from the stream so far (returned,
+    /// empty or unparsable).
+    pub fn bytes_consumed(&self) -> u64 {
+        self.decoder.consumed()
     }
 
     /// Serializes and queues `frame` (with `fd`, if any), then tries to
@@ -289,7 +298,11 @@ impl Conn {
                     break;
                 }
             }
-            out.push(Received { frame, fd });
+            out.push(Received {
+                frame,
+                fd,
+                offset: start,
+            });
         }
         // Fds whose frames were skipped as empty or unparsable.
         let consumed = self.decoder.consumed();

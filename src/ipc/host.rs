@@ -51,14 +51,22 @@
 //!   [`HostStats::clients_dropped_identity`], logged). The identity's pid
 //!   and uid become the peer's credentials, its machine hint and name the
 //!   peer's [`RemoteMachine`]. On UNIX sockets the frame is ignored.
+//! * A network connection must identify itself within
+//!   [`IDENTITY_DEADLINE`] and its first bytes must be that frame (an
+//!   empty or unparsable frame before it drops it too). Network peers are
+//!   counted per remote address ([`DEFAULT_MAX_CLIENTS_PER_ADDRESS`]) and
+//!   in all ([`DEFAULT_MAX_NETWORK_CLIENTS`]), not in the uid buckets of
+//!   local clients, so one address cannot shut others out. TCP links get
+//!   keepalive, so a peer that vanished without a word is reaped.
 //!
 //! [`Handler`]: crate::base::event_loop::Handler
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
 
-use crate::base::event_loop::{Handler, Interest, LoopCtl, Ready, Token};
+use crate::base::event_loop::{Handler, Interest, LoopCtl, Ready, TaskRunner, TimerId, Token};
 use crate::base::sock_addr::SockAddr;
 use crate::base::unix_socket::{PeerCred, UnixListener, UnixStream};
 use crate::pb::protos::mod_IPCFrame::mod_BindServiceReply::MethodInfo;
@@ -110,6 +118,20 @@ pub const MAX_MACHINE_STRING: usize = 256;
 pub const DEFAULT_MAX_CLIENTS: usize = 640;
 /// Default bound on connected clients of one uid.
 pub const DEFAULT_MAX_CLIENTS_PER_UID: usize = 320;
+/// Default bound on TCP and vsock connections in all (leaving room in
+/// [`DEFAULT_MAX_CLIENTS`] for local clients)...
+pub const DEFAULT_MAX_NETWORK_CLIENTS: usize = 384;
+/// ...and from one remote address (a relay opens one per producer of its
+/// machine, plus its own).
+pub const DEFAULT_MAX_CLIENTS_PER_ADDRESS: usize = 128;
+/// How long a network connection may take to send SetPeerIdentity.
+pub const IDENTITY_DEADLINE: Duration = Duration::from_secs(5);
+/// TCP keepalive of network connections: probes after this much silence,
+/// every [`KEEPALIVE_INTERVAL`], [`KEEPALIVE_PROBES`] of them: a dead
+/// half-open link is closed about a minute after it went quiet.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+pub const KEEPALIVE_PROBES: u32 = 3;
 
 #[derive(Debug)]
 struct ServiceDesc {
@@ -126,6 +148,10 @@ struct Client {
     tcp: bool,
     /// What a network peer's SetPeerIdentity said.
     identity: Option<(PeerCred, RemoteMachine)>,
+    /// A network peer's address (keys the per-address count).
+    remote_host: Option<String>,
+    /// A network peer not yet identified: when it must have.
+    identity_deadline: Option<Instant>,
     conn: Conn,
     /// Set when dropped from inside a reply; reaped on the next event.
     dead: bool,
@@ -152,6 +178,12 @@ pub struct Host {
     max_clients: usize,
     max_clients_per_uid: usize,
     clients_per_uid: HashMap<u32, usize>,
+    max_network_clients: usize,
+    max_clients_per_address: usize,
+    clients_per_address: HashMap<String, usize>,
+    network_clients: usize,
+    /// Armed while some network peer has not identified itself.
+    identity_timer: Option<TimerId>,
 }
 
 impl Default for Host {
@@ -172,7 +204,18 @@ impl Host {
             max_clients: DEFAULT_MAX_CLIENTS,
             max_clients_per_uid: DEFAULT_MAX_CLIENTS_PER_UID,
             clients_per_uid: HashMap::new(),
+            max_network_clients: DEFAULT_MAX_NETWORK_CLIENTS,
+            max_clients_per_address: DEFAULT_MAX_CLIENTS_PER_ADDRESS,
+            clients_per_address: HashMap::new(),
+            network_clients: 0,
+            identity_timer: None,
         }
+    }
+
+    /// Bounds on TCP and vsock connections, in all and per remote address.
+    pub fn set_network_client_limits(&mut self, total: usize, per_address: usize) {
+        self.max_network_clients = total;
+        self.max_clients_per_address = per_address;
     }
 
     /// Bounds on connected clients, in all and per uid; a connection over
@@ -317,11 +360,18 @@ impl Host {
                     return;
                 }
             };
-            if let Some(why) = self.over_limit(cred.uid) {
-                self.refuse(cred, why);
+            let remote_host = stream.peer_host();
+            let why = match (stream.is_network(), &remote_host) {
+                (false, _) => self.over_limit(cred.uid),
+                (true, Some(host)) => self.over_network_limit(host),
+                // The peer is already gone.
+                (true, None) => continue,
+            };
+            if let Some(why) = why {
+                self.refuse(cred, remote_host.as_deref(), why);
                 continue;
             }
-            if let Err(e) = self.add_client(ctl, stream, cred) {
+            if let Err(e) = self.add_client(ctl, stream, cred, remote_host) {
                 log_warn!("registering client failed: {e}");
             }
         }
@@ -342,17 +392,34 @@ impl Host {
         }
     }
 
+    fn over_network_limit(&self, host: &str) -> Option<&'static str> {
+        let of_host = self.clients_per_address.get(host).copied().unwrap_or(0);
+        if of_host >= self.max_clients_per_address {
+            Some("per-address")
+        } else if self.network_clients >= self.max_network_clients {
+            Some("network")
+        } else if self.clients.by_token.len() >= self.max_clients {
+            Some("total")
+        } else {
+            None
+        }
+    }
+
     /// Logs a refused connection: the first, then every 100th of a storm.
-    fn refuse(&mut self, cred: PeerCred, why: &str) {
+    fn refuse(&mut self, cred: PeerCred, remote_host: Option<&str>, why: &str) {
         let n = &mut self.clients.stats.clients_refused;
         *n += 1;
         if *n % 100 == 1 {
             let (total, per_uid) = (self.max_clients, self.max_clients_per_uid);
+            let (net, per_addr) = (self.max_network_clients, self.max_clients_per_address);
+            let who = match remote_host {
+                Some(h) => format!("network peer {h}"),
+                None => format!("pid {} uid {}", cred.pid, cred.uid),
+            };
             log_warn!(
-                "refusing a connection from pid {} uid {}: {why} client limit reached \
-                 ({total} in all, {per_uid} per uid); {n} refused so far",
-                cred.pid,
-                cred.uid
+                "refusing a connection from {who}: {why} client limit reached ({total} in \
+                 all, {per_uid} per uid, {net} network, {per_addr} per address); {n} \
+                 refused so far"
             );
         }
     }
@@ -362,7 +429,14 @@ impl Host {
         ctl: &mut LoopCtl<'_, M>,
         stream: UnixStream,
         cred: PeerCred,
+        remote_host: Option<String>,
     ) -> io::Result<()> {
+        if stream.is_network() {
+            let (idle, every) = (KEEPALIVE_IDLE, KEEPALIVE_INTERVAL);
+            if let Err(e) = stream.set_keepalive(idle, every, KEEPALIVE_PROBES) {
+                log_debug!("no keepalive on a network connection: {e}");
+            }
+        }
         // Writable too: edge-triggered, so it only fires when a full send
         // buffer drains, which is exactly when the queue needs flushing.
         let token = ctl.register(&stream, Interest::READABLE | Interest::WRITABLE)?;
@@ -375,9 +449,20 @@ impl Host {
             cred.uid
         );
         self.clients.stats.clients_accepted += 1;
-        *self.clients_per_uid.entry(cred.uid).or_default() += 1;
-        self.clients.by_id.insert(id, token);
         let tcp = stream.is_network();
+        let mut identity_deadline = None;
+        match (tcp, &remote_host) {
+            (true, Some(host)) => {
+                *self.clients_per_address.entry(host.clone()).or_default() += 1;
+                self.network_clients += 1;
+                identity_deadline = Some(Instant::now() + IDENTITY_DEADLINE);
+                if self.identity_timer.is_none() {
+                    self.identity_timer = Some(ctl.add_timer(IDENTITY_DEADLINE));
+                }
+            }
+            _ => *self.clients_per_uid.entry(cred.uid).or_default() += 1,
+        }
+        self.clients.by_id.insert(id, token);
         self.clients.by_token.insert(
             token,
             Client {
@@ -385,11 +470,54 @@ impl Host {
                 cred,
                 tcp,
                 identity: None,
+                remote_host,
+                identity_deadline,
                 conn: Conn::new(stream, self.max_queued),
                 dead: false,
             },
         );
         Ok(())
+    }
+
+    /// Handles a loop timer; true if it was this host's (then it drops
+    /// the network connections past their identity deadline). Route every
+    /// `on_timer` here first.
+    pub fn on_timer<M>(
+        &mut self,
+        ctl: &mut LoopCtl<'_, M>,
+        id: TimerId,
+        services: &mut dyn Services,
+    ) -> bool {
+        if self.identity_timer != Some(id) {
+            return false;
+        }
+        self.identity_timer = None;
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        let mut late = Vec::new();
+        for (token, c) in &self.clients.by_token {
+            match c.identity_deadline {
+                Some(d) if d <= now && !c.dead => late.push(*token),
+                Some(d) if !c.dead => next = Some(next.map_or(d, |n| n.min(d))),
+                _ => {}
+            }
+        }
+        if !late.is_empty() {
+            log_warn!(
+                "dropping {} network connection(s) that sent no SetPeerIdentity within {} s",
+                late.len(),
+                IDENTITY_DEADLINE.as_secs()
+            );
+            self.clients.stats.clients_dropped_identity += late.len() as u64;
+            for token in late {
+                self.clients.kill(token);
+            }
+        }
+        if let Some(at) = next {
+            self.identity_timer = Some(ctl.add_timer(at.saturating_duration_since(now)));
+        }
+        self.reap(ctl, services);
+        true
     }
 
     fn client_io(&mut self, token: Token, ready: Ready, services: &mut dyn Services) {
@@ -411,6 +539,16 @@ impl Host {
             }
             let status = c.conn.read_some(&mut frames);
             let (id, cred) = (c.id, c.cred);
+            if c.tcp && c.identity.is_none() && frames.is_empty() && c.conn.bytes_consumed() > 0 {
+                log_warn!(
+                    "client {} (network): an empty or unparsable frame before \
+                     SetPeerIdentity; dropping it",
+                    id.0
+                );
+                self.clients.stats.clients_dropped_identity += 1;
+                self.clients.kill(token);
+                return;
+            }
             for r in frames.drain(..) {
                 let Some(peer) = self.gate_identity(token, &r) else {
                     return;
@@ -446,6 +584,9 @@ impl Host {
             return Some(c.cred);
         }
         let verdict = match (&c.identity, &r.frame.msg) {
+            (None, _) if r.offset != 0 => {
+                Err("an empty or unparsable frame before SetPeerIdentity")
+            }
             (None, OneOfmsg::set_peer_identity(m)) => match check_identity(m) {
                 Ok(ident) => {
                     log_info!(
@@ -457,6 +598,7 @@ impl Host {
                         ident.1.machine_name
                     );
                     c.identity = Some(ident);
+                    c.identity_deadline = None;
                     Ok(())
                 }
                 Err(why) => Err(why),
@@ -602,10 +744,23 @@ impl Host {
                     continue;
                 };
                 self.clients.by_id.remove(&c.id);
-                if let Some(n) = self.clients_per_uid.get_mut(&c.cred.uid) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.clients_per_uid.remove(&c.cred.uid);
+                match &c.remote_host {
+                    Some(host) if c.tcp => {
+                        self.network_clients -= 1;
+                        if let Some(n) = self.clients_per_address.get_mut(host) {
+                            *n -= 1;
+                            if *n == 0 {
+                                self.clients_per_address.remove(host);
+                            }
+                        }
+                    }
+                    _ => {
+                        if let Some(n) = self.clients_per_uid.get_mut(&c.cred.uid) {
+                            *n -= 1;
+                            if *n == 0 {
+                                self.clients_per_uid.remove(&c.cred.uid);
+                            }
+                        }
                     }
                 }
                 // Give back the tables a connection storm grew.
@@ -835,6 +990,9 @@ impl<S: Services> Handler for HostApp<S> {
     type Msg = ();
     fn on_io(&mut self, ctl: &mut LoopCtl<'_, ()>, token: Token, ready: Ready) {
         self.host.on_io(ctl, token, ready, &mut self.services);
+    }
+    fn on_timer(&mut self, ctl: &mut LoopCtl<'_, ()>, id: TimerId) {
+        self.host.on_timer(ctl, id, &mut self.services);
     }
     fn on_message(&mut self, ctl: &mut LoopCtl<'_, ()>, _msg: ()) {
         ctl.quit();

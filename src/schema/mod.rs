@@ -2,6 +2,7 @@
 //! (see src/codegen/schema.rs): message, field and enum descriptors for
 //! schema-driven code such as the text-format config parser.
 
+pub mod ftrace_reading;
 mod json;
 pub mod service_events;
 pub mod services;

@@ -26,6 +26,10 @@ pub mod field {
     /// Data sources that had not acknowledged StopDataSource when
     /// `data_source_stop_timeout_ms` ran out (a `DataSources` list).
     pub const DATA_SOURCES_STOP_TIMED_OUT: u32 = 1007;
+    /// Beside a `PRODUCER_DISCONNECTED` of a relayed producer (varint):
+    /// what it wrote in this many ms before the disconnect may not have
+    /// been committed, so may be missing (traced's relay commit period).
+    pub const UNCOMMITTED_WINDOW_MS: u32 = 1008;
 }
 
 /// One `(producer, data source)` of a `DataSources` event.

@@ -29,6 +29,8 @@ pub struct TracedOptions {
     /// `--enable-relay-endpoint-on SOCKET`: the same, naming producer
     /// sockets (each must be one of them).
     pub relay_endpoint_on: Vec<String>,
+    /// `--relay-commit-period-ms`: how often relayed producers commit.
+    pub relay_commit_period_ms: Option<u32>,
 }
 
 /// How long a traced started for a client waits for its first consumer.
@@ -104,6 +106,18 @@ impl TracedApp {
         ctl.quit();
     }
 
+    /// Relay connections the producer host dropped for their identity
+    /// since last time: counted in the sessions' traces.
+    fn note_identity_drops(&mut self) {
+        let dropped = self.producer_host.stats().clients_dropped_identity;
+        if dropped > self.identity_drops {
+            let n = dropped - self.identity_drops;
+            self.identity_drops = dropped;
+            let now = TracedState::now();
+            self.state.core.note_relay_connections_dropped(now, n);
+        }
+    }
+
     /// After every event: route core outputs, re-arm the deadline timer.
     fn after_event(&mut self, ctl: &mut LoopCtl<'_, ()>) {
         self.check_idle(ctl);
@@ -136,13 +150,7 @@ impl Handler for TracedApp {
         if self.producer_host.owns(token) {
             self.producer_host
                 .on_io(ctl, token, ready, &mut ProducerPort(&mut self.state));
-            let dropped = self.producer_host.stats().clients_dropped_identity;
-            if dropped > self.identity_drops {
-                let n = dropped - self.identity_drops;
-                self.identity_drops = dropped;
-                let now = TracedState::now();
-                self.state.core.note_relay_connections_dropped(now, n);
-            }
+            self.note_identity_drops();
         } else if self.consumer_host.owns(token) {
             self.consumer_host
                 .on_io(ctl, token, ready, &mut ConsumerPort(&mut self.state));
@@ -151,6 +159,13 @@ impl Handler for TracedApp {
     }
 
     fn on_timer(&mut self, ctl: &mut LoopCtl<'_, ()>, id: TimerId) {
+        if self
+            .producer_host
+            .on_timer(ctl, id, &mut ProducerPort(&mut self.state))
+        {
+            self.note_identity_drops();
+            return self.after_event(ctl);
+        }
         if self
             .idle_exit
             .as_ref()
@@ -199,6 +214,13 @@ fn listen_all(
 /// parent).
 pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
     crate::base::sys::return_large_frees_to_os();
+    let mut state = TracedState::new(nix::unistd::geteuid().as_raw());
+    if let Some(ms) = opts.relay_commit_period_ms {
+        state
+            .core
+            .set_relay_commit_period_ms(ms)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    }
     let mut el = EventLoop::<()>::new()?;
     crate::base::sys::ignore_sigxfsz()?;
     let mut producer_host = Host::new();
@@ -247,11 +269,10 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
             perms.map_or(DEFAULT_CONSUMER_MODE, |p| p.consumer_mode),
         )?;
     }
-    let uid = nix::unistd::geteuid().as_raw();
     let mut app = TracedApp {
         producer_host,
         consumer_host,
-        state: TracedState::new(uid),
+        state,
         timer: None,
         idle_exit: None,
         identity_drops: 0,

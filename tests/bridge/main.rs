@@ -4,6 +4,7 @@
 mod support;
 
 mod traced_relay_daemon;
+mod traced_relay_dies;
 mod traced_relay_netns;
 mod traced_relay_real_traced;
 mod traced_relay_tcp;

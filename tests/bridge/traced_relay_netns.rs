@@ -427,3 +427,62 @@ duration_ms: 120000
         "{err}"
     );
 }
+
+/// 1,000 TCP connections from one address that never identify themselves
+/// (opened from namespace A, so from 10.231.0.1) do not shut the relay
+/// endpoint for another address: traced holds at most its per-address
+/// budget of them, refuses the rest at once, and drops those it held at
+/// the identity deadline; meanwhile a real relay restarted in B
+/// (10.231.0.2) binds, syncs its clocks and brings its producer back.
+#[test]
+fn a_connection_flood_from_one_address_leaves_other_relays_in() {
+    use std::io::Read;
+    use tracebox::ipc::host::DEFAULT_MAX_CLIENTS_PER_ADDRESS;
+    let Some(mut w) = World::new() else { return };
+    w.relay.take(); // B's relay goes; its producer waits to reconnect.
+    let ns_a = format!("/run/netns/{}", w.ns.names[0]);
+    let flood: Vec<std::net::TcpStream> = std::thread::spawn(move || {
+        let f = std::fs::File::open(ns_a).unwrap();
+        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        (0..1000)
+            .map(|_| std::net::TcpStream::connect("10.231.0.1:20001").unwrap())
+            .collect()
+    })
+    .join()
+    .unwrap();
+    w.start_relay("relay-2.log");
+    wait_until(Duration::from_secs(30), "B's producer back", || {
+        registered_data_sources(&w.consumer)
+            .iter()
+            .filter(|d| *d == "linux.system_info")
+            .count()
+            == 2
+    });
+    // Every flood connection ends: refused at once, or dropped at the
+    // identity deadline.
+    let mut held = 0;
+    for mut s in flood {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let t0 = std::time::Instant::now();
+        let mut b = [0u8; 16];
+        match s.read(&mut b) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            r => panic!("a flood connection still open: {r:?}"),
+        }
+        if t0.elapsed() > Duration::from_secs(1) {
+            held += 1;
+        }
+    }
+    assert!(
+        held <= DEFAULT_MAX_CLIENTS_PER_ADDRESS,
+        "{held} flood connections held"
+    );
+    // And the trace still has B's data, with its clock sync.
+    let (packets, _) = w.record(
+        &format!("{SYSTEM_INFO}\ntrace_all_machines: true\n"),
+        "after-flood.pftrace",
+    );
+    let (_, b) = w.split(&packets);
+    assert!(!b.is_empty(), "no packets of B after the flood");
+}

@@ -499,3 +499,99 @@ fn identity_drops_are_in_the_trace_and_on_the_end_line() {
     });
     assert!(counted, "no relay_connections_dropped event");
 }
+
+/// A network connection that never identifies itself is dropped at the
+/// identity deadline (5 s), not held forever; one that opens with an empty
+/// frame, or an unparsable one, is dropped like one that opens with any
+/// other frame. Each is counted as a dropped relay connection.
+#[test]
+fn tcp_peers_must_identify_first_and_in_time() {
+    use std::time::{Duration, Instant};
+    use tracebox::ipc::host::IDENTITY_DEADLINE;
+    let id = std::process::id();
+    let tcp = format!("127.0.0.1:{}", free_tcp_port());
+    let consumer = format!("@tracebox-test-tcp-deadline-c-{id}");
+    let _traced = start_traced(
+        &format!("@tracebox-test-tcp-deadline-p-{id},{tcp}"),
+        &consumer,
+    );
+
+    // Silent: closed once the deadline passed.
+    let t0 = Instant::now();
+    let mut silent = TcpIpc::connect(&tcp, None);
+    assert!(closed_by_peer(&mut silent));
+    let waited = t0.elapsed();
+    assert!(
+        waited >= IDENTITY_DEADLINE - Duration::from_millis(500),
+        "closed after {waited:?}, before the deadline"
+    );
+
+    // An empty frame, then a valid identity: the empty frame already
+    // broke the rule.
+    let mut empty = TcpIpc::connect(&tcp, None);
+    let mut bytes = vec![0u8; 4];
+    bytes.extend_from_slice(&remote(11).to_frame().unwrap());
+    empty.s.write_all(&bytes).unwrap();
+    assert!(closed_by_peer(&mut empty));
+
+    // Bytes that are no IPCFrame (field 1 as a 6-byte string), then the identity.
+    let mut junk = TcpIpc::connect(&tcp, None);
+    let mut bytes = vec![8, 0, 0, 0, 0x0a, 0x06, b'x', b'x', b'x', b'x', b'x', b'x'];
+    bytes.extend_from_slice(&remote(12).to_frame().unwrap());
+    junk.s.write_all(&bytes).unwrap();
+    assert!(closed_by_peer(&mut junk));
+
+    // A prompt identity still registers (and stays past the deadline).
+    let mut ok = register_producer(&tcp, "prompt.producer", Some(&remote(13)));
+    std::thread::sleep(IDENTITY_DEADLINE + Duration::from_secs(1));
+    ok.bind("ProducerPort");
+    let (mut cons, cport) = connect(&consumer, "ConsumerPort");
+    let names: Vec<String> = cons
+        .invoke(&cport, "QueryServiceState", &[], None)
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            let resp: QueryServiceStateResponse = decode_message(&r.payload).unwrap();
+            resp.service_state.unwrap_or_default().producers
+        })
+        .filter_map(|p| p.name)
+        .collect();
+    assert!(names.contains(&"prompt.producer".to_string()), "{names:?}");
+}
+
+/// traced's end of a relay's TCP link runs keepalive (30 s idle, then
+/// probes), so a link whose far end vanished without a FIN or RST is
+/// closed instead of held: `ss` shows the keepalive timer on it.
+#[test]
+fn relay_links_run_tcp_keepalive() {
+    let id = std::process::id();
+    let port = free_tcp_port();
+    let tcp = format!("127.0.0.1:{port}");
+    let consumer = format!("@tracebox-test-tcp-keepalive-c-{id}");
+    let _traced = start_traced(
+        &format!("@tracebox-test-tcp-keepalive-p-{id},{tcp}"),
+        &consumer,
+    );
+    let _link = register_producer(&tcp, "kept.producer", Some(&remote(21)));
+    // The retransmit timer shows instead while a reply is in flight.
+    let ss = || {
+        let out = std::process::Command::new("ss")
+            .args(["-tnoH", "state", "established"])
+            .arg(format!("( sport = :{port} )"))
+            .output()
+            .expect("ss (iproute2)");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = ss();
+        if text.contains("timer:(keepalive,") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        text.lines().count() == 1 && text.contains("timer:(keepalive,"),
+        "{text}"
+    );
+}

@@ -44,8 +44,33 @@ fn kernel_losses_reach_the_end_line_through_a_real_traced() {
     check_case("tbx_cli_kloss_real", false, Service::Real);
 }
 
+/// Issue 33, defect 6: a detached session's end line, printed by the
+/// client that attaches, reads the file back as a plain recording does
+/// (it said `nothing lost` over the kernel's losses).
+#[test]
+fn kernel_losses_reach_the_end_line_of_an_attached_client() {
+    let (lost, captured, overrun) = run_case("tbx_cli_kloss_att", Mode::Attach, Service::Ours);
+    assert!(overrun > 0, "the kernel overwrote nothing");
+    assert!(lost >= overrun, "line says {lost}, the kernel {overrun}");
+    assert_eq!(lost + captured, MARKERS);
+}
+
+/// How the trace gets out.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    ReadBuffers,
+    WriteIntoFile,
+    /// write_into_file, `--detach=KEY`, then `--attach=KEY` once the
+    /// session ended.
+    Attach,
+}
+
 fn check_case(instance: &str, write_into_file: bool, service: Service) {
-    let (lost, captured, overrun) = run_case(instance, write_into_file, service);
+    let mode = match write_into_file {
+        true => Mode::WriteIntoFile,
+        false => Mode::ReadBuffers,
+    };
+    let (lost, captured, overrun) = run_case(instance, mode, service);
     assert!(overrun > 0, "the kernel overwrote nothing");
     assert!(lost >= overrun, "line says {lost}, the kernel {overrun}");
     assert_eq!(lost + captured, MARKERS);
@@ -72,12 +97,11 @@ fn a_trace_without_kernel_loss_says_nothing_lost() {
 
 /// Returns (events the line says the kernel lost, markers in the trace,
 /// overrun read from tracefs while traced_probes was stopped).
-fn run_case(instance: &str, write_into_file: bool, service: Service) -> (u64, u64, u64) {
+fn run_case(instance: &str, mode: Mode, service: Service) -> (u64, u64, u64) {
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let r =
-        std::panic::catch_unwind(|| flood_while_stopped(dir, instance, write_into_file, service));
+    let r = std::panic::catch_unwind(|| flood_while_stopped(dir, instance, mode, service));
     if r.is_err() {
         dump(dir);
     }
@@ -87,9 +111,10 @@ fn run_case(instance: &str, write_into_file: bool, service: Service) -> (u64, u6
 fn flood_while_stopped(
     dir: &Path,
     instance: &str,
-    write_into_file: bool,
+    mode: Mode,
     service: Service,
 ) -> (u64, u64, u64) {
+    let write_into_file = mode != Mode::ReadBuffers;
     let socks = &Sockets::in_dir(dir);
     let _traced = match service {
         Service::Ours => start_our_traced(socks, &dir.join("traced.log")),
@@ -107,7 +132,11 @@ fn flood_while_stopped(
     );
     let cfg = config(dir, instance, write_into_file, 16);
     let out = dir.join("trace.pb");
-    let mut client = perfetto(socks, &cfg, &out)
+    let mut client = perfetto(socks, &cfg, &out);
+    if mode == Mode::Attach {
+        client.arg("--detach=kloss");
+    }
+    let mut client = client
         .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
         .spawn()
         .unwrap();
@@ -138,8 +167,22 @@ fn flood_while_stopped(
     let overrun = overrun_sum(&idir);
     probes.signal(Signal::SIGCONT);
     let status = client.wait().unwrap();
-    let err = std::fs::read_to_string(dir.join("consumer.log")).unwrap();
+    let mut err = std::fs::read_to_string(dir.join("consumer.log")).unwrap();
     assert!(status.success(), "{err}");
+    if mode == Mode::Attach {
+        // Attach once the session has ended (its instance is gone), so
+        // the file is read back after traced closed it.
+        wait_until(Duration::from_secs(20), "the session ended", || {
+            !idir.exists()
+        });
+        let o = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .args(["perfetto", "--attach=kloss"])
+            .env("PERFETTO_CONSUMER_SOCK_NAME", &socks.consumer)
+            .output()
+            .unwrap();
+        err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{err}");
+    }
     let (lost, captured) = (lost_in_line(&err), markers_in(&out));
     // The session's end takes its instance down; a test that dropped
     // traced_probes before that would leave the instance behind.

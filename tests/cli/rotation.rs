@@ -120,6 +120,49 @@ fn a_perfetto_traced_is_refused_clearly() {
     assert!(!dir.join("t.000").exists());
 }
 
+/// Two rotated recordings one after the other on the same traced and
+/// traced_probes: each is cut (a long-lived traced rotates every session).
+#[test]
+fn a_second_rotated_recording_on_the_same_traced_rotates_too() {
+    let instance = "tbx_cli_rot_twice";
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let r = std::panic::catch_unwind(|| {
+        let daemons = start_our_daemons(dir);
+        let mut runs = Vec::new();
+        // The same -o both times, as a script would run it.
+        let sub = dir.join("r1");
+        std::fs::create_dir(&sub).unwrap();
+        for _ in 0..2 {
+            let (files, log) = flood(
+                &daemons,
+                &sub,
+                instance,
+                "tbx-rot2",
+                &["--rotate-size", "64kb"],
+                "",
+            );
+            check_union(&files, "tbx-rot2");
+            runs.push((files.len(), log));
+        }
+        runs
+    });
+    if r.is_err() {
+        dump(dir);
+    }
+    let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    for (n, log) in r.unwrap_or_else(|e| std::panic::resume_unwind(e)) {
+        assert!(n >= 3, "only {n} files: {log}");
+        assert!(
+            log.contains(&format!("Trace written into {n} file(s)")),
+            "{log}"
+        );
+        assert!(says_nothing_lost(&log), "{log}");
+    }
+}
+
 /// Runs a flood under rotation; returns the directory (dropping it removes
 /// the files), the numbered files left, oldest first, and the client's
 /// stderr.
@@ -132,7 +175,10 @@ fn run(
     let _ = std::fs::remove_dir(instance_dir(instance));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let r = std::panic::catch_unwind(|| flood(dir, instance, prefix, rotate, extra_config));
+    let r = std::panic::catch_unwind(|| {
+        let daemons = start_our_daemons(dir);
+        flood(&daemons, dir, instance, prefix, rotate, extra_config)
+    });
     if r.is_err() {
         dump(dir);
     }
@@ -143,14 +189,15 @@ fn run(
     (tmp, files, log)
 }
 
+/// One rotated recording on `daemons`, its files and logs in `dir`.
 fn flood(
+    daemons: &Daemons,
     dir: &Path,
     instance: &str,
     prefix: &str,
     rotate: &[&str],
     extra_config: &str,
 ) -> (Vec<PathBuf>, String) {
-    let daemons = start_our_daemons(dir);
     let cfg = dir.join("config.txt");
     std::fs::write(
         &cfg,
@@ -172,6 +219,7 @@ data_sources {{ config {{ name: "linux.process_stats"
     )
     .unwrap();
     let out = dir.join("t");
+    let starts_before = ftrace_starts(daemons, instance);
     let mut c = client(&daemons.socks, &cfg, &out, rotate)
         .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
         .spawn()
@@ -188,7 +236,7 @@ data_sources {{ config {{ name: "linux.process_stats"
         assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
     }
     let idir = instance_dir(instance);
-    wait_ftrace_started(dir, instance);
+    wait_started_again(daemons, instance, starts_before);
     let marker = std::fs::OpenOptions::new()
         .write(true)
         .open(idir.join("trace_marker"))
@@ -229,6 +277,30 @@ data_sources {{ config {{ name: "linux.process_stats"
         "the link names the newest file"
     );
     (files, log)
+}
+
+/// How many times traced_probes (logging in the daemons' directory, next
+/// to their sockets) said it started on `instance`.
+fn ftrace_starts(daemons: &Daemons, instance: &str) -> usize {
+    let log = Path::new(&daemons.socks.producer).with_file_name("probes.log");
+    let started = format!(
+        "started on {}",
+        tracebox::traced_probes::ftrace::ownership::describe(instance)
+    );
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.ends_with(&started))
+        .count()
+}
+
+/// Waits for one more start on `instance` than `before`, with tracing on.
+fn wait_started_again(daemons: &Daemons, instance: &str, before: usize) {
+    let idir = instance_dir(instance);
+    wait_until(Duration::from_secs(30), "ftrace start", || {
+        ftrace_starts(daemons, instance) > before
+            && std::fs::read_to_string(idir.join("tracing_on")).is_ok_and(|t| t.trim() == "1")
+    });
 }
 
 fn client(socks: &Sockets, cfg: &Path, out: &Path, rotate: &[&str]) -> Command {

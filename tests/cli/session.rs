@@ -165,10 +165,50 @@ fn detach_and_attach_finish_the_file() {
         Some(2)
     );
     let a = env.perfetto(&["--attach=key1", "--stop"]);
-    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let err = String::from_utf8_lossy(&a.stderr);
+    assert!(a.status.success(), "{err}");
+    // Read back from the file traced handed over, as a plain recording.
+    assert!(err.contains("Trace stats: nothing lost\n"), "{err}");
     let s = summary(&out);
     assert_eq!(s.num("for_testing"), 30, "{s:?}");
     assert_eq!(env.perfetto(&["--is_detached=key1"]).status.code(), Some(2));
+}
+
+/// Perfetto's own traced does not hand the output file to an attaching
+/// client: the end line says the trace was not read back, never `nothing
+/// lost` (issue 33, defect 6).
+#[test]
+fn attach_to_a_real_traced_says_the_file_was_not_read_back() {
+    let env = Env::new("detachreal");
+    let _traced = env.start_real_traced();
+    let _producer = env.start_sdk_producer(30);
+    let cfg = env.write(
+        "c.pbtx",
+        &format!("buffers {{ size_kb: 4096 }}\n{SDK_DS}write_into_file: true\nfile_write_period_ms: 100\n"),
+    );
+    let out = env.path("t.pftrace");
+    let d = env.perfetto(&[
+        "--detach=k",
+        "--txt",
+        "-c",
+        &cfg,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+    let a = env.perfetto(&["--attach=k", "--stop"]);
+    let err = String::from_utf8_lossy(&a.stderr);
+    assert!(a.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "INCOMPLETE: the trace file was not read back (the service did not hand it to the \
+             attaching client): what the kernel lost and what the trace itself records are \
+             unknown"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("nothing lost"), "{err}");
+    assert_eq!(summary(&out).num("for_testing"), 30);
 }
 
 #[test]

@@ -132,16 +132,15 @@ fn three_snapshots_in(tag: &str, buffer_extra: &str, real_traced: bool, mode: &s
     assert_eq!(log.matches("(cloned session)").count(), 3, "{log}");
     assert!(log.contains("3 snapshots: "), "{log}");
     assert!(!env.path("t.pftrace.3").exists());
-    // As upstream's perfetto: traced gives a CLONE_SNAPSHOT session's
-    // buffers only to clones, so `-o` stays empty; the end says why and
-    // names the snapshots rather than calling the trace empty.
-    assert_eq!(std::fs::metadata(&out).unwrap().len(), 0);
+    // Stopped by a signal as at its timeout: traced gives a CLONE_SNAPSHOT
+    // session's buffers only to clones (as upstream), so no empty `-o` is
+    // left, the end line does not call the trace empty, and the last line
+    // names the snapshots.
+    assert!(!out.exists(), "{log}");
     assert!(!log.contains("the trace is empty"), "{log}");
     let last = log.lines().last().unwrap_or_default();
     assert!(
-        last.contains("CLONE_SNAPSHOT")
-            && last.contains("3 snapshots: ")
-            && last.contains(".0 to "),
+        last.starts_with("3 snapshots: ") && last.contains(".0 to "),
         "{log}"
     );
     inspect(&files)
@@ -203,4 +202,67 @@ fn transfer_on_clone_gives_each_snapshot_only_the_new_data() {
             w[0].last
         );
     }
+}
+
+/// Issue 33, defect 3: a CLONE_SNAPSHOT session without `duration_ms` ends
+/// at its trigger timeout (as upstream sets its duration to it), triggers
+/// or not; the client exits 0 with the snapshots written, its end line,
+/// and a last line naming the files.
+fn snapshot_session_ends_at_timeout(tag: &str, real_traced: bool) {
+    let env = Env::new(tag);
+    let _traced = if real_traced {
+        env.start_real_traced()
+    } else {
+        env.start_traced()
+    };
+    let _probes = start_probes(&env);
+    let cfg = env.write(
+        "c.pbtx",
+        "buffers { size_kb: 4096 fill_policy: RING_BUFFER }\n\
+         data_sources { config { name: \"linux.sys_stats\"\n\
+           sys_stats_config { meminfo_period_ms: 50 } } }\n\
+         trigger_config { trigger_mode: CLONE_SNAPSHOT trigger_timeout_ms: 4000\n\
+           triggers { name: \"snap\" stop_delay_ms: 0 } }\n",
+    );
+    let out = env.path("t.pftrace");
+    let started = Instant::now();
+    let mut client = env
+        .perfetto_cmd(&["--txt", "-c", &cfg, "-o", out.to_str().unwrap()])
+        .stderr(std::fs::File::create(env.path("client.log")).unwrap())
+        .spawn()
+        .unwrap();
+    env.wait_query("STARTED", true);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(env.trigger(&["snap"]).status.success());
+    let snap = env.path("t.pftrace.0");
+    wait_for(&snap);
+    // No signal: the session ends by itself at the timeout, long before
+    // the client's own failsafe (timeout + 60 s).
+    assert_eq!(wait_exit(&mut client, LIMIT), 0);
+    assert!(started.elapsed() >= Duration::from_millis(4000));
+    let log = std::fs::read_to_string(env.path("client.log")).unwrap();
+    assert!(!log.contains("Timed out"), "{log}");
+    let lines: Vec<&str> = log.lines().collect();
+    let last = lines.last().copied().unwrap_or("");
+    assert_eq!(last, format!("1 snapshot: {}", snap.display()), "{log}");
+    assert!(
+        lines.contains(&"Trace stats: nothing lost"),
+        "the session's end line: {log}"
+    );
+    // The session's own file would be empty (traced reads it only through
+    // clones): none is left behind.
+    assert!(!out.exists(), "{log}");
+    let snaps = inspect(&[snap]);
+    assert_eq!(snaps[0].trigger, "snap");
+    assert!(snaps[0].packets > 0);
+}
+
+#[test]
+fn clone_snapshot_session_ends_at_its_trigger_timeout() {
+    snapshot_session_ends_at_timeout("snaptimeout", false);
+}
+
+#[test]
+fn clone_snapshot_session_ends_at_its_trigger_timeout_with_the_real_traced() {
+    snapshot_session_ends_at_timeout("snaptimeoutreal", true);
 }

@@ -437,6 +437,9 @@ fn events_the_kernel_lacks_are_clear_setup_errors() {
         ),
         "end line: {end:?}"
     );
+    // Named once: a source that never started is not also a stop that
+    // timed out (issue 33, defect 10).
+    assert!(!end.contains("did not stop within"), "end line: {end:?}");
 }
 
 #[test]

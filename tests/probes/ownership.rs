@@ -483,6 +483,33 @@ duration_ms: 120000
     );
 }
 
+/// An instance name that would leave the instances directory (and the
+/// lock directory) is refused before any path is built from it; the end
+/// line names the bad name, and nothing was written to the trace's
+/// instance.
+#[test]
+fn an_instance_name_with_dot_dot_is_refused_by_name() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let s = Sockets::in_dir(d);
+    let _t = start_our_traced(&s, &d.join("traced.log"));
+    let _p = probes(&s, &[], &d.join("probes.log"), true);
+    let config = r#"buffers { size_kb: 1024 }
+data_sources { config { name: "linux.ftrace" ftrace_config {
+    ftrace_events: "ftrace/print" instance_name: "../../tbx_x" } } }
+duration_ms: 500
+"#;
+    let (mut c, out) = client_with(d, &s, config, "c");
+    assert!(c.wait().unwrap().success());
+    let err = std::fs::read_to_string(d.join("c.err")).unwrap();
+    assert!(
+        err.contains(r#"linux.ftrace setup error: bad instance name "../../tbx_x""#),
+        "{err}"
+    );
+    let trace = std::fs::read(out).unwrap();
+    assert!(!trace.is_empty());
+}
+
 /// SIGTERM stops traced_probes within a second whatever it is doing, and
 /// ftrace is left clean: while it cannot reach traced, while idle, while
 /// recording.

@@ -37,7 +37,7 @@
 //! non-blocking `read()` of one page at a time from the main thread.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -76,7 +76,8 @@ const FLOWING: Duration = Duration::from_millis(200);
 /// quiet, when the reader has a [`DataNotify`]: data leaves the kernel once
 /// `buffer_percent` of a cpu buffer is filled, or at the latest this often
 /// (pids reach process_stats within it).
-pub const QUIET_WAIT: Duration = Duration::from_secs(2);
+pub const QUIET_WAIT: Duration =
+    Duration::from_millis(crate::schema::ftrace_reading::QUIET_WAIT_MS);
 
 /// Wakes main (from a worker thread) when pages are staged while main
 /// sleeps its quiet wait.
@@ -142,10 +143,12 @@ impl Shared {
         Duration::from_nanos(to_next.min(u64::MAX as u128) as u64)
     }
 
-    /// Pages were staged: wakes main if it sleeps long.
-    fn staged(&self) {
+    /// Pages were staged: wakes main if it sleeps long, or whatever it
+    /// does if `now` (a partial page: its events should not wait for
+    /// main's next tick too).
+    fn staged(&self, now: bool) {
         if let Some(n) = &self.notify {
-            if self.main_idle.swap(false, Ordering::AcqRel) {
+            if self.main_idle.swap(false, Ordering::AcqRel) || now {
                 n();
             }
         }
@@ -253,6 +256,61 @@ fn take_pages(raw: &File, landing: &mut Landing, staging_w: &File, page_size: us
     }
 }
 
+/// The page a worker read() but could not yet put in the staging pipe (it
+/// goes before anything spliced later).
+#[derive(Default)]
+struct Partial {
+    pending: Vec<u8>,
+}
+
+/// Most partial-page reads per period wakeup (one is the usual: splice
+/// took the whole pages).
+const PARTIAL_READS: usize = 4;
+
+impl Partial {
+    /// Writes the pending page on; true once nothing is pending.
+    fn flush(&mut self, staging_w: &File) -> bool {
+        while !self.pending.is_empty() {
+            match (&*staging_w).write(&self.pending) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.pending.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    /// Reads what the kernel holds of a page not yet full (splice takes
+    /// only whole pages) and stages it, padded to a page, so events of a
+    /// quiet cpu leave the kernel within a period rather than sitting
+    /// there until a flush (or dying with traced_probes). Returns the
+    /// pages read.
+    fn take(&mut self, raw: &File, staging_w: &File, page_size: usize) -> u64 {
+        let mut pages = 0;
+        for _ in 0..PARTIAL_READS {
+            if !self.flush(staging_w) {
+                break;
+            }
+            self.pending.resize(page_size, 0);
+            match (&*raw).read(&mut self.pending) {
+                Ok(n) if n > 0 => {
+                    self.pending[n.min(page_size)..].fill(0);
+                    pages += 1;
+                }
+                _ => {
+                    self.pending.clear();
+                    break;
+                }
+            }
+        }
+        self.flush(staging_w);
+        pages
+    }
+}
+
 /// Sleeps up to `d` (on `raw`'s readiness too, if given) unless main
 /// wants the worker for park or stop. Returns what woke it.
 fn sleep(shared: &Shared, raw: Option<&File>, d: Duration) -> Woken {
@@ -285,6 +343,14 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
     let mut polled_ready = false;
     let mut empty_fires = 0;
     let mut fires_on_partial = false;
+    let mut partial = Partial::default();
+    // The last sleep was a whole period (quiet wait or drain period) that
+    // ran out: time to take a partial page too.
+    let mut period_ran_out = false;
+    let period_sleep = |raw: Option<&File>, d: Duration| -> (Woken, bool) {
+        let w = sleep(&shared, raw, d);
+        (w, w == Woken::Timeout && d >= shared.idle_wait)
+    };
     loop {
         {
             let mut st = shared.lock();
@@ -306,7 +372,7 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
                 return;
             }
         }
-        if !landing.forward(&staging_w) {
+        if !partial.flush(&staging_w) || !landing.forward(&staging_w) {
             // Staging pipe full: wait for the main thread to drain it.
             shared.lock().stalled = true;
             sleep(&shared, None, shared.idle_wait);
@@ -315,6 +381,13 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
         }
         let take = take_pages(&raw, &mut landing, &staging_w, page_size);
         let was_polled_ready = std::mem::take(&mut polled_ready);
+        if std::mem::take(&mut period_ran_out)
+            && landing.bytes == 0
+            && matches!(take, Take::Pages(_) | Take::Nothing)
+            && partial.take(&raw, &staging_w, page_size) > 0
+        {
+            shared.staged(true);
+        }
         match take {
             Take::Pages(moved) => {
                 empty_fires = 0;
@@ -324,11 +397,13 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
                 last_pages = now;
                 // Pages staged after a timeout wake main too: data leaves
                 // traced_probes within a quiet wait.
-                shared.staged();
+                shared.staged(false);
                 if !fires_on_partial {
                     // The kernel wakes us at the fill level: pages arrive
                     // in batches of about that size, or per quiet wait.
-                    polled_ready = sleep(&shared, Some(&raw), shared.quiet()) == Woken::File;
+                    let (w, ran_out) = period_sleep(Some(&raw), shared.quiet());
+                    polled_ready = w == Woken::File;
+                    period_ran_out = ran_out;
                 } else {
                     // Data is flowing: let pages pile up for a moment
                     // instead of waking for a few pages at a time.
@@ -352,9 +427,11 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
                     } else {
                         shared.idle_wait
                     };
-                    sleep(&shared, None, d);
+                    period_ran_out = period_sleep(None, d).1;
                 } else {
-                    polled_ready = sleep(&shared, Some(&raw), shared.quiet()) == Woken::File;
+                    let (w, ran_out) = period_sleep(Some(&raw), shared.quiet());
+                    polled_ready = w == Woken::File;
+                    period_ran_out = ran_out;
                 }
             }
             Take::Refused => {
@@ -402,6 +479,9 @@ impl CpuReader {
         // 1 MiB is the default pipe-max-size; fine if refused.
         let _ = sys::set_pipe_size(&staging_w, STAGING_PIPE_BYTES);
         sys::set_nonblocking(&staging_r, true)?;
+        // The worker's writes of partial pages must not block (splices
+        // into it are non-blocking by their flags).
+        sys::set_nonblocking(&staging_w, true)?;
         let state = WorkerState {
             fallback: mode == ReaderMode::Read,
             ..WorkerState::default()
@@ -668,7 +748,9 @@ impl FtraceReader {
     ) -> io::Result<Self> {
         let buffer_pages = tracefs.buffer_size_kb().unwrap_or(4096) as usize * 1024 / page_size;
         let main_idle = Arc::new(AtomicBool::new(false));
-        let quiet_allowed = Arc::new(AtomicBool::new(true));
+        // Not before main says so: a session with its own drain period
+        // must not find its workers asleep for a quiet wait.
+        let quiet_allowed = Arc::new(AtomicBool::new(false));
         let quiet_epoch = Instant::now();
         let notifies = notify.is_some();
         let mut cpus = Vec::new();
@@ -703,8 +785,11 @@ impl FtraceReader {
 
     /// Whether workers may sleep [`QUIET_WAIT`] while quiet (`false`: at
     /// most the drain period, for a session that set its own period).
+    /// Workers in a quiet wait are woken when it is withdrawn.
     pub fn allow_quiet(&self, allowed: bool) {
-        self.quiet_allowed.store(allowed, Ordering::Relaxed);
+        if self.quiet_allowed.swap(allowed, Ordering::Relaxed) && !allowed {
+            self.cpus.iter().for_each(CpuReader::wake);
+        }
     }
 
     /// Main is about to sleep up to [`QUIET_WAIT`] (`true`) or is back at

@@ -34,9 +34,8 @@ use crate::traced_probes::ftrace::parse::stats::{self, Phase, StatsSnapshot};
 use crate::traced_probes::ftrace::parse::translate::KernelAddrs;
 use crate::tracing::core::trace_writer::TraceWriter;
 
-/// Upstream's default drain period and its valid range.
+/// Upstream's default drain period (its valid range: schema::ftrace_reading).
 const DEFAULT_DRAIN_MS: u32 = 100;
-const MAX_DRAIN_MS: u32 = 60_000;
 /// linux.ftrace data sources of one tracing session (each one parses
 /// every page of its instance again).
 pub const MAX_SOURCES_PER_SESSION: usize = 16;
@@ -216,13 +215,9 @@ impl FtraceMux {
             .is_some_and(|e| !e);
         let compact = inst.compact.is_some() && switch_wanted && !compact_opt_out;
         let ncpu = inst.tracefs.num_cpus().unwrap_or(1);
-        let drain_explicit = cfg
-            .drain_period_ms
-            .is_some_and(|ms| (1..=MAX_DRAIN_MS).contains(&ms));
-        let drain_ms = match cfg.drain_period_ms {
-            Some(ms) if drain_explicit => ms,
-            _ => DEFAULT_DRAIN_MS,
-        };
+        let explicit = crate::schema::ftrace_reading::explicit_drain(cfg.drain_period_ms);
+        let drain_explicit = explicit.is_some();
+        let drain_ms = explicit.unwrap_or(DEFAULT_DRAIN_MS);
         let mut src = Source {
             key,
             writer: writer.take().expect("taken once"),
@@ -298,6 +293,11 @@ impl FtraceMux {
         inst.started += 1;
         src.started = true;
         src.stats_before = cpu_stats(&inst.tracefs);
+        // In the trace from the start (committed at the first read pass):
+        // if traced_probes dies before its first flush, the end line can
+        // still tell that this source never wrote its end stats.
+        let before = src.stats_before.clone();
+        src.write_stats(Phase::StartOfTrace, &before, buffer_sizes(inst), None);
         crate::log_debug!(
             "ftrace: source {id} started on {}",
             super::ownership::describe(&src.key)

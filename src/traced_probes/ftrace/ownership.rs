@@ -75,7 +75,12 @@ impl Drop for Claim {
 
 /// Claims instance `key` for this process. Fails, naming the owner, if a
 /// live process holds it.
+/// An instance name that could leave the lock directory (`../../x`) is
+/// refused before any path is built from it.
 pub fn claim(key: &str) -> Result<Claim, String> {
+    if !key.is_empty() {
+        super::tracefs::check_instance_name(key).map_err(|e| e.to_string())?;
+    }
     let path = lock_path(key);
     let what = describe(key);
     let open = || -> io::Result<File> {
@@ -136,6 +141,14 @@ const TOP_LEVEL_FIX: &str = "; stop that recording, or record into a private ins
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_that_leaves_the_lock_dir_is_refused_before_any_path_is_built() {
+        for bad in ["../../x", "..", ".", "a/b", "x\0y"] {
+            let e = claim(bad).unwrap_err();
+            assert_eq!(e, format!("bad instance name {bad:?}"));
+        }
+    }
 
     #[test]
     fn the_lock_dir_is_the_override_else_the_first_existing_base() {

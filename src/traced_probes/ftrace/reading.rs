@@ -161,6 +161,11 @@ pub fn read_pass(
             Err(e) => crate::log_warn!("ftrace read of {}: {e}", super::ownership::describe(key)),
         }
     }
+    // What was read leaves in committed chunks now, not at the next flush:
+    // if traced_probes dies, traced has it (start stats included).
+    for src in sources.values_mut().filter(|s| s.started) {
+        src.writer.commit_current_chunk();
+    }
     busiest
 }
 

@@ -23,12 +23,23 @@ fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
-/// Rejects names that could escape the events directory.
+/// Rejects names that could escape the events or instances directory.
 fn check_component(what: &str, name: &str) -> io::Result<()> {
-    if name.is_empty() || name.contains('/') || name.starts_with("..") || name.contains('\0') {
+    if name.is_empty()
+        || name == "."
+        || name.contains('/')
+        || name.starts_with("..")
+        || name.contains('\0')
+    {
         return Err(invalid(format!("bad {what} name {name:?}")));
     }
     Ok(())
+}
+
+/// Checks an instance name from a config (or a state file) before any
+/// path is built from it: one plain component of `instances/`.
+pub fn check_instance_name(name: &str) -> io::Result<()> {
+    check_component("instance", name)
 }
 
 impl Tracefs {

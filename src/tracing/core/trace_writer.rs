@@ -227,6 +227,15 @@ impl TraceWriter {
         self.new_packet().write(bytes);
     }
 
+    /// Returns the current chunk as Complete (between packets), committed
+    /// as the arbiter batches commits: what was written reaches traced
+    /// without waiting for a flush, and survives this process's death.
+    pub fn commit_current_chunk(&mut self) {
+        if self.cur.is_some() {
+            self.return_chunk();
+        }
+    }
+
     /// Returns the current chunk as Complete and sends pending commits.
     pub fn flush(&mut self) {
         if self.cur.is_some() {

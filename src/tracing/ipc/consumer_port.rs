@@ -124,7 +124,19 @@ impl Services for ConsumerPort<'_> {
                     Ok(cfg) => {
                         let mut s = VecStream::new();
                         put_bytes(&mut s, 1, &cfg);
-                        Reply::ok(s.into_bytes())
+                        let reply = Reply::ok(s.into_bytes());
+                        // tracebox: the session's output file comes along,
+                        // so the client can read it back for its end line
+                        // (upstream's clients close an fd they did not ask
+                        // for).
+                        let file = st
+                            .core
+                            .consumer_session(cid)
+                            .and_then(|sid| st.attached_file(sid));
+                        match file {
+                            Some(f) => reply.with_fd(OwnedFd::from(f)),
+                            None => reply,
+                        }
                     }
                     Err(_) => Reply::fail(),
                 }

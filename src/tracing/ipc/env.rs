@@ -81,7 +81,7 @@ impl ServiceEnv for RealEnv {
         put_str(&mut s, 4, &u.machine().to_string_lossy());
         end_nested(&mut s, n);
         // tracing_service_version (4)
-        put_str(&mut s, 4, crate::VERSION);
+        put_str(&mut s, 4, crate::SERVICE_VERSION);
         if let Ok(ps) = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
             // page_size (6)
             put_varint(&mut s, 6, ps.unwrap_or(4096) as u64);
@@ -96,6 +96,10 @@ impl ServiceEnv for RealEnv {
         }
         if let Some(n) = sys::cpus_configured() {
             put_varint(&mut s, 8, n as u64);
+        }
+        // system_ram_bytes (16)
+        if let Some(ram) = sys::system_ram_bytes() {
+            put_varint(&mut s, 16, ram);
         }
         Some(s.into_bytes())
     }

@@ -49,6 +49,10 @@ pub struct TracedState {
     pub pending: BTreeMap<RequestToken, ReplyTo>,
     next_token: RequestToken,
     pub files: BTreeMap<SessionId, TraceFile>,
+    /// The finished output files of sessions that still exist, so a
+    /// consumer that attaches later can read its trace back for the end
+    /// line (one fd per live session at most).
+    pub finished_files: BTreeMap<SessionId, File>,
     /// Output files sent with CloneSession requests, by token, and why
     /// copying into one failed.
     pub clone_files: BTreeMap<RequestToken, File>,
@@ -106,6 +110,29 @@ impl FrameSink for ToHost<'_> {
 }
 
 impl TracedState {
+    /// Keeps a copy of a detached session's output file past its end,
+    /// for the Attach to come; forgets the files of sessions that are gone.
+    fn keep_finished_file(&mut self, sid: SessionId, f: &TraceFile) {
+        let core = &self.core;
+        self.finished_files
+            .retain(|s, _| core.session_state(*s).is_some());
+        if !core.session_is_detached(sid) {
+            return;
+        }
+        if let Ok(dup) = f.file().try_clone() {
+            self.finished_files.insert(sid, dup);
+        }
+    }
+
+    /// The output file of `sid`, for a consumer that attached to it: the
+    /// one being written, or the finished one (kept while the session
+    /// lives: `--is_detached` attaches and detaches again).
+    pub fn attached_file(&self, sid: SessionId) -> Option<File> {
+        let open = self.files.get(&sid).map(TraceFile::file);
+        let f = open.or_else(|| self.finished_files.get(&sid))?;
+        f.try_clone().ok()
+    }
+
     pub fn new(service_uid: u32) -> TracedState {
         let smbs = SmbTable::default();
         let env = RealEnv::new(smbs.clone());
@@ -119,6 +146,7 @@ impl TracedState {
             pending: BTreeMap::new(),
             next_token: 1,
             files: BTreeMap::new(),
+            finished_files: BTreeMap::new(),
             clone_files: BTreeMap::new(),
             clone_errors: BTreeMap::new(),
             rotate_files: BTreeMap::new(),
@@ -275,7 +303,9 @@ impl TracedState {
                     if let Some(f) = self.files.get_mut(&session) {
                         if let Err(e) = f.append(&data) {
                             log_warn!("traced: writing the trace file failed: {e}");
-                            self.files.remove(&session);
+                            if let Some(f) = self.files.remove(&session) {
+                                self.keep_finished_file(session, &f);
+                            }
                             let now = Self::now();
                             if let Some(c) = self.core.file_write_failed(now, session, e.clone()) {
                                 late_errors.push((c, e));
@@ -286,6 +316,7 @@ impl TracedState {
                 }
                 Output::CloseFile { session } => {
                     if let Some(f) = self.files.remove(&session) {
+                        self.keep_finished_file(session, &f);
                         let _ = f.finish();
                     }
                 }
@@ -399,6 +430,10 @@ impl TracedState {
         };
         self.consumer_clients.remove(&conn.id);
         self.core.disconnect_consumer(Self::now(), conn.id);
+        // The session it attached to may be gone with it: so is its file.
+        let core = &self.core;
+        self.finished_files
+            .retain(|s, _| core.session_state(*s).is_some());
     }
 }
 

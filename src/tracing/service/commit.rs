@@ -186,6 +186,9 @@ impl TracingService {
         let Some(target) = target.filter(|t| missing > 0 && p.allowed_buffers.contains(t)) else {
             return;
         };
+        if let Some(b) = self.buffers.get_mut(&target) {
+            b.note_writer_packet_loss();
+        }
         let mut e = VecStream::new();
         let mut m = VecStream::new();
         put_str(&mut m, 1, &p.label());

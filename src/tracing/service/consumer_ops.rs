@@ -64,7 +64,7 @@ impl TracingService {
         let uid = self.consumers.get(&consumer).map_or(u32::MAX, |c| c.uid);
         let mut st = TracingServiceState {
             supports_tracing_sessions: Some(true),
-            tracing_service_version: Some(crate::VERSION.to_string()),
+            tracing_service_version: Some(crate::SERVICE_VERSION.to_string()),
             num_sessions: Some(self.sessions.len() as i32),
             num_sessions_started: Some(
                 self.sessions
@@ -532,6 +532,7 @@ impl TracingService {
                 all_started_notified: true,
                 disabled_notified: true,
                 start_time_ns: 0,
+                relay_commit_armed: false,
             },
         );
         self.consumers.get_mut(&consumer).expect("checked").session = Some(sid);

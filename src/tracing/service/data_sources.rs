@@ -216,7 +216,7 @@ impl TracingService {
         true
     }
 
-    pub(super) fn start_instance(&mut self, _now: u64, sid: SessionId, id: DataSourceInstanceId) {
+    pub(super) fn start_instance(&mut self, now: u64, sid: SessionId, id: DataSourceInstanceId) {
         let Some(s) = self.sessions.get_mut(&sid) else {
             return;
         };
@@ -232,6 +232,7 @@ impl TracingService {
             InstanceState::Started
         };
         let inst = inst.clone();
+        self.arm_relay_commit(now, sid, inst.producer);
         self.send_to_producer(
             inst.producer,
             ProducerCommand::StartDataSource {

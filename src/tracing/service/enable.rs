@@ -43,7 +43,7 @@ impl TracingService {
                     .into(),
             );
         }
-        let cfg: TraceConfig = decode_message(config_raw)
+        let mut cfg: TraceConfig = decode_message(config_raw)
             .map_err(|e| format!("Failed to decode the TraceConfig: {e}"))?;
         let ds_raw = raw_data_source_configs(config_raw).ok_or("Malformed TraceConfig")?;
         // Lockdown is global and sticky, applied even if the session fails.
@@ -53,6 +53,18 @@ impl TracingService {
             _ => {}
         }
         validate_trace_config(&cfg)?;
+        // As upstream: a STOP_TRACING or CLONE_SNAPSHOT session lasts its
+        // trigger timeout (its data sources see it as trace_duration_ms),
+        // so a snapshot session ends there whether or not triggers came.
+        if matches!(
+            trigger_mode(&cfg),
+            TriggerMode::STOP_TRACING | TriggerMode::CLONE_SNAPSHOT
+        ) {
+            cfg.duration_ms = cfg
+                .trigger_config
+                .as_ref()
+                .and_then(|t| t.trigger_timeout_ms);
+        }
         let filter = cfg.trace_filter.as_ref().map(TraceFilter::from_config);
         let filter = filter.transpose()?.map(std::sync::Arc::new);
         if let Some(name) = cfg.unique_session_name.as_deref().filter(|n| !n.is_empty()) {
@@ -150,6 +162,7 @@ impl TracingService {
             all_started_notified: false,
             disabled_notified: false,
             start_time_ns: 0,
+            relay_commit_armed: false,
         };
         self.sessions.insert(sid, session);
         if let Some(c) = self.consumers.get_mut(&consumer) {
@@ -160,9 +173,8 @@ impl TracingService {
         self.notify_not_offered(sid);
 
         match mode {
-            TriggerMode::START_TRACING
-            | TriggerMode::STOP_TRACING
-            | TriggerMode::CLONE_SNAPSHOT => {
+            // A CLONE_SNAPSHOT session stops at its duration (above).
+            TriggerMode::START_TRACING | TriggerMode::STOP_TRACING => {
                 let timeout = self.sessions[&sid]
                     .config
                     .trigger_config
@@ -171,7 +183,7 @@ impl TracingService {
                 self.timers
                     .add(now + ms(timeout.unwrap_or(0)), Timer::TriggerTimeout(sid));
             }
-            TriggerMode::UNSPECIFIED => {}
+            TriggerMode::UNSPECIFIED | TriggerMode::CLONE_SNAPSHOT => {}
         }
         if !deferred && mode != TriggerMode::START_TRACING {
             self.start_session(now, sid);
@@ -252,8 +264,10 @@ impl TracingService {
         let cfg = &s.config;
         let mut arm = Vec::new();
         let stop_after = match trigger_mode(cfg) {
-            TriggerMode::UNSPECIFIED => cfg.duration_ms.unwrap_or(0),
-            _ => 0, // the trigger timeout / stop delay decide
+            TriggerMode::UNSPECIFIED | TriggerMode::CLONE_SNAPSHOT => cfg.duration_ms.unwrap_or(0),
+            // The trigger timeout / stop delay decide (a STOP trigger
+            // overrides the timeout, as upstream).
+            TriggerMode::START_TRACING | TriggerMode::STOP_TRACING => 0,
         };
         if stop_after > 0 {
             arm.push((

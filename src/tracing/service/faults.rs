@@ -139,8 +139,15 @@ impl TracingService {
     /// A producer's connection closed. Before its shared memory goes, the
     /// chunks it finished or was writing are copied into the buffers of
     /// every session it wrote into; sessions in which it still had running
-    /// instances record that it vanished, and when.
+    /// instances record that it vanished, and when. A relayed producer's
+    /// uncommitted chunks died with its link: the event names the window
+    /// they cover (`relay_commit`).
     pub(super) fn on_producer_vanishing(&mut self, now: u64, producer: ProducerId) {
+        let relayed = self
+            .producers
+            .get(&producer)
+            .is_some_and(|p| p.machine_id != 0);
+        let window_ms = relayed.then_some(self.relay_commit_period_ms);
         let sids: Vec<SessionId> = self
             .sessions
             .iter()
@@ -159,7 +166,12 @@ impl TracingService {
                 i.producer == producer && i.state != InstanceState::Stopped
             });
             if let (false, Some(s)) = (lost.is_empty(), self.sessions.get_mut(&sid)) {
-                let e = data_sources_event(field::PRODUCER_DISCONNECTED, &lost);
+                let mut e = data_sources_event(field::PRODUCER_DISCONNECTED, &lost);
+                if let Some(w) = window_ms {
+                    let mut v = VecStream::new();
+                    crate::protozero::put_varint(&mut v, field::UNCOMMITTED_WINDOW_MS, w.into());
+                    e.extend_from_slice(v.as_bytes());
+                }
                 s.read.faults.pending.push((now, e));
             }
         }

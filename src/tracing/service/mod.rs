@@ -52,6 +52,7 @@ pub mod name_matcher;
 pub mod producer;
 pub mod read_frames;
 pub mod read_pass;
+pub mod relay_commit;
 mod rotate;
 mod rotate_divert;
 mod scrape;

@@ -53,6 +53,8 @@ pub struct TracingService {
     pub(super) producers_seen: u64,
     /// Relay connections dropped for their identity frame, ever.
     pub(super) relay_drops: u64,
+    /// How often relayed producers are asked to commit (`relay_commit`).
+    pub(super) relay_commit_period_ms: u32,
     /// Relayed machines (ids 1..), their system info and clock syncs.
     pub(super) machines: super::machines::Machines,
     /// TraceConfig.lockdown_mode: only producers of the service's uid.
@@ -89,6 +91,7 @@ impl TracingService {
             next_flush_id: 1,
             producers_seen: 0,
             machines: Default::default(),
+            relay_commit_period_ms: super::relay_commit::DEFAULT_RELAY_COMMIT_PERIOD_MS,
             relay_drops: 0,
             lockdown: false,
             chunks_discarded: 0,
@@ -137,6 +140,7 @@ impl TracingService {
                 Timer::SnapshotTick(sid) => self.on_snapshot_tick(now, sid),
                 Timer::ClearIncrementalState(sid) => self.on_clear_incremental_state(now, sid),
                 Timer::CloneTriggerHit(sid, n) => self.on_clone_trigger_hit(sid, n),
+                Timer::RelayCommit(sid) => self.on_relay_commit(now, sid),
             }
         }
     }
@@ -401,8 +405,15 @@ impl TracingService {
         }
     }
 
+    /// True while `sid` is detached (no consumer until an Attach).
+    pub fn session_is_detached(&self, sid: SessionId) -> bool {
+        self.sessions
+            .get(&sid)
+            .is_some_and(|s| s.detach_key.is_some())
+    }
+
     /// The consumer's session, if any.
-    pub(super) fn consumer_session(&self, consumer: ConsumerId) -> Option<SessionId> {
+    pub fn consumer_session(&self, consumer: ConsumerId) -> Option<SessionId> {
         self.consumers
             .get(&consumer)?
             .session

@@ -306,6 +306,41 @@ fn a_final_flush_and_a_stop_that_time_out_are_named() {
     );
 }
 
+/// A data source whose setup the producer refused (it never reports
+/// started, nor stopped: a refused linux.perf) is named once, as never
+/// started, not also as a stop that timed out (issue 33, defect 10).
+#[test]
+fn a_source_that_never_started_is_not_also_a_stop_timeout() {
+    let mut h = H::new();
+    let d = DataSourceDescriptor {
+        name: Some("linux.perf".into()),
+        will_notify_on_start: Some(true),
+        will_notify_on_stop: Some(true),
+        ..Default::default()
+    };
+    let p = h.producer_with("perfetto.traced_perf", 0, [d]);
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("linux.perf", 64);
+    cfg.duration_ms = Some(1000);
+    cfg.data_source_stop_timeout_ms = Some(700);
+    let sid = h.enable(c, &cfg).unwrap();
+    h.advance(ms(1000));
+    if let Some(flush) = flush_request(&h.outputs(), p) {
+        h.svc.on_flush_ack(h.now, p, flush);
+    }
+    // Nothing to wait for: it stops without the timeout.
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
+    let f = faults_of(&h.read(c));
+    assert!(f.stop_timed_out.is_empty(), "{:?}", f.phrases());
+    let phrases = f.phrases();
+    assert_eq!(phrases.len(), 1, "{phrases:?}");
+    assert!(
+        phrases[0].starts_with("data sources that never started")
+            && phrases[0].ends_with(": linux.perf in perfetto.traced_perf"),
+        "{phrases:?}"
+    );
+}
+
 #[test]
 fn flushes_and_stops_answered_in_time_are_not_faults() {
     let mut h = H::new();

@@ -170,8 +170,13 @@ fn chunks_an_emulating_producer_never_sent_are_named() {
     }
     h.svc.disable_tracing(h.now, c).unwrap();
     let mut faults = crate::cmd::trace_faults::TraceFaults::default();
+    let mut writer_losses = Vec::new();
     for p in h.read(c) {
         let d = decode_packet(&p);
+        if let OneOfdata::trace_stats(st) = &d.data {
+            let losses = st.buffer_stats.iter().map(|b| b.trace_writer_packet_loss);
+            writer_losses.extend(losses.map(|l| l.unwrap_or(0)));
+        }
         if let OneOfdata::service_event(_) = d.data {
             let event = crate::protozero::decode::FieldIter::new(&p)
                 .find(|f| f.number == 69)
@@ -183,6 +188,8 @@ fn chunks_an_emulating_producer_never_sent_are_named() {
         faults.never_arrived,
         [("probes on machine board-b".into(), 2)]
     );
+    // One gap seen, in upstream's own counter of the target buffer.
+    assert_eq!(writer_losses, [1], "trace_writer_packet_loss per buffer");
     let phrases = faults.phrases();
     assert!(
         phrases.contains(
@@ -192,4 +199,52 @@ fn chunks_an_emulating_producer_never_sent_are_named() {
         ),
         "{phrases:?}"
     );
+}
+
+/// Flush rounds sent to `p` among `outs`.
+fn flushes_to(outs: &[Output], p: ProducerId) -> usize {
+    cmds_for(outs, p)
+        .iter()
+        .filter(|c| matches!(c, ProducerCommand::Flush { .. }))
+        .count()
+}
+
+#[test]
+fn relayed_producers_are_asked_to_commit_every_period_and_their_loss_window_is_named() {
+    let mut h = H::new();
+    let host = h.producer("local", 0, &["ds"]);
+    let b = remote(&mut h, "probes", "boot-b", "board-b");
+    h.svc.set_relay_commit_period_ms(400).unwrap();
+    assert!(h.svc.set_relay_commit_period_ms(10).is_err());
+    let c = h.svc.connect_consumer(0);
+    let mut cfg = basic_config("ds", 64);
+    cfg.trace_all_machines = Some(true);
+    h.enable(c, &cfg).unwrap();
+    h.outputs();
+    h.advance(ms(399));
+    assert_eq!(flushes_to(&h.outputs(), b), 0);
+    h.advance(ms(1));
+    let outs = h.outputs();
+    assert_eq!(flushes_to(&outs, b), 1, "the relayed producer commits");
+    assert_eq!(flushes_to(&outs, host), 0, "a local producer is left alone");
+    h.advance(ms(400));
+    assert_eq!(flushes_to(&h.outputs(), b), 1, "and again, every period");
+
+    h.svc.disconnect_producer(h.now, b);
+    h.advance(ms(400));
+    assert_eq!(flushes_to(&h.outputs(), b), 0, "no rounds without it");
+    h.svc.disable_tracing(h.now, c).unwrap();
+    let mut faults = crate::cmd::trace_faults::TraceFaults::default();
+    for p in h.read(c) {
+        if let OneOfdata::service_event(_) = decode_packet(&p).data {
+            let event = crate::protozero::decode::FieldIter::new(&p)
+                .find(|f| f.number == 69)
+                .unwrap();
+            faults.observe_service_event(h.now, event.value);
+        }
+    }
+    let gone = &faults.vanished;
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert_eq!(gone[0].producer, "probes on machine board-b");
+    assert_eq!(gone[0].uncommitted_window_ms, Some(400));
 }

@@ -140,6 +140,14 @@ fn stop_waits_for_acks_or_timeout() {
 
     let c2 = h.svc.connect_consumer(0);
     let sid2 = h.enable(c2, &cfg).unwrap();
+    let inst2 = cmds_for(&h.outputs(), p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::StartDataSource { instance_id, .. } => Some(instance_id),
+            _ => None,
+        })
+        .unwrap();
+    h.svc.notify_data_source_started(h.now, p, inst2, &[]);
     h.svc.disable_tracing(h.now, c2).unwrap();
     h.advance(ms(699));
     assert_eq!(h.svc.session_state(sid2), Some(SessionState::Stopping));
@@ -361,6 +369,30 @@ fn stop_trigger_stops_after_delay_and_timeout_is_empty() {
     h.advance(ms(10_000));
     assert_eq!(h.svc.session_state(sid2), Some(SessionState::Disabled));
     assert!(h.read(c2).is_empty());
+}
+
+/// As upstream: a CLONE_SNAPSHOT session's duration is its trigger
+/// timeout, so it ends there even after a trigger hit (issue 33, defect 3).
+#[test]
+fn clone_snapshot_session_stops_at_its_trigger_timeout_after_a_hit() {
+    let mut h = H::new();
+    let p = h.producer("prod", 0, &["ds"]);
+    let c = h.svc.connect_consumer(0);
+    let sid = h
+        .enable(c, &trigger_config(TriggerMode::CLONE_SNAPSHOT, None, 0))
+        .unwrap();
+    h.svc.activate_triggers(h.now, p, &["go".into()]);
+    h.advance(ms(9_999));
+    assert!(flush_request(&h.outputs(), p).is_none());
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Started));
+    h.advance(ms(1));
+    let id = flush_request(&h.outputs(), p).expect("the stop's flush");
+    ack(&mut h, p, id);
+    assert_eq!(h.svc.session_state(sid), Some(SessionState::Disabled));
+    assert!(h.outputs().contains(&Output::TracingDisabled {
+        consumer: c,
+        error: None
+    }));
 }
 
 #[test]

@@ -149,6 +149,8 @@ pub struct Session {
     /// The EnableTracing reply was already sent (or is not expected).
     pub disabled_notified: bool,
     pub start_time_ns: u64,
+    /// A `Timer::RelayCommit` round is pending (`relay_commit`).
+    pub relay_commit_armed: bool,
 }
 
 impl Session {

@@ -58,7 +58,14 @@ impl TracingService {
             return;
         }
         let was_running = !matches!(inst.state, InstanceState::Stopping | InstanceState::Stopped);
-        inst.state = if inst.will_notify_on_stop && !remove {
+        // One that never reported started (its setup failed, e.g. a
+        // refused linux.perf) is named as such; it wrote nothing to wait
+        // for, so it is not also a stop that timed out.
+        let never_started = matches!(
+            inst.state,
+            InstanceState::Configured | InstanceState::Starting
+        );
+        inst.state = if inst.will_notify_on_stop && !remove && !never_started {
             InstanceState::Stopping
         } else {
             InstanceState::Stopped

@@ -22,6 +22,8 @@ pub enum Timer {
     ClearIncrementalState(SessionId),
     /// CLONE_SNAPSHOT: tell the consumer about trigger `n` of the session.
     CloneTriggerHit(SessionId, usize),
+    /// Ask the session's relayed producers to commit (`relay_commit`).
+    RelayCommit(SessionId),
 }
 
 #[derive(Debug, Default)]
@@ -69,7 +71,8 @@ impl Timers {
             | Timer::StopTimeout(s)
             | Timer::SnapshotTick(s)
             | Timer::ClearIncrementalState(s)
-            | Timer::CloneTriggerHit(s, _) => *s != sid,
+            | Timer::CloneTriggerHit(s, _)
+            | Timer::RelayCommit(s) => *s != sid,
             Timer::FlushTimeout(_) => true,
         });
     }

@@ -247,6 +247,12 @@ impl TraceBuffer {
         &self.stats
     }
 
+    /// The service saw a writer's sequence skip chunks that never came
+    /// (upstream's `trace_writer_packet_loss`: times loss was detected).
+    pub fn note_writer_packet_loss(&mut self) {
+        self.stats.trace_writer_packet_loss += 1;
+    }
+
     /// Chunk fill histograms per `(producer_id, writer_id)`, updated as
     /// chunks are fully read. Clones start empty.
     pub fn writer_stats(&self) -> impl Iterator<Item = ((u16, u16), &ChunkPayloadHistogram)> + '_ {

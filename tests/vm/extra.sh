@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Per-target programs the VM scenarios use, into the image root:
+#   tests/vm/extra.sh TARGET RUST_TARGET DESTROOT CACHE
+# /vm/bin/hot: tests/data/perf/hot.c (the traced_perf tests' load), static,
+# with symbols and frame pointers in every function, so the guest's
+# traced_perf unwinds and names it on the device. 32-bit ARM: ARM (not
+# Thumb) code with APCS frames, the layout the kernel's arm user unwinder
+# walks.
+set -euo pipefail
+t="$1" dest="$3"
+case "$t" in
+x86_64 | x86_64-rt) cc=gcc pkgs=(gcc libc6-dev) flags=() ;;
+aarch64) cc=aarch64-linux-gnu-gcc pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross) flags=() ;;
+armv7) cc=arm-linux-gnueabihf-gcc pkgs=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross) flags=(-marm -mapcs-frame) ;;
+*) echo "extra: unknown target $t" >&2; exit 2 ;;
+esac
+if ! command -v "$cc" >/dev/null; then
+    apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+fi
+mkdir -p "$dest/vm/bin"
+"$cc" -O0 -fno-omit-frame-pointer "${flags[@]}" -static -pthread -o "$dest/vm/bin/hot" tests/data/perf/hot.c
