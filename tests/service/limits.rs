@@ -281,7 +281,7 @@ fn connections_are_bounded_in_all_across_uids() {
     assert!(t.alive());
     let log = t.log();
     assert!(
-        log.contains("total client limit reached (640 in all, 320 per uid)"),
+        log.contains("total client limit reached (640 in all, 320 per uid"),
         "no refusal logged:\n{log}"
     );
     drop(outs);
