@@ -25,7 +25,15 @@ struct BridgeArgs {
     /// seconds a client may leave data unread before it is dropped (default 30)
     #[argh(option, default = "30")]
     client_stall_timeout: u64,
+    /// seconds a websocket may go without traffic either way before it is
+    /// closed; a ping goes out at half of it (default 60)
+    #[argh(option, default = "60")]
+    idle_timeout: u64,
 }
+
+/// Clients at once, in all and from one address.
+const MAX_CONNS: usize = 32;
+const MAX_CONNS_PER_ADDR: usize = 16;
 
 pub fn main(args: &[String], _via: Via) -> i32 {
     crate::base::log::set_tag("websocket_bridge");
@@ -75,8 +83,10 @@ pub fn main(args: &[String], _via: Via) -> i32 {
                 target: Target::Tcp(adb),
             },
         ],
-        max_conns: 32,
+        max_conns: MAX_CONNS,
+        max_conns_per_addr: MAX_CONNS_PER_ADDR,
         stall_timeout: Duration::from_secs(args.client_stall_timeout.max(1)),
+        idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
     };
     match bridge::run(opts) {
         Ok(()) => 0,

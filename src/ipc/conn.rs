@@ -16,6 +16,8 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::base::unix_socket::UnixStream;
 use crate::pb::protos::IPCFrame;
@@ -115,6 +117,29 @@ struct OutFrame {
     fd: Option<OwnedFd>,
 }
 
+/// A bound on the bytes queued by all the connections that share it (a
+/// host's clients): each also has its own bound, and together they cannot
+/// hold more than this however many there are.
+#[derive(Debug)]
+pub struct QueueBudget {
+    used: AtomicUsize,
+    max: usize,
+}
+
+impl QueueBudget {
+    pub fn new(max: usize) -> Arc<QueueBudget> {
+        Arc::new(QueueBudget {
+            used: AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    /// Bytes queued now by all the connections sharing it.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
 /// A framed, non-blocking connection.
 #[derive(Debug)]
 pub struct Conn {
@@ -123,6 +148,7 @@ pub struct Conn {
     out: VecDeque<OutFrame>,
     queued_bytes: usize,
     max_queued: usize,
+    budget: Option<Arc<QueueBudget>>,
     rx_fds: VecDeque<PendingFd>,
     /// Bytes received so far (stream offset of the next read).
     received: u64,
@@ -144,8 +170,45 @@ impl Conn {
             out: VecDeque::new(),
             queued_bytes: 0,
             max_queued,
+            budget: None,
             rx_fds: VecDeque::new(),
             received: 0,
+        }
+    }
+
+    /// Also bounds this connection's queue by `budget`, shared with others.
+    pub fn with_budget(mut self, budget: Arc<QueueBudget>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Room to queue `n` more bytes, within this connection's bound and the
+    /// shared budget.
+    fn make_room(&mut self, n: usize) -> Result<(), SendError> {
+        let full = SendError::QueueFull {
+            queued: self.queued_bytes,
+        };
+        if self.queued_bytes + n > self.max_queued {
+            return Err(full);
+        }
+        if let Some(b) = &self.budget {
+            let took = b
+                .used
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                    (u + n <= b.max).then_some(u + n)
+                });
+            if took.is_err() {
+                return Err(full);
+            }
+        }
+        self.queued_bytes += n;
+        Ok(())
+    }
+
+    fn release(&mut self, n: usize) {
+        self.queued_bytes -= n;
+        if let Some(b) = &self.budget {
+            b.used.fetch_sub(n, Ordering::Relaxed);
         }
     }
 
@@ -174,12 +237,7 @@ impl Conn {
     /// flush. A socket error is reported here or by a later flush.
     pub fn send(&mut self, frame: &IPCFrame, fd: Option<OwnedFd>) -> Result<(), SendError> {
         let bytes = encode_frame(frame).map_err(SendError::TooLarge)?;
-        if self.queued_bytes + bytes.len() > self.max_queued {
-            return Err(SendError::QueueFull {
-                queued: self.queued_bytes,
-            });
-        }
-        self.queued_bytes += bytes.len();
+        self.make_room(bytes.len())?;
         self.out.push_back(OutFrame { bytes, sent: 0, fd });
         self.flush().map_err(SendError::Io)
     }
@@ -203,12 +261,7 @@ impl Conn {
         if rest.is_empty() {
             return Ok(self.out.is_empty());
         }
-        if self.queued_bytes + rest.len() > self.max_queued {
-            return Err(SendError::QueueFull {
-                queued: self.queued_bytes,
-            });
-        }
-        self.queued_bytes += rest.len();
+        self.make_room(rest.len())?;
         self.out.push_back(OutFrame {
             bytes: rest.to_vec(),
             sent: 0,
@@ -226,19 +279,18 @@ impl Conn {
             } else {
                 None
             };
-            match self.sock.send(&front.bytes[front.sent..], fd) {
-                Ok(n) => {
-                    front.sent += n;
-                    self.queued_bytes -= n;
-                    if front.sent == front.bytes.len() {
-                        self.out.pop_front();
-                    } else if n > 0 {
-                        front.fd = None; // Delivered with this chunk.
-                    }
-                }
+            let n = match self.sock.send(&front.bytes[front.sent..], fd) {
+                Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(e),
+            };
+            front.sent += n;
+            if front.sent == front.bytes.len() {
+                self.out.pop_front();
+            } else if n > 0 {
+                front.fd = None; // Delivered with this chunk.
             }
+            self.release(n);
         }
         Ok(())
     }
@@ -310,6 +362,14 @@ impl Conn {
             self.rx_fds.pop_front();
         }
         Ok(ReadStatus::Progress)
+    }
+}
+
+impl Drop for Conn {
+    /// What it still had queued goes back to the shared budget.
+    fn drop(&mut self) {
+        let n = self.queued_bytes;
+        self.release(n);
     }
 }
 
@@ -426,6 +486,36 @@ mod tests {
         assert!(ids[1..65].iter().all(|&i| i == 0));
         assert_eq!(&ids[65..], &[2, 3]);
         assert_eq!(tx.queued_bytes(), 0);
+    }
+
+    /// Issue 33: 256 consumers of 16 MiB each must not add up to 4 GiB.
+    #[test]
+    fn a_shared_budget_bounds_all_queues_together() {
+        let budget = QueueBudget::new(300 * 1024);
+        let big = IPCFrame {
+            data_for_testing: vec![vec![0; 100_000]],
+            ..Default::default()
+        };
+        let mut peers = Vec::new();
+        let mut conns: Vec<Conn> = (0..8)
+            .map(|_| {
+                let (a, b) = UnixStream::pair().unwrap();
+                peers.push(b);
+                Conn::new(a, 16 << 20).with_budget(budget.clone())
+            })
+            .collect();
+        let mut refused = 0;
+        for c in conns.iter_mut() {
+            while c.send(&big, None).is_ok() {}
+            refused += 1;
+        }
+        assert_eq!(refused, 8);
+        assert!(budget.used() <= 300 * 1024, "{}", budget.used());
+        let held: usize = conns.iter().map(Conn::queued_bytes).sum();
+        assert_eq!(held, budget.used());
+        // A closed connection gives its share back.
+        conns.truncate(1);
+        assert_eq!(budget.used(), conns[0].queued_bytes());
     }
 
     #[test]

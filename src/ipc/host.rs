@@ -64,6 +64,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::base::event_loop::{Handler, Interest, LoopCtl, Ready, TaskRunner, TimerId, Token};
@@ -76,7 +77,7 @@ use crate::pb::protos::mod_IPCFrame::{
 use crate::pb::protos::IPCFrame;
 use crate::{log_debug, log_info, log_warn};
 
-use super::conn::{Conn, ReadStatus, Received, SendError, DEFAULT_MAX_QUEUED_BYTES};
+use super::conn::{Conn, QueueBudget, ReadStatus, Received, SendError, DEFAULT_MAX_QUEUED_BYTES};
 use super::frame::put_reply_header;
 pub use super::frame::REPLY_HEADER_MAX;
 pub use super::service::{
@@ -116,6 +117,9 @@ pub const MAX_MACHINE_STRING: usize = 256;
 /// limits, kept under the usual 1024 open files with room for files and
 /// memfds).
 pub const DEFAULT_MAX_CLIENTS: usize = 640;
+/// Bytes queued by all of a host's clients together (each has its own
+/// bound too, [`super::conn::DEFAULT_MAX_QUEUED_BYTES`] unless set).
+pub const DEFAULT_MAX_TOTAL_QUEUED_BYTES: usize = 64 << 20;
 /// Default bound on connected clients of one uid.
 pub const DEFAULT_MAX_CLIENTS_PER_UID: usize = 320;
 /// Default bound on TCP and vsock connections in all (leaving room in
@@ -175,6 +179,8 @@ pub struct Host {
     clients: Clients,
     next_client: u64,
     max_queued: usize,
+    /// Shared by every client's queue.
+    queue_budget: Arc<QueueBudget>,
     max_clients: usize,
     max_clients_per_uid: usize,
     clients_per_uid: HashMap<u32, usize>,
@@ -201,6 +207,7 @@ impl Host {
             clients: Clients::default(),
             next_client: 0,
             max_queued: DEFAULT_MAX_QUEUED_BYTES,
+            queue_budget: QueueBudget::new(DEFAULT_MAX_TOTAL_QUEUED_BYTES),
             max_clients: DEFAULT_MAX_CLIENTS,
             max_clients_per_uid: DEFAULT_MAX_CLIENTS_PER_UID,
             clients_per_uid: HashMap::new(),
@@ -228,6 +235,18 @@ impl Host {
     /// Bound on bytes queued per client before it is dropped.
     pub fn set_max_queued_bytes(&mut self, bytes: usize) {
         self.max_queued = bytes;
+    }
+
+    /// Bound on bytes queued by all clients together: a client whose reply
+    /// does not fit is dropped as one that does not read. Set it before
+    /// clients connect.
+    pub fn set_max_total_queued_bytes(&mut self, bytes: usize) {
+        self.queue_budget = QueueBudget::new(bytes);
+    }
+
+    /// Bytes queued by all clients now.
+    pub fn total_queued_bytes(&self) -> usize {
+        self.queue_budget.used()
     }
 
     /// Exposes a service; `methods` are numbered 1..N in this order.
@@ -472,7 +491,7 @@ impl Host {
                 identity: None,
                 remote_host,
                 identity_deadline,
-                conn: Conn::new(stream, self.max_queued),
+                conn: Conn::new(stream, self.max_queued).with_budget(self.queue_budget.clone()),
                 dead: false,
             },
         );

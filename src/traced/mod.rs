@@ -56,6 +56,9 @@ pub const DEFAULT_CONSUMER_MODE: u32 = 0o600;
 /// Send-queue bound per consumer connection (ReadBuffers is streamed at
 /// the consumer's pace, so little more than one read step is ever queued).
 const MAX_CONSUMER_QUEUED_BYTES: usize = 16 << 20;
+/// ... and by all consumers together (256 of them would be 4 GiB): one
+/// whose reply does not fit is dropped as one that does not read.
+const MAX_CONSUMERS_QUEUED_BYTES: usize = 64 << 20;
 /// Consumers connected at once, in all and per uid (producers: the host's
 /// defaults).
 const MAX_CONSUMERS: usize = 256;
@@ -246,6 +249,7 @@ pub fn run(opts: &TracedOptions, ready: impl FnOnce()) -> io::Result<()> {
     let mut consumer_host = Host::new();
     consumer_host.expose_service("ConsumerPort", CONSUMER_PORT_METHODS);
     consumer_host.set_max_queued_bytes(MAX_CONSUMER_QUEUED_BYTES);
+    consumer_host.set_max_total_queued_bytes(MAX_CONSUMERS_QUEUED_BYTES);
     consumer_host.set_client_limits(MAX_CONSUMERS, MAX_CONSUMERS_PER_UID);
     let perms = opts.socket_permissions.as_ref();
     {

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use super::elf::{self, ElfInfo, ReadAt};
 use super::maps::{self, Map};
 use crate::traced_probes::ftrace::ksyms_load;
-use crate::traced_probes::ftrace::parse::ksyms::KernelSymbols;
+use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
 
 const MAX_MAPS_PER_PROCESS: usize = 8192;
 const MAX_PROCESSES: usize = 4096;
@@ -62,7 +62,7 @@ pub struct Resolver {
     processes: HashMap<u32, Process>,
     files: HashMap<String, Rc<ElfInfo>>,
     files_bytes: usize,
-    kernel: Option<KernelSymbols>,
+    kernel: Option<LazySymbols>,
     symbols: bool,
     pub stats: ResolverStats,
 }
@@ -76,21 +76,10 @@ pub struct ResolverStats {
 
 impl Resolver {
     pub fn new(symbols: bool, kernel_names: bool) -> Resolver {
-        let kernel = if kernel_names {
-            match ksyms_load::load_kallsyms() {
-                Ok(k) if !k.is_empty() => Some(k),
-                Ok(_) => {
-                    crate::log_warn!("kallsyms hides addresses; kernel frames stay unnamed");
-                    None
-                }
-                Err(e) => {
-                    crate::log_warn!("/proc/kallsyms: {e}; kernel frames stay unnamed");
-                    None
-                }
-            }
-        } else {
-            None
-        };
+        // On a thread: parsing ~100k symbols takes seconds on a slow
+        // board (3 s in the aarch64 TCG guest), and setup must answer
+        // traced now. The first kernel frame waits for it.
+        let kernel = kernel_names.then(|| ksyms_load::in_background("linux.perf"));
         Resolver {
             symbols,
             kernel,
@@ -100,7 +89,7 @@ impl Resolver {
 
     /// The kernel function containing `ip`, written into `out`.
     pub fn kernel_name<'o>(&self, ip: u64, out: &'o mut String) -> Option<&'o str> {
-        self.kernel.as_ref()?.lookup_into(ip, out)
+        self.kernel.as_ref()?.get().lookup_into(ip, out)
     }
 
     /// Forgets a process's maps (it may have exec'd or exited).

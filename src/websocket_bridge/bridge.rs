@@ -10,7 +10,11 @@
 //! * a request head must arrive within [`HANDSHAKE_TIMEOUT`], and a
 //!   closing connection gets [`CLOSE_TIMEOUT`] to take its last bytes;
 //! * frames over [`MAX_FRAME_PAYLOAD`] are refused (close 1009);
-//! * at most `max_conns` clients at once; more get `503`.
+//! * a websocket with no traffic from either side for half of
+//!   `idle_timeout` gets a ping (a browser answers it by itself); with none
+//!   for all of it, it is closed (1001), so idle sockets free their slots;
+//! * at most `max_conns` clients at once, and `max_conns_per_addr` from one
+//!   address; more get `503`.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -55,7 +59,9 @@ pub struct Options {
     pub origins: Vec<String>,
     pub endpoints: Vec<Endpoint>,
     pub max_conns: usize,
+    pub max_conns_per_addr: usize,
     pub stall_timeout: Duration,
+    pub idle_timeout: Duration,
 }
 
 /// Binds `opts.listen`, logs the bound address and serves forever.
@@ -107,6 +113,17 @@ struct Conn {
     to_upstream: OutBuf,
     /// Last time the client took bytes or had none waiting.
     client_progress: Instant,
+    /// Last time bytes came from the client or the upstream.
+    last_traffic: Instant,
+    /// A ping went out since `last_traffic`.
+    pinged: bool,
+}
+
+/// What the sweep does to a connection.
+enum Sweep {
+    Drop(&'static str),
+    Ping,
+    IdleClose,
 }
 
 struct Bridge {
@@ -144,26 +161,56 @@ impl Handler for Bridge {
 
     fn on_timer(&mut self, ctl: &mut LoopCtl<'_, ()>, _id: TimerId) {
         let now = Instant::now();
-        let mut expired = Vec::new();
+        let idle = self.opts.idle_timeout;
+        let mut due = Vec::new();
         for c in self.conns.iter_mut() {
             if c.to_client.is_empty() {
                 c.client_progress = now;
             }
-            let why = match c.phase {
-                Phase::Handshake if now - c.since > HANDSHAKE_TIMEOUT => "no request head in time",
-                Phase::Closing if now - c.since > CLOSE_TIMEOUT => "client did not take the close",
-                Phase::Open if now - c.client_progress > self.opts.stall_timeout => {
-                    "client stopped reading"
+            let quiet = now - c.last_traffic;
+            let what = match c.phase {
+                Phase::Handshake if now - c.since > HANDSHAKE_TIMEOUT => {
+                    Sweep::Drop("no request head in time")
                 }
+                Phase::Closing if now - c.since > CLOSE_TIMEOUT => {
+                    Sweep::Drop("client did not take the close")
+                }
+                Phase::Open if now - c.client_progress > self.opts.stall_timeout => {
+                    Sweep::Drop("client stopped reading")
+                }
+                Phase::Open if quiet > idle => Sweep::IdleClose,
+                Phase::Open if quiet > idle / 2 && !c.pinged => Sweep::Ping,
                 _ => continue,
             };
-            expired.push((c.token, why));
+            due.push((c.token, what));
         }
-        for (token, why) in expired {
-            if let Some(i) = self.conns.iter().position(|c| c.token == token) {
-                let conn = self.conns.swap_remove(i);
-                log_warn!("{}: {why}; dropped", conn.peer);
-                self.finish(ctl, conn, why);
+        for (token, what) in due {
+            let Some(i) = self.conns.iter().position(|c| c.token == token) else {
+                continue;
+            };
+            let mut conn = self.conns.swap_remove(i);
+            match what {
+                Sweep::Drop(why) => {
+                    log_warn!("{}: {why}; dropped", conn.peer);
+                    self.finish(ctl, conn, why);
+                    continue;
+                }
+                Sweep::Ping => {
+                    conn.pinged = true;
+                    frame::put_frame(conn.to_client.tail(), frame::OP_PING, b"");
+                }
+                Sweep::IdleClose => {
+                    log_warn!(
+                        "{}: no traffic for {} s; closing",
+                        conn.peer,
+                        idle.as_secs()
+                    );
+                    self.close(ctl, &mut conn, frame::CLOSE_GOING_AWAY, "no traffic");
+                }
+            }
+            match self.pump(ctl, &mut conn) {
+                None => self.conns.push(conn),
+                Some(why) => self.finish(ctl, conn, &why),
             }
         }
     }
@@ -191,6 +238,20 @@ impl Bridge {
                 ));
                 continue;
             }
+            let same_addr = self.conns.iter().filter(|c| c.peer.ip() == peer.ip());
+            if same_addr.count() >= self.opts.max_conns_per_addr {
+                log_warn!(
+                    "{peer}: refused, {} clients from {} already",
+                    self.opts.max_conns_per_addr,
+                    peer.ip()
+                );
+                let _ = (&client).write(&handshake::error_response(
+                    "503 Service Unavailable",
+                    "",
+                    "too many connections from this address",
+                ));
+                continue;
+            }
             if client.set_nonblocking(true).is_err() {
                 continue;
             }
@@ -215,6 +276,8 @@ impl Bridge {
                 to_client: OutBuf::default(),
                 to_upstream: OutBuf::default(),
                 client_progress: now,
+                last_traffic: now,
+                pinged: false,
             };
             // Bytes may already be there; edge-triggered, so look now.
             match self.pump(ctl, &mut conn) {
@@ -263,6 +326,7 @@ impl Bridge {
                     Ok(0) => return Some("client hung up".into()),
                     Ok(n) => {
                         moved = true;
+                        (c.last_traffic, c.pinged) = (Instant::now(), false);
                         self.on_client_bytes(ctl, c, &buf[..n]);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -284,6 +348,7 @@ impl Bridge {
                     }
                     Ok(n) => {
                         moved = true;
+                        (c.last_traffic, c.pinged) = (Instant::now(), false);
                         frame::put_frame(c.to_client.tail(), frame::OP_BINARY, &buf[..n]);
                     }
                     Err(e) => {

@@ -620,3 +620,140 @@ fn a_client_that_stops_reading_is_dropped_without_stalling_others() {
     }
     assert!(bridge.log_has("client stopped reading"));
 }
+
+// Hostile clients (issue 33, defect 10): ambiguous heads, close codes a
+// peer may not send, text that is not UTF-8, and idle sockets that would
+// hold every slot.
+
+/// Sends a raw request head (none if empty: a refusal at accept comes
+/// unasked, and unread request bytes would turn the close into a reset);
+/// returns the whole response.
+fn raw_http(port: u16, head: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp
+}
+
+fn upgrade_head(extra: &str) -> String {
+    format!(
+        "GET /traced HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\n{extra}\r\n"
+    )
+}
+
+#[test]
+fn two_origins_or_two_keys_are_refused() {
+    let (psock, csock) = sockets("dups");
+    let _daemon = start_traced(&psock, &csock);
+    let bridge = Bridge::start(&csock, &[], &[]);
+    let key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let ui = format!("Origin: {UI}\r\n");
+    let evil = "Origin: https://evil.example\r\n";
+    for (extra, why) in [
+        (format!("{ui}{evil}{key}"), "two Origin headers"),
+        (format!("{evil}{ui}{key}"), "two Origin headers"),
+        (format!("{ui}{ui}{key}"), "two Origin headers"),
+        (
+            format!("{ui}{key}Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n"),
+            "two Sec-WebSocket-Key headers",
+        ),
+    ] {
+        let resp = raw_http(bridge.port, &upgrade_head(&extra));
+        assert!(resp.starts_with("HTTP/1.1 400 "), "{extra}: {resp}");
+        assert!(resp.contains(why), "{extra}: {resp}");
+    }
+    assert!(bridge.log_gets("two Origin headers"));
+}
+
+/// A masked client frame.
+fn masked(first: u8, payload: &[u8]) -> Vec<u8> {
+    let mask = [1u8, 2, 3, 4];
+    assert!(payload.len() < 126);
+    let mut f = vec![first, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+#[test]
+fn invalid_close_codes_get_1002_and_invalid_utf8_gets_1007() {
+    let (psock, csock) = sockets("codes");
+    let _daemon = start_traced(&psock, &csock);
+    let bridge = Bridge::start(&csock, &[], &[]);
+    let close =
+        |code: u16, reason: &[u8]| masked(0x88, &[&code.to_be_bytes()[..], reason].concat());
+    let cases: [(Vec<u8>, u16); 7] = [
+        (close(999, b""), 1002),
+        (close(1005, b""), 1002),
+        (close(1006, b""), 1002),
+        (close(5000, b""), 1002),
+        (close(1000, &[0xff, 0xfe]), 1007),
+        (masked(0x81, &[b'o', b'k', 0xc3]), 1007),
+        (masked(0x81, &[0xed, 0xa0, 0x80]), 1007),
+    ];
+    for (bytes, code) in cases {
+        let mut s = raw_upgrade(bridge.port, "/traced");
+        s.write_all(&bytes).unwrap();
+        assert_eq!(expect_close(&mut s), code, "{bytes:x?}");
+    }
+    // A valid code is echoed, and valid text goes through.
+    let mut s = raw_upgrade(bridge.port, "/traced");
+    s.write_all(&close(4000, "fin κ".as_bytes())).unwrap();
+    assert_eq!(expect_close(&mut s), 4000);
+    assert!(bridge.log_gets("invalid close code"));
+    assert!(bridge.log_gets("text message is not UTF-8"));
+}
+
+/// Reads one server frame: (opcode, payload).
+fn read_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).unwrap();
+    assert!(h[1] < 126);
+    let mut p = vec![0u8; h[1] as usize];
+    s.read_exact(&mut p).unwrap();
+    (h[0] & 0x0f, p)
+}
+
+#[test]
+fn idle_websockets_are_closed_and_one_address_holds_at_most_16_slots() {
+    let (psock, csock) = sockets("idle");
+    let _daemon = start_traced(&psock, &csock);
+    let bridge = Bridge::start(&csock, &[], &["--idle-timeout", "3"]);
+    // A client that answers the bridge's pings, as a browser does.
+    let mut alive = raw_upgrade(bridge.port, "/traced");
+    // Fifteen more that never say anything: 16 from this address.
+    let mut idle: Vec<TcpStream> = (0..15)
+        .map(|_| raw_upgrade(bridge.port, "/traced"))
+        .collect();
+    let resp = raw_http(bridge.port, "");
+    assert!(resp.starts_with("HTTP/1.1 503 "), "{resp}");
+    assert!(
+        resp.contains("too many connections from this address"),
+        "{resp}"
+    );
+    // The bridge pings at half the timeout; the live client answers.
+    let (op, payload) = read_frame(&mut alive);
+    assert_eq!(op, 0x9, "a ping");
+    alive.write_all(&masked(0x8a, &payload)).unwrap();
+    // The silent ones get a ping, then the close (1001) at the timeout.
+    for s in idle.iter_mut() {
+        assert_eq!(expect_close(s), 1001);
+    }
+    assert!(bridge.log_gets("no traffic for 3 s; closing"));
+    // Their slots are free again.
+    let _again = raw_upgrade(bridge.port, "/traced");
+    // The live one is still open: it answers its pings and gets a pong.
+    alive.write_all(&masked(0x89, b"still")).unwrap();
+    loop {
+        let (op, payload) = read_frame(&mut alive);
+        if op == 0x9 {
+            alive.write_all(&masked(0x8a, &payload)).unwrap();
+            continue;
+        }
+        assert_eq!((op, payload.as_slice()), (0xa, &b"still"[..]));
+        break;
+    }
+}

@@ -11,32 +11,34 @@ pub fn load_kallsyms() -> std::io::Result<KernelSymbols> {
     Ok(KernelSymbols::parse(&std::fs::read("/proc/kallsyms")?))
 }
 
-/// [`load_kallsyms`], saying in the log why the table is empty.
-fn load_logged() -> KernelSymbols {
+/// [`load_kallsyms`], saying in the log (lines starting with `who`) why
+/// the table is empty.
+fn load_logged(who: &str) -> KernelSymbols {
     match load_kallsyms() {
         Ok(k) => {
             if k.is_empty() {
-                crate::log_warn!("ftrace: no kernel symbols (kptr_restrict?)");
+                crate::log_warn!("{who}: no kernel symbols (kptr_restrict?)");
             }
             k
         }
         Err(e) => {
-            crate::log_warn!("ftrace: cannot read /proc/kallsyms: {e}");
+            crate::log_warn!("{who}: cannot read /proc/kallsyms: {e}");
             KernelSymbols::default()
         }
     }
 }
 
 /// Starts loading the table on a thread; the first lookup that needs a
-/// name waits for it (if the thread cannot start, it loads then).
-pub fn in_background() -> LazySymbols {
+/// name waits for it (if the thread cannot start, it loads then). `who`
+/// starts the log lines (`ftrace`, `linux.perf`).
+pub fn in_background(who: &'static str) -> LazySymbols {
     match std::thread::Builder::new()
         .name("ksyms-load".into())
-        .spawn(|| {
+        .spawn(move || {
             crate::base::own_threads::register_current("ksyms-load");
-            load_logged()
+            load_logged(who)
         }) {
         Ok(h) => LazySymbols::new(move || h.join().unwrap_or_default()),
-        Err(_) => LazySymbols::new(load_logged),
+        Err(_) => LazySymbols::new(move || load_logged(who)),
     }
 }

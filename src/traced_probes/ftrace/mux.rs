@@ -242,7 +242,7 @@ impl FtraceMux {
                 let k = self
                     .ksyms
                     .upgrade()
-                    .unwrap_or_else(|| Rc::new(ksyms_load::in_background()));
+                    .unwrap_or_else(|| Rc::new(ksyms_load::in_background("ftrace")));
                 self.ksyms = Rc::downgrade(&k);
                 k
             }),

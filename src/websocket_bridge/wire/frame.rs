@@ -8,6 +8,11 @@
 //!   payload bytes, and may come between the fragments of a message;
 //! * a continuation frame continues a message; a text or binary frame
 //!   does not interrupt one;
+//! * a close frame's status code is one a peer may send (1000-1003,
+//!   1007-1014, 3000-4999: not 1005, 1006 or 999, which are for local
+//!   use or unassigned), else close 1002;
+//! * text messages and close reasons are UTF-8, checked across fragments
+//!   (a character may be split between them), else close 1007;
 //! * a frame announcing more than `max_payload` bytes is refused as soon
 //!   as its header arrives, so the decoder holds at most one frame plus
 //!   what the caller pushed since.
@@ -28,6 +33,7 @@ pub const OP_PONG: u8 = 0xA;
 pub const CLOSE_NORMAL: u16 = 1000;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 pub const CLOSE_PROTOCOL_ERROR: u16 = 1002;
+pub const CLOSE_INVALID_PAYLOAD: u16 = 1007;
 pub const CLOSE_TOO_BIG: u16 = 1009;
 
 /// Longest header: 2 bytes, 8 of extended length, 4 of mask.
@@ -53,6 +59,8 @@ pub enum FrameError {
     Protocol(&'static str),
     /// A frame announced more payload than allowed.
     TooBig { len_untrusted: u64 },
+    /// A text message or a close reason that is not UTF-8.
+    InvalidPayload(&'static str),
 }
 
 impl FrameError {
@@ -61,6 +69,7 @@ impl FrameError {
         match self {
             FrameError::Protocol(_) => CLOSE_PROTOCOL_ERROR,
             FrameError::TooBig { .. } => CLOSE_TOO_BIG,
+            FrameError::InvalidPayload(_) => CLOSE_INVALID_PAYLOAD,
         }
     }
 }
@@ -72,6 +81,7 @@ impl std::fmt::Display for FrameError {
             FrameError::TooBig { len_untrusted } => {
                 write!(f, "websocket frame of {len_untrusted} bytes is too big")
             }
+            FrameError::InvalidPayload(why) => write!(f, "websocket payload error: {why}"),
         }
     }
 }
@@ -84,6 +94,11 @@ pub struct FrameDecoder {
     buf: Vec<u8>,
     max_payload: usize,
     in_message: bool,
+    /// The message in progress is text: its bytes must be UTF-8.
+    text: bool,
+    /// The incomplete character a text fragment ended with (at most 3
+    /// bytes), completed by the next fragment.
+    utf8_tail: Vec<u8>,
     /// A close arrived: nothing more is decoded.
     done: bool,
     error: Option<FrameError>,
@@ -96,6 +111,8 @@ impl FrameDecoder {
             buf: Vec::new(),
             max_payload,
             in_message: false,
+            text: false,
+            utf8_tail: Vec::new(),
             done: false,
             error: None,
         }
@@ -190,15 +207,59 @@ impl FrameDecoder {
             OP_CLOSE => match payload.len() {
                 0 => Event::Close { code: None },
                 1 => return Err(FrameError::Protocol("close payload of one byte")),
-                _ => Event::Close {
-                    code: Some(u16::from_be_bytes([payload[0], payload[1]])),
-                },
+                _ => {
+                    let code_untrusted = u16::from_be_bytes([payload[0], payload[1]]);
+                    if !close_code_valid(code_untrusted) {
+                        return Err(FrameError::Protocol("invalid close code"));
+                    }
+                    if std::str::from_utf8(&payload[2..]).is_err() {
+                        return Err(FrameError::InvalidPayload("close reason is not UTF-8"));
+                    }
+                    Event::Close {
+                        code: Some(code_untrusted),
+                    }
+                }
             },
             _ => {
+                if opcode != OP_CONTINUATION {
+                    self.text = opcode == OP_TEXT;
+                }
+                if self.text {
+                    check_utf8(&mut self.utf8_tail, &payload, fin)?;
+                }
                 self.in_message = !fin;
                 Event::Data(payload)
             }
         }))
+    }
+}
+
+/// Status codes a peer may send in a close frame (RFC 6455 section 7.4 and
+/// IANA's registry): not 1004-1006 or 1015 (reserved, or for local use
+/// only), nor anything unassigned.
+pub fn close_code_valid(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
+}
+
+/// Checks a text fragment that continues a message whose previous one
+/// ended with the incomplete character `tail`; leaves in `tail` the
+/// incomplete character this one ends with (none allowed on the last).
+fn check_utf8(tail: &mut Vec<u8>, data_untrusted: &[u8], last: bool) -> Result<(), FrameError> {
+    let joined;
+    let bytes = if tail.is_empty() {
+        data_untrusted
+    } else {
+        joined = [std::mem::take(tail).as_slice(), data_untrusted].concat();
+        &joined
+    };
+    match std::str::from_utf8(bytes) {
+        Ok(_) => Ok(()),
+        // Cut short at the end (at most 3 bytes): the next fragment goes on.
+        Err(e) if e.error_len().is_none() && !last => {
+            tail.extend_from_slice(&bytes[e.valid_up_to()..]);
+            Ok(())
+        }
+        Err(_) => Err(FrameError::InvalidPayload("text message is not UTF-8")),
     }
 }
 
@@ -347,6 +408,64 @@ mod tests {
             let err = err.unwrap_or_else(|| panic!("accepted {c:x?}"));
             assert_eq!(err.close_code(), CLOSE_PROTOCOL_ERROR, "{c:x?}");
         }
+    }
+
+    /// Issue 33: close codes a peer may not send are answered with 1002;
+    /// text and close reasons that are not UTF-8 with 1007.
+    #[test]
+    fn close_codes_and_utf8_are_checked() {
+        for code in [
+            0u16, 999, 1004, 1005, 1006, 1015, 1016, 2000, 2999, 5000, 65535,
+        ] {
+            let (ev, err) = events(&client(0x88, &code.to_be_bytes()), 1024);
+            assert!(ev.is_empty(), "{code}");
+            assert_eq!(
+                err.map(FrameError::close_code),
+                Some(CLOSE_PROTOCOL_ERROR),
+                "{code}"
+            );
+        }
+        for code in [1000u16, 1001, 1002, 1003, 1007, 1011, 1014, 3000, 4999] {
+            let (ev, err) = events(&client(0x88, &code.to_be_bytes()), 1024);
+            assert_eq!((ev, err), (vec![Event::Close { code: Some(code) }], None));
+        }
+        let bad_reason = [&1000u16.to_be_bytes()[..], &[0xce, 0xba, 0xff]].concat();
+        let good_reason = [&1000u16.to_be_bytes()[..], "κόσμε".as_bytes()].concat();
+        assert_eq!(
+            events(&client(0x88, &bad_reason), 1024)
+                .1
+                .map(FrameError::close_code),
+            Some(CLOSE_INVALID_PAYLOAD)
+        );
+        assert_eq!(events(&client(0x88, &good_reason), 1024).1, None);
+        // Text: a character split across fragments is fine; a bad byte, a
+        // character left incomplete at the end, or an overlong form is not.
+        let euro = "€".as_bytes(); // e2 82 ac
+        let split = [
+            client(0x01, &[b'a', euro[0]]),
+            client(0x89, b"p"),
+            client(0x00, &euro[1..2]),
+            client(0x80, &[euro[2], b'b']),
+        ]
+        .concat();
+        let (ev, err) = events(&split, 1024);
+        assert_eq!((ev.len(), err), (4, None));
+        for bad in [
+            client(0x81, &[0xff]),
+            client(0x81, &[b'a', euro[0], euro[1]]),
+            [client(0x01, &euro[..2]), client(0x80, b"")].concat(),
+            client(0x81, &[0xc0, 0xaf]),
+            client(0x81, &[0xed, 0xa0, 0x80]), // a surrogate
+        ] {
+            let err = events(&bad, 1024).1;
+            assert_eq!(
+                err.map(FrameError::close_code),
+                Some(CLOSE_INVALID_PAYLOAD),
+                "{bad:x?}"
+            );
+        }
+        // Binary messages carry any bytes.
+        assert_eq!(events(&client(0x82, &[0xff]), 1024).1, None);
     }
 
     #[test]

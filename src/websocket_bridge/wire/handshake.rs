@@ -5,7 +5,9 @@
 //! Rules, in order (upstream's HTTP server behaves the same way where it
 //! has a rule):
 //! 1. a head over [`MAX_HEAD_BYTES`] or with more than [`MAX_HEADERS`]
-//!    headers is `431`; one that does not parse is `400`;
+//!    headers is `431`; one that does not parse, or that has two `Origin`,
+//!    `Sec-WebSocket-Key` or `Sec-WebSocket-Version` headers (which one
+//!    would count is ambiguous), is `400`;
 //! 2. an `Origin` that is present and not allowed is `403` (CSRF defence);
 //! 3. a path that is not an endpoint, or a request that is not a `GET`
 //!    with `Upgrade: websocket`, is `404`;
@@ -124,6 +126,13 @@ pub fn parse_request(buf_untrusted: &[u8]) -> Result<Option<(Request<'_>, usize)
     )))
 }
 
+/// Headers a request may carry once, and the refusal for two.
+const SINGLE_HEADERS: [(&str, &str); 3] = [
+    ("origin", "two Origin headers"),
+    ("sec-websocket-key", "two Sec-WebSocket-Key headers"),
+    ("sec-websocket-version", "two Sec-WebSocket-Version headers"),
+];
+
 /// What to do with a parsed request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -144,6 +153,15 @@ pub fn decide(req: &Request<'_>, paths: &[&str], origins: &[String]) -> Verdict 
         response: error_response(status, extra, why),
         why,
     };
+    for (name, why) in SINGLE_HEADERS {
+        let n = req
+            .headers
+            .iter()
+            .filter(|(h, _)| h.eq_ignore_ascii_case(name));
+        if n.count() > 1 {
+            return refuse("400 Bad Request", "", why);
+        }
+    }
     let origin_untrusted = req.header("origin");
     let allowed =
         origin_untrusted.is_some_and(|o| origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
@@ -300,6 +318,31 @@ mod tests {
                 "404",
             ),
             (format!("GET /traced HTTP/1.1\r\n{good}{v13}\r\n"), "404"),
+            // Issue 33: a second Origin (allowed or not, either order), key
+            // or version is refused, not resolved to the first.
+            (head("/traced", &format!("{good}{good}{v13}")), "400"),
+            (
+                head(
+                    "/traced",
+                    &format!("Origin: https://evil.example\r\n{good}{v13}"),
+                ),
+                "400",
+            ),
+            (
+                head(
+                    "/traced",
+                    &format!("{good}Origin: https://evil.example\r\n{v13}"),
+                ),
+                "400",
+            ),
+            (head("/traced", &format!("{good}{v13}{v13}")), "400"),
+            (
+                head(
+                    "/traced",
+                    &format!("{good}{v13}Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n"),
+                ),
+                "400",
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(status(&verdict(&text)), want, "{text}");
