@@ -88,7 +88,10 @@ create_group() {
     if [ -n "$DESTDIR" ]; then
         gfile="$root/etc/group"
         [ -f "$gfile" ] || die "--create-group: no $gfile in DESTDIR"
-        grep -q "^$group:" "$gfile" && return 0
+        if grep -q "^$group:" "$gfile"; then
+            echo "group $group already exists; its members may record (consumer socket)"
+            return 0
+        fi
         # The first free system gid from 999 down.
         gid=999
         while cut -d: -f3 "$gfile" | grep -qx "$gid"; do gid=$((gid - 1)); done
@@ -99,8 +102,11 @@ create_group() {
         else
             addgroup -S "$group"
         fi
+    else
+        echo "group $group already exists; its members may record (consumer socket)"
+        return 0
     fi
-    echo "group $group exists; its members may record (consumer socket)"
+    echo "created group $group; its members may record (consumer socket)"
 }
 [ -n "$group" ] && create_group
 
@@ -151,9 +157,9 @@ systemd)
         echo "installed $unit_dir/$u"
     done
     install_defaults
-    echo "enable with: systemctl enable --now traced traced-probes"
+    echo "enable with: systemctl enable --now traced traced-probes traced-perf"
     echo "  (a remote board: set PERFETTO_RELAY_SOCK_NAME in $root/etc/default/tracebox,"
-    echo "  then systemctl enable --now traced-relay traced-probes)"
+    echo "  then systemctl enable --now traced-relay traced-probes traced-perf)"
     ;;
 android-*)
     if [ "$init" = android-replace ]; then

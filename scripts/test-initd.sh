@@ -101,6 +101,7 @@ rc=0
 run_init status || rc=$?
 [ $rc = 3 ] || fail "status after stop: $rc, want 3"
 [ ! -e "$tmp/run/traced.pid" ] && [ ! -e "$tmp/run/traced_probes.pid" ] && [ ! -e "$tmp/run/traced_perf.pid" ] || fail "pidfiles left"
+[ ! -e "$tmp/producer.sock" ] && [ ! -e "$tmp/consumer.sock" ] || fail "socket files left: $(ls "$tmp")"
 if pgrep -f "$tmp/root/usr/bin/" >/dev/null; then
     pgrep -af "$tmp/root/usr/bin/" >&2
     fail "tracebox processes left running"
@@ -179,12 +180,12 @@ TRACEBOX_DEFAULTS="$tmp/default.central" run_init start >/dev/null 2>"$tmp/both.
 central() { PERFETTO_CONSUMER_SOCK_NAME="$tmp/central-consumer.sock" "$@"; }
 n=0
 until central "$tmp/root/usr/bin/perfetto" --query 2>/dev/null | grep -q "perfetto.traced_probes" &&
-    grep -q "^\[traced_relay\] I: clocks synced" "$tmp/relay-mode.log" 2>/dev/null; do
+    grep -q "^[0-9-]*T[0-9:.]*Z \[traced_relay\] I: clocks synced" "$tmp/relay-mode.log" 2>/dev/null; do
     n=$((n + 1))
     [ $n -lt 600 ] || fail "no relayed traced_probes or clock sync at the central traced: $(cat "$tmp/relay-mode.log")"
     sleep 0.1
 done
-grep -q "^\[traced_relay\] I: started in the background, logging to $tmp/relay-mode.log" "$tmp/relay-mode.log" ||
+grep -q "^[0-9-]*T[0-9:.]*Z \[traced_relay\] I: started in the background, logging to $tmp/relay-mode.log" "$tmp/relay-mode.log" ||
     fail "traced_relay did not log like the other daemons: $(cat "$tmp/relay-mode.log")"
 cat >"$tmp/relay-config.txt" <<EOF2
 buffers { size_kb: 4096 }

@@ -85,6 +85,19 @@ duration_ms: {ms}
         ),
         "{b_err}"
     );
+    // Said at the start (before the end line), with the owner and the fix.
+    let start = b_err
+        .lines()
+        .find(|l| l.starts_with("NOT RECORDING AS ASKED:"))
+        .unwrap_or_else(|| panic!("nothing said at the start: {b_err}"));
+    for want in [
+        "top-level ftrace instance",
+        "(pid ",
+        "--ftrace-instance NAME",
+    ] {
+        assert!(start.contains(want), "{want} not in {start}");
+    }
+    assert!(b_err.find(start) < b_err.find("Trace stats:"), "{b_err}");
     // A is still recording: B reset nothing.
     assert_eq!(top_tracing_on(), "1", "{b_err}");
     assert!(a.wait().unwrap().success());

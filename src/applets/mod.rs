@@ -87,7 +87,7 @@ fn usage() -> String {
     let mut s = format!(
         "{VERSION}: Perfetto-compatible system tracing in one binary.\n\n\
          Usage:\n  tracebox APPLET [ARGS...]   run an applet\n  \
-         tracebox [PERFETTO ARGS...]  record, starting traced and traced_probes if none runs\n  \
+         tracebox [PERFETTO ARGS...]  record, starting traced, traced_probes and traced_perf if none runs\n  \
          tracebox --list | --version | --help\n  \
          tracebox --list-categories   what light mode records (sched, freq, ...), with this kernel's events\n  \
          tracebox --list-events       every ftrace event of this kernel (group/event)\n\nApplets:\n"

@@ -11,7 +11,7 @@ use crate::cmd::flags::{normalize, RawFlags};
 use crate::cmd::options::{self, Action, Background, ConfigInput};
 use crate::cmd::session::ReadyNotifier;
 use crate::cmd::signals::StopSignals;
-use crate::cmd::{attach, autostart, pbtx, query, session, triggers};
+use crate::cmd::{attach, autostart, output, pbtx, query, session, triggers};
 use crate::ipc::default_sockets::{consumer_socket_name, producer_socket_name};
 
 const BACKGROUND_WAIT: Duration = Duration::from_secs(30);
@@ -118,6 +118,16 @@ pub fn main(args: &[String], via: Via) -> i32 {
         } => attach::clone(&consumer, &target, for_bugreport, &output),
         Action::Triggers(names) => triggers::activate(&producer_socket_name(), &names),
         Action::Trace(plan) => {
+            // Light-mode typos and output-path errors before any daemon
+            // starts (or -d forks).
+            if let Err(e) = crate::cmd::list::check_light_tokens(&flags.categories) {
+                eprintln!("{e}");
+                return 1;
+            }
+            if let Err(e) = plan.output.as_ref().map_or(Ok(()), output::precheck) {
+                eprintln!("{e}");
+                return 1;
+            }
             let mut ready = ReadyNotifier(None);
             if plan.background != Background::No {
                 match daemonize::background() {

@@ -124,7 +124,8 @@ impl Sink {
                 let _ = sock.send(msg.as_bytes());
             }
             Sink::File { file, max } => {
-                let line = format!("[{tag}] {letter}: {args}\n");
+                let now = utc_timestamp(std::time::SystemTime::now());
+                let line = format!("{now} [{tag}] {letter}: {args}\n");
                 let len = file.metadata().map_or(0, |m| m.len());
                 if len + line.len() as u64 > *max {
                     let _ = file.set_len(0);
@@ -139,6 +140,31 @@ impl Sink {
             }
         }
     }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC) for a log file's lines (syslog
+/// stamps its own).
+fn utc_timestamp(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
 }
 
 /// Default bound of the log file.
@@ -218,7 +244,22 @@ mod tests {
         }
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("log restarted"), "{text}");
-        assert!(text.ends_with("[t] I: line number 49\n"), "{text}");
+        assert!(text.ends_with("Z [t] I: line number 49\n"), "{text}");
+    }
+
+    #[test]
+    fn log_file_lines_are_stamped_in_utc() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let at = |s: u64, ms: u64| UNIX_EPOCH + Duration::from_millis(s * 1000 + ms);
+        assert_eq!(utc_timestamp(at(0, 0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            utc_timestamp(at(951_827_696, 7)),
+            "2000-02-29T12:34:56.007Z"
+        );
+        assert_eq!(
+            utc_timestamp(at(1_795_825_096, 358)),
+            "2026-11-28T00:18:16.358Z"
+        );
     }
 
     #[test]

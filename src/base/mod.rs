@@ -4,6 +4,7 @@ pub mod child_process;
 pub mod daemonize;
 pub mod event_loop;
 pub mod log;
+pub mod own_threads;
 pub mod pidfd;
 pub mod shm;
 pub mod sock_addr;

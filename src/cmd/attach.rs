@@ -112,6 +112,7 @@ pub fn attach_and_wait(socket: &str, key: &str, stop: bool, signals: &mut StopSi
         detach_key: None,
         uuid: String::new(),
         rotate: None,
+        strict: false,
     };
     session::wait_and_collect(
         &mut port,

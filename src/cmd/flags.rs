@@ -10,6 +10,12 @@ use argh::FromArgs;
 /// [-a APP] [-o OUT] [EVENTS/CATEGORIES...]. Config mode: perfetto -c FILE
 /// [--txt] -o OUT.
 #[derive(FromArgs, Debug, Default, PartialEq)]
+#[argh(
+    note = "End-of-trace line keys: [unrecorded-switches] sched_switch events the kernel \
+never recorded (some kernels skip the switch out of a cpu's idle task): a task it switched to \
+shows as the task before it until its next switch; traced_probes writes such switches in full, \
+so trace_processor counts them as mismatched_sched_switch_tids. Nothing else is lost."
+)]
 pub struct RawFlags {
     /// trace config file (binary TraceConfig, or text with --txt); - reads stdin; :test is a
     /// built-in 2 s scheduling trace
@@ -45,9 +51,18 @@ pub struct RawFlags {
     /// light mode: stop after writing this much, streaming to the file
     #[argh(option, short = 's')]
     pub size: Option<String>,
+    /// light mode: record ftrace into this tracefs instance instead of the top level (it cannot
+    /// see atrace app markers, which go to the top-level trace_marker only)
+    #[argh(option)]
+    pub ftrace_instance: Option<String>,
     /// light mode: an app whose atrace events to record (repeatable)
     #[argh(option, short = 'a')]
     pub app: Vec<String>,
+    /// stop and exit 1 as soon as a data source cannot record what was asked (an unknown
+    /// ftrace event or category, a data source nobody offers, an ftrace instance another
+    /// process owns) instead of recording the rest
+    #[argh(switch)]
+    pub strict: bool,
     /// show producers, data sources and sessions of the running service
     #[argh(switch)]
     pub query: bool,

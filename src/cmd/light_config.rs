@@ -15,6 +15,8 @@ pub struct LightOptions {
     pub size: Option<String>,
     pub apps: Vec<String>,
     pub categories: Vec<String>,
+    /// `--ftrace-instance NAME`: record ftrace into this instance.
+    pub ftrace_instance: Option<String>,
 }
 
 impl LightOptions {
@@ -25,6 +27,7 @@ impl LightOptions {
             || self.size.is_some()
             || !self.apps.is_empty()
             || !self.categories.is_empty()
+            || self.ftrace_instance.is_some()
     }
 }
 
@@ -65,6 +68,18 @@ pub fn build(opts: &LightOptions) -> Result<TraceConfig, String> {
             .ok_or_else(|| format!("--size argument is invalid: '{s}' (use e.g. 1gb, 100mb)"))?,
     };
 
+    if let Some(name) = &opts.ftrace_instance {
+        let ok = !name.is_empty()
+            && name != "."
+            && name != ".."
+            && name.bytes().all(|b| b.is_ascii_graphic() && b != b'/');
+        if !ok {
+            return Err(format!(
+                "--ftrace-instance argument is invalid: '{name}' (a tracefs instance name, \
+                 no '/' or spaces)"
+            ));
+        }
+    }
     let mut cfg = TraceConfig {
         duration_ms: Some(duration_ms as u32),
         max_file_size_bytes: Some(max_file_kb * 1024),
@@ -113,6 +128,7 @@ pub fn build(opts: &LightOptions) -> Result<TraceConfig, String> {
         || !ftrace.atrace_apps.is_empty()
     {
         ftrace.symbolize_ksyms = Some(true);
+        ftrace.instance_name = opts.ftrace_instance.clone();
         push(
             &mut cfg,
             DataSourceConfig {
@@ -211,6 +227,20 @@ mod tests {
             .unwrap();
         assert_eq!(ftrace.instance_name.as_deref(), Some("hyp"));
         assert_eq!(ftrace.ftrace_events, ["hyp/*"]);
+    }
+
+    #[test]
+    fn ftrace_instance_names_the_instance() {
+        let mut o = opts(&["sched"]);
+        o.ftrace_instance = Some("mine".into());
+        let cfg = build(&o).unwrap();
+        let ftrace = cfg.data_sources[0].config.as_ref().unwrap();
+        let ftrace = ftrace.ftrace_config.as_ref().unwrap();
+        assert_eq!(ftrace.instance_name.as_deref(), Some("mine"));
+        for bad in ["", "a/b", "..", "a b"] {
+            o.ftrace_instance = Some(bad.into());
+            assert!(build(&o).is_err(), "{bad}");
+        }
     }
 
     #[test]

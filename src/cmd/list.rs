@@ -61,3 +61,11 @@ pub fn list_categories() -> i32 {
     }
     0
 }
+
+/// Light mode's tokens against this kernel's events and the categories
+/// (events unchecked when tracefs cannot be read here).
+pub fn check_light_tokens(tokens: &[String]) -> Result<(), String> {
+    let events = events_here().ok();
+    let cats: Vec<&str> = atrace::categories().collect();
+    crate::cmd::light_check::check(tokens, events.as_deref(), &cats)
+}

@@ -48,6 +48,8 @@ pub struct TracePlan {
     pub uuid: String,
     /// `--rotate-*`: cut the streamed file into numbered files.
     pub rotate: Option<RotatePlan>,
+    /// `--strict`: a problem named at the start stops the trace (exit 1).
+    pub strict: bool,
 }
 
 /// What to clone.
@@ -199,6 +201,7 @@ pub fn plan(
         size: flags.size.clone(),
         apps: flags.app.clone(),
         categories: flags.categories.clone(),
+        ftrace_instance: flags.ftrace_instance.clone(),
     };
     let background = match (flags.background, flags.background_wait) {
         (_, true) => Background::Wait,
@@ -399,6 +402,7 @@ pub fn plan(
         notify_fd: flags.notify_fd,
         detach_key: flags.detach.clone(),
         uuid: uuid_string(msb, lsb),
+        strict: flags.strict,
     }))
 }
 

@@ -34,6 +34,36 @@ pub fn open(output: &Output) -> Result<File, String> {
     }
 }
 
+/// Checks `-o PATH` before anything starts (no daemon is autostarted for
+/// a trace that could not be written): the directory must exist, and with
+/// `--no-clobber` the file must not. [`open`] still decides for real.
+pub fn precheck(output: &Output) -> Result<(), String> {
+    let Output::File { path, no_clobber } = output else {
+        return Ok(());
+    };
+    let p = std::path::Path::new(path);
+    if *no_clobber && p.symlink_metadata().is_ok() {
+        return Err(format!(
+            "Failed to open {path}: it already exists (--no-clobber)"
+        ));
+    }
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!(
+            "Failed to open {path}: {} is not a directory",
+            dir.display()
+        )),
+        Err(e) => Err(format!(
+            "Failed to open {path}: its directory {} cannot be used: {e}",
+            dir.display()
+        )),
+    }
+}
+
 /// Removes an output file that ended up empty (service error, nothing
 /// written), as upstream does. Only regular files: `-o /dev/null` or a
 /// FIFO is never removed.
@@ -90,6 +120,32 @@ mod tests {
             no_clobber: false,
         });
         assert!(!std::path::Path::new(&path).exists());
+    }
+
+    #[test]
+    fn precheck_names_a_missing_directory_and_an_existing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |p: &std::path::Path, no_clobber| Output::File {
+            path: p.to_string_lossy().into_owned(),
+            no_clobber,
+        };
+        let missing = dir.path().join("nodir/t.pftrace");
+        let err = precheck(&file(&missing, false)).unwrap_err();
+        assert!(
+            err.contains("nodir") && err.contains("cannot be used"),
+            "{err}"
+        );
+        let existing = dir.path().join("t");
+        std::fs::write(&existing, b"old").unwrap();
+        let err = precheck(&file(&existing, true)).unwrap_err();
+        assert!(err.contains("already exists (--no-clobber)"), "{err}");
+        precheck(&file(&existing, false)).unwrap();
+        precheck(&Output::Stdout).unwrap();
+        precheck(&Output::File {
+            path: "bare-name".into(),
+            no_clobber: false,
+        })
+        .unwrap();
     }
 
     #[test]

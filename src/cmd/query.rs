@@ -1,6 +1,6 @@
 //! `perfetto --query` and `--query-raw`: what the service knows.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use super::rpc::{decode, Port};
 use crate::pb::protos::{QueryServiceStateRequest, TracingServiceState};
@@ -47,12 +47,22 @@ fn cut(s: String, long: bool) -> String {
     }
 }
 
-/// Human-readable report, upstream-style (not for machines).
-pub fn render(state: &TracingServiceState, long: bool) -> String {
+/// Colour on a terminal only, and never with `NO_COLOR` set (non-empty),
+/// as no-color.org asks.
+pub fn use_colour(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+/// Human-readable report, upstream-style (not for machines). `colour`:
+/// the warning line in red.
+pub fn render(state: &TracingServiceState, long: bool, colour: bool) -> String {
     let mut o = String::new();
-    o.push_str(
-        "\x1b[31mNot meant for machine consumption. Use --query-raw for scripts.\x1b[0m\n\n",
-    );
+    let warning = "Not meant for machine consumption. Use --query-raw for scripts.";
+    if colour {
+        o.push_str(&format!("\x1b[31m{warning}\x1b[0m\n\n"));
+    } else {
+        o.push_str(&format!("{warning}\n\n"));
+    }
     o.push_str(&format!(
         "Service: {}\nTracing sessions: {} (started: {})\n\n",
         state.tracing_service_version.clone().unwrap_or_default(),
@@ -120,12 +130,32 @@ pub fn run(socket: &str, raw: bool, long: bool) -> i32 {
     // Our own re-encoding of the replies' checked pieces (see `fetch`).
     match crate::protozero::decode::decode_message::<TracingServiceState>(&bytes) {
         Ok(state) => {
-            print!("{}", render(&state, long));
+            let colour = use_colour(
+                std::io::stdout().is_terminal(),
+                std::env::var_os("NO_COLOR").as_deref(),
+            );
+            print!("{}", render(&state, long, colour));
             0
         }
         Err(e) => {
             eprintln!("{e}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        let st = TracingServiceState::default();
+        assert!(!render(&st, false, false).contains('\x1b'));
+        assert!(render(&st, false, true).starts_with("\x1b[31m"));
+        assert!(use_colour(true, None));
+        assert!(!use_colour(false, None));
+        assert!(!use_colour(true, Some("1".as_ref())));
+        assert!(use_colour(true, Some("".as_ref())));
     }
 }

@@ -15,6 +15,7 @@ use super::rotate::Rotation;
 use super::rpc::{decode, Port};
 use super::signals::{self, StopSignals};
 use super::snapshots::Snapshots;
+use super::start_problems::StartProblems;
 use super::status_line;
 use crate::base::unix_socket::wait_readable_any;
 use crate::ipc::client::{ClientError, ClientReply};
@@ -127,21 +128,18 @@ pub fn run(
     }
     // Subscribe before enabling, so no event can slip by.
     let snaps = Snapshots::for_plan(plan, socket);
-    let mut events = Vec::new();
+    // Instance changes carry what setup could not do (start_problems).
+    let mut events = vec![ObservableType::TYPE_DATA_SOURCES_INSTANCES];
     if ready.0.is_some() {
         events.push(ObservableType::TYPE_ALL_DATA_SOURCES_STARTED);
     }
     if snaps.is_some() {
         events.push(ObservableType::TYPE_CLONE_TRIGGER_HIT);
     }
-    let observe_id = if events.is_empty() {
-        None
-    } else {
-        let req = ObserveEventsRequest {
-            events_to_observe: events,
-        };
-        port.start("ObserveEvents", &req, None).ok()
+    let req = ObserveEventsRequest {
+        events_to_observe: events,
     };
+    let observe_id = port.start("ObserveEvents", &req, None).ok();
     let fd_for_service = match (&out_file, write_into_file) {
         (Some(f), true) => f.try_clone().ok().map(OwnedFd::from),
         _ => None,
@@ -203,8 +201,8 @@ pub fn wait_and_collect(
     mut snaps: Option<Snapshots>,
     mut rotation: Option<&mut Rotation>,
 ) -> i32 {
-    let has_snaps = snaps.is_some();
-    let observing = |ready: &ReadyNotifier| ready.0.is_some() || has_snaps;
+    let mut problems = StartProblems::default();
+    let mut strict_stop = false;
     let started = Instant::now();
     let failsafe = failsafe_ms(plan).map(Duration::from_millis);
     let total_ms = plan.config.duration_ms.unwrap_or(0) as u64;
@@ -225,7 +223,7 @@ pub fn wait_and_collect(
                 .and_then(|r| r.due()),
         ];
         let queued = std::iter::once(enable_id)
-            .chain(observe_id.filter(|_| observing(ready)))
+            .chain(observe_id)
             .any(|id| port.client.has_queued(id));
         let wait = if queued {
             Some(Duration::ZERO)
@@ -256,12 +254,20 @@ pub fn wait_and_collect(
                 return 1;
             }
         }
-        if let Some(id) = observe_id.filter(|_| observing(ready)) {
+        if let Some(id) = observe_id {
             if let Ok(Some(r)) = port.next(id) {
                 let ev = decode::<ObserveEventsResponse>("ObserveEvents", &r.payload)
                     .ok()
                     .and_then(|e| e.events)
                     .unwrap_or_default();
+                let lines = problems.observe(&ev);
+                if !lines.is_empty() {
+                    clear_status(show_status);
+                    for l in lines {
+                        eprintln!("{l}");
+                    }
+                    strict_stop = plan.strict;
+                }
                 if ev.all_data_sources_started == Some(true) {
                     ready.send(0);
                 }
@@ -271,10 +277,14 @@ pub fn wait_and_collect(
                 }
             }
         }
-        if !stopping && signals.received() {
+        if !stopping && (signals.received() || strict_stop) {
             stopping = true;
             clear_status(show_status);
-            eprintln!("SIGINT/SIGTERM received: disabling tracing.");
+            if strict_stop {
+                eprintln!("--strict: stopping the trace (it would not record what was asked).");
+            } else {
+                eprintln!("SIGINT/SIGTERM received: disabling tracing.");
+            }
             port.client.set_timeout(Some(Duration::from_secs(30)));
             let flush = FlushRequest {
                 timeout_ms: Some(0),
@@ -298,17 +308,34 @@ pub fn wait_and_collect(
         }
         if show_status && Instant::now() >= next_status {
             next_status += STATUS_PERIOD;
+            // Data waits in producers (traced_probes reads a quiet
+            // kernel buffer every 2 s, chunks commit when full): a flush
+            // each second brings it to traced, so the line shows what the
+            // trace will hold, not 0 B.
+            if !stopping {
+                status_flush(port);
+            }
             if let Some(f) = session_figures(port) {
-                let line = status_line::render(started.elapsed().as_millis() as u64, total_ms, f);
+                let file = out_file
+                    .as_ref()
+                    .filter(|_| plan.config.write_into_file == Some(true))
+                    .and_then(|f| f.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len());
+                let elapsed = started.elapsed().as_millis() as u64;
+                let line = status_line::render(elapsed, total_ms, f, file);
                 eprint!("\r\x1b[K{line}");
             }
         }
     };
     clear_status(show_status);
     ready.send(1); // No-op if "started" was already reported.
+
+    // --strict stopped the trace: the file is written, the run failed.
+    let ok = i32::from(strict_stop);
     let clean_end = matches!(&response, Ok(r) if r.error.as_deref().unwrap_or("").is_empty());
     if let Some(s) = snaps.as_ref().filter(|_| clean_end) {
-        return end_snapshot_session(port, plan, s);
+        return end_snapshot_session(port, plan, s).max(ok);
     }
     if let Some(s) = &snaps {
         s.report();
@@ -348,7 +375,7 @@ pub fn wait_and_collect(
         let (kernel, size) = rotated_files(r);
         print_summary(port, &kernel, &plan.config, Some(size), None);
         r.report();
-        return 0;
+        return ok;
     }
     if plan.config.write_into_file == Some(true) {
         // traced has written and closed its side by now.
@@ -356,11 +383,11 @@ pub fn wait_and_collect(
         let unread = out_file.is_none().then_some(FILE_NOT_READ_BACK);
         print_summary(port, &kernel, &plan.config, size, unread);
         eprintln!("Trace written into the output file");
-        return 0;
+        return ok;
     }
     let Some(file) = out_file else {
         print_summary(port, &KernelLoss::default(), &plan.config, None, None);
-        return 0;
+        return ok;
     };
     match read_buffers(port, file) {
         Ok((bytes, _packets, kernel)) => {
@@ -370,7 +397,7 @@ pub fn wait_and_collect(
                 Some(Output::File { path, .. }) => eprintln!("Wrote {bytes} bytes into {path}"),
                 _ => eprintln!("Wrote {bytes} bytes into stdout"),
             }
-            0
+            ok
         }
         Err(e) => {
             eprintln!("{e}");
@@ -468,6 +495,20 @@ fn rotated_files(r: &mut Rotation) -> (KernelLoss, u64) {
         }
     }
     (kernel, size)
+}
+
+/// FlushFlags: reason = explicit (4), initiator = perfetto_cmd (2 << 4).
+const FLUSH_FLAGS_STATUS: u64 = 4 | (2 << 4);
+
+/// Asks producers to hand what they hold to traced (at most 1 s), for the
+/// live line. A failure only makes the line lag.
+fn status_flush(port: &mut Port) {
+    port.client.set_timeout(Some(Duration::from_secs(2)));
+    let flush = FlushRequest {
+        timeout_ms: Some(1000),
+        flags: Some(FLUSH_FLAGS_STATUS),
+    };
+    let _ = port.call::<_, crate::pb::protos::FlushResponse>("Flush", &flush, None);
 }
 
 /// The session's totals and losses (GetTraceStats, waiting at most 2 s).

@@ -1,5 +1,6 @@
 //! The one-line live status shown on a terminal while a trace records:
-//! elapsed time out of the total, bytes in the buffers, data lost so far;
+//! elapsed time out of the total, bytes that reached traced (and the
+//! output file, when traced writes it), data lost so far;
 //! and the line printed when a trace ends, terminal or not, so losses are
 //! seen without opening the trace.
 
@@ -40,8 +41,9 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-/// Renders the line; `total_ms` is 0 for an open-ended trace.
-pub fn render(elapsed_ms: u64, total_ms: u64, f: Figures) -> String {
+/// Renders the line; `total_ms` is 0 for an open-ended trace. `file`:
+/// what the output file holds so far (write_into_file), if known.
+pub fn render(elapsed_ms: u64, total_ms: u64, f: Figures, file: Option<u64>) -> String {
     let time = if total_ms > 0 {
         format!(
             "{:.1}s / {:.1}s",
@@ -57,8 +59,11 @@ pub fn render(elapsed_ms: u64, total_ms: u64, f: Figures) -> String {
         format!("LOST {} chunks, {} packets", f.chunks_lost, f.packets_lost)
     };
     let limits = limits_text(LIMITS.get().copied().unwrap_or_default());
+    let file = file.map_or(String::new(), |b| {
+        format!(", {} in the file", human_bytes(b))
+    });
     format!(
-        "[{time}{limits}] {} recorded, {lost}",
+        "[{time}{limits}] {} recorded{file}, {lost}",
         human_bytes(f.bytes_written)
     )
 }
@@ -248,12 +253,16 @@ mod tests {
             "service-wide discards are not the session's"
         );
         assert_eq!(
-            render(1500, 10_000, f),
+            render(1500, 10_000, f, None),
             "[1.5s / 10.0s] 4.0 MB recorded, LOST 2 chunks, 5 packets"
         );
         assert_eq!(
-            render(0, 0, Figures::default()),
+            render(0, 0, Figures::default(), None),
             "[0.0s] 0 B recorded, nothing lost"
+        );
+        assert_eq!(
+            render(0, 0, Figures::default(), Some(2048)),
+            "[0.0s] 0 B recorded, 2.0 KB in the file, nothing lost"
         );
         let l = Limits {
             max_file_bytes: 1 << 30,

@@ -327,10 +327,13 @@ impl TraceFaults {
 
 /// The closest known data source name, if it is a likely typo of `name`.
 pub fn suggest(name: &str) -> Option<&'static str> {
-    let best = KNOWN_DATA_SOURCES
-        .iter()
-        .map(|k| (edit_distance(name, k), *k))
-        .min()?;
+    nearest(name, KNOWN_DATA_SOURCES.iter().copied())
+}
+
+/// The candidate closest to `name` if it is a likely typo of it (a few
+/// edits away, not equal).
+pub fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let best = candidates.map(|k| (edit_distance(name, k), k)).min()?;
     (best.0 > 0 && best.0 <= 2.max(name.len() / 5)).then_some(best.1)
 }
 

@@ -29,6 +29,9 @@ const TRACE_CONFIG: u32 = 33;
 const FTRACE_STATS: u32 = 34;
 const TRACE_STATS: u32 = 35;
 const SYSTEM_INFO: u32 = 45;
+/// What of a command line is kept (a report names processes by it).
+const MAX_ARGS: usize = 32;
+const MAX_CMDLINE: usize = 256;
 const CPU_INFO: u32 = 67;
 const MACHINE_ID: u32 = 98;
 /// traced_perf's samples: their loss and stop records feed the end line.
@@ -84,6 +87,9 @@ pub struct Meta {
     pub clocks: Clocks,
     pub seqs: Seqs,
     pub clock_snapshots: u64,
+    /// The first and last clock snapshot (trace clock): the session's span
+    /// (traced writes one at the start, periodically and at the end).
+    pub snapshot_span: Option<(u64, u64)>,
     pub stats: Option<TraceStats>,
     pub kernel_loss: KernelLoss,
     /// ftrace parse errors from ftrace_stats (deduplicated; its other
@@ -254,6 +260,10 @@ impl Meta {
         if let Some(ts) = ts {
             self.first_ts = Some(self.first_ts.map_or(ts, |t| t.min(ts)));
             self.last_ts = self.last_ts.max(ts);
+            if !snapshot.is_empty() {
+                let (first, last) = self.snapshot_span.unwrap_or((ts, ts));
+                self.snapshot_span = Some((first.min(ts), last.max(ts)));
+            }
             if !track.is_empty() {
                 out.push(self.seqs.track_event(seq, ts, track));
             }
@@ -292,17 +302,28 @@ impl Meta {
     fn process_tree(&mut self, b: &[u8], ts: Option<u64>, out: &mut Vec<Rec>) {
         for f in FieldIter::new(b) {
             let (mut id, mut other, mut name) = (0, 0, None);
+            // A process is named by its command line (argv[0] without its
+            // directory, then the arguments), as trace_processor's cmdline.
+            let mut args: Vec<String> = Vec::new();
             for g in FieldIter::new(f.value) {
                 match (f.number, g.number) {
                     (1, 1) | (2, 1) => id = varint(&g) as i32,
                     (2, 3) => other = varint(&g) as i32,
                     (2, 2) => name = Some(text(&g)),
-                    (1, 3) if name.is_none() => {
+                    (1, 3) if args.len() < MAX_ARGS => {
                         let s = text(&g);
-                        name = Some(s.rsplit('/').next().unwrap_or("").to_owned());
+                        args.push(match args.is_empty() {
+                            true => s.rsplit('/').next().unwrap_or("").to_owned(),
+                            false => s,
+                        });
                     }
                     _ => {}
                 }
+            }
+            if f.number == 1 && !args.is_empty() {
+                let mut line = args.join(" ");
+                line.truncate(line.floor_char_boundary(MAX_CMDLINE));
+                name = Some(line);
             }
             let Some(t) = self.task(id) else { continue };
             match f.number {

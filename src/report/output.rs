@@ -167,13 +167,35 @@ fn view(w: &Walk, a: &Analysis) -> View {
         }
     }
     View {
-        duration: end.saturating_sub(start),
+        duration: session_duration(m).unwrap_or(end.saturating_sub(start)),
         clock: clock_name(w),
         threads,
         procs,
         losses,
         sources,
         events,
+    }
+}
+
+/// `s` within `max` chars, ending in `...` when cut.
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    s.chars().take(max - 3).collect::<String>() + "..."
+}
+
+/// How long the session ran: first to last clock snapshot, else the
+/// config's duration; `None` when neither says (then the events' span).
+fn session_duration(m: &super::meta::Meta) -> Option<u64> {
+    match m.snapshot_span {
+        Some((first, last)) if last > first => Some(last - first),
+        _ => m
+            .config
+            .as_ref()
+            .and_then(|c| c.duration_ms)
+            .filter(|&d| d > 0)
+            .map(|d| d as u64 * 1_000_000),
     }
 }
 
@@ -300,16 +322,16 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
     if !v.procs.is_empty() {
         let _ = writeln!(
             o,
-            "\nTop processes by CPU time:\n{:>8}  {:<24} {:>10} {:>8}",
-            "pid", "name", "cpu ms", "threads"
+            "\nTop processes by CPU time:\n{:>8}  {:<40} {:>10} {:>8}",
+            "pid", "command line (else name)", "cpu ms", "threads"
         );
     }
     for p in v.procs.iter().take(top) {
         let _ = writeln!(
             o,
-            "{:>8}  {:<24} {:>10} {:>8}",
+            "{:>8}  {:<40} {:>10} {:>8}",
             p.pid,
-            p.name,
+            clip(&p.name, 40),
             ms(p.cpu_ns),
             p.threads
         );

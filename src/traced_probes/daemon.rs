@@ -89,6 +89,14 @@ impl Daemon for Probes {
         ds.clear_incremental_state(&mut self.env())
     }
 
+    fn after_stop(&mut self) {
+        self.ftrace.release_stopped();
+    }
+
+    fn setup_problems(&mut self, ds: &mut Self::Source) -> Vec<String> {
+        ds.setup_problems(&self.env())
+    }
+
     fn flush(&mut self, instances: &mut Instances<Self::Source>, ids: &[u64], stopping: bool) {
         if stopping {
             // Their kernel buffers can be stopped and read to the end.

@@ -34,6 +34,11 @@ pub trait DataSource {
         self.flush(env);
     }
     fn clear_incremental_state(&mut self, _env: &mut Env<'_>) {}
+    /// What setup could not give as asked (unknown events, an instance
+    /// another process owns), told to traced when the instance starts.
+    fn setup_problems(&self, _env: &Env<'_>) -> Vec<String> {
+        Vec::new()
+    }
     /// Pids seen by ftrace in the same tracing session (process_stats).
     fn on_pids(&mut self, _pids: &[i32]) {}
 }

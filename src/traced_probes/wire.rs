@@ -157,9 +157,12 @@ pub fn unregister_trace_writer(id: WriterId) -> Vec<u8> {
     })
 }
 
-pub fn notify_started(instance: u64) -> Vec<u8> {
+/// `problems`: what its setup could not give as asked (a tracebox
+/// extension field; a Perfetto traced skips it).
+pub fn notify_started(instance: u64, problems: &[String]) -> Vec<u8> {
     encode(&NotifyDataSourceStartedRequest {
         data_source_id: Some(instance),
+        tracebox_setup_problems: problems.to_vec(),
     })
 }
 

@@ -51,6 +51,7 @@ fn top_level_help_names_the_listings() {
         "--list-events",
         "perfetto --help",
         "configs/",
+        "traced_perf if none runs",
     ] {
         assert!(text.contains(want), "{want} not in {text}");
     }

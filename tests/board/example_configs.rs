@@ -36,7 +36,7 @@ fn every_example_parses() {
 }
 
 /// The example, shortened and moved into its own tracefs instance.
-fn shortened(text: &str, instance: &str) -> String {
+pub(crate) fn shortened(text: &str, instance: &str) -> String {
     let mut out = String::new();
     for line in text.lines() {
         let t = line.trim_start();
@@ -108,5 +108,108 @@ fn every_example_records() {
             assert!(s.contains("\"triggers\": [\"dump_now\"]"), "{name}: {s:?}");
         }
         assert!(err.contains("Trace stats"), "{name}: {err}");
+    }
+}
+
+/// The text configs README shows: bare fenced blocks that hold
+/// `data_sources` or `buffers`, and `cat > NAME.pbtx <<EOF` heredocs.
+pub(crate) fn readme_configs() -> Vec<(usize, String)> {
+    let text = include_str!("../../README.md");
+    let mut out = Vec::new();
+    let mut block: Option<(usize, bool, String)> = None;
+    let mut heredoc: Option<(usize, String)> = None;
+    for (n, line) in text.lines().enumerate() {
+        if let Some((start, body)) = heredoc.as_mut() {
+            if line == "EOF" {
+                out.push((*start, std::mem::take(body)));
+                heredoc = None;
+            } else {
+                body.push_str(line);
+                body.push('\n');
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("```") {
+            match block.take() {
+                Some((start, true, body))
+                    if body.contains("data_sources") || body.contains("buffers {") =>
+                {
+                    out.push((start, body))
+                }
+                Some(_) => {}
+                None => block = Some((n + 1, rest.is_empty(), String::new())),
+            }
+            continue;
+        }
+        if let Some((_, _, body)) = block.as_mut() {
+            if line.starts_with("cat > ") && line.contains(".pbtx <<") {
+                heredoc = Some((n + 1, String::new()));
+            } else {
+                body.push_str(line);
+                body.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// Every README config parses; those without triggers record what they
+/// promise (the profiling example's process names need a process tree).
+#[test]
+fn readme_configs_parse_and_record_what_they_promise() {
+    let all = readme_configs();
+    assert!(all.len() >= 4, "{all:?}");
+    assert!(
+        all.iter().any(|(_, c)| c.contains("linux.perf")),
+        "the profiling heredoc was not found"
+    );
+    for (line, text) in &all {
+        tracebox::cmd::pbtx::trace_config_txt_to_pb(&format!("README.md:{line}"), text)
+            .unwrap_or_else(|e| panic!("README.md:{line}: {e}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = start_our_daemons(dir.path());
+    let link = dir.path().join("perfetto");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tracebox"), &link).unwrap();
+    for (line, text) in all.iter().filter(|(_, t)| !t.contains("trigger_config")) {
+        let instance = format!("tbx_readme_{}_{line}", std::process::id());
+        let mut text = shortened(text, &instance);
+        // Snippets (README says they go into a config) get the rest.
+        if !text.contains("duration_ms:") {
+            text.push_str("duration_ms: 1500\n");
+        }
+        if !text.contains("buffers {") {
+            text.push_str("buffers { size_kb: 1024 }\n");
+        }
+        let cfg = dir.path().join(format!("readme{line}.pbtx"));
+        std::fs::write(&cfg, &text).unwrap();
+        let out = dir.path().join(format!("readme{line}.pftrace"));
+        let o = Command::new(&link)
+            .args(["--txt", "-c"])
+            .arg(&cfg)
+            .arg("-o")
+            .arg(&out)
+            .env("PERFETTO_PRODUCER_SOCK_NAME", &d.socks.producer)
+            .env("PERFETTO_CONSUMER_SOCK_NAME", &d.socks.consumer)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "README.md:{line}: {err}");
+        assert!(err.contains("Trace stats"), "README.md:{line}: {err}");
+        let s = summary(&out);
+        // process_stats promises named processes: only a scan at the start
+        // gives them when nothing else (ftrace) names pids.
+        if text.contains("linux.process_stats") {
+            assert!(
+                s.contains("\"process_tree\""),
+                "README.md:{line}: no process tree (scan_all_processes_on_start?): {s:?}"
+            );
+        }
+        if text.contains("sched/sched_switch") {
+            assert!(
+                s.num("compact_switches") > 0 || s.contains("\"sched_switch\""),
+                "README.md:{line}: no scheduling events: {s:?}"
+            );
+        }
     }
 }

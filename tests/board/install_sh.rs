@@ -52,7 +52,7 @@ fn busybox_image_with_a_consumer_group() {
     let root = d.path();
     std::fs::create_dir_all(root.join("etc")).unwrap();
     std::fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:999:\n").unwrap();
-    ok(&install(
+    let out = ok(&install(
         Some(root),
         &[
             "--init",
@@ -63,6 +63,7 @@ fn busybox_image_with_a_consumer_group() {
             BIN,
         ],
     ));
+    assert!(out.contains("created group tracing"), "{out}");
     let bin = root.join("usr/bin");
     assert!(bin.join("tracebox").is_file());
     for a in ["traced", "traced_probes", "perfetto", "trigger_perfetto"] {
@@ -111,6 +112,7 @@ fn busybox_image_with_a_consumer_group() {
         ],
     ));
     assert!(out.contains("kept existing"), "{out}");
+    assert!(out.contains("group tracing already exists"), "{out}");
     assert!(root.join("etc/init.d/S99tb").exists());
     assert!(read(&root.join("etc/default/tracebox")).starts_with("TRACED_ARGS=mine\n"));
     assert_eq!(read(&root.join("etc/group")).matches("tracing:").count(), 1);
@@ -120,7 +122,11 @@ fn busybox_image_with_a_consumer_group() {
 fn systemd_and_android_layouts() {
     let d = tempfile::tempdir().unwrap();
     let root = d.path();
-    ok(&install(Some(root), &["--init", "systemd", "/opt/tb", BIN]));
+    let out = ok(&install(Some(root), &["--init", "systemd", "/opt/tb", BIN]));
+    assert!(
+        out.contains("enable with: systemctl enable --now traced traced-probes traced-perf"),
+        "{out}"
+    );
     let unit = read(&root.join("lib/systemd/system/traced.service"));
     assert!(unit.contains("Type=notify"), "{unit}");
     assert!(

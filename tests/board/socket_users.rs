@@ -24,6 +24,15 @@ struct Board {
     tracebox: PathBuf,
 }
 
+/// A world-readable, executable copy of `bin` in `dir` (a binary that a
+/// private build tree holds is out of another user's reach).
+fn reachable_copy(dir: &Path, bin: &Path) -> PathBuf {
+    let to = dir.join(bin.file_name().unwrap());
+    std::fs::copy(bin, &to).unwrap_or_else(|e| panic!("copy {}: {e}", bin.display()));
+    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    to
+}
+
 impl Board {
     fn new() -> Board {
         let dir = tempfile::tempdir().unwrap();
@@ -31,8 +40,10 @@ impl Board {
         let nobody_dir = dir.path().join("nobody");
         std::fs::create_dir(&nobody_dir).unwrap();
         nix::unistd::chown(&nobody_dir, Some(NOBODY.into()), Some(NOBODY.into())).unwrap();
-        // nobody runs the test build (the build tree is world-readable).
-        let tracebox = PathBuf::from(env!("CARGO_BIN_EXE_tracebox"));
+        // nobody runs copies of what it runs, in this 0755 directory: the
+        // checkout may sit in a directory only its owner can enter (0700,
+        // as /root and `mktemp -d` are).
+        let tracebox = reachable_copy(dir.path(), Path::new(env!("CARGO_BIN_EXE_tracebox")));
         Board {
             dir,
             nobody_dir,
@@ -74,7 +85,7 @@ impl Board {
     /// The real SDK producer as nobody: registers `tbx.sdk_test`, writes
     /// `packets` packets once started.
     fn start_nobody_producer(&self, packets: u32) -> Killed {
-        let mut c = Command::new(sdk_bin("sdk-producer"));
+        let mut c = Command::new(reachable_copy(self.dir.path(), &sdk_bin("sdk-producer")));
         c.args(["--threads", "1", "--size", "64", "--timeout-s", "60"])
             .args(["--packets", &packets.to_string()])
             .arg("--done-file")

@@ -55,6 +55,7 @@ fn assert_complete(trace: &Path, svc: Service) {
 fn session_id(env: &Env, name: &str) -> String {
     let q = env.perfetto(&["--query"]);
     let q = String::from_utf8_lossy(&q.stdout);
+    assert!(!q.contains('\x1b'), "colour into a pipe: {q:?}");
     q.lines()
         .filter(|l| l.split_whitespace().last() == Some(name))
         .find_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())

@@ -9,11 +9,22 @@ use std::time::Duration;
 
 use traced_probes_common::*;
 
-/// `tracebox ARGS` as uid/gid nobody.
+/// `tracebox ARGS` as uid/gid nobody, from a copy nobody can reach (the
+/// checkout may sit in a directory only its owner enters, as /root).
 fn as_nobody(args: &[&str]) -> Command {
+    static COPY: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> =
+        std::sync::OnceLock::new();
+    let (_, bin) = COPY.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = dir.path().join("tracebox");
+        std::fs::copy(env!("CARGO_BIN_EXE_tracebox"), &bin).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (dir, bin)
+    });
     let mut c = Command::new("setpriv");
     c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_tracebox"))
+        .arg(bin)
         .args(args);
     c
 }

@@ -116,6 +116,17 @@ fn three_snapshots_in(tag: &str, buffer_extra: &str, real_traced: bool, mode: &s
     assert_eq!(log.matches("(cloned session)").count(), 3, "{log}");
     assert!(log.contains("3 snapshots: "), "{log}");
     assert!(!env.path("t.pftrace.3").exists());
+    // Stopped by a signal as at its timeout: traced gives a CLONE_SNAPSHOT
+    // session's buffers only to clones (as upstream), so no empty `-o` is
+    // left, the end line does not call the trace empty, and the last line
+    // names the snapshots.
+    assert!(!out.exists(), "{log}");
+    assert!(!log.contains("the trace is empty"), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("3 snapshots: ") && last.contains(".0 to "),
+        "{log}"
+    );
     inspect(&files)
 }
 

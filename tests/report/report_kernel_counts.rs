@@ -145,18 +145,39 @@ fn header_switches_wakeups_and_cpus_match_the_kernel() {
         py_json(&json, "d['cpu_info']['count']"),
         processors.to_string()
     );
-    // Our process: named from the process tree (argv[0]); the threads
+    // Our process: named by its command line from the process tree
+    // (argv[0] without its directory, then the arguments); the threads
     // above may live too briefly for the tree: task_newtask puts them in.
     let exe = std::env::current_exe().unwrap();
     let exe = exe.file_name().unwrap().to_string_lossy();
     let me = std::process::id();
-    assert_eq!(
-        py_json(
-            &json,
-            &format!("[p['name'] for p in d['processes'] if p['pid']=={me}][0]")
-        ),
-        exe
+    let name = py_json(
+        &json,
+        &format!("[p['name'] for p in d['processes'] if p['pid']=={me}][0]"),
     );
+    let mut args = std::env::args().skip(1);
+    let want = match args.next() {
+        Some(first) => format!("{exe} {first}"),
+        None => exe.to_string(),
+    };
+    assert!(
+        name.starts_with(&want),
+        "{name:?} is not our command line {want:?}"
+    );
+    // The cpus are named by their model where /proc/cpuinfo has one.
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        });
+    if let Some(model) = model {
+        assert!(
+            text.contains(&format!("\nCPUs: {processors} x {model}\n")),
+            "{text}"
+        );
+    }
     let threads: u64 = py_json(
         &json,
         &format!("[p['threads'] for p in d['processes'] if p['pid']=={me}][0]"),

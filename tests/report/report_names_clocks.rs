@@ -228,3 +228,50 @@ fn mono_raw_ftrace_events_come_out_on_boottime() {
     }
     assert!(report_ok(&[t]).contains("clock boot (ftrace clock mono_raw)"));
 }
+
+/// The header's duration is the session's (a quiet 2 s trace is 2 s, not
+/// the span of its few events), and traced_probes' own `ksyms-load`
+/// thread, gone before process_stats looks, is a thread of traced_probes,
+/// not a process of its own.
+#[test]
+fn header_is_the_sessions_length_and_our_helper_threads_join_their_process() {
+    use crate::report::start_recording_config;
+    use crate::report_end_line::py_json;
+    let dir = tempfile::tempdir().unwrap();
+    let instance = "tbx_report_session";
+    let config = format!(
+        r#"buffers {{ size_kb: 8192 }}
+data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
+    ftrace_events: "sched/sched_switch" instance_name: "{instance}"
+    symbolize_ksyms: true }} }} }}
+data_sources {{ config {{ name: "linux.process_stats" }} }}
+data_sources {{ config {{ name: "linux.system_info" }} }}
+duration_ms: 2000
+"#
+    );
+    let child = start_recording_config(dir.path(), instance, &config);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = dir.path().join("trace.pftrace");
+    let json = report_ok(&["--json", trace.to_str().unwrap()]);
+    let duration: u64 = py_json(&json, "d['duration_ns']").parse().unwrap();
+    assert!(duration >= 1_900_000_000, "{duration} ns for a 2 s session");
+    let owners = py_json(
+        &json,
+        "sorted({p['name'] for t in d['threads'] if t['name']=='ksyms-load' \
+         for p in d['processes'] if p['pid']==t['pid']})",
+    );
+    // The loader may finish before tracing starts; when it ran, it is ours.
+    if owners != "[]" {
+        assert!(owners.contains("traced_probes"), "{owners}");
+    }
+    let pids_named_like_it = py_json(
+        &json,
+        "[p['pid'] for p in d['processes'] if p['name']=='ksyms-load']",
+    );
+    assert_eq!(pids_named_like_it, "[]", "ksyms-load shown as a process");
+}

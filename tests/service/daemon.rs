@@ -147,6 +147,18 @@ fn background_daemons_log_to_syslog_or_a_file() {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if text.contains("cannot connect") {
             assert!(text.contains("started in the background"), "{text}");
+            // Each line is stamped (UTC): when a board's log says what.
+            let line = text
+                .lines()
+                .find(|l| l.contains("started in the background"));
+            let stamp = line
+                .and_then(|l| l.split_once(" [traced_probes]"))
+                .map(|x| x.0);
+            assert!(
+                stamp
+                    .is_some_and(|s| s.len() == 24 && s.ends_with('Z') && s.as_bytes()[10] == b'T'),
+                "{text}"
+            );
             break;
         }
         assert!(std::time::Instant::now() < deadline, "log: {text}");

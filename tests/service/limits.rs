@@ -239,14 +239,16 @@ for _ in sys.stdin:
 fn connections_are_bounded_in_all_across_uids() {
     use std::io::{BufRead, BufReader, Write};
     let mut t = Traced::start("uids");
-    let py = traced_probes_common::python().expect("no Python venv: run scripts/setup-python.sh");
+    // The system's /usr/bin/python3 (HOLDER needs only the standard library): the
+    // checkout's venv may sit in a directory the other uids cannot enter.
+    let py = "/usr/bin/python3";
     let name = t.psock.trim_start_matches('@').to_owned();
     let mut holders: Vec<Child> = (60001..60004)
         .map(|uid: u32| {
             let uid = uid.to_string();
             Command::new("setpriv")
                 .args(["--reuid", &uid, "--regid", &uid, "--clear-groups"])
-                .arg(&py)
+                .arg(py)
                 .args(["-c", HOLDER, &name, "300"])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
@@ -279,7 +281,7 @@ fn connections_are_bounded_in_all_across_uids() {
     assert!(t.alive());
     let log = t.log();
     assert!(
-        log.contains("total client limit reached (640 in all, 320 per uid)"),
+        log.contains("total client limit reached (640 in all, 320 per uid"),
         "no refusal logged:\n{log}"
     );
     drop(outs);

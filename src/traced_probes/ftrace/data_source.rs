@@ -34,6 +34,10 @@ impl DataSource for FtraceSource {
         None
     }
 
+    fn setup_problems(&self, env: &Env<'_>) -> Vec<String> {
+        env.ftrace.setup_problems(self.id)
+    }
+
     fn flush(&mut self, env: &mut Env<'_>) {
         env.ftrace.flush(&[self.id]);
     }

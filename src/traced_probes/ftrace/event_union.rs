@@ -43,10 +43,18 @@ pub fn wanted(inst: &KInstance, cfg: &FtraceConfig, android: bool) -> (Vec<Event
             out.push(e);
         }
     };
+    // Patterns that match nothing here (a group wildcard of a group this
+    // kernel lacks, a bare name no group has) are unknown like a
+    // misspelled event.
+    let mut unknown = Vec::new();
     for ev in &cfg.ftrace_events {
         match ev.split_once('/') {
             Some((g, "*")) => {
-                for n in inst.tracefs.events_in_group(g).unwrap_or_default() {
+                let names = inst.tracefs.events_in_group(g).unwrap_or_default();
+                if names.is_empty() {
+                    unknown.push(ev.clone());
+                }
+                for n in names {
                     push(g, &n);
                 }
             }
@@ -59,13 +67,15 @@ pub fn wanted(inst: &KInstance, cfg: &FtraceConfig, android: bool) -> (Vec<Event
                     .filter(|t| t.name == *ev)
                     .map(|t| t.group.clone())
                     .collect();
+                if groups.is_empty() {
+                    unknown.push(ev.clone());
+                }
                 for g in groups {
                     push(&g, ev);
                 }
             }
         }
     }
-    let mut unknown_categories = Vec::new();
     if !cfg.atrace_categories.is_empty() || !cfg.atrace_apps.is_empty() {
         // Categories are kernel event sets, and userspace markers
         // (trace_marker) arrive as ftrace/print. Only Android also has an
@@ -81,13 +91,14 @@ pub fn wanted(inst: &KInstance, cfg: &FtraceConfig, android: bool) -> (Vec<Event
         });
         let available = inst.tracefs.all_events().unwrap_or_default();
         let userspace_only = cfg.atrace_userspace_only.unwrap_or(false);
-        let (events, unknown) = atrace::expand(&cfg.atrace_categories, userspace_only, &available);
+        let (events, unknown_categories) =
+            atrace::expand(&cfg.atrace_categories, userspace_only, &available);
         for (g, n) in events {
             push(&g, &n);
         }
-        unknown_categories = unknown;
+        unknown.extend(unknown_categories);
     }
-    (out, unknown_categories)
+    (out, unknown)
 }
 
 /// Turns on the `wanted` events of one session on `inst` (those nobody

@@ -34,8 +34,10 @@ fn load_logged(who: &str) -> KernelSymbols {
 pub fn in_background(who: &'static str) -> LazySymbols {
     match std::thread::Builder::new()
         .name("ksyms-load".into())
-        .spawn(move || load_logged(who))
-    {
+        .spawn(move || {
+            crate::base::own_threads::register_current("ksyms-load");
+            load_logged(who)
+        }) {
         Ok(h) => LazySymbols::new(move || h.join().unwrap_or_default()),
         Err(_) => LazySymbols::new(move || load_logged(who)),
     }

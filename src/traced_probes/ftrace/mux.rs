@@ -128,6 +128,35 @@ impl FtraceMux {
         }
     }
 
+    /// What setup of source `id` could not give as asked, one phrase each
+    /// (as the end-of-trace line words them): sent to traced with the
+    /// started notification, so the client names them at once.
+    pub fn setup_problems(&self, id: u64) -> Vec<String> {
+        if let Some(f) = self.failed.get(&id) {
+            return vec![format!("linux.ftrace setup error: {}", f.error)];
+        }
+        let Some(src) = self.sources.get(&id) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if !src.unknown_events.is_empty() {
+            out.push(format!(
+                "unknown ftrace events or atrace categories: {}",
+                src.unknown_events.join(", ")
+            ));
+        }
+        if !src.failed_events.is_empty() {
+            out.push(format!(
+                "ftrace events that could not be enabled: {}",
+                src.failed_events.join(", ")
+            ));
+        }
+        if let Some(note) = &src.setup_note {
+            out.push(format!("linux.ftrace setup error: {note}"));
+        }
+        out
+    }
+
     fn try_setup(
         &mut self,
         id: u64,

@@ -136,12 +136,19 @@ fn held_by(mut file: File, what: &str) -> String {
     let mut pid = String::new();
     let _ = file.read_to_string(&mut pid);
     let pid = pid.trim();
-    if pid.is_empty() {
+    let mut msg = if pid.is_empty() {
         format!("{what} is in use by another traced_probes")
     } else {
         format!("{what} is in use by another traced_probes (pid {pid})")
+    };
+    if what == describe("") {
+        msg.push_str(TOP_LEVEL_FIX);
     }
+    msg
 }
+
+/// What a user can do when another traced_probes owns the top level.
+const TOP_LEVEL_FIX: &str = "; stop that recording, or record into a private instance (light mode: --ftrace-instance NAME; a config: ftrace_config { instance_name: \"NAME\" })";
 
 #[cfg(test)]
 mod tests {

@@ -138,10 +138,11 @@ impl<D: Daemon> Producer<D> {
         }
         // After the events are enabled: tests start their load on it.
         crate::log_info!("started {} (instance {id})", inst.name);
+        let problems = self.daemon.setup_problems(&mut inst.ds);
         self.daemon.after_start(ctl);
         self.link.lock().invoke(
             Method::NotifyDataSourceStarted,
-            &wire::notify_started(id),
+            &wire::notify_started(id, &problems),
             true,
         );
     }
@@ -180,7 +181,7 @@ impl<D: Daemon> Producer<D> {
             true,
         );
         // After telling traced: restoring tracefs may wait on the kernel.
-        self.ftrace.release_stopped();
+        self.daemon.after_stop();
     }
 
     fn flush(&mut self, ids: &[u64], request_id: u64, stopping: bool) {

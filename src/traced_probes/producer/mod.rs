@@ -60,12 +60,20 @@ pub trait Daemon {
     /// Last call before the instance is dropped.
     fn stop(&mut self, ds: &mut Self::Source);
     fn clear_incremental_state(&mut self, ds: &mut Self::Source);
+    /// What setup could not give as asked (unknown events, an instance
+    /// another process owns), told to traced when the instance starts.
+    fn setup_problems(&mut self, _ds: &mut Self::Source) -> Vec<String> {
+        Vec::new()
+    }
     /// Flushes the instances of `ids` that exist (in the daemon's order).
     fn flush(&mut self, instances: &mut Instances<Self::Source>, ids: &[u64], stopping: bool);
     /// Called on every loop wake-up before anything else.
     fn on_wake(&mut self, _ctl: &mut Ctl<'_>) {}
     /// After an instance started.
     fn after_start(&mut self, _ctl: &mut Ctl<'_>) {}
+    /// After traced was told instances stopped: slow restores (tracefs
+    /// waits on the kernel) go here, so the acknowledgement is not late.
+    fn after_stop(&mut self) {}
     /// A timer the producer does not own (commits held while it runs);
     /// true when it was the daemon's.
     fn on_timer(
@@ -282,7 +290,7 @@ impl<D: Daemon> Producer<D> {
             }
             self.daemon.stop(&mut inst.ds);
         }
-        self.ftrace.release_stopped();
+        self.daemon.after_stop();
         self.timers.clear();
         for (t, _) in self.watchdogs.drain() {
             ctl.cancel_timer(t);

@@ -130,6 +130,7 @@ impl ProcessStatsPoller {
 
     fn write_process_or_thread(&mut self, tree: &mut ProcessTreePacket, pid: i32) {
         let Some(status) = self.read_status(pid) else {
+            self.write_own_exited_thread(tree, pid);
             return;
         };
         let (Some(tgid), Some(tid)) = (status.tgid, status.pid) else {
@@ -198,6 +199,28 @@ impl ProcessStatsPoller {
             self.procfs.errors.malformed += 1;
         }
         times.map(|t| t.start_from_boot_ns)
+    }
+
+    /// One of traced_probes' own helper threads (`ksyms-load`) that ftrace
+    /// saw run and that has exited since: a thread of this process.
+    fn write_own_exited_thread(&mut self, tree: &mut ProcessTreePacket, tid: i32) {
+        use crate::base::own_threads;
+        let Some(name) = own_threads::name_of(tid) else {
+            return;
+        };
+        let tgid = own_threads::own_pid();
+        if !self.seen.contains_key(&tgid) {
+            if let Some(leader) = self.read_status(tgid) {
+                self.write_process(tree, tgid, &leader);
+            }
+        }
+        tree.threads.push(TreeThread {
+            tid,
+            tgid,
+            nstid: Vec::new(),
+            name: self.settings.record_thread_names.then_some(name),
+        });
+        self.seen.insert(tid, tgid);
     }
 
     fn write_detailed_thread(

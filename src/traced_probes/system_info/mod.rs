@@ -45,8 +45,8 @@ fn parse_radix(v: &str, radix: u32) -> Option<u32> {
 }
 
 /// Parses /proc/cpuinfo: one block per `processor : N`, blocks separated by
-/// blank lines. The `Processor` name carries over to later blocks (it is
-/// printed once, at the top, by older Arm kernels).
+/// blank lines. The `Processor` (or `model name`) carries over to later
+/// blocks (older Arm kernels print it once, at the top).
 pub fn parse_cpuinfo(text: &str) -> Vec<ParsedCpu> {
     let mut cpus = Vec::new();
     let mut processor = "unknown".to_string();
@@ -93,7 +93,9 @@ pub fn parse_cpuinfo(text: &str) -> Vec<ParsedCpu> {
         let key = key.trim_matches(|c| c == ' ' || c == '\t');
         let value = value.strip_prefix(' ').unwrap_or(value);
         match key {
-            "Processor" => processor = value.to_string(),
+            // Arm's name line, or the model other architectures print
+            // per cpu (x86, arm32), so a trace names its cpus anywhere.
+            "Processor" | "model name" => processor = value.to_string(),
             "processor" => index = value.trim().parse().ok(),
             "CPU implementer" => arm[0] = parse_radix(value, 16),
             "CPU architecture" => arm[1] = parse_radix(value, 10),
@@ -350,9 +352,11 @@ NMI:          0          0   Non-maskable interrupts\n  9:  1\n";
         );
         assert_eq!(cpus.len(), 2);
         assert_eq!(cpus[1].index, 1, "last block flushed without a blank line");
+        // x86 names its model per cpu: the trace (and report's `CPUs:`)
+        // says it rather than "unknown".
         assert_eq!(
             (cpus[0].processor.as_str(), cpus[0].features),
-            ("unknown", 0)
+            ("Some CPU", 0)
         );
         assert!(parse_cpuinfo("").is_empty());
         assert!(parse_cpuinfo("processor: x\n\n:::\n\u{0}").is_empty());

@@ -92,7 +92,8 @@ impl Services for ProducerPort<'_> {
                 ok
             }
             ProducerPortCall::NotifyDataSourceStarted(r) => {
-                core.notify_data_source_started(now, id, r.data_source_id.unwrap_or(0));
+                let ds = r.data_source_id.unwrap_or(0);
+                core.notify_data_source_started(now, id, ds, &r.tracebox_setup_problems);
                 ok
             }
             ProducerPortCall::NotifyDataSourceStopped(r) => {

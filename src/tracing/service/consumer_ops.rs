@@ -185,6 +185,42 @@ impl TracingService {
         }
     }
 
+    /// Right after EnableTracing: the session's data source names no
+    /// producer offers yet, so the client can name them at once (the
+    /// trace's `data_sources_not_offered` event comes at the end).
+    pub(super) fn notify_not_offered(&mut self, sid: SessionId) {
+        let Some(s) = self.sessions.get(&sid) else {
+            return;
+        };
+        let Some(c) = s.consumer.filter(|c| {
+            self.consumers
+                .get(c)
+                .is_some_and(|c| c.observe_mask & OBSERVE_DATA_SOURCES_INSTANCES != 0)
+        }) else {
+            return;
+        };
+        let mut missing: Vec<String> = Vec::new();
+        for ds in &s.config.data_sources {
+            let Some(name) = ds.config.as_ref().and_then(|c| c.name.as_deref()) else {
+                continue;
+            };
+            if !s.read.faults.matched_names.contains(name) && !missing.iter().any(|m| m == name) {
+                missing.push(name.to_owned());
+            }
+        }
+        if missing.is_empty() {
+            return;
+        }
+        let ev = ObservableEvents {
+            tracebox_data_sources_not_offered: missing,
+            ..Default::default()
+        };
+        self.emit(Output::ObservableEvents {
+            consumer: c,
+            events: encode_events(&ev),
+        });
+    }
+
     pub(super) fn notify_all_started(&mut self, consumer: ConsumerId) {
         if self
             .consumers
@@ -518,5 +554,10 @@ fn state_change(i: &DsInstance, started: bool) -> DataSourceInstanceStateChange 
         } else {
             DataSourceInstanceState::DATA_SOURCE_INSTANCE_STATE_STOPPED
         }),
+        tracebox_setup_problems: if started {
+            i.setup_problems.clone()
+        } else {
+            Vec::new()
+        },
     }
 }

@@ -145,6 +145,7 @@ impl TracingService {
             handles_incremental_state_clear: desc.handles_incremental_state_clear.unwrap_or(false),
             no_flush: desc.no_flush.unwrap_or(false),
             config: raw.clone(),
+            setup_problems: Vec::new(),
         };
         let started = {
             let s = self.sessions.get_mut(&sid).expect("checked above");
@@ -245,12 +246,26 @@ impl TracingService {
     }
 
     /// NotifyDataSourceStarted from a producer.
+    /// `problems_untrusted`: what its setup could not give as asked (kept
+    /// bounded, passed to observing consumers).
     pub fn notify_data_source_started(
         &mut self,
         now: u64,
         producer: ProducerId,
         id: DataSourceInstanceId,
+        problems_untrusted: &[String],
     ) {
+        if !problems_untrusted.is_empty() {
+            let sid = self.session_of_instance(producer, id);
+            let inst = sid.and_then(|sid| self.sessions.get_mut(&sid)?.instance_mut(id));
+            if let Some(inst) = inst.filter(|i| i.state == InstanceState::Starting) {
+                inst.setup_problems = problems_untrusted
+                    .iter()
+                    .take(super::session::MAX_SETUP_PROBLEMS)
+                    .map(|p| truncate_utf8(p, super::session::MAX_SETUP_PROBLEM_LEN))
+                    .collect();
+            }
+        }
         if let Some(sid) = self.advance_instance(
             producer,
             id,
@@ -317,4 +332,13 @@ impl TracingService {
             self.notify_all_started(c);
         }
     }
+}
+
+/// The longest prefix of `s` within `max` bytes that ends on a char.
+fn truncate_utf8(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
 }

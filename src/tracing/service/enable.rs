@@ -170,6 +170,7 @@ impl TracingService {
         }
         self.note_ignored_fields(now, sid);
         self.setup_matching_instances(now, sid, None);
+        self.notify_not_offered(sid);
 
         match mode {
             // A CLONE_SNAPSHOT session stops at its duration (above).

@@ -335,6 +335,56 @@ fn observe_events_reports_instance_states() {
         .any(|o| matches!(o, Output::ObservableEvents { .. })));
 }
 
+/// What a producer's setup could not do, and names nobody offers, reach
+/// an observing consumer right away (bounded), not only the trace's end.
+#[test]
+fn setup_problems_and_unoffered_names_reach_the_consumer_at_start() {
+    let mut h = H::new();
+    let d = crate::pb::protos::DataSourceDescriptor {
+        name: Some("ds".into()),
+        will_notify_on_start: Some(true),
+        ..Default::default()
+    };
+    let p = h.producer_with("prod", 0, [d]);
+    let c = h.svc.connect_consumer(0);
+    h.svc.observe_events(c, 1);
+    let mut cfg = basic_config("ds", 64);
+    cfg.data_sources
+        .extend(basic_config("linux.ftrce", 64).data_sources);
+    h.enable(c, &cfg).unwrap();
+    let decoded = |outs: &[Output]| -> Vec<ObservableEvents> {
+        outs.iter()
+            .filter_map(|o| match o {
+                Output::ObservableEvents { consumer, events } if *consumer == c => {
+                    Some(decode_message(events).unwrap())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let outs = h.outputs();
+    let evs = decoded(&outs);
+    assert!(evs
+        .iter()
+        .any(|e| e.tracebox_data_sources_not_offered == ["linux.ftrce"]));
+    let inst = cmds_for(&outs, p)
+        .into_iter()
+        .find_map(|c| match c {
+            ProducerCommand::StartDataSource { instance_id, .. } => Some(instance_id),
+            _ => None,
+        })
+        .unwrap();
+    let long = "x".repeat(5000);
+    let mut problems = vec!["unknown ftrace events or atrace categories: shed".to_owned()];
+    problems.extend(std::iter::repeat_n(long, 40));
+    h.svc.notify_data_source_started(h.now, p, inst, &problems);
+    let evs = decoded(&h.outputs());
+    let change = &evs[0].instance_state_changes[0];
+    assert_eq!(change.tracebox_setup_problems[0], problems[0]);
+    assert_eq!(change.tracebox_setup_problems.len(), 16);
+    assert!(change.tracebox_setup_problems[1].len() <= 1024);
+}
+
 #[test]
 fn producer_provided_smb_gets_empty_setup_tracing() {
     let mut h = H::new();

@@ -132,7 +132,7 @@ fn stop_waits_for_acks_or_timeout() {
             _ => None,
         })
         .unwrap();
-    h.svc.notify_data_source_started(h.now, p, inst);
+    h.svc.notify_data_source_started(h.now, p, inst, &[]);
     h.svc.disable_tracing(h.now, c).unwrap();
     assert_eq!(h.svc.session_state(sid), Some(SessionState::Stopping));
     h.svc.notify_data_source_stopped(h.now, p, inst);
@@ -147,7 +147,7 @@ fn stop_waits_for_acks_or_timeout() {
             _ => None,
         })
         .unwrap();
-    h.svc.notify_data_source_started(h.now, p, inst2);
+    h.svc.notify_data_source_started(h.now, p, inst2, &[]);
     h.svc.disable_tracing(h.now, c2).unwrap();
     h.advance(ms(699));
     assert_eq!(h.svc.session_state(sid2), Some(SessionState::Stopping));

@@ -55,7 +55,14 @@ pub struct DsInstance {
     pub no_flush: bool,
     /// The rewritten raw DataSourceConfig sent to the producer.
     pub config: Vec<u8>,
+    /// What its setup could not give as asked, as its producer said when
+    /// it started (bounded: [`MAX_SETUP_PROBLEMS`] of
+    /// [`MAX_SETUP_PROBLEM_LEN`] bytes).
+    pub setup_problems: Vec<String>,
 }
+
+pub const MAX_SETUP_PROBLEMS: usize = 16;
+pub const MAX_SETUP_PROBLEM_LEN: usize = 1024;
 
 /// A trigger the session accepted (emitted as a `trigger` packet).
 #[derive(Debug, Clone, PartialEq, Eq)]
