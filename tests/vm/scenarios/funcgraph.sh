@@ -40,6 +40,12 @@ CFG
 }
 
 restored() { # NAME: the tracer and its filters are back to nothing
+    # (just after traced was told the source stopped)
+    n=0
+    until [ "$(cat "$T/current_tracer")" = nop ] || [ $n -ge 100 ]; do
+        n=$((n + 1))
+        sleep 0.1
+    done
     tracer="$(cat "$T/current_tracer")"
     [ "$tracer" = nop ] || { echo "$1: current_tracer left at $tracer"; exit 1; }
     for f in set_ftrace_filter set_graph_function; do
