@@ -39,13 +39,25 @@ ${3:+duration_ms: $3}
 CFG
 }
 
-restored() { # NAME: the tracer and its filters are back to nothing
-    tracer="$(cat "$T/current_tracer")"
-    [ "$tracer" = nop ] || { echo "$1: current_tracer left at $tracer"; exit 1; }
+# clean: the tracer is nop and no function filter is left.
+clean() {
+    [ "$(cat "$T/current_tracer")" = nop ] || return 1
     for f in set_ftrace_filter set_graph_function; do
-        if grep -v '^#' "$T/$f" | grep -q .; then
-            echo "$1: $f left:"; cat "$T/$f"; exit 1
-        fi
+        if grep -v '^#' "$T/$f" | grep -q .; then return 1; fi
+    done
+}
+
+restored() { # NAME: clean, at most 10 s after the client ended (the
+    # release runs just after traced was told the source stopped)
+    n=0
+    until clean; do
+        n=$((n + 1))
+        [ $n -lt 100 ] || {
+            echo "$1: not restored: current_tracer $(cat "$T/current_tracer")"
+            cat "$T/set_ftrace_filter" "$T/set_graph_function"
+            exit 1
+        }
+        sleep 0.1
     done
 }
 

@@ -33,10 +33,13 @@ sh -c 'exec 2>/dev/null; echo $$ >opener.pid; i=0; while [ $i -lt '"$N"' ]; do r
 echo $((N + 2)) >opens
 record_stop || true
 cat trace.err
-# Removed at stop: nothing of ours is left.
-if grep -q perfetto_k "$T/kprobe_events"; then
-    echo "kprobes left behind:"; cat "$T/kprobe_events"; exit 1
-fi
+# Removed at stop (just after traced was told the source stopped):
+# nothing of ours is left.
+n=0
+while grep -q perfetto_k "$T/kprobe_events"; do
+    n=$((n + 1)); [ $n -lt 100 ] || { echo "kprobes left behind:"; cat "$T/kprobe_events"; exit 1; }
+    sleep 0.1
+done
 
 # After a crash: traced_probes SIGKILLed while its probes exist; its
 # successor on the same socket (started by the init script) removes them
