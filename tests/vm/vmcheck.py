@@ -6,11 +6,12 @@ import os
 import subprocess
 import sys
 
-from google.protobuf import unknown_fields
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY_CHECKERS = os.path.join(os.path.dirname(HERE), "py")
+sys.path.insert(0, PY_CHECKERS)
+import no_unknown_fields  # noqa: E402  (tests/py: extensions declared by the trace are known)
 
 failures = []
 
@@ -35,35 +36,15 @@ def done():
     sys.exit(0)
 
 
-def _unknown(msg, path, out):
-    if len(unknown_fields.UnknownFieldSet(msg)):
-        out.append(path or msg.DESCRIPTOR.full_name)
-    for field, value in msg.ListFields():
-        if field.type != field.TYPE_MESSAGE:
-            continue
-        # protobuf >= 6 has is_repeated; older ones only label.
-        repeated = getattr(field, "is_repeated", None)
-        if repeated is None:
-            repeated = field.label == field.LABEL_REPEATED
-        if repeated:
-            if field.message_type.GetOptions().map_entry:
-                continue
-            for i, v in enumerate(value):
-                _unknown(v, f"{path}.{field.name}[{i}]", out)
-        else:
-            _unknown(value, f"{path}.{field.name}", out)
-
-
 def load(path):
     """The trace at PATH; records a failure for every packet holding a
     field upstream's descriptors do not know."""
-    trace = pb.Trace()
     with open(path, "rb") as f:
-        trace.ParseFromString(f.read())
+        data = f.read()
+    trace = pb.Trace()
+    trace.ParseFromString(data)
     expect(len(trace.packet) > 0, f"{path}: no packets")
-    unknown = []
-    for i, p in enumerate(trace.packet):
-        _unknown(p, f"packet[{i}]", unknown)
+    unknown = no_unknown_fields.unknown_fields(data)
     expect(not unknown, f"{path}: fields unknown to upstream's descriptors at {unknown[:5]}")
     return trace
 
