@@ -1,6 +1,8 @@
 #!/bin/sh
 # traced_perf (started at boot) samples a known program, /vm/bin/hot
-# (tests/data/perf/hot.c, with symbols): callstacks unwound by the kernel,
+# (tests/data/perf/hot.c, with symbols): callstacks unwound by the kernel
+# (asked for: DWARF, the default, copies 64 KiB of stack per sample and
+# would need far larger rings than this small one),
 # named on the device from the binary's .symtab and /proc/kallsyms.
 set -eu
 # A fixed period (every 50 ms of CPU), not a frequency: under TCG the
@@ -26,7 +28,8 @@ data_source_stop_timeout_ms: 30000
 buffers { size_kb: 16384 }
 data_sources { config { name: "linux.perf" perf_event_config {
     timebase { period: 50000000 counter: SW_CPU_CLOCK }
-    callstack_sampling { scope { target_cmdline: "hot" } kernel_frames: true }
+    callstack_sampling { scope { target_cmdline: "hot" } kernel_frames: true
+        user_frames: UNWIND_KERNEL_FRAME_POINTER }
     ring_buffer_pages: 64 ring_buffer_read_period_ms: 100 } } }
 data_sources { config { name: "linux.process_stats" } }
 CFG
