@@ -296,10 +296,20 @@ impl PerfSource {
         self.writer.flush();
     }
 
-    pub fn flush(&mut self) {
-        self.unwind_until = Instant::now() + self.read_period() / 2;
-        self.read_all();
-        self.unwind_queued(self.unwind_until);
+    /// A flush reads and unwinds for as long as the stop may (half the
+    /// service's stop timeout) and leaves the rest in the rings for the next
+    /// pass: a full ring decodes for seconds, longer than traced waits for
+    /// the flush. The flush just before a stop reads nothing: the stop
+    /// reads the rings next, within its own budget, and counts what is left.
+    pub fn flush(&mut self, stopping: bool) {
+        if !stopping {
+            let deadline = Instant::now() + self.stop_budget.min(self.read_period() / 2);
+            self.deadline = Some(deadline);
+            self.unwind_until = deadline;
+            self.read_all();
+            self.deadline = None;
+            self.unwind_queued(deadline);
+        }
         self.writer.flush();
     }
 
@@ -437,11 +447,7 @@ impl PerfSource {
                     break;
                 };
                 tail += bytes.len() as u64;
-                n += match records::parse(bytes, &mut self.sample) {
-                    Some(Record::Sample) => 1,
-                    Some(Record::Lost { lost, .. }) => lost,
-                    _ => 0,
-                };
+                n += records::samples_in(bytes);
             }
             self.rings[i].ring.set_tail(head);
             if n > 0 {

@@ -55,10 +55,10 @@ impl Daemon for Perf {
         ds.clear_incremental_state()
     }
 
-    fn flush(&mut self, instances: &mut Instances<PerfSource>, ids: &[u64], _stopping: bool) {
+    fn flush(&mut self, instances: &mut Instances<PerfSource>, ids: &[u64], stopping: bool) {
         for id in ids {
             if let Some(inst) = instances.get_mut(id) {
-                inst.ds.flush();
+                inst.ds.flush(stopping);
             }
         }
     }

@@ -107,6 +107,17 @@ pub fn record_size(header: &[u8]) -> Option<usize> {
     (size >= 8 && size.is_multiple_of(8)).then_some(size)
 }
 
+/// The samples a record stands for, read from its header alone (a sample
+/// is 1, a LOST record its count, others 0): the stop counts what it could
+/// not read without decoding call chains.
+pub fn samples_in(rec_untrusted: &[u8]) -> u64 {
+    match u32_at(rec_untrusted, 0) {
+        Some(RECORD_SAMPLE) => 1,
+        Some(RECORD_LOST) => u64_at(rec_untrusted, 16).unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// Decodes one whole record (header included). `None` if malformed.
 /// A sample is decoded into `sample`, whose frame vectors are reused.
 pub fn parse(rec_untrusted: &[u8], sample: &mut Sample) -> Option<Record> {

@@ -48,7 +48,8 @@ fn a_read_budget_defers_records_and_every_loss_is_named() {
 }
 
 /// Full 8 MiB rings that nothing reads before the stop (a 60 s read
-/// period), and a service that waits 1 s for the stop: traced_perf reads
+/// period), and a service that waits 4 s for the stop (1 s left too little
+/// for counting what is unread on a loaded machine): traced_perf reads
 /// for half of that, writes what is left as lost and acks in time, so the
 /// trace and the end line count every sample the kernel took.
 #[test]
@@ -58,7 +59,7 @@ fn the_stop_reads_while_the_service_waits_and_names_what_is_left() {
     let hot = build_load(dir, "perf_stop_hot");
     let run = record_with(
         dir,
-        "data_source_stop_timeout_ms: 1000",
+        "data_source_stop_timeout_ms: 4000",
         // The kernel's walk: the rings fill with samples, not with 64 KiB
         // stack copies (the load has frame pointers).
         "timebase { frequency: 20000 counter: SW_CPU_CLOCK } \
@@ -72,8 +73,8 @@ fn the_stop_reads_while_the_service_waits_and_names_what_is_left() {
     );
     let log = std::fs::read_to_string(dir.join("perf.log")).unwrap();
     let unread = stat(&log, "unread at stop");
-    assert!(unread > 0, "the stop read everything within 500 ms: {log}");
-    assert!(log.contains("the stop's 500 ms ran out"), "{log}");
+    assert!(unread > 0, "the stop read everything within 2000 ms: {log}");
+    assert!(log.contains("the stop's 2000 ms ran out"), "{log}");
     let lost = lost_in_trace(&run);
     assert_eq!(lost, stat(&log, "lost"), "{log}");
     assert!(lost >= unread);
