@@ -10,7 +10,7 @@ use crate::base::daemonize::{self, Side};
 use crate::cmd::flags::{normalize, RawFlags};
 use crate::cmd::options::{self, Action, Background, ConfigInput};
 use crate::cmd::session::ReadyNotifier;
-use crate::cmd::signals::StopSignals;
+use crate::cmd::signals::{self, StopSignals};
 use crate::cmd::{attach, autostart, output, pbtx, query, session, triggers};
 use crate::ipc::default_sockets::{consumer_socket_name, producer_socket_name};
 
@@ -62,6 +62,10 @@ fn random_uuid() -> (i64, i64) {
 }
 
 pub fn main(args: &[String], via: Via) -> i32 {
+    // From the first instruction: under load `timeout -s INT` can fire
+    // while the flags and config are still being read, and a trace must
+    // say what became of it. Commands that do not trace release them.
+    signals::hold();
     if args.is_empty() || args.iter().any(|a| a == "-h" || a == "--help") {
         eprint!("{}", usage());
         return 1;
@@ -95,6 +99,9 @@ pub fn main(args: &[String], via: Via) -> i32 {
         autostart::use_private_sockets();
     }
     let consumer = consumer_socket_name();
+    if !matches!(action, Action::Trace(_) | Action::Attach { .. }) {
+        signals::release();
+    }
     match action {
         Action::Version => {
             println!("{}", crate::VERSION);
@@ -132,6 +139,8 @@ pub fn main(args: &[String], via: Via) -> i32 {
             if plan.background != Background::No {
                 match daemonize::background() {
                     Ok(Side::Parent { child_pid, status }) => {
+                        // The child traces; Ctrl-C ends this waiting parent.
+                        signals::release();
                         println!("{child_pid}");
                         if plan.background == Background::Detach {
                             return 0;

@@ -55,6 +55,26 @@ pub fn done_writing() {
     OUT_FD.store(-1, Ordering::SeqCst);
 }
 
+fn stop_mask() -> SigSet {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGINT);
+    mask.add(Signal::SIGTERM);
+    mask
+}
+
+/// Holds SIGINT/SIGTERM pending from the client's first instruction, so
+/// one that comes while it parses and checks its flags (before
+/// [`StopSignals::install`]) is seen and said, not a silent death.
+pub fn hold() {
+    let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&stop_mask()), None);
+}
+
+/// Undoes [`hold`] for a command that does not trace: a held signal then
+/// acts as usual (it ends the process).
+pub fn release() {
+    let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&stop_mask()), None);
+}
+
 /// Blocks SIGINT/SIGTERM and reads them from a signalfd instead. Create it
 /// before any thread starts so every thread inherits the mask.
 pub struct StopSignals {
@@ -64,9 +84,7 @@ pub struct StopSignals {
 
 impl StopSignals {
     pub fn install() -> std::io::Result<Self> {
-        let mut mask = SigSet::empty();
-        mask.add(Signal::SIGINT);
-        mask.add(Signal::SIGTERM);
+        let mask = stop_mask();
         nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
         let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         Ok(Self { fd, mask })
