@@ -6,7 +6,9 @@ use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
 use tracebox::pb::protos::mod_GenericFtraceEvent::mod_Field::OneOfvalue;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::{FtraceEventBundle, TracePacket};
+use tracebox::protozero::decode::{read_varint, FieldIter};
 use tracebox::protozero::VecStream;
+use tracebox::schema::trace_extensions;
 use tracebox::traced_probes::ftrace::parse::bundle::{
     write_pages, BundleContext, ClockSnapshot, CpuState, EventFilter,
 };
@@ -310,26 +312,52 @@ fn a_switch_the_kernel_never_recorded_is_counted_and_written_in_full() {
             assert_eq!((full.len(), full[10]), (55, 999_999));
         }
     }
-    // The count travels in the end-of-trace stats, per cpu.
+    // The count travels in the end-of-trace stats packet, per cpu, as the
+    // declared `tracebox_ftrace_stats` extension beside `ftrace_stats` (a
+    // field of ours inside FtraceCpuStats would be unknown upstream).
     let mut s = VecStream::new();
     let cpus = [CpuStats::default(), CpuStats::default()];
+    let unrecorded = [0, 3];
     let snap = StatsSnapshot {
         cpu_stats: &cpus,
-        unrecorded_switches: &[0, 3],
+        unrecorded_switches: &unrecorded,
         ..Default::default()
     };
     write_ftrace_stats(&mut s, Phase::EndOfTrace, &snap);
+    trace_extensions::write_unrecorded_switches(&mut s, &unrecorded);
     let bytes = s.into_bytes();
     let p = TracePacket::from_reader(&mut BytesReader::from_bytes(&bytes), &bytes).unwrap();
     let OneOfdata::ftrace_stats(st) = p.data else {
         panic!("no ftrace_stats")
     };
-    let got: Vec<_> = st
+    let inside: Vec<_> = st
         .cpu_stats
         .iter()
         .map(|c| c.tracebox_unrecorded_switches)
         .collect();
-    assert_eq!(got, vec![None, Some(3)]);
+    assert_eq!(
+        inside,
+        vec![None, None],
+        "nothing of ours inside upstream's message"
+    );
+    let mut per_cpu = Vec::new();
+    for f in FieldIter::new(&bytes).filter(|f| f.number == trace_extensions::TRACEBOX_FTRACE_STATS)
+    {
+        for c in FieldIter::new(f.value).filter(|c| c.number == trace_extensions::ftrace::CPU_STATS)
+        {
+            let mut cpu_count = (None, None);
+            for v in FieldIter::new(c.value) {
+                let n = read_varint(v.value).unwrap().0;
+                match v.number {
+                    trace_extensions::ftrace::CPU => cpu_count.0 = Some(n),
+                    trace_extensions::ftrace::UNRECORDED_SWITCHES => cpu_count.1 = Some(n),
+                    _ => {}
+                }
+            }
+            per_cpu.push(cpu_count);
+        }
+    }
+    assert_eq!(per_cpu, vec![(Some(1), Some(3))]);
 }
 
 /// After events the kernel lost, the next switch starts afresh.

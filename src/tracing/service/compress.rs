@@ -31,12 +31,27 @@ pub fn wants_deflate(cfg: &TraceConfig) -> bool {
 #[derive(Default)]
 pub struct DeflateSink {
     raw: Vec<u8>,
+    /// A rotation's old-file pass: packets for the new file are held here
+    /// uncompressed (see rotate_divert).
+    pub divert: Option<super::rotate_divert::Divert>,
 }
 
 impl PacketSink for DeflateSink {
     fn packet(&mut self, body: &TracePacket<'_>, trailer: &[u8]) -> bool {
         let mut v = [0u8; 10];
         let n = encode_varint((body.size() + trailer.len()) as u64, &mut v);
+        if let Some(d) = self.divert.as_mut() {
+            let slices: Vec<&[u8]> = body.slices().collect();
+            let route = d.route(&slices, trailer, &mut self.raw);
+            if let super::rotate_divert::Route::Hold(i) = route {
+                let held = d.held_mut(i);
+                held.push(0x0a);
+                held.extend_from_slice(&v[..n]);
+                slices.iter().for_each(|s| held.extend_from_slice(s));
+                held.extend_from_slice(trailer);
+                return true;
+            }
+        }
         self.raw.push(0x0a);
         self.raw.extend_from_slice(&v[..n]);
         body.slices().for_each(|s| self.raw.extend_from_slice(s));

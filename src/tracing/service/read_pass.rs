@@ -37,6 +37,11 @@ pub(super) trait PacketSink {
     /// The session buffer (index) the next packets come from; None for
     /// service packets.
     fn set_buffer(&mut self, _index: Option<usize>) {}
+    /// A rotation's routing of packets to the new file, lent to a sink
+    /// that wraps this one (deflate routes before it compresses).
+    fn divert(&mut self) -> Option<&mut Option<super::rotate_divert::Divert>> {
+        None
+    }
 }
 
 /// Feeds a [`FrameWriter`]; stops the pass when the sink asked to pause.
@@ -99,6 +104,10 @@ impl PacketSink for ToFile {
             .for_each(|s| crate::mem::skew_copy::extend_bytes(&mut self.data, s));
         self.data.extend_from_slice(trailer);
         true
+    }
+
+    fn divert(&mut self) -> Option<&mut Option<super::rotate_divert::Divert>> {
+        Some(&mut self.divert)
     }
 
     fn set_buffer(&mut self, index: Option<usize>) {
@@ -184,8 +193,14 @@ impl TracingService {
             return self.read_pass_plain(now, sid, max_bytes, sink);
         }
         let mut z = compress::DeflateSink::default();
+        // A cut's packets for the new file are held before compression
+        // (the compressed packet has no sequence to route by).
+        z.divert = sink.divert().and_then(Option::take);
         let budget = max_bytes.max(compress::MIN_PASS_BYTES);
         let more = self.read_pass_plain(now, sid, budget, &mut z);
+        if let Some(d) = sink.divert() {
+            *d = z.divert.take();
+        }
         if let Some(p) = z.finish() {
             emit_bytes(sink, &p);
         }

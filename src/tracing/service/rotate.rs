@@ -52,7 +52,12 @@ impl TracingService {
         let flags = flush_flags::REASON_PERIODIC | flush_flags::INITIATOR_TRACED;
         let origin = FlushOrigin::Rotate { consumer, token };
         // Sequences that clear now start afresh in the new file (see
-        // rotate_divert); the flush brings their first packets in.
+        // rotate_divert); the flush brings their first packets in. They are
+        // held from now on: a periodic write during the flush (a slow
+        // ftrace read pass) must not put them into the old file.
+        if let Some(s) = self.sessions.get_mut(&sid) {
+            s.read.divert = Some(Default::default());
+        }
         self.clear_incremental_state_now(sid);
         self.start_flush(now, sid, timeout, flags, origin);
         Ok(())
@@ -81,7 +86,7 @@ impl TracingService {
         };
         // The old file ends with the session's stats as they are now.
         s.read.stats_due = true;
-        s.read.divert = Some(Default::default());
+        s.read.divert.get_or_insert_with(Default::default);
         self.write_into_file_pass(now, sid);
         if let Some(s) = self.sessions.get_mut(&sid) {
             let held = s
@@ -124,6 +129,17 @@ impl TracingService {
             token,
             result: Ok(()),
         });
+    }
+
+    /// A session that ends while a cut is pending writes what the cut held
+    /// back for the new file into the file it has (nothing is lost).
+    pub(super) fn release_rotation_hold(&mut self, sid: SessionId) {
+        if let Some(s) = self.sessions.get_mut(&sid) {
+            if let Some(d) = s.read.divert.take() {
+                // After an earlier cut's lead, if still unwritten.
+                s.read.held_for_new_file.extend(d.into_held());
+            }
+        }
     }
 
     /// Whether the session asked for its file to be synced to storage

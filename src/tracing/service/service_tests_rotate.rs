@@ -180,6 +180,46 @@ fn packets_after_a_clear_go_to_the_new_file() {
     assert!(config < first);
 }
 
+/// A periodic write while the cut's flush is pending (a slow producer)
+/// still holds a cleared sequence's packets for the new file.
+#[test]
+fn a_periodic_write_during_the_cut_holds_cleared_packets_back() {
+    let (mut h, p, c, sid, buf) = streaming_session();
+    h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
+    h.svc.rotate_file(h.now, c, 5).unwrap();
+    let cmds = cmds_for(&h.outputs(), p);
+    let request_id = cmds
+        .iter()
+        .find_map(|c| match c {
+            ProducerCommand::Flush { request_id, .. } => Some(*request_id),
+            _ => None,
+        })
+        .unwrap();
+    h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
+    h.svc.write_file_period(h.now, sid);
+    let mut old_bytes = file_data(&h.outputs());
+    let (old, after) = ack_cut(&mut h, p, sid, request_id);
+    old_bytes.extend(old);
+    let mut new_bytes = file_data(&after);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    new_bytes.extend(file_data(&h.outputs()));
+    assert_eq!(producer_markers(&packets(&old_bytes)), vec![1, 2]);
+    assert_eq!(producer_markers(&packets(&new_bytes)), vec![3, 4]);
+}
+
+/// A session stopped while its cut is pending keeps what the cut held.
+#[test]
+fn a_stop_during_the_cut_writes_the_held_packets() {
+    let (mut h, p, c, _sid, buf) = streaming_session();
+    h.svc.rotate_file(h.now, c, 5).unwrap();
+    h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
+    h.svc.write_file_period(h.now, _sid);
+    let mut bytes = file_data(&h.outputs());
+    h.svc.disable_tracing(h.now, c).unwrap();
+    bytes.extend(file_data(&h.outputs()));
+    assert_eq!(producer_markers(&packets(&bytes)), vec![3, 4]);
+}
+
 #[test]
 fn rotation_is_refused_without_a_streamed_file() {
     let mut h = H::new();

@@ -150,6 +150,7 @@ impl TracingService {
         }
         let write_into_file = s.write_into_file && !s.file_closed;
         if write_into_file {
+            self.release_rotation_hold(sid);
             self.write_into_file_pass(now, sid);
             if let Some(s) = self.sessions.get_mut(&sid) {
                 s.file_closed = true;
