@@ -26,7 +26,8 @@ fn a_tracepoint_timebase_samples_every_filtered_hit() {
         dir,
         "timebase { period: 1 tracepoint { name: \"sched:sched_switch\" \
          filter: \"prev_comm == \\\"perf_tp_nap\\\"\" } } \
-         callstack_sampling { kernel_frames: true } ring_buffer_read_period_ms: 50",
+         callstack_sampling { kernel_frames: true user_frames: UNWIND_KERNEL_FRAME_POINTER } \
+         ring_buffer_read_period_ms: 50",
         || {
             let mut c = run_load(&nap, &["nap", &naps.to_string()]);
             pid = c.id();

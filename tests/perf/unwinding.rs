@@ -431,8 +431,18 @@ fn hostile_stacks_maps_and_unwind_tables_are_counted() {
     // Every copy of the deep stack was full: cut, kept with its frames
     // from the leaf up, and counted.
     assert!(log_stat(&log, "stack copies cut").unwrap() > 0, "{log}");
+    // A sample the unwind queue could not take in time (a loaded machine)
+    // is written without its stack and counted as skipped: counted too.
     let big_cut = errors.iter().filter(|e| e.0 == big).count();
-    assert!(big_cut * 10 >= of(big) * 9, "{big_cut} of {}", of(big));
+    let big_skipped = all
+        .iter()
+        .filter(|s| s.pid == big && s.names == ["-"])
+        .count();
+    assert!(
+        (big_cut + big_skipped) * 10 >= of(big) * 9,
+        "{big_cut} cut + {big_skipped} skipped of {}",
+        of(big)
+    );
     // (Samples without a stack: skipped ones, and the exit's.)
     for s in all.iter().filter(|s| s.pid == big && s.names != ["-"]) {
         assert!(s.names.len() > 2, "{s:?}");

@@ -141,7 +141,10 @@ fn full_session(instance: &str, consumer_bin: &Path, traced: impl FnOnce(&Socket
     wait_until(Duration::from_secs(10), "instance removal", || {
         !instance_dir(instance).exists()
     });
-    assert!(!state.exists());
+    // The crash state goes with the release, after the stop was told.
+    wait_until(Duration::from_secs(10), "crash state removal", || {
+        !state.exists()
+    });
     // SIGTERM: clean exit 0.
     probes.signal(Signal::SIGTERM);
     let st = probes.wait_exit(Duration::from_secs(10));
@@ -294,7 +297,10 @@ fn crash_then(instance: &str, recover: impl FnOnce(&Sockets, &Path, &Path) -> Op
     wait_until(Duration::from_secs(10), "instance removal", || {
         !instance_dir(instance).exists()
     });
-    assert!(!state.exists());
+    // The crash state goes with the release, after the stop was told.
+    wait_until(Duration::from_secs(10), "crash state removal", || {
+        !state.exists()
+    });
 }
 
 fn ftrace_only_config(instance: &str, events: &[&str]) -> String {
@@ -385,7 +391,10 @@ fn concurrent_sessions_share_the_instance_and_see_only_their_events() {
     wait_until(Duration::from_secs(10), "instance removal", || {
         !instance_dir(instance).exists()
     });
-    assert!(!state.exists());
+    // The crash state goes with the release, after the stop was told.
+    wait_until(Duration::from_secs(10), "crash state removal", || {
+        !state.exists()
+    });
     check_trace(
         &out_a,
         &[
