@@ -1,5 +1,5 @@
 #!/bin/sh
-# targets: x86_64 aarch64
+# targets: aarch64
 # cmdline: trace_event=sched:sched_switch,sched:sched_process_fork,sched:sched_process_exec trace_buf_size=4M
 # timeout: 150
 # Boot traces: the kernel recorded from boot (the command line above); the
