@@ -26,7 +26,7 @@ tracefs=/sys/kernel/tracing
 
 # Boards run it under BusyBox: so does this test.
 if ! command -v busybox >/dev/null; then
-    apt-get update -qq
+    apt-get update -qq || echo "apt-get update reported errors; trying the install anyway" >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox >/dev/null
 fi
 tmp="$(mktemp -d)"
@@ -132,7 +132,7 @@ run_init start
 as_user() { setpriv --reuid="$1" --regid=nogroup --init-groups -- "${@:2}"; }
 as_user "$tmember" "$tmp/root/usr/bin/perfetto" --query >"$tmp/member.out" 2>"$tmp/member.err" ||
     fail "a member of $tgroup cannot query: $(cat "$tmp/member.err")"
-grep -q "^Service: tracebox" "$tmp/member.out" || fail "member's query: $(cat "$tmp/member.out")"
+grep -q "^Service: .*(tracebox " "$tmp/member.out" || fail "member's query: $(cat "$tmp/member.out")"
 as_user "$tmember" "$tmp/root/usr/bin/perfetto" --txt -c "$tmp/config.txt" -o "$tmp/member/t.pftrace" 2>"$tmp/member.err" ||
     fail "a member of $tgroup cannot record: $(cat "$tmp/member.err")"
 "$py" tests/py/check_probes_trace.py "$tmp/member/t.pftrace" --sched-switch
@@ -250,7 +250,7 @@ try:
                          timeout=60, check=True).stdout
     state = pb.TracingServiceState()
     state.ParseFromString(raw)
-    assert state.tracing_service_version.startswith("tracebox"), state
+    assert "(tracebox " in state.tracing_service_version, state
     assert not os.path.exists(f"{tmp}/not_adopted_c"), "traced bound its own socket"
     print("inherited consumer socket serves", state.tracing_service_version)
 finally:
