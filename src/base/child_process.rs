@@ -41,7 +41,7 @@ pub fn spawn_applet(
     let (read_end, write_end) = nix::unistd::pipe()?;
     // The read end stays here; the write end must survive exec.
     fcntl(read_end.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
-    let mut cmd = Command::new(exe);
+    let mut cmd = Command::new(&exe);
     cmd.arg0(applet)
         .args(args)
         .env(notify_env, write_end.as_raw_fd().to_string())
@@ -50,15 +50,22 @@ pub fn spawn_applet(
         .process_group(pgid);
     // The client blocks SIGINT/SIGTERM (it reads them from a signalfd) and
     // a blocked mask survives exec: the daemon starts with none blocked.
-    // SAFETY: sigprocmask is async-signal-safe, fine between fork and exec.
+    // The hook then execs itself with execve: std's own exec is execvp,
+    // which glibc retries through /bin/sh on ENOEXEC (a foreign binary
+    // under qemu-user without binfmt_misc), hiding the Exec format error.
+    let notify = (notify_env, write_end.as_raw_fd().to_string());
+    let exec = ExecArgs::new(&exe, applet, args, notify)?;
+    // SAFETY: between fork and exec only async-signal-safe calls happen:
+    // sigprocmask and execve on pointers built before the fork.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             nix::sys::signal::sigprocmask(
                 nix::sys::signal::SigmaskHow::SIG_SETMASK,
                 Some(&nix::sys::signal::SigSet::empty()),
                 None,
             )
-            .map_err(io::Error::from)
+            .map_err(io::Error::from)?;
+            Err(exec.execv())
         });
     }
     let mut child = cmd.spawn()?;
@@ -81,6 +88,68 @@ pub fn spawn_applet(
                 format!("{applet} did not start: {e}"),
             ))
         }
+    }
+}
+
+/// The path and argv of a child's execv, built before the fork.
+struct ExecArgs {
+    path: std::ffi::CString,
+    _args: Vec<std::ffi::CString>,
+    /// Pointers into `_args`, null-terminated.
+    argv: Vec<*const libc::c_char>,
+    _env: Vec<std::ffi::CString>,
+    /// Pointers into `_env` (ours plus the ready pipe's variable).
+    envp: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into `_args`, which the struct owns and never
+// changes; they are read only by the child after the fork.
+unsafe impl Send for ExecArgs {}
+// SAFETY: as above: never written after construction.
+unsafe impl Sync for ExecArgs {}
+
+impl ExecArgs {
+    fn new(
+        exe: &std::path::Path,
+        applet: &str,
+        args: &[&str],
+        notify: (&str, String),
+    ) -> io::Result<ExecArgs> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |b: &[u8]| std::ffi::CString::new(b).map_err(io::Error::other);
+        let path = c(exe.as_os_str().as_bytes())?;
+        let mut all = vec![c(applet.as_bytes())?];
+        for a in args {
+            all.push(c(a.as_bytes())?);
+        }
+        let mut env = Vec::new();
+        for (k, v) in std::env::vars_os() {
+            if k.as_bytes() != notify.0.as_bytes() {
+                env.push(c(&[k.as_bytes(), b"=", v.as_bytes()].concat())?);
+            }
+        }
+        env.push(c(format!("{}={}", notify.0, notify.1).as_bytes())?);
+        let pointers = |v: &[std::ffi::CString]| {
+            let mut p: Vec<*const libc::c_char> = v.iter().map(|a| a.as_ptr()).collect();
+            p.push(std::ptr::null());
+            p
+        };
+        Ok(ExecArgs {
+            path,
+            argv: pointers(&all),
+            _args: all,
+            envp: pointers(&env),
+            _env: env,
+        })
+    }
+
+    /// Replaces this process (in the child, after the fork); returns only
+    /// on failure.
+    fn execv(&self) -> io::Error {
+        // SAFETY: `path` is a valid C string, `argv` and `envp`
+        // null-terminated arrays of them, all owned by `self`.
+        unsafe { libc::execve(self.path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr()) };
+        io::Error::last_os_error()
     }
 }
 
