@@ -10,7 +10,7 @@ use crate::support::probes::*;
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,16 +52,7 @@ data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
     )
     .unwrap();
     let out = dir.join("t.pftrace");
-    let mut client = Command::new(env!("CARGO_BIN_EXE_tracebox"))
-        .args(["perfetto", "--txt", "-c"])
-        .arg(&cfg)
-        .arg("-o")
-        .arg(&out)
-        .env("PERFETTO_CONSUMER_SOCK_NAME", &daemons.socks.consumer)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
-        .spawn()
-        .unwrap();
+    let mut client = start_our_client(dir, &cfg, &out, &daemons.socks.consumer);
     let idir = instance_dir(instance);
     wait_ftrace_started(dir, instance);
     // The flood runs until after the kill.

@@ -212,6 +212,21 @@ pub fn write_config(path: &Path, text: &str) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// Our client recording the text config `cfg` into `out` through the
+/// consumer socket `consumer`, its stderr in `dir/consumer.log`.
+pub fn start_our_client(dir: &Path, cfg: &Path, out: &Path, consumer: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tracebox"))
+        .args(["perfetto", "--txt", "-c"])
+        .arg(cfg)
+        .arg("-o")
+        .arg(out)
+        .env("PERFETTO_CONSUMER_SOCK_NAME", consumer)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("consumer.log")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
 /// sdk-consumer running `config` until `stop_file` appears.
 pub fn start_consumer(
     bin: &Path,
