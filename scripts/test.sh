@@ -5,6 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 echo "== setup"
+# A clean clone builds debug, release, fuzz, four static targets and the
+# Perfetto peers: incremental caches would only add gigabytes of disk.
+export CARGO_INCREMENTAL=0
+df -h "${CARGO_TARGET_DIR:-$PWD}" | awk 'NR == 2 { print "disk: " $4 " free on " $6 }'
 scripts/ensure-tracefs.sh
 scripts/setup-python.sh
 export TRACEBOX_PYTHON="$PWD/.venv/bin/python"
