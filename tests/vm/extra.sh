@@ -6,6 +6,9 @@
 # traced_perf unwinds and names it on the device. 32-bit ARM: ARM (not
 # Thumb) code with APCS frames, the layout the kernel's arm user unwinder
 # walks. aarch64: gcc omits leaf functions' frame records by default.
+# /vm/bin/deep (x86_64, aarch64): tests/data/perf/deep.c and deep_lib.c in
+# one static program built -O2 -fomit-frame-pointer, so only .eh_frame
+# knows its frames (the DWARF scenario).
 set -euo pipefail
 t="$1" dest="$3"
 case "$t" in
@@ -20,3 +23,13 @@ if ! command -v "$cc" >/dev/null; then
 fi
 mkdir -p "$dest/vm/bin"
 "$cc" -O0 -fno-omit-frame-pointer "${flags[@]}" -static -pthread -o "$dest/vm/bin/hot" tests/data/perf/hot.c
+case "$t" in
+x86_64 | x86_64-rt | aarch64)
+    "$cc" -O2 -fomit-frame-pointer -g0 -static -o "$dest/vm/bin/deep" \
+        tests/data/perf/deep.c tests/data/perf/deep_lib.c -ldl 2>"$dest/deep.warn" || {
+        cat "$dest/deep.warn" >&2
+        exit 1
+    }
+    rm -f "$dest/deep.warn"
+    ;;
+esac
