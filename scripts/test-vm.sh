@@ -10,7 +10,13 @@
 # Environment: TRACEBOX_VM_CACHE (default target/vm-cache: the kernel and
 # busybox packages, fetched through apt once), TRACEBOX_VM_ONLY="a b" (run
 # only these scenarios), TRACEBOX_VM_KEEP=1 (keep target/vm/ work dirs;
-# they are kept anyway on failure).
+# they are kept anyway on failure or retry), TRACEBOX_VM_RETRY_UNTIL
+# (default 1200: seconds into the stage after which a failed scenario is
+# no longer retried).
+#
+# A failed scenario gets exactly one retry on a fresh boot (TCG on a
+# loaded host stalls daemons now and then); the summary and the README
+# table name every retry, and a scenario that fails twice fails the stage.
 # Writes target/vm-results.tsv and target/vm-results.md (README's "Tested
 # kernels" table: scripts/test-vm.sh --readme copies it in).
 set -euo pipefail
@@ -147,22 +153,16 @@ scenario_targets_ok() {
     [[ " $want " == *" $2 "* ]]
 }
 
-# Scenarios in lexical order, split into the shared boot and own boots.
-plan_boots() {
+# The target's scenarios in lexical order (TRACEBOX_VM_ONLY applied).
+plan_scenarios() {
     local t="$1" f name
-    shared=()
-    own=()
+    planned=()
     for f in tests/vm/scenarios/*.sh; do
         name=$(basename "$f" .sh)
         [[ "$name" == *.host ]] && continue
         if [ -n "${TRACEBOX_VM_ONLY:-}" ] && [[ " $TRACEBOX_VM_ONLY " != *" $name "* ]]; then continue; fi
         scenario_targets_ok "$f" "$t" || continue
-        if [ -n "$(header "$f" cmdline)" ] || [ "$(header "$f" boot)" = own ] ||
-            [ -e "tests/vm/scenarios/$name.host.sh" ]; then
-            own+=("$name")
-        else
-            shared+=("$name")
-        fi
+        planned+=("$name")
     done
 }
 
@@ -217,11 +217,44 @@ free_port() {
 results_tsv="$repo/target/vm-results.tsv"
 failures=0
 summary=()
+retries=()
+retry_until="${TRACEBOX_VM_RETRY_UNTIL:-1200}"
 
-# record TARGET SCENARIO PASS|FAIL SECONDS
+# Each scenario's verdict of its latest run (boot sets them).
+declare -A res_of why_of secs_of
+
+# verdict SCENARIO PASS|FAIL SECONDS [WHY]
+verdict() {
+    res_of[$1]="$2" secs_of[$1]="$3" why_of[$1]="${4:-}"
+}
+
+# record TARGET SCENARIO PASS|FAIL SECONDS RETRY_NOTE
 record() {
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$kver" "$kpkg_ver" "$2" "$3" "$4" >>"$run_tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$kver" "$kpkg_ver" "$2" "$3" "$4" "$5" >>"$run_tsv"
     [ "$3" = pass ] || failures=$((failures + 1))
+}
+
+# run_boots TARGET PREFIX SCENARIO...: the shared boot (named PREFIXshared)
+# for those that can share one, then an own boot for each of the others.
+run_boots() {
+    local t="$1" prefix="$2" f name
+    shift 2
+    local shared=() own=()
+    for name in "$@"; do
+        f="tests/vm/scenarios/$name.sh"
+        if [ -n "$(header "$f" cmdline)" ] || [ "$(header "$f" boot)" = own ] ||
+            [ -e "tests/vm/scenarios/$name.host.sh" ]; then
+            own+=("$name")
+        else
+            shared+=("$name")
+        fi
+    done
+    if [ ${#shared[@]} -gt 0 ]; then
+        boot "$t" "${prefix}shared" "" "${shared[@]}"
+    fi
+    for name in "${own[@]}"; do
+        boot "$t" "$prefix$name" "$(header "tests/vm/scenarios/$name.sh" cmdline)" "$name"
+    done
 }
 
 # boot TARGET BOOTNAME CMDLINE_EXTRA SCENARIO...
@@ -246,7 +279,7 @@ boot() {
         mkdir -p "$dir/host-$name"
         bash "$hook" before "$dir/host-$name" || {
             say "$t: $name: host hook 'before' failed"
-            record "$t" "$name" fail 0
+            verdict "$name" fail 0 "host hook 'before' failed"
             return 0
         }
     done
@@ -304,7 +337,7 @@ boot() {
         if [ -e "$dir/host-$name.after-failed" ]; then
             res=fail why="host hook 'after' failed"
         fi
-        record "$t" "$name" "$res" "$secs"
+        verdict "$name" "$res" "$secs" "$why"
         if [ $res = pass ]; then
             say "$t: $name: pass (${secs}s)"
         else
@@ -340,14 +373,42 @@ for t in "${targets[@]}"; do
         tests/vm/extra.sh "$t" "$rust" "$work/$t/extra" "$cache" || die "$t: tests/vm/extra.sh failed"
     fi
     build_initramfs "$t"
-    plan_boots "$t"
-    if [ ${#shared[@]} -gt 0 ]; then
-        boot "$t" shared "" "${shared[@]}"
-    fi
-    for name in "${own[@]}"; do
-        boot "$t" "$name" "$(header "tests/vm/scenarios/$name.sh" cmdline)" "$name"
+    plan_scenarios "$t"
+    res_of=() why_of=() secs_of=()
+    run_boots "$t" "" "${planned[@]}"
+    # One retry on a fresh boot for each failed scenario, while the stage
+    # is inside its retry budget.
+    failed=()
+    declare -A first_why=()
+    for name in "${planned[@]}"; do
+        [ "${res_of[$name]:-}" = pass ] && continue
+        first_why[$name]="${why_of[$name]:-did not run}"
+        failed+=("$name")
     done
-    summary+=("$t: $(($(date +%s) - t_start))s (kernel $kver)")
+    if [ ${#failed[@]} -gt 0 ]; then
+        if [ $(($(date +%s) - stage_start)) -lt "$retry_until" ]; then
+            say "$t: RETRY on a fresh boot: ${failed[*]}"
+            run_boots "$t" retry- "${failed[@]}"
+        else
+            say "$t: NO RETRY of ${failed[*]}: the stage is past its retry budget (${retry_until}s)"
+            retry_skipped=1
+        fi
+    fi
+    for name in "${planned[@]}"; do
+        note=""
+        if [ -n "${first_why[$name]+x}" ]; then
+            if [ -n "${retry_skipped:-}" ]; then
+                note="not retried: past the stage's retry budget"
+            else
+                note="retried (first run: ${first_why[$name]})"
+                retries+=("$t/$name: ${res_of[$name]:-fail} on retry (first run: ${first_why[$name]}; retry: ${why_of[$name]:-ok})")
+            fi
+        fi
+        record "$t" "$name" "${res_of[$name]:-fail}" "${secs_of[$name]:-0}" "$note"
+    done
+    retry_skipped=
+    unset first_why
+    summary+=("$t: wall time $(($(date +%s) - t_start))s (kernel $kver)")
 done
 
 # Results of targets not run now are kept from the last run that had them.
@@ -361,6 +422,7 @@ cat "$run_tsv" >>"$results_tsv"
 
 echo "test-vm: boots: ${boot_seconds[*]}"
 for s in "${summary[@]}"; do echo "test-vm: $s"; done
-echo "test-vm: stage wall time $(($(date +%s) - stage_start))s; $(wc -l <"$run_tsv") scenario runs, $failures failed"
-[ "${TRACEBOX_VM_KEEP:-}" = 1 ] || [ $failures -gt 0 ] || rm -rf "$work"
+for r in "${retries[@]}"; do echo "test-vm: RETRIED $r"; done
+echo "test-vm: stage wall time $(($(date +%s) - stage_start))s; $(wc -l <"$run_tsv") scenarios, ${#retries[@]} retried, $failures failed"
+[ "${TRACEBOX_VM_KEEP:-}" = 1 ] || [ $failures -gt 0 ] || [ ${#retries[@]} -gt 0 ] || rm -rf "$work"
 [ $failures -eq 0 ]
