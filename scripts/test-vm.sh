@@ -10,7 +10,10 @@
 # Environment: TRACEBOX_VM_CACHE (default target/vm-cache: the kernel and
 # busybox packages, fetched through apt once), TRACEBOX_VM_ONLY="a b" (run
 # only these scenarios), TRACEBOX_VM_KEEP=1 (keep target/vm/ work dirs;
-# they are kept anyway on failure or retry), TRACEBOX_VM_RETRY_UNTIL
+# they are kept anyway on failure or retry), TRACEBOX_VM_SCENARIOS (another
+# scenario directory; default tests/vm/scenarios), TRACEBOX_VM_IMAGE_EXTRA
+# (a command run as CMD TARGET IMAGE_ROOT CACHE that adds files to the
+# image), TRACEBOX_VM_MEM_MB (guest memory, default 512), TRACEBOX_VM_RETRY_UNTIL
 # (default 1200: seconds into the stage after which a failed scenario is
 # no longer retried).
 #
@@ -33,6 +36,11 @@ targets=("$@")
 [ "${targets[*]}" != all ] || targets=(x86_64 x86_64-rt aarch64 armv7)
 
 cache="${TRACEBOX_VM_CACHE:-$repo/target/vm-cache}"
+# Another scenario directory (the benchmarks': scripts/bench/vm-*.sh), with
+# its own extra image files; its results stay out of README's table.
+scen="${TRACEBOX_VM_SCENARIOS:-tests/vm/scenarios}"
+scen_extra="${TRACEBOX_VM_IMAGE_EXTRA:-}"
+mem_mb="${TRACEBOX_VM_MEM_MB:-512}"
 work="$repo/target/vm"
 mkdir -p "$cache/debs" "$work"
 
@@ -157,7 +165,7 @@ scenario_targets_ok() {
 plan_scenarios() {
     local t="$1" f name
     planned=()
-    for f in tests/vm/scenarios/*.sh; do
+    for f in $scen/*.sh; do
         name=$(basename "$f" .sh)
         [[ "$name" == *.host ]] && continue
         if [ -n "${TRACEBOX_VM_ONLY:-}" ] && [[ " $TRACEBOX_VM_ONLY " != *" $name "* ]]; then continue; fi
@@ -183,14 +191,16 @@ build_initramfs() {
     echo "root:x:0:0:root:/root:/bin/sh" >"$root/etc/passwd"
     echo "root:x:0:" >"$root/etc/group"
     mkdir -p "$root/vm/scenarios"
-    cp -r tests/vm/scenarios/. "$root/vm/scenarios/"
+    cp -r $scen/. "$root/vm/scenarios/"
     rm -f "$root"/vm/scenarios/*.py "$root"/vm/scenarios/*.host.sh
     [ ! -d "$work/$t/extra" ] || cp -r "$work/$t/extra/." "$root/"
+    # shellcheck disable=SC2086 # a command with its arguments
+    [ -z "$scen_extra" ] || $scen_extra "$t" "$root" "$cache" || die "$t: $scen_extra failed"
     # Modules: the boot's own, and each scenario's, from the same package.
     local moddir="$kdir/lib/modules/$kver" all=()
     "$py" tests/vm/kmods.py "$moddir" "${base_modules[@]}" >"$root/vm/modules.boot"
     all+=($(cat "$root/vm/modules.boot"))
-    for f in tests/vm/scenarios/*.sh; do
+    for f in $scen/*.sh; do
         name=$(basename "$f" .sh)
         mods=$(header "$f" modules)
         [ -n "$mods" ] || continue
@@ -241,9 +251,9 @@ run_boots() {
     shift 2
     local shared=() own=()
     for name in "$@"; do
-        f="tests/vm/scenarios/$name.sh"
+        f="$scen/$name.sh"
         if [ -n "$(header "$f" cmdline)" ] || [ "$(header "$f" boot)" = own ] ||
-            [ -e "tests/vm/scenarios/$name.host.sh" ]; then
+            [ -e "$scen/$name.host.sh" ]; then
             own+=("$name")
         else
             shared+=("$name")
@@ -253,7 +263,7 @@ run_boots() {
         boot "$t" "${prefix}shared" "" "${shared[@]}"
     fi
     for name in "${own[@]}"; do
-        boot "$t" "$prefix$name" "$(header "tests/vm/scenarios/$name.sh" cmdline)" "$name"
+        boot "$t" "$prefix$name" "$(header "$scen/$name.sh" cmdline)" "$name"
     done
 }
 
@@ -268,13 +278,13 @@ boot() {
     printf '%s\n' "$@" >"$share/plan"
     echo "$t" >"$share/arch"
     for name in "$@"; do
-        s=$(header "tests/vm/scenarios/$name.sh" timeout)
+        s=$(header "$scen/$name.sh" timeout)
         bound=$((bound + ${s:-120}))
     done
     export VM_RELAY_PORT QEMU_PID_FILE="$dir/qemu.pid" TRACEBOX_HOST="$host_bin"
     VM_RELAY_PORT=$(free_port)
     for name in "$@"; do
-        hook="tests/vm/scenarios/$name.host.sh"
+        hook="$scen/$name.host.sh"
         [ -e "$hook" ] || continue
         mkdir -p "$dir/host-$name"
         bash "$hook" before "$dir/host-$name" || {
@@ -292,7 +302,7 @@ boot() {
     started=$(date +%s)
     say "$t: boot $bname ($*) bound ${bound}s"
     set +e
-    timeout -k 5 "$bound" "$qemu" -accel tcg "${machine[@]}" -smp 2 -m 512 \
+    timeout -k 5 "$bound" "$qemu" -accel tcg "${machine[@]}" -smp 2 -m "$mem_mb" \
         -kernel "$vmlinuz" -initrd "$work/$t/initramfs.cpio.gz" \
         -append "console=$console panic=-1 loglevel=5 $extra" \
         -display none -monitor none -serial "file:$dir/console.log" -no-reboot \
@@ -305,7 +315,7 @@ boot() {
     set -e
     local took=$(($(date +%s) - started))
     for name in "$@"; do
-        hook="tests/vm/scenarios/$name.host.sh"
+        hook="$scen/$name.host.sh"
         [ -e "$hook" ] || continue
         bash "$hook" after "$dir/host-$name" || {
             say "$t: $name: host hook 'after' failed"
@@ -328,8 +338,8 @@ boot() {
         elif [ "$(cat "$out.rc")" != 0 ]; then
             res=fail why="exit $(cat "$out.rc")"
             [ "$(cat "$out.rc")" != 137 ] || why="killed at its time bound"
-        elif [ -e "tests/vm/scenarios/$name.check.py" ]; then
-            if ! PYTHONPATH="$repo/tests/vm:$repo/tests/py" "$py" "tests/vm/scenarios/$name.check.py" \
+        elif [ -e "$scen/$name.check.py" ]; then
+            if ! PYTHONPATH="$repo/tests/vm:$repo/tests/py" "$py" "$scen/$name.check.py" \
                 "$out" "$t" >"$out.check.log" 2>&1; then
                 res=fail why="host check failed"
             fi
@@ -412,13 +422,14 @@ for t in "${targets[@]}"; do
 done
 
 # Results of targets not run now are kept from the last run that had them.
+[ "$scen" = tests/vm/scenarios ] || results_tsv="$work/other-results.tsv"
 touch "$results_tsv"
 for t in "${targets[@]}"; do
     awk -F'\t' -v t="$t" '$1 != t' "$results_tsv" >"$results_tsv.new"
     mv "$results_tsv.new" "$results_tsv"
 done
 cat "$run_tsv" >>"$results_tsv"
-"$py" tests/vm/readme_table.py "$results_tsv" >"$repo/target/vm-results.md"
+[ "$scen" != tests/vm/scenarios ] || "$py" tests/vm/readme_table.py "$results_tsv" >"$repo/target/vm-results.md"
 
 echo "test-vm: boots: ${boot_seconds[*]}"
 for s in "${summary[@]}"; do echo "test-vm: $s"; done
