@@ -302,7 +302,10 @@ boot() {
     started=$(date +%s)
     say "$t: boot $bname ($*) bound ${bound}s"
     set +e
-    timeout -k 5 "$bound" "$qemu" -accel tcg "${machine[@]}" -smp 2 -m "$mem_mb" \
+    # In a subshell that exits with qemu's status: a guest killed on purpose
+    # (a host hook's SIGKILL) is no job-control message on our stderr
+    # (qemu's own stderr is in qemu.log).
+    (timeout -k 5 "$bound" "$qemu" -accel tcg "${machine[@]}" -smp 2 -m "$mem_mb" \
         -kernel "$vmlinuz" -initrd "$work/$t/initramfs.cpio.gz" \
         -append "console=$console panic=-1 loglevel=5 $extra" \
         -display none -monitor none -serial "file:$dir/console.log" -no-reboot \
@@ -311,18 +314,24 @@ boot() {
         -device "virtio-9p-pci,fsdev=fs0,mount_tag=vmshare" \
         -netdev "$netdev" -device virtio-net-pci,netdev=n0 \
         </dev/null >"$dir/qemu.log" 2>&1
+    exit $?) 2>/dev/null
     rc=$?
     set -e
     local took=$(($(date +%s) - started))
     for name in "$@"; do
         hook="$scen/$name.host.sh"
         [ -e "$hook" ] || continue
-        bash "$hook" after "$dir/host-$name" || {
-            say "$t: $name: host hook 'after' failed"
+        bash "$hook" after "$dir/host-$name" >"$dir/host-$name.after.log" 2>&1 || {
+            say "$t: $name: host hook 'after' failed:"
+            tail -n 25 "$dir/host-$name.after.log" | sed 's/^/    /'
             touch "$dir/host-$name.after-failed"
         }
     done
-    if [ ! -e "$share/out/complete" ]; then
+    local unfinished=0
+    for name in "$@"; do [ -e "$share/out/$name.rc" ] || unfinished=1; done
+    if [ ! -e "$share/out/complete" ] && [ $unfinished = 0 ]; then
+        say "$t: boot $bname: qemu ended (exit $rc after ${took}s) after every scenario reported (a host hook's kill)"
+    elif [ ! -e "$share/out/complete" ]; then
         say "$t: boot $bname did not complete (qemu exit $rc after ${took}s); console tail:"
         tail -n 40 "$dir/console.log" | sed 's/^/    /'
         [ ! -s "$dir/qemu.log" ] || sed 's/^/    qemu: /' "$dir/qemu.log"

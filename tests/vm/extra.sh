@@ -8,7 +8,9 @@
 # walks. aarch64: gcc omits leaf functions' frame records by default.
 # /vm/bin/deep (x86_64, aarch64): tests/data/perf/deep.c and deep_lib.c in
 # one static program built -O2 -fomit-frame-pointer, so only .eh_frame
-# knows its frames (the DWARF scenario).
+# knows its frames (the DWARF scenario); /vm/bin/deep_dyn: the same with
+# deep_lib.c as /vm/lib/libdeep.so, and the C library it runs on (the
+# cross toolchain's, or this host's) with its loader at the usual path.
 set -euo pipefail
 t="$1" dest="$3"
 case "$t" in
@@ -31,5 +33,14 @@ x86_64 | x86_64-rt | aarch64)
         exit 1
     }
     rm -f "$dest/deep.warn"
+    mkdir -p "$dest/vm/lib"
+    "$cc" -O2 -fomit-frame-pointer -g0 -fPIC -shared -o "$dest/vm/lib/libdeep.so" tests/data/perf/deep_lib.c
+    "$cc" -O2 -fomit-frame-pointer -g0 -o "$dest/vm/bin/deep_dyn" tests/data/perf/deep.c \
+        -L"$dest/vm/lib" -Wl,-rpath,/vm/lib -ldeep -ldl
+    interp=$(readelf -lW "$dest/vm/bin/deep_dyn" | sed -n 's/.*interpreter: \(.*\)]/\1/p')
+    libc_dir=$(dirname "$("$cc" -print-file-name=libc.so.6)")
+    mkdir -p "$dest$(dirname "$interp")"
+    cp -L "$libc_dir/$(basename "$interp")" "$dest$interp"
+    cp -L "$libc_dir/libc.so.6" "$dest/vm/lib/libc.so.6"
     ;;
 esac
