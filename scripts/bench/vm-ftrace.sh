@@ -61,7 +61,7 @@ if [ "${1:-}" = --image ]; then
             -exec cp -a {} "$root/$d/$multiarch/" \;
     done
     mkdir -p "$root$(dirname "$interp")"
-    [ -e "$root$interp" ] || cp -L "$ex/lib/$multiarch/$(basename "$interp")" "$root$interp"
+    cp -L "$ex/lib/$multiarch/$(basename "$interp")" "$root$interp"
     echo "$multiarch" >"$root/vm/multiarch"
     "$cc" -O2 -static -pthread -o "$root/vm/bin/vm-load" scripts/bench/vm-load.c
     {

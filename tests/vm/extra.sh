@@ -10,7 +10,7 @@
 # one static program built -O2 -fomit-frame-pointer, so only .eh_frame
 # knows its frames (the DWARF scenario); /vm/bin/deep_dyn: the same with
 # deep_lib.c as /vm/lib/libdeep.so, and the C library it runs on (the
-# cross toolchain's, or this host's) with its loader at the usual path.
+# cross toolchain's, or this host's) with its loader, also in /vm/lib.
 set -euo pipefail
 t="$1" dest="$3"
 case "$t" in
@@ -35,12 +35,12 @@ x86_64 | x86_64-rt | aarch64)
     rm -f "$dest/deep.warn"
     mkdir -p "$dest/vm/lib"
     "$cc" -O2 -fomit-frame-pointer -g0 -fPIC -shared -o "$dest/vm/lib/libdeep.so" tests/data/perf/deep_lib.c
-    "$cc" -O2 -fomit-frame-pointer -g0 -o "$dest/vm/bin/deep_dyn" tests/data/perf/deep.c \
-        -L"$dest/vm/lib" -Wl,-rpath,/vm/lib -ldeep -ldl
-    interp=$(readelf -lW "$dest/vm/bin/deep_dyn" | sed -n 's/.*interpreter: \(.*\)]/\1/p')
+    # Its loader under /vm/lib too, not at the usual path: a package put
+    # into the image (the benchmarks' trace-cmd) brings its own libc.
     libc_dir=$(dirname "$("$cc" -print-file-name=libc.so.6)")
-    mkdir -p "$dest$(dirname "$interp")"
-    cp -L "$libc_dir/$(basename "$interp")" "$dest$interp"
-    cp -L "$libc_dir/libc.so.6" "$dest/vm/lib/libc.so.6"
+    ld_so=$(cd "$libc_dir" && ls ld-linux*.so.*)
+    cp -L "$libc_dir/$ld_so" "$libc_dir/libc.so.6" "$dest/vm/lib/"
+    "$cc" -O2 -fomit-frame-pointer -g0 -o "$dest/vm/bin/deep_dyn" tests/data/perf/deep.c \
+        -L"$dest/vm/lib" -Wl,-rpath,/vm/lib -Wl,--dynamic-linker=/vm/lib/"$ld_so" -ldeep -ldl
     ;;
 esac

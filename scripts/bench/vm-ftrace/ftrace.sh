@@ -24,7 +24,7 @@ export LD_LIBRARY_PATH=/lib/$(cat /vm/multiarch):/usr/lib/$(cat /vm/multiarch)
 
 # The init script's daemons would only add noise: ours autostarts its own.
 /etc/init.d/S60tracebox stop >/dev/null 2>&1 || true
-mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
+grep -q " /sys/fs/cgroup cgroup2 " /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup
 trace-cmd --version 2>&1 | head -n 2 >"$OUT/tracecmd.version"
 "$TRACEBOX" --version >"$OUT/tracebox.version" 2>&1 || true
 uname -r >"$OUT/kernel"
