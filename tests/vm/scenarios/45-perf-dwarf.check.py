@@ -3,7 +3,8 @@
 static, one with the frames in a shared library): the samples of their
 work reach main through every named frame, symbolised on the device, with
 the work's 75/25 split; the kernel's frame-pointer walk on the same
-programs does not reach main; nothing lost."""
+programs does not reach main; nothing lost; `tracebox report --profile`
+in the guest shows the split and the whole chain."""
 import vmcheck as v
 
 CHAIN = ["main", "app_run", "app_step", "lib_entry", "lib_mid"]
@@ -56,4 +57,30 @@ for prog in ("deep", "deep_dyn"):
              f"{prog}: {len(fp_whole)} of {len(fp)} kernel frame-pointer stacks reach main: "
              "the program has frame pointers after all?")
 v.expect_end_line(f"{out}/dwarf.err", "Trace stats: nothing lost")
+
+
+def section(text, title):
+    """(share %, name) rows of one table of `tracebox report --profile`."""
+    if title not in text:
+        return []
+    rows = []
+    for line in text.split(title, 1)[1].splitlines()[1:]:
+        if not line.strip():
+            break
+        f = line.split()
+        rows.append((float(f[0].rstrip("%")), " ".join(f[2:])))
+    return rows
+
+
+# The guest's own profile view of deep_dyn: spin leads by self, leaf_three
+# has ~75 % by total, and the heaviest path is the whole chain from main.
+text = open(f"{out}/profile.txt").read()
+print(text)
+by_self = section(text, "Top functions by self samples:")
+v.expect(by_self and by_self[0][1] == "spin", f"report: top self {by_self[:1]}")
+three = [r[0] for r in section(text, "Top functions by total samples:") if r[1] == "leaf_three"]
+v.expect(three and abs(three[0] - 75.0) <= 10.0, f"report: leaf_three total {three}")
+paths = section(text, "Heaviest call paths (root > leaf):")
+v.expect(paths and "main > app_run > app_step > lib_entry > lib_mid > leaf_three > spin" in paths[0][1],
+         f"report: heaviest path {paths[:1]}")
 v.done()

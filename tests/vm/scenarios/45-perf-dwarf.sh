@@ -9,7 +9,8 @@
 # main -> app_run -> app_step -> lib_entry -> lib_mid -> leaf_three (3/4
 # of the work) or leaf_one (1/4) -> spin.
 # Then the same programs under the kernel's frame-pointer walk, whose
-# stacks must stop short (so the first cannot pass by accident).
+# stacks must stop short (so the first cannot pass by accident), and
+# `tracebox report --profile` on the device.
 set -eu
 # Nice 19, a fixed period and long daemon timeouts: see 40-perf.sh.
 low='renice -n 19 -p $$ >/dev/null && exec "$@"'
@@ -40,6 +41,8 @@ rc=0
 record dwarf 10000 "" || rc=$?
 [ $rc -ne 0 ] || record kernel_fp 4000 "user_frames: UNWIND_KERNEL_FRAME_POINTER" || rc=$?
 kill "$deep" "$dyn"
+# The profile view on the device, of the program with the shared library.
+[ $rc -ne 0 ] || "$TRACEBOX" report --profile --pid "$dyn" "$OUT/dwarf.pftrace" >"$OUT/profile.txt" || rc=$?
 cat "$OUT"/*.err
 grep -E "unwind|stack" /var/log/tracebox.log | tail -n 5 || true
 exit $rc
