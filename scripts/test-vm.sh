@@ -165,7 +165,7 @@ scenario_targets_ok() {
 plan_scenarios() {
     local t="$1" f name
     planned=()
-    for f in $scen/*.sh; do
+    for f in "$scen"/*.sh; do
         name=$(basename "$f" .sh)
         [[ "$name" == *.host ]] && continue
         if [ -n "${TRACEBOX_VM_ONLY:-}" ] && [[ " $TRACEBOX_VM_ONLY " != *" $name "* ]]; then continue; fi
@@ -191,7 +191,7 @@ build_initramfs() {
     echo "root:x:0:0:root:/root:/bin/sh" >"$root/etc/passwd"
     echo "root:x:0:" >"$root/etc/group"
     mkdir -p "$root/vm/scenarios"
-    cp -r $scen/. "$root/vm/scenarios/"
+    cp -r "$scen"/. "$root/vm/scenarios/"
     rm -f "$root"/vm/scenarios/*.py "$root"/vm/scenarios/*.host.sh
     [ ! -d "$work/$t/extra" ] || cp -r "$work/$t/extra/." "$root/"
     # shellcheck disable=SC2086 # a command with its arguments
@@ -200,7 +200,7 @@ build_initramfs() {
     local moddir="$kdir/lib/modules/$kver" all=()
     "$py" tests/vm/kmods.py "$moddir" "${base_modules[@]}" >"$root/vm/modules.boot"
     all+=($(cat "$root/vm/modules.boot"))
-    for f in $scen/*.sh; do
+    for f in "$scen"/*.sh; do
         name=$(basename "$f" .sh)
         mods=$(header "$f" modules)
         [ -n "$mods" ] || continue
