@@ -14,10 +14,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// Markers written, in batches with a pause between (a few seconds of
-/// trace, so several cuts happen while the flood runs).
+/// Markers written, in batches with a pause between.
+struct Markers {
+    count: u64,
+    batch: u64,
+    pause: Duration,
+    /// Bytes per marker (its number, then padding).
+    len: usize,
+}
+
+/// A few seconds of trace, so several cuts happen while the flood runs.
+const FLOOD: Markers = Markers {
+    count: MARKERS,
+    batch: 200,
+    pause: Duration::from_millis(30),
+    len: 0,
+};
 const MARKERS: u64 = 24_000;
-const BATCH: u64 = 200;
+/// Every flood's `file_write_period_ms`.
+const WRITE_PERIOD_MS: u64 = 200;
 
 #[test]
 fn rotation_by_size_loses_and_repeats_nothing() {
@@ -141,6 +156,7 @@ fn rotated_files_start_with_every_cpu_together() {
             "",
             r#"ftrace_events: "workqueue/workqueue_execute_start"
     symbolize_ksyms: true"#,
+            &FLOOD,
         )
     });
     if r.is_err() {
@@ -203,6 +219,65 @@ fn a_second_rotated_recording_on_the_same_traced_rotates_too() {
     }
 }
 
+/// About 1 MB/s of markers for 5 s: 1000 markers of 1000 bytes a second.
+const MEGABYTE_A_SECOND: Markers = Markers {
+    count: 5000,
+    batch: 50,
+    pause: Duration::from_millis(50),
+    len: 1000,
+};
+
+/// `--rotate-size` cuts soon after a file reaches the size: every file but
+/// the last holds at most the size plus one write period's data (traced
+/// flushes the producers before each periodic write, and the client looks
+/// at the size four times a period). One period's data is the flood's
+/// rate, measured as all files' bytes over the time the markers took,
+/// times `file_write_period_ms`.
+#[test]
+fn rotated_files_stay_within_one_write_period_of_the_size() {
+    for (kb, instance) in [(100u64, "tbx_cli_rot_100k"), (300, "tbx_cli_rot_300k")] {
+        let prefix = format!("tbx-rsz{kb}");
+        let size = format!("{kb}kb");
+        let _ = std::fs::remove_dir(instance_dir(instance));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let r = std::panic::catch_unwind(|| {
+            let daemons = start_our_daemons(dir);
+            let began = std::time::Instant::now();
+            let (files, log) = flood_with(
+                &daemons,
+                dir,
+                instance,
+                &prefix,
+                &["--rotate-size", &size],
+                "",
+                "",
+                &MEGABYTE_A_SECOND,
+            );
+            (files, log, began.elapsed())
+        });
+        if r.is_err() {
+            dump(dir);
+        }
+        let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
+        let _ = std::fs::remove_dir(instance_dir(instance));
+        let (files, log, took) = r.unwrap_or_else(|e| std::panic::resume_unwind(e));
+        check_union_of(&files, &prefix, MEGABYTE_A_SECOND.count);
+        assert!(says_nothing_lost(&log), "{log}");
+        let sizes: Vec<u64> = files
+            .iter()
+            .map(|f| std::fs::metadata(f).unwrap().len())
+            .collect();
+        assert!(sizes.len() >= 4, "{sizes:?}: {log}");
+        let rate = sizes.iter().sum::<u64>() as f64 / took.as_secs_f64();
+        let bound = kb * 1024 + (rate * WRITE_PERIOD_MS as f64 / 1000.0) as u64;
+        eprintln!("--rotate-size {size}: {sizes:?}, bound {bound} ({rate:.0} B/s)");
+        for (f, &n) in files.iter().zip(&sizes).rev().skip(1) {
+            assert!(n <= bound, "{}: {n} B > {bound} B: {sizes:?}", f.display());
+        }
+    }
+}
+
 /// Runs a flood under rotation; returns the directory (dropping it removes
 /// the files), the numbered files left, oldest first, and the client's
 /// stderr.
@@ -238,10 +313,20 @@ fn flood(
     rotate: &[&str],
     extra_config: &str,
 ) -> (Vec<PathBuf>, String) {
-    flood_with(daemons, dir, instance, prefix, rotate, extra_config, "")
+    flood_with(
+        daemons,
+        dir,
+        instance,
+        prefix,
+        rotate,
+        extra_config,
+        "",
+        &FLOOD,
+    )
 }
 
-/// [`flood`] with more `ftrace_config` fields.
+/// [`flood`] with more `ftrace_config` fields and other markers.
+#[allow(clippy::too_many_arguments)]
 fn flood_with(
     daemons: &Daemons,
     dir: &Path,
@@ -250,13 +335,14 @@ fn flood_with(
     rotate: &[&str],
     extra_config: &str,
     extra_ftrace: &str,
+    markers: &Markers,
 ) -> (Vec<PathBuf>, String) {
     let cfg = dir.join("config.txt");
     std::fs::write(
         &cfg,
         format!(
             r#"write_into_file: true
-file_write_period_ms: 200
+file_write_period_ms: {WRITE_PERIOD_MS}
 buffers {{ size_kb: 16384 fill_policy: DISCARD }}
 data_sources {{ config {{ name: "linux.ftrace" ftrace_config {{
     ftrace_events: "ftrace/print"
@@ -305,13 +391,17 @@ data_sources {{ config {{ name: "linux.process_stats"
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut i = 0;
-    while i < MARKERS || (newest_number(&out) < want_last && std::time::Instant::now() < deadline) {
+    while i < markers.count
+        || (newest_number(&out) < want_last && std::time::Instant::now() < deadline)
+    {
+        let m = format!("{prefix} {i:06} ");
+        let pad = markers.len.saturating_sub(m.len());
         (&marker)
-            .write_all(format!("{prefix} {i:06}").as_bytes())
+            .write_all(format!("{m}{:x<pad$}", "").as_bytes())
             .unwrap();
-        if i % BATCH == BATCH - 1 {
+        if i % markers.batch == markers.batch - 1 {
             // Paces the flood (and makes the scheduler switch).
-            std::thread::sleep(Duration::from_millis(30));
+            std::thread::sleep(markers.pause);
         }
         i += 1;
     }
@@ -434,12 +524,17 @@ fn check_files(files: &[PathBuf], prefix: &str) -> (Counts, Vec<Counts>) {
 }
 
 fn check_union(files: &[PathBuf], prefix: &str) -> Vec<Counts> {
+    check_union_of(files, prefix, MARKERS)
+}
+
+/// [`check_union`] of a flood of `count` markers.
+fn check_union_of(files: &[PathBuf], prefix: &str, count: u64) -> Vec<Counts> {
     let (u, per_file) = check_files(files, prefix);
     assert_eq!(u["dups"], 0, "{u:?}");
     assert_eq!(u["gaps"], 0, "{u:?}");
     assert_eq!(
         (u["lo"], u["hi"], u["union"]),
-        (0, MARKERS - 1, MARKERS),
+        (0, count - 1, count),
         "{u:?}"
     );
     per_file
