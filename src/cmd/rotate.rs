@@ -28,6 +28,9 @@ pub const METHOD: &str = "RotateOutputFile";
 /// session's flush timeout, then drains its buffers into the old file).
 const CUT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest naming a failed cut in the trace may take.
+const NOTE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How traced refuses a cut before the session started (its
 /// `rotate::NOT_STARTED`).
 const NOT_STARTED: &str = "has not started yet";
@@ -166,9 +169,26 @@ impl Rotation {
                 // Nothing to cut yet (deferred start, START_TRACING
                 // trigger): the file's age counts from now.
                 Err(e) if e.contains(NOT_STARTED) => self.file_started = Instant::now(),
-                Err(e) => self.stop_rotating(e),
+                Err(e) => {
+                    if !SESSION_ENDED.iter().any(|w| e.contains(w)) {
+                        self.name_in_trace(port, &e);
+                    }
+                    self.stop_rotating(e)
+                }
             }
         }
+    }
+
+    /// Tells traced the cut could not happen, so that the trace names it
+    /// too (a `rotation_stopped` service event). If that fails as well,
+    /// only the end line's file list names it.
+    fn name_in_trace(&self, port: &mut Port, e: &str) {
+        let note = format!("{e} (the trace goes on in {})", self.current_name());
+        let request = RotateOutputFileRequest {
+            cut_failed: Some(note),
+        };
+        port.client.set_timeout(Some(NOTE_TIMEOUT));
+        let _: Result<RotateOutputFileResponse, String> = port.call(METHOD, &request, None);
     }
 
     fn stop_rotating(&mut self, e: String) {
@@ -196,7 +216,7 @@ impl Rotation {
             .map_err(|e| format!("Could not duplicate {name}: {e}"))?;
         port.client.set_timeout(Some(CUT_TIMEOUT));
         let reply: Result<RotateOutputFileResponse, String> =
-            port.call(METHOD, &RotateOutputFileRequest {}, Some(fd));
+            port.call(METHOD, &RotateOutputFileRequest::default(), Some(fd));
         let refused = match reply {
             Ok(r) if r.success == Some(true) => None,
             Ok(r) => Some(r.error.unwrap_or_else(|| "refused".into())),

@@ -223,6 +223,80 @@ fn a_second_rotated_recording_on_the_same_traced_rotates_too() {
     }
 }
 
+/// A cut that cannot happen (the next file cannot be opened: a directory
+/// stands at its name) is named on the end line and in the trace, and the
+/// trace goes on, whole, in the file being written.
+#[test]
+fn a_cut_that_cannot_happen_is_named_in_the_trace_and_on_the_end_line() {
+    let instance = "tbx_cli_rot_stop";
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let r = std::panic::catch_unwind(|| {
+        let daemons = start_our_daemons(dir);
+        std::fs::create_dir(dir.join("t.001")).unwrap();
+        flood(
+            &daemons,
+            dir,
+            instance,
+            "tbx-rots",
+            &["--rotate-size", "64kb"],
+            "",
+        )
+    });
+    if r.is_err() {
+        dump(dir);
+    }
+    let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let (files, log) = r.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    eprintln!("{log}");
+    assert_eq!(files.len(), 1, "{log}");
+    check_union(&files, "tbx-rots");
+    let t = dir.join("t");
+    let (first, next) = (
+        format!("{}.000", t.display()),
+        format!("{}.001", t.display()),
+    );
+    let reason = format!("Failed to open {next}: Is a directory (os error 21)");
+    // The file list, then the loss line (read from the trace).
+    assert!(
+        log.contains(&format!(
+            "Trace written into 1 file(s): {first} to {first}; {} -> {first}; rotation \
+             stopped, the last file holds the rest: {reason}",
+            t.display()
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "rotation stopped, a file holds more than --rotate-* asked: {reason} (the trace \
+             goes on in {first})"
+        )),
+        "{log}"
+    );
+    // In the trace: tracebox_service_event (1900) rotation_stopped (9),
+    // declared by the file's extension_descriptor (check_union found no
+    // unknown field).
+    use tracebox::protozero::decode::FieldIter;
+    let trace = std::fs::read(&files[0]).unwrap();
+    let named: Vec<String> = crate::support::traced::packets_from_file(&trace)
+        .iter()
+        .flat_map(|p| {
+            FieldIter::new(p)
+                .filter(|f| f.number == 1900)
+                .collect::<Vec<_>>()
+        })
+        .flat_map(|f| FieldIter::new(f.value).filter(|g| g.number == 9 && g.wire_type == 2))
+        .map(|g| String::from_utf8_lossy(g.value).into_owned())
+        .collect();
+    assert_eq!(
+        named,
+        [format!("{reason} (the trace goes on in {first})")],
+        "{log}"
+    );
+}
+
 /// About 1 MB/s of markers for 5 s: 1000 markers of 1000 bytes a second.
 const MEGABYTE_A_SECOND: Markers = Markers {
     count: 5000,
@@ -476,6 +550,7 @@ fn numbered(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .filter_map(|e| {
             let n = e.file_name().to_str()?.strip_prefix("t.")?.parse().ok()?;
             Some((n, e.path()))
