@@ -364,3 +364,34 @@ fn held_packets_are_compressed_in_a_deflate_trace() {
         .unwrap();
     assert!(config < first);
 }
+
+/// A failed cut the client names goes into the trace as
+/// `tracebox_service_event.rotation_stopped`, bounded in length and in
+/// number per session.
+#[test]
+fn a_failed_cut_is_named_in_the_trace_within_bounds() {
+    let (mut h, _p, c, sid, _buf) = streaming_session();
+    let long = "é".repeat(1000);
+    h.svc.note_rotation_stopped(h.now, c, "no space").unwrap();
+    h.svc.note_rotation_stopped(h.now, c, &long).unwrap();
+    for _ in 0..10 {
+        let _ = h.svc.note_rotation_stopped(h.now, c, "again");
+    }
+    h.svc.write_file_period(h.now, sid);
+    let named: Vec<Vec<u8>> = packets(&file_data(&h.outputs()))
+        .iter()
+        .flat_map(|p| {
+            FieldIter::new(p)
+                .filter(|f| f.number == crate::schema::trace_extensions::TRACEBOX_SERVICE_EVENT)
+                .flat_map(|f| FieldIter::new(f.value).filter(|g| g.number == 9))
+                .map(|g| g.value.to_vec())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(named.len(), 4);
+    assert_eq!(named[0], b"no space");
+    assert_eq!(named[1].len(), 512);
+    assert!(std::str::from_utf8(&named[1]).is_ok());
+    let other = h.svc.connect_consumer(0);
+    assert!(h.svc.note_rotation_stopped(h.now, other, "x").is_err());
+}
