@@ -117,9 +117,9 @@ impl Rotation {
             .map_err(|e| format!("Could not duplicate the trace file: {e}"))?;
         let now = Instant::now();
         // The service appends once per write period: looking at the size
-        // a few times per period finds each write soon after it (an fstat
-        // each time).
-        let size_check = Duration::from_millis((file_write_period_ms / 4).clamp(50, 1000));
+        // eight times per period finds each write soon after it (an fstat
+        // each time), so the cut's drain adds little to the file.
+        let size_check = Duration::from_millis((file_write_period_ms / 8).clamp(10, 1000));
         let r = Rotation {
             plan: plan.clone(),
             base: path.clone(),
