@@ -395,3 +395,33 @@ fn a_failed_cut_is_named_in_the_trace_within_bounds() {
     let other = h.svc.connect_consumer(0);
     assert!(h.svc.note_rotation_stopped(h.now, other, "x").is_err());
 }
+
+/// Through a trace filter too, a sequence's packets from its clear on go
+/// to the new file (the filter hands each packet with its trailer inside).
+#[test]
+fn a_filtered_trace_holds_cleared_packets_for_the_new_file() {
+    use super::trace_filter::tests::{bytecode, Allow::*};
+    use crate::pb::protos::mod_TraceConfig::TraceFilter;
+    // Trace.packet -> trusted_uid, timestamp, sequence id, sequence_flags.
+    let code = bytecode(&[
+        &[Nested(1, 1)],
+        &[Simple(3), Simple(8), Simple(10), Simple(13)],
+    ]);
+    let (mut h, p, c, sid, buf) = streaming_session_with(|cfg| {
+        cfg.trace_filter = Some(TraceFilter {
+            bytecode_v2: Some(code),
+            ..Default::default()
+        })
+    });
+    h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
+    h.svc.rotate_file(h.now, c, 5).unwrap();
+    let flush = flush_request(&h.outputs(), p).unwrap();
+    h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
+    let (old, after) = ack_cut(&mut h, p, sid, flush);
+    let mut new_bytes = file_data(&after);
+    h.commit_packets(p, 1, buf, &[flagged(5, NEEDS_STATE)]);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    new_bytes.extend(file_data(&h.outputs()));
+    assert_eq!(producer_markers(&packets(&old)), vec![1, 2]);
+    assert_eq!(producer_markers(&packets(&new_bytes)), vec![3, 4, 5]);
+}
