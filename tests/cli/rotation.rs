@@ -146,10 +146,7 @@ fn a_perfetto_traced_is_refused_clearly() {
 #[test]
 fn rotated_files_start_with_every_cpu_together() {
     let instance = "tbx_cli_rot_cpus";
-    let _ = std::fs::remove_dir(instance_dir(instance));
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let r = std::panic::catch_unwind(|| {
+    let (_tmp, (files, log)) = in_instance(instance, |dir| {
         let daemons = start_our_daemons(dir);
         flood_with(
             &daemons,
@@ -164,12 +161,6 @@ fn rotated_files_start_with_every_cpu_together() {
         )
         .0
     });
-    if r.is_err() {
-        dump(dir);
-    }
-    let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
-    let _ = std::fs::remove_dir(instance_dir(instance));
-    let (files, log) = r.unwrap_or_else(|e| std::panic::resume_unwind(e));
     assert!(files.len() >= 3, "only {} files: {log}", files.len());
     // The cpus are read one after the other, microseconds apart: a rare
     // event falls in between (before, a cut hid about half a second of
@@ -186,10 +177,7 @@ fn rotated_files_start_with_every_cpu_together() {
 #[test]
 fn a_second_rotated_recording_on_the_same_traced_rotates_too() {
     let instance = "tbx_cli_rot_twice";
-    let _ = std::fs::remove_dir(instance_dir(instance));
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let r = std::panic::catch_unwind(|| {
+    let (_tmp, runs) = in_instance(instance, |dir| {
         let daemons = start_our_daemons(dir);
         let mut runs = Vec::new();
         // The same -o both times, as a script would run it.
@@ -209,12 +197,7 @@ fn a_second_rotated_recording_on_the_same_traced_rotates_too() {
         }
         runs
     });
-    if r.is_err() {
-        dump(dir);
-    }
-    let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
-    let _ = std::fs::remove_dir(instance_dir(instance));
-    for (n, log) in r.unwrap_or_else(|e| std::panic::resume_unwind(e)) {
+    for (n, log) in runs {
         assert!(n >= 3, "only {n} files: {log}");
         assert!(
             log.contains(&format!("Trace written into {n} file(s)")),
@@ -230,10 +213,7 @@ fn a_second_rotated_recording_on_the_same_traced_rotates_too() {
 #[test]
 fn a_cut_that_cannot_happen_is_named_in_the_trace_and_on_the_end_line() {
     let instance = "tbx_cli_rot_stop";
-    let _ = std::fs::remove_dir(instance_dir(instance));
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let r = std::panic::catch_unwind(|| {
+    let (tmp, (files, log)) = in_instance(instance, |dir| {
         let daemons = start_our_daemons(dir);
         std::fs::create_dir(dir.join("t.001")).unwrap();
         flood(
@@ -245,12 +225,7 @@ fn a_cut_that_cannot_happen_is_named_in_the_trace_and_on_the_end_line() {
             "",
         )
     });
-    if r.is_err() {
-        dump(dir);
-    }
-    let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
-    let _ = std::fs::remove_dir(instance_dir(instance));
-    let (files, log) = r.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    let dir = tmp.path();
     eprintln!("{log}");
     assert_eq!(files.len(), 1, "{log}");
     check_union(&files, "tbx-rots");
@@ -324,10 +299,7 @@ fn rotated_files_stay_within_one_write_period_of_the_size() {
     for (kb, instance) in [(100u64, "tbx_cli_rot_100k"), (300, "tbx_cli_rot_300k")] {
         let prefix = format!("tbx-rsz{kb}");
         let size = format!("{kb}kb");
-        let _ = std::fs::remove_dir(instance_dir(instance));
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        let r = std::panic::catch_unwind(|| {
+        let (_tmp, (files, log, took)) = in_instance(instance, |dir| {
             let daemons = start_our_daemons(dir);
             let ((files, log), took) = flood_with(
                 &daemons,
@@ -341,12 +313,6 @@ fn rotated_files_stay_within_one_write_period_of_the_size() {
             );
             (files, log, took)
         });
-        if r.is_err() {
-            dump(dir);
-        }
-        let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
-        let _ = std::fs::remove_dir(instance_dir(instance));
-        let (files, log, took) = r.unwrap_or_else(|e| std::panic::resume_unwind(e));
         check_union_of(&files, &prefix, MEGABYTE_A_SECOND.count);
         assert!(says_nothing_lost(&log), "{log}");
         let sizes: Vec<u64> = files
@@ -372,21 +338,31 @@ fn run(
     rotate: &[&str],
     extra_config: &str,
 ) -> (tempfile::TempDir, Vec<PathBuf>, String) {
-    let _ = std::fs::remove_dir(instance_dir(instance));
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let r = std::panic::catch_unwind(|| {
+    let (tmp, (files, log)) = in_instance(instance, |dir| {
         let daemons = start_our_daemons(dir);
         flood(&daemons, dir, instance, prefix, rotate, extra_config)
     });
+    (tmp, files, log)
+}
+
+/// Runs `body` with a fresh directory (kept until the returned handle
+/// drops) and `instance` removed before and after; on a panic the
+/// daemons' logs are shown first.
+fn in_instance<T>(
+    instance: &str,
+    body: impl FnOnce(&Path) -> T + std::panic::UnwindSafe,
+) -> (tempfile::TempDir, T) {
+    let _ = std::fs::remove_dir(instance_dir(instance));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_owned();
+    let r = std::panic::catch_unwind(|| body(&dir));
     if r.is_err() {
-        dump(dir);
+        dump(&dir);
     }
     // Its 8 MB per CPU go back to the kernel.
     let _ = std::fs::write(instance_dir(instance).join("tracing_on"), "0");
     let _ = std::fs::remove_dir(instance_dir(instance));
-    let (files, log) = r.unwrap_or_else(|e| std::panic::resume_unwind(e));
-    (tmp, files, log)
+    (tmp, r.unwrap_or_else(|e| std::panic::resume_unwind(e)))
 }
 
 /// One rotated recording on `daemons`, its files and logs in `dir`.
