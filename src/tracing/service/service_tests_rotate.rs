@@ -187,16 +187,7 @@ fn packets_after_a_clear_go_to_the_new_file() {
     let new = packets(&new_bytes);
     assert_eq!(producer_markers(&old), vec![1, 2, 10, 11]);
     assert_eq!(producer_markers(&new), vec![3, 4, 5]);
-    // The held packets follow the new file's header.
-    let config = new
-        .iter()
-        .position(|p| matches!(decode_packet(p).data, OneOfdata::trace_config(_)))
-        .unwrap();
-    let first = new
-        .iter()
-        .position(|p| decode_packet(p).timestamp == Some(3))
-        .unwrap();
-    assert!(config < first);
+    assert_header_before(&new, 3);
 }
 
 /// A periodic write while the cut's flush is pending (a slow producer)
@@ -354,13 +345,19 @@ fn held_packets_are_compressed_in_a_deflate_trace() {
     assert_eq!((old_plain, new_plain), (0, 0));
     assert_eq!(producer_markers(&old), vec![1, 2, 10]);
     assert_eq!(producer_markers(&new), vec![3, 4, 5, 11]);
+    assert_header_before(&new, 3);
+}
+
+/// The new file's header (its trace config) comes before the packet
+/// stamped `ts` (the first one held at the cut).
+fn assert_header_before(new: &[Vec<u8>], ts: u64) {
     let config = new
         .iter()
         .position(|p| matches!(decode_packet(p).data, OneOfdata::trace_config(_)))
         .unwrap();
     let first = new
         .iter()
-        .position(|p| decode_packet(p).timestamp == Some(3))
+        .position(|p| decode_packet(p).timestamp == Some(ts))
         .unwrap();
     assert!(config < first);
 }
