@@ -361,15 +361,20 @@ impl PerfSource {
             s.cpu_ns_per_sample()
         );
         if self.cfg.unwind.copies_stack() {
+            let r = self.resolver.stats;
             line.push_str(&format!(
                 "; {} unwound, {} unwind errors, {} stack copies cut, {} skipped at enqueue, \
-                 {} skipped at unwind, {} unwind budget hits",
+                 {} skipped at unwind, {} unwind budget hits, {} walks past the copy \
+                 ({} pages of /proc/PID/mem, {} refused)",
                 s.unwound,
                 s.unwind_errors,
                 s.stack_copies_cut,
                 s.skipped_enqueue,
                 s.skipped_unwind,
-                s.unwind_budget_hits
+                s.unwind_budget_hits,
+                r.far_samples,
+                r.far_pages,
+                r.far_refused
             ));
         }
         if s.stopped_at_kb > 0 {

@@ -18,6 +18,7 @@ pub mod data_source;
 pub mod dwarf;
 pub mod elf;
 pub mod events;
+pub mod far_stack;
 pub mod intern;
 pub mod maps;
 pub mod producer;
