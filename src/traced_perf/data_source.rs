@@ -295,7 +295,7 @@ impl PerfSource {
         for r in &self.rings {
             let _ = sys::set_enabled(&r.fd, false);
         }
-        self.count_unread();
+        self.count_unread("the memory guardrail stopped sampling");
         self.rings.clear();
         self.interner.clear();
         self.resolver.forget_processes();
@@ -340,7 +340,8 @@ impl PerfSource {
         self.unwind_until = deadline;
         self.read_passes(usize::MAX);
         self.deadline = None;
-        self.count_unread();
+        let why = format!("the stop's {} ms ran out", self.stop_budget.as_millis());
+        self.count_unread(&why);
         self.unwind_queued(deadline);
         self.skip_queued();
         self.writer.flush();
@@ -459,7 +460,8 @@ impl PerfSource {
     /// Counts the samples (and kernel losses) left in each ring, and the
     /// losses the kernel never wrote a LOST record for, writes them as
     /// lost, and empties the rings. The events must be disabled.
-    fn count_unread(&mut self) {
+    /// `why`: what ended the reading, for the log.
+    fn count_unread(&mut self, why: &str) {
         let members = 1 + self.cfg.followers.len();
         for i in 0..self.rings.len() {
             let head = self.rings[i].ring.head();
@@ -489,8 +491,7 @@ impl PerfSource {
             if n > 0 {
                 let cpu = self.rings[i].cpu;
                 crate::log_warn!(
-                    "linux.perf: the stop's {} ms ran out with {n} samples unread on cpu {cpu}; written as lost",
-                    self.stop_budget.as_millis()
+                    "linux.perf: {why} with {n} samples unread on cpu {cpu}; written as lost"
                 );
                 self.stats.unread_at_stop += n;
                 self.on_lost(cpu, n, None);
