@@ -10,8 +10,9 @@ fn realtime_ns() -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
-/// sched:sched_switch filtered in the kernel to one command: every switch
-/// away from the napping load is a sample (period 1), its stack goes from
+/// sched:sched_switch filtered in the kernel to one command going to
+/// sleep (prev_state 1: preemptions of a loaded machine are left out):
+/// every nap is a sample (period 1), its stack goes from
 /// the load's main (libc's usleep keeps no frame, so it hides nap_loop)
 /// through nanosleep down into the scheduler, and no other process
 /// shows (no scope is set: the filter alone keeps them out).
@@ -25,7 +26,7 @@ fn a_tracepoint_timebase_samples_every_filtered_hit() {
     let run = record(
         dir,
         "timebase { period: 1 tracepoint { name: \"sched:sched_switch\" \
-         filter: \"prev_comm == \\\"perf_tp_nap\\\"\" } } \
+         filter: \"prev_comm == \\\"perf_tp_nap\\\" && prev_state == 1\" } } \
          callstack_sampling { kernel_frames: true user_frames: UNWIND_KERNEL_FRAME_POINTER } \
          ring_buffer_read_period_ms: 50",
         || {
