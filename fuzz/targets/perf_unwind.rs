@@ -1,11 +1,13 @@
 //! traced_perf's unwinder inputs: an ELF's unwind sections (`.eh_frame`,
 //! `.eh_frame_hdr`, read by elf::unwind_sections and evaluated by
 //! framehop) and a sample's copied stack and registers, walked with
-//! UNWIND_DWARF and UNWIND_FRAME_POINTER. Input: a little-endian u16
-//! length of the ELF bytes, the ELF, then the stack (its first three words
-//! pick pc, fp and lr). Errors, never panics; walks stay bounded.
+//! UNWIND_DWARF (reading on past the copy from pages made of the stack's
+//! bytes, as it reads /proc/PID/mem) and UNWIND_FRAME_POINTER. Input: a
+//! little-endian u16 length of the ELF bytes, the ELF, then the stack (its
+//! first three words pick pc, fp and lr). Errors, never panics; walks and
+//! pages read past the copy stay bounded.
 
-use tracebox::traced_perf::{dwarf, elf, unwind};
+use tracebox::traced_perf::{dwarf, elf, far_stack, unwind};
 
 const CODE: u64 = 0x10000;
 const SP: u64 = 0x7000_0000;
@@ -40,8 +42,21 @@ pub fn run(data: &[u8]) {
     };
     let mut out = Vec::new();
     let mut cache = dwarf::Cache::default();
-    let _ = u.unwind(&mut cache, regs, copy, &mut out);
+    let mut far = far_stack::FarStack::default();
+    far.reset(SP, stack.len());
+    let mut read_page = |page: u64, buf: &mut [u8]| {
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = stack
+                .get((page as usize + i) % stack.len().max(1))
+                .copied()
+                .unwrap_or(0);
+        }
+        true
+    };
+    let mut far_word = |addr: u64| far.word(addr, unwind::WORD, &mut read_page);
+    let _ = u.unwind(&mut cache, regs, copy, &mut far_word, &mut out);
     assert!(out.len() <= unwind::MAX_FRAMES);
+    assert!(far.pages_read() <= far_stack::MAX_PAGES);
     out.clear();
     let _ = unwind::frame_pointer_walk(regs, copy, &mut out);
     assert!(out.len() <= unwind::MAX_FRAMES);

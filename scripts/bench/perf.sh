@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# traced_perf against `perf record -g` on the same load, in the same run:
-#   scripts/bench/perf.sh [SECONDS] [FREQ_HZ]
-# The load is tests/data/perf/hot.c (two busy threads, frame pointers), so
-# both profilers see the same 2-core workload for SECONDS (default 10) at
-# FREQ_HZ per CPU (default 1000), kernel and user callchains, every CPU.
+# traced_perf against `perf record` on the same load, in the same run:
+#   scripts/bench/perf.sh [SECONDS] [FREQ_HZ] [fp|dwarf]
+# The load is tests/data/perf/hot.c (two busy threads), so both profilers
+# see the same 2-core workload for SECONDS (default 10) at FREQ_HZ per CPU
+# (default 1000), kernel and user callchains, every CPU.
+#   fp (default): the load keeps frame pointers; the kernel walks them for
+#     both (user_frames: UNWIND_KERNEL_FRAME_POINTER against `perf record -g`).
+#   dwarf: the load is built -O2 -fomit-frame-pointer; traced_perf unwinds
+#     each sample's copied stack on the device (UNWIND_DWARF, 2048-page
+#     rings read every 20 ms) against `perf record --call-graph dwarf`,
+#     which only copies stacks and unwinds in `perf report` afterwards: its
+#     CPU is record plus report. Both profile the load's processes only
+#     (scope target_cmdline "hot"; perf record of the load's command), so
+#     other processes on a shared machine add no work to either.
 # Prints per profiler: samples captured, samples lost, profiler CPU (user +
 # system of the profiling processes), CPU per sample and bytes per sample;
 # traced_perf's own CPU per sample from ring to packet (read, scope,
@@ -14,6 +23,21 @@
 set -euo pipefail
 secs="${1:-10}"
 freq="${2:-1000}"
+mode="${3:-fp}"
+case "$mode" in
+fp)
+    cflags="-O0 -fno-omit-frame-pointer"
+    ours_cfg="callstack_sampling { kernel_frames: true user_frames: UNWIND_KERNEL_FRAME_POINTER }"
+    perf_cg=(-g)
+    ;;
+dwarf)
+    cflags="-O2 -fomit-frame-pointer"
+    ours_cfg="callstack_sampling { scope { target_cmdline: \"hot\" } kernel_frames: true }
+  ring_buffer_pages: 2048 ring_buffer_read_period_ms: 20"
+    perf_cg=(--call-graph dwarf)
+    ;;
+*) echo "mode is fp or dwarf" >&2; exit 1 ;;
+esac
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${TRACEBOX_BIN:-$root/target/release/tracebox}"
 py="${TRACEBOX_PYTHON:-$root/.venv/bin/python}"
@@ -27,14 +51,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-gcc -O0 -fno-omit-frame-pointer -pthread -o "$tmp/hot" "$root/tests/data/perf/hot.c"
+gcc $cflags -pthread -o "$tmp/hot" "$root/tests/data/perf/hot.c"
 # Busy for about $secs: re-run the split load until the time is up; the
 # number of runs completed goes to $tmp/runs.$1.
-load() {
-    local end=$((SECONDS + secs)) runs=0
-    while [ $SECONDS -lt $end ]; do "$tmp/hot" split 200; runs=$((runs + 1)); done
-    echo "$runs" >"$tmp/runs.$1"
-}
+cat >"$tmp/load.sh" <<EOF
+#!/usr/bin/env bash
+end=\$((SECONDS + $secs)) runs=0
+while [ \$SECONDS -lt \$end ]; do "$tmp/hot" split 200; runs=\$((runs + 1)); done
+echo "\$runs" >"$tmp/runs.\$1"
+EOF
+chmod +x "$tmp/load.sh"
+load() { "$tmp/load.sh" "$1"; }
 
 echo "== no profiler ($secs s)"
 load none
@@ -42,7 +69,7 @@ load none
 # CPU seconds (user + system) a pid has used.
 cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 
-echo "== tracebox traced_perf ($secs s, $freq Hz, every CPU)"
+echo "== tracebox traced_perf ($secs s, $freq Hz, every CPU, $mode)"
 export PERFETTO_PRODUCER_SOCK_NAME="$tmp/p.sock" PERFETTO_CONSUMER_SOCK_NAME="$tmp/c.sock"
 "$bin" traced 2>"$tmp/traced.log" & traced_pid=$!; pids+=($traced_pid)
 while [ ! -S "$tmp/c.sock" ]; do sleep 0.05; done
@@ -53,7 +80,7 @@ duration_ms: $((secs * 1000 + 1000))
 buffers { size_kb: 131072 }
 data_sources { config { name: "linux.perf" perf_event_config {
   timebase { frequency: $freq counter: SW_CPU_CLOCK }
-  callstack_sampling { kernel_frames: true }
+  $ours_cfg
 } } }
 EOF
 before="$(cpu_of "$perf_pid")"
@@ -73,14 +100,32 @@ ours_cpu="$(echo "$after - $before" | bc -l)"
 all_cpu="$(echo "$ours_cpu + $after_traced - $before_traced" | bc -l)"
 grep '^Trace stats' "$tmp/client.err" || true
 
-echo "== perf record -g ($secs s, $freq Hz, every CPU)"
-/usr/bin/time -f "%U %S" -o "$tmp/perf.time" \
-    perf record -q -g -a -F "$freq" -o "$tmp/perf.data" -- sleep $((secs + 1)) 2>"$tmp/perf.err" &
-perfrec=$!
-sleep 0.5
-load perf
-wait "$perfrec" || true
-perf_cpu="$(awk '{print $1 + $2}' "$tmp/perf.time")"
+echo "== perf record ${perf_cg[*]} ($secs s, $freq Hz, every CPU)"
+if [ "$mode" = dwarf ]; then
+    # Attached to the load's shell (its children inherit the events), so
+    # the time is perf's own, not the load's.
+    "$tmp/load.sh" perf &
+    loadpid=$!
+    /usr/bin/time -f "%U %S" -o "$tmp/perf.time" \
+        perf record -q "${perf_cg[@]}" -F "$freq" -o "$tmp/perf.data" -p "$loadpid" 2>"$tmp/perf.err" &
+    timepid=$!
+    wait "$loadpid"
+    kill -INT "$(pgrep -P "$timepid")" 2>/dev/null || true
+    wait "$timepid" || true
+else
+    /usr/bin/time -f "%U %S" -o "$tmp/perf.time" \
+        perf record -q "${perf_cg[@]}" -a -F "$freq" -o "$tmp/perf.data" -- sleep $((secs + 1)) 2>"$tmp/perf.err" &
+    perfrec=$!
+    sleep 0.5
+    load perf
+    wait "$perfrec" || true
+fi
+perf_cpu="$(tail -1 "$tmp/perf.time" | awk '{print $1 + $2}')"
+# What perf defers to its report (unwinding, symbolization), timed on the
+# same samples: a flat profile with call chains.
+/usr/bin/time -f "%U %S" -o "$tmp/report.time" \
+    perf report -i "$tmp/perf.data" --stdio --children --sort sym >/dev/null 2>&1 || true
+report_cpu="$(tail -1 "$tmp/report.time" | awk '{print $1 + $2}')"
 perf_samples="$(perf report -i "$tmp/perf.data" --stats 2>/dev/null | awk '/SAMPLE events:/ {print $3; exit}')"
 perf_lost="$(perf report -i "$tmp/perf.data" --stats 2>/dev/null | awk '/LOST events:/ {n += $3} END {print n + 0}')"
 perf_bytes="$(stat -c %s "$tmp/perf.data")"
@@ -92,9 +137,19 @@ row() {
 }
 row traced_perf "$ours_samples" "$ours_lost" "$ours_cpu" "$ours_bytes"
 row "  + traced" "$ours_samples" "$ours_lost" "$all_cpu" "$ours_bytes"
-row "perf record -g" "${perf_samples:-0}" "$perf_lost" "$perf_cpu" "$perf_bytes"
-echo "(perf record's CPU includes writing perf.data, which keeps raw callchains and no names;"
-echo " '+ traced' adds the service that stores our trace)"
+row "perf record" "${perf_samples:-0}" "$perf_lost" "$perf_cpu" "$perf_bytes"
+row "  + perf report" "${perf_samples:-0}" "$perf_lost" "$(echo "$perf_cpu + $report_cpu" | bc -l)" "$perf_bytes"
+echo "(perf record's CPU includes writing perf.data, which keeps raw callchains (dwarf: raw"
+echo " stack copies) and no names; '+ perf report' adds the report that names (and unwinds)"
+echo " them; '+ traced' adds the service that stores our trace)"
+ratio() { printf '%.2f' "$(echo "$1" | bc -l)"; }
+per() { echo "($1) / ($2 + ($2 == 0))"; }
+theirs="$(per "$perf_cpu + $report_cpu" "${perf_samples:-0}")"
+cpu_ratio="$(ratio "$(per "$ours_cpu" "$ours_samples") / ($theirs)")"
+all_ratio="$(ratio "$(per "$all_cpu" "$ours_samples") / ($theirs)")"
+bytes_ratio="$(ratio "$(per "$ours_bytes" "$ours_samples") / ($(per "$perf_bytes" "${perf_samples:-0}"))")"
+echo "ours/perf: CPU per sample ${cpu_ratio}x traced_perf (${all_ratio}x with traced) vs record + report," \
+    "bytes per sample ${bytes_ratio}x"
 echo "== no profiler again ($secs s)"
 load none2
 per_sample="$(grep -o '[0-9]* ns CPU per sample' "$tmp/perf.log" | tail -1)"

@@ -16,7 +16,8 @@ struct Args {
     /// print every event in time order (like trace-cmd report)
     #[argh(switch)]
     events: bool,
-    /// machine-readable summary
+    /// machine-readable summary (with a "profile" member when the trace
+    /// has PerfSample packets; with --profile, the profile alone)
     #[argh(switch)]
     json: bool,
     /// with --events: only these events (comma-separated names, repeatable)
@@ -127,38 +128,42 @@ pub fn main(args: &[String], _via: Via) -> i32 {
             }
         };
         let (p, error) = profile::Profile::scan(file);
-        if out
-            .write_all(profile::text(&p, &filter, a.top).as_bytes())
-            .is_err()
-        {
+        let s = if a.json {
+            format!("{}\n", profile::json(&p, &filter, a.top))
+        } else {
+            profile::text(&p, &filter, a.top)
+        };
+        if out.write_all(s.as_bytes()).is_err() {
             return 1;
         }
         error
     } else {
         let (w, an) = summarize(file, since, until);
-        let s = if a.json {
-            output::json(&w, &an)
-        } else {
-            output::text(&w, &an, a.top)
+        // A second pass for the profile: shown when there are samples.
+        let prof = std::fs::File::open(&a.file)
+            .ok()
+            .map(|f| profile::Profile::scan(std::io::BufReader::with_capacity(0, f)).0)
+            .filter(|p| p.samples > 0);
+        let filter = profile::Filter {
+            pids: list(&a.pid).unwrap_or_default(),
+            comms: list(&a.comm).unwrap_or_default(),
+        };
+        let s = match (a.json, &prof) {
+            (true, Some(p)) => output::with_field(
+                output::json(&w, &an),
+                "profile",
+                &profile::json(p, &filter, a.top),
+            ),
+            (true, None) => output::json(&w, &an),
+            (false, Some(p)) => format!(
+                "{}\n{}",
+                output::text(&w, &an, a.top),
+                profile::text(p, &filter, a.top)
+            ),
+            (false, None) => output::text(&w, &an, a.top),
         };
         if out.write_all(s.as_bytes()).is_err() {
             return 1;
-        }
-        // A second pass for the profile: printed when there are samples.
-        if !a.json {
-            if let Ok(f) = std::fs::File::open(&a.file) {
-                let (p, _) = profile::Profile::scan(std::io::BufReader::with_capacity(0, f));
-                if p.samples > 0 {
-                    let filter = profile::Filter {
-                        pids: list(&a.pid).unwrap_or_default(),
-                        comms: list(&a.comm).unwrap_or_default(),
-                    };
-                    let text = format!("\n{}", profile::text(&p, &filter, a.top));
-                    if out.write_all(text.as_bytes()).is_err() {
-                        return 1;
-                    }
-                }
-            }
         }
         w.error
     };

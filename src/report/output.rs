@@ -431,6 +431,15 @@ pub fn text(w: &Walk, a: &Analysis, top: usize) -> String {
     o
 }
 
+/// `json` (an object and a newline, as [`json`] makes it) with one more
+/// member, `key`: `value` (JSON).
+pub fn with_field(mut json: String, key: &str, value: &str) -> String {
+    let body = json.trim_end().len();
+    json.truncate(body.saturating_sub(1));
+    let _ = writeln!(json, ",{}:{value}}}", js(key));
+    json
+}
+
 /// The JSON report: every thread, slice and counter.
 pub fn json(w: &Walk, a: &Analysis) -> String {
     let v = view(w, a);

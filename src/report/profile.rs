@@ -402,11 +402,13 @@ impl Profile {
         for (c, p) in paths {
             *merged.entry(p).or_default() += c;
         }
-        let mut heavy: Vec<(u64, String)> = merged
+        let mut heavy: Vec<(u64, Vec<String>)> = merged
             .into_iter()
             .map(|(p, c)| {
-                let names: Vec<&str> = p.iter().map(|&i| self.names[i as usize].as_str()).collect();
-                (c, names.join(" > "))
+                (
+                    c,
+                    p.iter().map(|&i| self.names[i as usize].clone()).collect(),
+                )
             })
             .collect();
         heavy.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -429,7 +431,8 @@ pub struct Summary {
     pub processes: usize,
     pub by_self: Vec<(u64, String)>,
     pub by_total: Vec<(u64, String)>,
-    pub paths: Vec<(u64, String)>,
+    /// Function names, root first.
+    pub paths: Vec<(u64, Vec<String>)>,
 }
 
 fn pct(n: u64, of: u64) -> f64 {
@@ -479,10 +482,11 @@ pub fn text(p: &Profile, filter: &Filter, top: usize) -> String {
     if !gaps.is_empty() {
         let _ = writeln!(o, "  {}", gaps.join("; "));
     }
+    let paths: Vec<(u64, String)> = s.paths.iter().map(|(c, p)| (*c, p.join(" > "))).collect();
     for (title, rows) in [
         ("Top functions by self samples", &s.by_self),
         ("Top functions by total samples", &s.by_total),
-        ("Heaviest call paths (root > leaf)", &s.paths),
+        ("Heaviest call paths (root > leaf)", &paths),
     ] {
         if rows.is_empty() {
             continue;
@@ -492,6 +496,58 @@ pub fn text(p: &Profile, filter: &Filter, top: usize) -> String {
             let _ = writeln!(o, "  {:>6.2}% {:>8}  {name}", pct(*c, s.samples), c);
         }
     }
+    o
+}
+
+/// The profile as a JSON object (`tracebox report --json`): the counts of
+/// the text view, and each row with its samples and percent.
+pub fn json(p: &Profile, filter: &Filter, top: usize) -> String {
+    use super::output::js;
+    use std::fmt::Write;
+    let s = p.summary(filter, top);
+    let list = |v: &[String]| v.iter().map(|x| js(x)).collect::<Vec<_>>().join(",");
+    let mut o = String::new();
+    let pids: Vec<String> = filter.pids.iter().map(u32::to_string).collect();
+    let _ = write!(
+        o,
+        "{{\"samples\":{},\"processes\":{},\"perf_sample_packets\":{},\"only_pids\":[{}],\
+         \"only_comms\":[{}],\"unwind_errors\":{},\"skipped\":{},\"kernel_records_lost\":{},\
+         \"not_counted\":{}",
+        s.samples,
+        s.processes,
+        p.samples,
+        pids.join(","),
+        list(&filter.comms),
+        p.unwind_errors,
+        p.skipped,
+        p.kernel_lost,
+        p.over_bounds + p.malformed
+    );
+    for (key, rows) in [("by_self", &s.by_self), ("by_total", &s.by_total)] {
+        let rows: Vec<String> = rows
+            .iter()
+            .map(|(c, name)| {
+                format!(
+                    "{{\"name\":{},\"samples\":{c},\"percent\":{:.2}}}",
+                    js(name),
+                    pct(*c, s.samples)
+                )
+            })
+            .collect();
+        let _ = write!(o, ",\"{key}\":[{}]", rows.join(","));
+    }
+    let paths: Vec<String> = s
+        .paths
+        .iter()
+        .map(|(c, path)| {
+            format!(
+                "{{\"frames\":[{}],\"samples\":{c},\"percent\":{:.2}}}",
+                list(path),
+                pct(*c, s.samples)
+            )
+        })
+        .collect();
+    let _ = write!(o, ",\"paths\":[{}]}}", paths.join(","));
     o
 }
 
@@ -559,11 +615,32 @@ mod tests {
         assert_eq!(s.samples, 4);
         assert_eq!(s.by_self, vec![(3, "a".into()), (1, "b".into())]);
         assert_eq!(s.by_total[0], (4, "main".into()));
-        assert_eq!(s.paths[0], (3, "main > work > a".into()));
+        assert_eq!(
+            s.paths[0],
+            (3, vec!["main".into(), "work".into(), "a".into()])
+        );
         let out = text(&p, &f, 10);
         assert!(out.contains(" 75.00%        3  a"), "{out}");
         assert!(out.contains("100.00%        4  main"), "{out}");
         assert_eq!(p.summary(&Filter::default(), 10).samples, 5);
+        let j = json(&p, &f, 10);
+        assert!(
+            j.starts_with(
+                "{\"samples\":4,\"processes\":1,\"perf_sample_packets\":5,\"only_pids\":[7],"
+            ),
+            "{j}"
+        );
+        assert!(
+            j.contains("\"by_self\":[{\"name\":\"a\",\"samples\":3,\"percent\":75.00},"),
+            "{j}"
+        );
+        assert!(
+            j.contains(
+                "\"paths\":[{\"frames\":[\"main\",\"work\",\"a\"],\"samples\":3,\"percent\":75.00}"
+            ),
+            "{j}"
+        );
+        assert!(j.ends_with("]}"), "{j}");
     }
 
     /// `--comm` matches argv[0] without its directory from the process

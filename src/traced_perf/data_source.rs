@@ -58,6 +58,10 @@ pub struct PerfStats {
     /// Samples still in the rings when the stop's time ran out, written
     /// as lost (kernel_records_lost) so the end line names them.
     pub unread_at_stop: u64,
+    /// Records the kernel lost that no LOST record reported (the ring was
+    /// still full when sampling stopped): its PERF_FORMAT_LOST count, read
+    /// at stop, written as lost (kernel_records_lost).
+    pub lost_unreported: u64,
     /// CPU time of this thread in read passes: reading the rings, scope
     /// checks, resolving frames, interning and writing packets.
     pub read_cpu_ns: u64,
@@ -194,7 +198,14 @@ impl PerfSource {
         }
         let resolver = Resolver::new(cfg.function_names, cfg.function_names && cfg.kernel_frames);
         let copies_stack = cfg.callstacks && cfg.unwind.copies_stack();
+        if !rings[0].counts_lost {
+            crate::log_warn!(
+                "linux.perf: this kernel has no PERF_FORMAT_LOST (Linux 6.0+): records lost after \
+                 the last one a ring reported cannot be counted"
+            );
+        }
         let layout = Layout {
+            read_lost: rings[0].counts_lost,
             callchain: cfg.callstacks
                 && (cfg.kernel_frames || cfg.unwind == UnwindMode::KernelFramePointer),
             user_regs: if copies_stack { unwind::REGS_COUNT } else { 0 },
@@ -281,6 +292,10 @@ impl PerfSource {
         );
         self.stats.stopped_at_kb = kb;
         self.skip_queued();
+        for r in &self.rings {
+            let _ = sys::set_enabled(&r.fd, false);
+        }
+        self.count_unread("the memory guardrail stopped sampling");
         self.rings.clear();
         self.interner.clear();
         self.resolver.forget_processes();
@@ -325,15 +340,16 @@ impl PerfSource {
         self.unwind_until = deadline;
         self.read_passes(usize::MAX);
         self.deadline = None;
-        self.count_unread();
+        let why = format!("the stop's {} ms ran out", self.stop_budget.as_millis());
+        self.count_unread(&why);
         self.unwind_queued(deadline);
         self.skip_queued();
         self.writer.flush();
         let s = &self.stats;
         let mut line = format!(
             "linux.perf: {} samples ({} out of scope), {} lost, {} throttles, {} malformed, \
-             {} budget hits, {} unread at stop, {} cpus skipped; {} ns CPU per sample \
-             (read, scope, resolve, intern, write)",
+             {} budget hits, {} unread at stop, {} lost unreported, {} cpus skipped; \
+             {} ns CPU per sample (read, scope, resolve, intern, write)",
             s.samples,
             s.samples_out_of_scope,
             s.lost,
@@ -341,19 +357,25 @@ impl PerfSource {
             s.malformed,
             s.budget_hits,
             s.unread_at_stop,
+            s.lost_unreported,
             s.cpus_skipped,
             s.cpu_ns_per_sample()
         );
         if self.cfg.unwind.copies_stack() {
+            let r = self.resolver.stats;
             line.push_str(&format!(
                 "; {} unwound, {} unwind errors, {} stack copies cut, {} skipped at enqueue, \
-                 {} skipped at unwind, {} unwind budget hits",
+                 {} skipped at unwind, {} unwind budget hits, {} walks past the copy \
+                 ({} pages of /proc/PID/mem, {} refused)",
                 s.unwound,
                 s.unwind_errors,
                 s.stack_copies_cut,
                 s.skipped_enqueue,
                 s.skipped_unwind,
-                s.unwind_budget_hits
+                s.unwind_budget_hits,
+                r.far_samples,
+                r.far_pages,
+                r.far_refused
             ));
         }
         if s.stopped_at_kb > 0 {
@@ -420,6 +442,7 @@ impl PerfSource {
                 (Some(Record::Sample), false) => self.stats.samples_out_of_scope += 1,
                 (Some(Record::Sample), true) => self.on_sample(),
                 (Some(Record::Lost { lost, time }), _) => {
+                    self.rings[i].lost_reported += lost;
                     self.on_lost(self.rings[i].cpu, lost, time)
                 }
                 (Some(Record::Throttle), _) => self.stats.throttles += 1,
@@ -434,9 +457,12 @@ impl PerfSource {
         self.rings[i].ring.set_tail(tail);
     }
 
-    /// Counts the samples (and kernel losses) left in each ring, writes
-    /// them as lost, and empties the rings.
-    fn count_unread(&mut self) {
+    /// Counts the samples (and kernel losses) left in each ring, and the
+    /// losses the kernel never wrote a LOST record for, writes them as
+    /// lost, and empties the rings. The events must be disabled.
+    /// `why`: what ended the reading, for the log.
+    fn count_unread(&mut self, why: &str) {
+        let members = 1 + self.cfg.followers.len();
         for i in 0..self.rings.len() {
             let head = self.rings[i].ring.head();
             let mut tail = self.rings[i].ring.tail();
@@ -447,14 +473,25 @@ impl PerfSource {
                     break;
                 };
                 tail += bytes.len() as u64;
-                n += records::samples_in(bytes);
+                let (samples, lost) = records::samples_in(bytes);
+                n += samples + lost;
+                self.rings[i].lost_reported += lost;
             }
             self.rings[i].ring.set_tail(head);
+            let unreported = self.rings[i].lost_unreported(members);
+            if unreported > 0 {
+                let cpu = self.rings[i].cpu;
+                crate::log_warn!(
+                    "linux.perf: the kernel lost {unreported} more records on cpu {cpu} after the \
+                     last LOST record (the ring was still full when sampling stopped); written as lost"
+                );
+                self.stats.lost_unreported += unreported;
+                self.on_lost(cpu, unreported, None);
+            }
             if n > 0 {
                 let cpu = self.rings[i].cpu;
                 crate::log_warn!(
-                    "linux.perf: the stop's {} ms ran out with {n} samples unread on cpu {cpu}; written as lost",
-                    self.stop_budget.as_millis()
+                    "linux.perf: {why} with {n} samples unread on cpu {cpu}; written as lost"
                 );
                 self.stats.unread_at_stop += n;
                 self.on_lost(cpu, n, None);

@@ -70,11 +70,13 @@ mod imp {
         }
 
         /// Pushes pcs (leaf first; return addresses as they are) into `out`.
+        /// Words past the copy come from `far` (the process's memory).
         pub fn unwind(
             &self,
             cache: &mut Cache,
             regs: UserRegs,
             stack: StackCopy<'_>,
+            far: &mut dyn FnMut(u64) -> Option<u64>,
             out: &mut Vec<u64>,
         ) -> Option<UnwindError> {
             #[cfg(target_arch = "x86_64")]
@@ -88,7 +90,7 @@ mod imp {
                 regs.sp,
                 regs.fp,
             );
-            let mut read = |addr: u64| stack.word(addr).ok_or(());
+            let mut read = |addr: u64| stack.word(addr).or_else(|| far(addr)).ok_or(());
             let mut it = self
                 .unwinder
                 .iter_frames(regs.pc, uregs, &mut cache.0, &mut read);
@@ -134,6 +136,7 @@ mod imp {
             _cache: &mut Cache,
             regs: UserRegs,
             stack: StackCopy<'_>,
+            _far: &mut dyn FnMut(u64) -> Option<u64>,
             out: &mut Vec<u64>,
         ) -> Option<UnwindError> {
             super::super::unwind::frame_pointer_walk(regs, stack, out)

@@ -18,6 +18,27 @@ pub(super) struct CpuRing {
     pub ring: Ring,
     /// Follower events of the group `fd` leads (read with each sample).
     _followers: Vec<OwnedFd>,
+    /// The leader reads with PERF_FORMAT_LOST (the kernel has it).
+    pub counts_lost: bool,
+    /// Sum of the LOST records read from this ring.
+    pub lost_reported: u64,
+}
+
+impl CpuRing {
+    /// Records the kernel lost on this ring that no LOST record reported
+    /// yet (it writes one only once a later record fits): read once the
+    /// event is disabled and its ring drained.
+    pub fn lost_unreported(&self, members: usize) -> u64 {
+        if !self.counts_lost {
+            return 0;
+        }
+        let mut buf = vec![0u8; 8 + 16 * members];
+        match sys::read_values(&self.fd, &mut buf) {
+            Ok(n) => super::records::leader_lost(&buf[..n])
+                .map_or(0, |l| l.saturating_sub(self.lost_reported)),
+            Err(_) => 0,
+        }
+    }
 }
 
 fn open_error(what: &str, attr: &Attr, clock: SampleClock, e: std::io::Error) -> String {
@@ -139,7 +160,7 @@ pub(super) fn attr_for(cfg: &PerfConfig) -> Result<(Attr, String), String> {
         | sys::SAMPLE_CPU
         | sys::SAMPLE_PERIOD
         | sys::SAMPLE_READ;
-    attr.set_read_format(sys::FORMAT_GROUP);
+    attr.set_read_format(sys::FORMAT_GROUP | sys::FORMAT_LOST);
     // As upstream: the daemon's unwinders get the user registers and a
     // copy of the user stack; the kernel's callchain carries kernel frames,
     // and user frames only when it walks them (UNWIND_KERNEL_FRAME_POINTER).
@@ -177,7 +198,18 @@ pub(super) fn open_ring(
     followers: &[(Attr, String)],
     cpu: u32,
 ) -> Result<CpuRing, String> {
-    let fd = sys::open_cpu(attr, cpu, None).map_err(|e| open_error(what, attr, cfg.clock, e))?;
+    // Kernels before 6.0 refuse PERF_FORMAT_LOST with EINVAL.
+    let mut counts_lost = true;
+    let fd = match sys::open_cpu(attr, cpu, None) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            let mut a = *attr;
+            a.set_read_format(sys::FORMAT_GROUP);
+            counts_lost = false;
+            sys::open_cpu(&a, cpu, None)
+        }
+        r => r,
+    }
+    .map_err(|e| open_error(what, attr, cfg.clock, e))?;
     if let Some(f) = filter {
         sys::set_filter(&fd, f).map_err(|e| format!("tracepoint filter {f:?}: {e}"))?;
     }
@@ -193,5 +225,7 @@ pub(super) fn open_ring(
         fd,
         ring,
         _followers: members,
+        counts_lost,
+        lost_reported: 0,
     })
 }

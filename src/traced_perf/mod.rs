@@ -19,6 +19,7 @@ pub mod dwarf;
 pub mod eh_frame_hdr;
 pub mod elf;
 pub mod events;
+pub mod far_stack;
 pub mod intern;
 pub mod maps;
 pub mod producer;

@@ -65,6 +65,9 @@ impl Sample {
 /// The optional parts of a sample record, from the attributes.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
+    /// read_format has PERF_FORMAT_LOST: each value of the group read is
+    /// followed by its event's lost count.
+    pub read_lost: bool,
     pub callchain: bool,
     /// Registers in sample_regs_user (0: none asked).
     pub user_regs: usize,
@@ -107,15 +110,22 @@ pub fn record_size(header: &[u8]) -> Option<usize> {
     (size >= 8 && size.is_multiple_of(8)).then_some(size)
 }
 
-/// The samples a record stands for, read from its header alone (a sample
-/// is 1, a LOST record its count, others 0): the stop counts what it could
-/// not read without decoding call chains.
-pub fn samples_in(rec_untrusted: &[u8]) -> u64 {
+/// What a record stands for, read from its header alone: (samples, lost
+/// records the kernel counted): the stop counts what it could not read
+/// without decoding call chains.
+pub fn samples_in(rec_untrusted: &[u8]) -> (u64, u64) {
     match u32_at(rec_untrusted, 0) {
-        Some(RECORD_SAMPLE) => 1,
-        Some(RECORD_LOST) => u64_at(rec_untrusted, 16).unwrap_or(0),
-        _ => 0,
+        Some(RECORD_SAMPLE) => (1, 0),
+        Some(RECORD_LOST) => (0, u64_at(rec_untrusted, 16).unwrap_or(0)),
+        _ => (0, 0),
     }
+}
+
+/// The leader's lost count in a group read (read_format GROUP | LOST:
+/// nr, then value and lost per member).
+pub fn leader_lost(read_untrusted: &[u8]) -> Option<u64> {
+    (u64_at(read_untrusted, 0)? >= 1).then_some(())?;
+    u64_at(read_untrusted, 16)
 }
 
 /// Decodes one whole record (header included). `None` if malformed.
@@ -139,10 +149,11 @@ pub fn parse(rec_untrusted: &[u8], sample: &mut Sample) -> Option<Record> {
                 if n > MAX_COUNTS {
                     return None;
                 }
+                let stride = if sample.layout.read_lost { 16 } else { 8 };
                 for i in 0..n {
-                    sample.counts.push(u64_at(b, at + 8 + 8 * i)?);
+                    sample.counts.push(u64_at(b, at + 8 + stride * i)?);
                 }
-                at += 8 + 8 * n;
+                at += 8 + stride * n;
             }
             sample.kernel_ips.clear();
             sample.user_ips.clear();
@@ -340,6 +351,29 @@ mod tests {
     }
 
     #[test]
+    fn a_group_read_with_lost_counts_skips_them() {
+        let plain = sample_bytes(&[CONTEXT_USER, 0x401000]);
+        let mut b = plain[..40].to_vec();
+        for v in [2u64, 900, 4, 33, 0] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        b.extend_from_slice(&plain[40..]);
+        let size = b.len() as u16;
+        b[6..8].copy_from_slice(&size.to_ne_bytes());
+        let mut s = Sample {
+            group: true,
+            ..chained()
+        };
+        s.layout.read_lost = true;
+        assert_eq!(parse(&b, &mut s), Some(Record::Sample));
+        assert_eq!(s.counts, vec![900, 33]);
+        assert_eq!(s.user_ips, vec![0x401000]);
+        assert_eq!(leader_lost(&b[40..80]), Some(4));
+        assert_eq!(leader_lost(&0u64.to_ne_bytes()), None);
+        assert_eq!(leader_lost(&[1, 2]), None);
+    }
+
+    #[test]
     fn truncated_callchain_is_rejected() {
         let mut b = sample_bytes(&[CONTEXT_USER, 1, 2]);
         b[40..48].copy_from_slice(&1000u64.to_ne_bytes());
@@ -374,6 +408,7 @@ mod tests {
                 callchain: true,
                 user_regs: 3,
                 user_stack: true,
+                ..Default::default()
             },
             ..Default::default()
         };
@@ -403,6 +438,7 @@ mod tests {
                 callchain: true,
                 user_regs: 3,
                 user_stack: true,
+                ..Default::default()
             },
             ..Default::default()
         };

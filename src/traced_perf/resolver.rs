@@ -10,6 +10,7 @@ use std::rc::Rc;
 
 use super::dwarf::{self, ModuleSpec, ProcessUnwinder};
 use super::elf::{self, ElfInfo, ReadAt, UnwindSections};
+use super::far_stack::FarStack;
 use super::maps::{self, Map};
 use super::unwind::{StackCopy, UnwindError, UserRegs};
 use crate::traced_probes::ftrace::ksyms_load;
@@ -46,6 +47,9 @@ pub struct Process {
     reread: bool,
     /// Built at the first DWARF unwind; dropped with the process.
     unwinder: Option<ProcessUnwinder>,
+    /// `/proc/PID/mem`, opened at the first read past a stack copy (None
+    /// inside: it could not be opened).
+    mem: Option<Option<File>>,
 }
 
 impl Process {
@@ -56,6 +60,7 @@ impl Process {
             maps,
             reread: true,
             unwinder: None,
+            mem: None,
         }
     }
 }
@@ -76,6 +81,7 @@ pub struct Resolver {
     unwind_files: HashMap<String, Rc<UnwindSections>>,
     unwind_bytes: usize,
     unwind_cache: dwarf::Cache,
+    far: FarStack,
     kernel: Option<LazySymbols>,
     symbols: bool,
     pub stats: ResolverStats,
@@ -88,6 +94,14 @@ pub struct ResolverStats {
     pub cache_resets: u64,
     /// Files whose unwind sections were read.
     pub unwind_reads: u64,
+    /// Samples whose walk read their stack past the copy, and the pages
+    /// it read from `/proc/PID/mem`.
+    pub far_samples: u64,
+    pub far_pages: u64,
+    /// Of those samples, walks that wanted more than the page budget or
+    /// a page the process's memory refused (their unwind_error says how
+    /// they stopped).
+    pub far_refused: u64,
 }
 
 impl Resolver {
@@ -216,11 +230,25 @@ impl Resolver {
         if self.process(pid).unwinder.is_none() {
             self.build_unwinder(pid);
         }
-        let Some(p) = self.processes.get(&pid) else {
+        let Some(p) = self.processes.get_mut(&pid) else {
             return Some(UnwindError::InvalidMap);
         };
         let u = p.unwinder.as_ref()?;
-        let err = u.unwind(&mut self.unwind_cache, regs, stack, out);
+        let far = &mut self.far;
+        far.reset(stack.sp, stack.bytes.len());
+        let mem = &mut p.mem;
+        let mut read_page = |page: u64, buf: &mut [u8]| {
+            let f = mem.get_or_insert_with(|| File::open(format!("/proc/{pid}/mem")).ok());
+            f.as_ref()
+                .is_some_and(|f| f.read_exact_at(buf, page).is_ok())
+        };
+        let mut far_word = |addr: u64| far.word(addr, super::unwind::WORD, &mut read_page);
+        let err = u.unwind(&mut self.unwind_cache, regs, stack, &mut far_word, out);
+        if self.far.pages_read() > 0 || self.far.refused {
+            self.stats.far_samples += 1;
+            self.stats.far_pages += self.far.pages_read() as u64;
+            self.stats.far_refused += self.far.refused as u64;
+        }
         err.or((!mapped).then_some(UnwindError::InvalidMap))
     }
 

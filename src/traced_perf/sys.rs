@@ -28,6 +28,10 @@ pub const SAMPLE_REGS_USER: u64 = 1 << 12;
 pub const SAMPLE_STACK_USER: u64 = 1 << 13;
 /// read_format: the leader's sample reads every member of its group.
 pub const FORMAT_GROUP: u64 = 1 << 3;
+/// read_format: each value comes with the records the kernel could not
+/// write for that event (Linux 6.0+). A ring still full at stop never gets
+/// the LOST record of its last losses; this count has them.
+pub const FORMAT_LOST: u64 = 1 << 4;
 
 // Bits of the flags word at offset 40.
 pub const FLAG_DISABLED: u64 = 1 << 0;
@@ -122,6 +126,11 @@ pub fn open_cpu(attr: &Attr, cpu: u32, group: Option<&OwnedFd>) -> io::Result<Ow
     }
     // SAFETY: the syscall returned a new fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// read(2) of an event: its read_format values into `buf`; the bytes read.
+pub fn read_values(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    Ok(nix::unistd::read(fd.as_raw_fd(), buf)?)
 }
 
 /// PERF_EVENT_IOC_ENABLE / PERF_EVENT_IOC_DISABLE.

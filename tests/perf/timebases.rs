@@ -10,8 +10,9 @@ fn realtime_ns() -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
-/// sched:sched_switch filtered in the kernel to one command: every switch
-/// away from the napping load is a sample (period 1), its stack goes from
+/// sched:sched_switch filtered in the kernel to one command going to
+/// sleep (prev_state 1: preemptions of a loaded machine are left out):
+/// every nap is a sample (period 1), its stack goes from
 /// the load's main (libc's usleep keeps no frame, so it hides nap_loop)
 /// through nanosleep down into the scheduler, and no other process
 /// shows (no scope is set: the filter alone keeps them out).
@@ -25,7 +26,7 @@ fn a_tracepoint_timebase_samples_every_filtered_hit() {
     let run = record(
         dir,
         "timebase { period: 1 tracepoint { name: \"sched:sched_switch\" \
-         filter: \"prev_comm == \\\"perf_tp_nap\\\"\" } } \
+         filter: \"prev_comm == \\\"perf_tp_nap\\\" && prev_state == 1\" } } \
          callstack_sampling { kernel_frames: true user_frames: UNWIND_KERNEL_FRAME_POINTER } \
          ring_buffer_read_period_ms: 50",
         || {
@@ -138,5 +139,98 @@ fn one_cpu_kernel_frames_only_on_the_realtime_clock() {
         all.iter().all(|s| s.ts >= before && s.ts <= after),
         "a timestamp off CLOCK_REALTIME: {:?} not in [{before}, {after}]",
         all.iter().find(|s| s.ts < before || s.ts > after)
+    );
+}
+
+/// Runs `load` under `perf stat -a`, which counts the `sched:sched_switch`
+/// hits `filter` passes system-wide in an event of its own, independent of
+/// traced_perf's: the kernel's hit count.
+fn run_counting_switches(
+    load: &std::path::Path,
+    args: &[&str],
+    filter: &str,
+    out: &std::path::Path,
+) -> u64 {
+    let st = std::process::Command::new("perf")
+        .args([
+            "stat",
+            "-a",
+            "-x,",
+            "-e",
+            "sched:sched_switch",
+            "--filter",
+            filter,
+            "-o",
+        ])
+        .arg(out)
+        .arg("--")
+        .arg(load)
+        .args(args)
+        .status()
+        .expect("perf (linux-perf) is needed");
+    assert!(st.success());
+    let text = std::fs::read_to_string(out).unwrap();
+    text.lines()
+        .find(|l| l.contains("sched:sched_switch"))
+        .and_then(|l| l.split(',').next()?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count in perf stat's output: {text}"))
+}
+
+/// The same tracepoint at period 1 with DWARF unwinding, each sample
+/// carrying a 64 KiB stack copy, into a 128 KiB ring that nothing reads
+/// before the stop: one sample fits, every later one is lost. The kernel
+/// writes a LOST record only when a later record fits (an exec's COMM
+/// record, say), so the losses after the last such record were in no
+/// record at all, only in the event's own lost count (PERF_FORMAT_LOST),
+/// which the stop reads. Every hit the kernel counted is a sample in the
+/// trace or a loss the trace counts, and the end line names the loss. Only
+/// sleeps are hits (prev_state S): the exit's switch has no user stack and
+/// would fit. The kernel counts lost records, not samples: an exec's COMM
+/// record that did not fit counts too, so the sum may pass the hits by a
+/// few on a busy machine.
+#[test]
+fn a_dwarf_tracepoint_accounts_for_every_hit_with_its_ring_full_at_stop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let comm = "perf_tp_dwarf";
+    let nap = build_load(dir, comm);
+    let naps = 300;
+    let filter = format!("prev_comm == \"{comm}\" && prev_state == 1");
+    let mut hits = 0;
+    let run = record(
+        dir,
+        &format!(
+            "timebase {{ period: 1 tracepoint {{ name: \"sched:sched_switch\" filter: {filter:?} }} }} \
+             callstack_sampling {{ kernel_frames: true }} \
+             ring_buffer_pages: 32 ring_buffer_read_period_ms: 60000"
+        ),
+        || {
+            let args = ["nap", &naps.to_string()];
+            hits = run_counting_switches(&nap, &args, &filter, &dir.join("stat"));
+        },
+    );
+    let all = samples(&run);
+    let lost = lost_in_trace(&run);
+    let log = std::fs::read_to_string(dir.join("perf.log")).unwrap();
+    assert!(
+        hits >= naps - 5,
+        "perf stat counted {hits} sleeps for {naps}"
+    );
+    assert!(
+        !all.is_empty() && all.len() < 5,
+        "{} samples: {log}",
+        all.len()
+    );
+    let accounted = all.len() as u64 + lost;
+    assert!(
+        accounted >= hits && accounted <= hits + hits / 10,
+        "{} samples + {lost} lost for {hits} hits the kernel counted: {log}",
+        all.len()
+    );
+    assert!(
+        run.end_line
+            .contains(&format!("LOST {lost} perf records in the kernel")),
+        "end line: {:?}",
+        run.end_line
     );
 }

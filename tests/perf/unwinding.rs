@@ -148,6 +148,76 @@ fn report_shows_the_split(dir: &Path, pid: u32) {
         "{text}"
     );
     assert!((paths[0].0 - 75.0).abs() <= 5.0, "{text}");
+    report_json_has_the_same_profile(dir, pid, &text);
+}
+
+/// `tracebox report --json --pid P` (the summary with its "profile"
+/// member) and `report --profile --json --pid P` (the profile alone) are
+/// JSON that Python reads, with the numbers of the text view `text`.
+fn report_json_has_the_same_profile(dir: &Path, pid: u32, text: &str) {
+    let py = crate::support::probes::python().expect("the Python venv");
+    for args in [vec!["--json"], vec!["--profile", "--json"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tracebox"))
+            .arg("report")
+            .args(&args)
+            .args(["--pid", &pid.to_string()])
+            .arg(dir.join("trace.pb"))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let prog = "import json, sys\n\
+                    d = json.load(sys.stdin)\n\
+                    p = d['profile'] if 'profile' in d else d\n\
+                    print(p['samples'], p['only_pids'])\n\
+                    for key in ('by_self', 'by_total'):\n\
+                    \x20   for r in p[key]: print(key, '%.2f' % r['percent'], r['samples'], r['name'])\n\
+                    for r in p['paths']: print('path', '%.2f' % r['percent'], r['samples'], ' > '.join(r['frames']))\n";
+        let mut child = Command::new(&py)
+            .args(["-c", prog])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+        let r = child.wait_with_output().unwrap();
+        let lines = String::from_utf8_lossy(&r.stdout);
+        assert!(
+            r.status.success(),
+            "{args:?}: not JSON Python reads: {}\n{}",
+            String::from_utf8_lossy(&r.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let header = text.lines().next().unwrap();
+        let samples = lines.lines().next().unwrap();
+        assert_eq!(
+            samples,
+            format!("{} [{pid}]", header.split_whitespace().nth(1).unwrap()),
+            "{args:?}"
+        );
+        // Every row of the text view is in the JSON with its numbers.
+        for (key, title) in [
+            ("by_self", "Top functions by self samples:"),
+            ("by_total", "Top functions by total samples:"),
+            ("path", "Heaviest call paths (root > leaf):"),
+        ] {
+            let rows = text.split(title).nth(1).unwrap().lines().skip(1);
+            for row in rows.take_while(|l| !l.is_empty()) {
+                let f: Vec<&str> = row.split_whitespace().collect();
+                let want = format!(
+                    "{key} {} {} {}",
+                    f[0].trim_end_matches('%'),
+                    f[1],
+                    f[2..].join(" ")
+                );
+                assert!(
+                    lines.lines().any(|l| l == want),
+                    "{args:?}: {want:?} not in {lines}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -356,7 +426,8 @@ fn scramble_section(path: &Path, section: &str) {
 
 /// Hostile targets, all in one recording: a process that rewrites the dead
 /// part of its stack and maps and unmaps a library between samples, one
-/// whose stack is deeper than any copy (every copy full), and one whose
+/// whose stack is deeper than any copy (every copy full: the walk reads on
+/// in /proc/PID/mem), and one whose
 /// library has a scrambled `.eh_frame`. traced_perf keeps going; every
 /// sample is in the trace (record checks), the cut ones with their
 /// unwind_error, as many as its log counts.
@@ -428,19 +499,39 @@ fn hostile_stacks_maps_and_unwind_tables_are_counted() {
         "{reached} of {}",
         of(hostile)
     );
-    // Every copy of the deep stack was full: cut, kept with its frames
-    // from the leaf up, and counted.
-    assert!(log_stat(&log, "stack copies cut").unwrap() > 0, "{log}");
-    // A sample the unwind queue could not take in time (a loaded machine)
-    // is written without its stack and counted as skipped: counted too.
+    // Every copy of the deep stack was full: the walk goes on in
+    // /proc/PID/mem (a bounded number of pages, as upstream overlays its
+    // copy on it) and reaches main; a walk it could not finish is cut,
+    // kept with its frames from the leaf up, and counted. A sample the
+    // unwind queue could not take in time (a loaded machine) is written
+    // without its stack and counted as skipped.
+    assert!(log_stat(&log, "walks past the copy").unwrap() > 0, "{log}");
     let big_cut = errors.iter().filter(|e| e.0 == big).count();
     let big_skipped = all
         .iter()
         .filter(|s| s.pid == big && s.names == ["-"])
         .count();
+    // From the root through main and the 24 deep frames to the leaf.
+    let big_whole = all
+        .iter()
+        .filter(|s| {
+            s.pid == big
+                && s.names.first().is_some_and(|n| n == "_start")
+                && s.names.iter().any(|n| n == "main")
+                && s.names.iter().filter(|n| *n == "deep_frames").count() >= 24
+        })
+        .count();
     assert!(
-        (big_cut + big_skipped) * 10 >= of(big) * 9,
-        "{big_cut} cut + {big_skipped} skipped of {}",
+        big_whole > 0,
+        "no deep stack reached main: {:?}",
+        all.iter()
+            .filter(|s| s.pid == big)
+            .take(3)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        (big_whole + big_cut + big_skipped) * 10 >= of(big) * 9,
+        "{big_whole} whole + {big_cut} cut + {big_skipped} skipped of {}",
         of(big)
     );
     // (Samples without a stack: skipped ones, and the exit's.)
