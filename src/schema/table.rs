@@ -1,7 +1,10 @@
 //! Static tables generated from proto/ by build.rs, and their accessors.
 //!
 //! Names live in one string blob; descriptors refer to it by 16-bit offset
-//! (fields take 12 bytes, enum values 8), so the table is ~45 KiB.
+//! (fields take 12 bytes). Enum values (1,700, statsd's AtomId most of
+//! them) are stored zlib-compressed, 13 KB instead of 63 KB, and unpacked
+//! on first use: only text configs and the JSON dump read them, while IPC
+//! checks look up messages on every call.
 
 /// Package of every message and enum; stored names omit it.
 pub const PACKAGE: &str = "perfetto.protos";
@@ -116,11 +119,11 @@ pub struct EnumDesc {
     num_values: u16,
 }
 
-/// One enum value. Its name may lie past 64 KiB into the blob (statsd's
-/// AtomId alone has 40 KB of names), so its offset is 32-bit.
+/// One enum value, from the unpacked [`ENUM_VALUES_Z`].
 #[derive(Debug)]
 pub struct EnumValueDesc {
-    /// Name offset (low 24 bits) and length (high 8 bits).
+    /// Name offset (low 24 bits) and length (high 8 bits) in
+    /// [`EnumValues::names`].
     name: u32,
     number: i32,
 }
@@ -152,18 +155,45 @@ const fn e(name_off: u16, name_len: u8, first_value: u16, num_values: u16) -> En
         num_values,
     }
 }
-const fn v(name_off: u32, name_len: u8, number: i32) -> EnumValueDesc {
-    assert!(name_off < 1 << 24);
-    EnumValueDesc {
-        name: name_off | (name_len as u32) << 24,
-        number,
-    }
-}
 
 include!(concat!(env!("OUT_DIR"), "/schema_table.rs"));
 
-fn name_at(off: impl Into<u32>, len: u8) -> &'static str {
-    let off = off.into();
+/// Every enum value in table order, with its names in one string.
+struct EnumValues {
+    names: String,
+    values: Vec<EnumValueDesc>,
+}
+
+/// Unpacks [`ENUM_VALUES_Z`] (format: `values_z` in
+/// src/codegen/schema_emit.rs) once per process.
+fn enum_values() -> &'static EnumValues {
+    static VALUES: std::sync::OnceLock<EnumValues> = std::sync::OnceLock::new();
+    VALUES.get_or_init(|| {
+        let text = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(ENUM_VALUES_Z, 1 << 20)
+            .ok()
+            .and_then(|t| String::from_utf8(t).ok())
+            .expect("the build's enum value table unpacks");
+        let mut values = Vec::with_capacity(NUM_ENUM_VALUES);
+        let mut names = String::with_capacity(text.len());
+        let mut next = 0i32;
+        for line in text.lines() {
+            let (name, number) = match line.split_once('=') {
+                Some((name, n)) => (name, n.parse().expect("an enum value number")),
+                None => (line, next),
+            };
+            values.push(EnumValueDesc {
+                name: names.len() as u32 | (name.len() as u32) << 24,
+                number,
+            });
+            names.push_str(name);
+            next = number.wrapping_add(1);
+        }
+        assert_eq!(values.len(), NUM_ENUM_VALUES);
+        EnumValues { names, values }
+    })
+}
+
+fn name_at(off: u16, len: u8) -> &'static str {
     &NAMES[off as usize..off as usize + len as usize]
 }
 
@@ -283,7 +313,7 @@ impl EnumDesc {
 
     pub fn values(&self) -> &'static [EnumValueDesc] {
         let start = self.first_value as usize;
-        &ENUM_VALUES[start..start + self.num_values as usize]
+        &enum_values().values[start..start + self.num_values as usize]
     }
 
     pub fn value_by_name(&self, name: &str) -> Option<i32> {
@@ -300,7 +330,8 @@ impl EnumDesc {
 
 impl EnumValueDesc {
     pub fn name(&self) -> &'static str {
-        name_at(self.name & 0xff_ffff, (self.name >> 24) as u8)
+        let off = (self.name & 0xff_ffff) as usize;
+        &enum_values().names[off..off + (self.name >> 24) as usize]
     }
 
     pub fn number(&self) -> i32 {
