@@ -54,7 +54,7 @@ pub fn table_rs(schema: &Schema, package: &str) -> String {
                 TYPE_ENUM => enum_index(&f.resolved),
                 _ => 0xffff,
             };
-            assert!(target <= 0xffff && f.oneof < 64);
+            assert!(target <= 0xffff && f.oneof < 64 && f.number <= 0xffff);
             let flags = f.packed as u8 | (f.oneof << 1);
             writeln!(
                 fields,

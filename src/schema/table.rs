@@ -1,7 +1,7 @@
 //! Static tables generated from proto/ by build.rs, and their accessors.
 //!
 //! Names live in one string blob; descriptors refer to it by 16-bit offset
-//! (fields take 12 bytes). Enum values (1,700, statsd's AtomId most of
+//! (fields take 10 bytes). Enum values (1,700, statsd's AtomId most of
 //! them) are stored zlib-compressed, 13 KB instead of 63 KB, and unpacked
 //! on first use: only text configs and the JSON dump read them, while IPC
 //! checks look up messages on every call.
@@ -101,7 +101,8 @@ pub struct MessageDesc {
 #[derive(Debug)]
 pub struct FieldDesc {
     name_off: u16,
-    number: u32,
+    /// Config and IPC field numbers stay below 65536 (the generator checks).
+    number: u16,
     target: u16,
     name_len: u8,
     ty: u8,
@@ -136,7 +137,7 @@ const fn m(name_off: u16, name_len: u8, first_field: u16, num_fields: u16) -> Me
         num_fields,
     }
 }
-const fn f(off: u16, len: u8, number: u32, ty: u8, label: u8, flags: u8, target: u16) -> FieldDesc {
+const fn f(off: u16, len: u8, number: u16, ty: u8, label: u8, flags: u8, target: u16) -> FieldDesc {
     FieldDesc {
         name_off: off,
         number,
@@ -252,7 +253,7 @@ impl MessageDesc {
     pub fn field_by_number(&self, number: u32) -> Option<&'static FieldDesc> {
         let fields = self.fields();
         fields
-            .binary_search_by_key(&number, |f| f.number)
+            .binary_search_by_key(&number, |f| u32::from(f.number))
             .ok()
             .map(|i| &fields[i])
     }
@@ -264,7 +265,7 @@ impl FieldDesc {
     }
 
     pub fn number(&self) -> u32 {
-        self.number
+        u32::from(self.number)
     }
 
     pub fn field_type(&self) -> FieldType {
@@ -439,7 +440,7 @@ mod tests {
     #[test]
     fn descriptors_stay_compact() {
         use std::mem::size_of;
-        assert_eq!(size_of::<FieldDesc>(), 12);
+        assert_eq!(size_of::<FieldDesc>(), 10);
         assert_eq!(size_of::<EnumValueDesc>(), 8);
         assert_eq!(size_of::<MessageDesc>(), 8);
     }
