@@ -1,10 +1,10 @@
 //! Static tables generated from proto/ by build.rs, and their accessors.
 //!
-//! Names live in one string blob; descriptors refer to it by 16-bit offset
-//! (fields take 10 bytes). Enum values (1,700, statsd's AtomId most of
-//! them) are stored zlib-compressed, 13 KB instead of 63 KB, and unpacked
-//! on first use: only text configs and the JSON dump read them, while IPC
-//! checks look up messages on every call.
+//! Message and enum names live in one string blob; descriptors refer to it
+//! by 16-bit offset (fields take 10 bytes). Field names and enum values
+//! (1,700, statsd's AtomId most of them) are stored zlib-compressed, 16 KB
+//! instead of 74 KB, and unpacked on first use: only text configs and the
+//! JSON dump read them, while IPC checks look up messages on every call.
 
 /// Package of every message and enum; stored names omit it.
 pub const PACKAGE: &str = "perfetto.protos";
@@ -100,6 +100,7 @@ pub struct MessageDesc {
 /// One field of a message.
 #[derive(Debug)]
 pub struct FieldDesc {
+    /// In [`Packed::field_names`].
     name_off: u16,
     /// Config and IPC field numbers stay below 65536 (the generator checks).
     number: u16,
@@ -120,11 +121,11 @@ pub struct EnumDesc {
     num_values: u16,
 }
 
-/// One enum value, from the unpacked [`ENUM_VALUES_Z`].
+/// One enum value, from the unpacked [`PACKED_Z`].
 #[derive(Debug)]
 pub struct EnumValueDesc {
     /// Name offset (low 24 bits) and length (high 8 bits) in
-    /// [`EnumValues::names`].
+    /// [`Packed::value_names`].
     name: u32,
     number: i32,
 }
@@ -159,21 +160,24 @@ const fn e(name_off: u16, name_len: u8, first_value: u16, num_values: u16) -> En
 
 include!(concat!(env!("OUT_DIR"), "/schema_table.rs"));
 
-/// Every enum value in table order, with its names in one string.
-struct EnumValues {
-    names: String,
+/// Field names, and every enum value in table order with its names in
+/// one string.
+struct Packed {
+    field_names: String,
+    value_names: String,
     values: Vec<EnumValueDesc>,
 }
 
-/// Unpacks [`ENUM_VALUES_Z`] (format: `values_z` in
+/// Unpacks [`PACKED_Z`] (format: `packed_z` in
 /// src/codegen/schema_emit.rs) once per process.
-fn enum_values() -> &'static EnumValues {
-    static VALUES: std::sync::OnceLock<EnumValues> = std::sync::OnceLock::new();
-    VALUES.get_or_init(|| {
-        let text = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(ENUM_VALUES_Z, 1 << 20)
+fn packed() -> &'static Packed {
+    static PACKED: std::sync::OnceLock<Packed> = std::sync::OnceLock::new();
+    PACKED.get_or_init(|| {
+        let text = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(PACKED_Z, 1 << 20)
             .ok()
             .and_then(|t| String::from_utf8(t).ok())
-            .expect("the build's enum value table unpacks");
+            .expect("the build's packed names unpack");
+        let (field_names, text) = text.split_once('\0').expect("field names end with a NUL");
         let mut values = Vec::with_capacity(NUM_ENUM_VALUES);
         let mut names = String::with_capacity(text.len());
         let mut next = 0i32;
@@ -190,7 +194,11 @@ fn enum_values() -> &'static EnumValues {
             next = number.wrapping_add(1);
         }
         assert_eq!(values.len(), NUM_ENUM_VALUES);
-        EnumValues { names, values }
+        Packed {
+            field_names: field_names.to_owned(),
+            value_names: names,
+            values,
+        }
     })
 }
 
@@ -261,7 +269,8 @@ impl MessageDesc {
 
 impl FieldDesc {
     pub fn name(&self) -> &'static str {
-        name_at(self.name_off, self.name_len)
+        let off = self.name_off as usize;
+        &packed().field_names[off..off + self.name_len as usize]
     }
 
     pub fn number(&self) -> u32 {
@@ -314,7 +323,7 @@ impl EnumDesc {
 
     pub fn values(&self) -> &'static [EnumValueDesc] {
         let start = self.first_value as usize;
-        &enum_values().values[start..start + self.num_values as usize]
+        &packed().values[start..start + self.num_values as usize]
     }
 
     pub fn value_by_name(&self, name: &str) -> Option<i32> {
@@ -332,7 +341,7 @@ impl EnumDesc {
 impl EnumValueDesc {
     pub fn name(&self) -> &'static str {
         let off = (self.name & 0xff_ffff) as usize;
-        &enum_values().names[off..off + (self.name >> 24) as usize]
+        &packed().value_names[off..off + (self.name >> 24) as usize]
     }
 
     pub fn number(&self) -> i32 {
