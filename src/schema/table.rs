@@ -2,7 +2,7 @@
 //!
 //! Message and enum names live in one string blob; descriptors refer to it
 //! by 16-bit offset (fields take 10 bytes). Field names and enum values
-//! (1,700, statsd's AtomId most of them) are stored zlib-compressed, 16 KB
+//! (1,700, statsd's AtomId most of them) are stored zlib-compressed, 17 KB
 //! instead of 74 KB, and unpacked on first use: only text configs and the
 //! JSON dump read them, while IPC checks look up messages on every call.
 
