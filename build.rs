@@ -133,4 +133,104 @@ fn main() {
             .single_module(true)
             .build();
     pb_rs::types::FileDescriptor::run(&configs).unwrap();
+    let generated = pb_dir.join("perfetto_protos.rs");
+    let code = std::fs::read_to_string(&generated).unwrap();
+    std::fs::write(&generated, collapse_opaque_sub_configs(&code)).unwrap();
+}
+
+/// Opaque sub-configs our code reads by name: they keep their fields.
+const NAMED_OPAQUE_SUB_CONFIGS: &[&str] = &["priority_boost", "perf_event_config"];
+
+/// Rewrites pb-rs's DataSourceConfig so that its ~45 other opaque
+/// sub-configs (see `opaque_unused_sub_configs`) are one list of raw
+/// fields, `opaque_sub_configs: Vec<(tag, bytes)>`, instead of a struct
+/// field and a read, size and write arm each. Reading keeps the last of a
+/// repeated tag, as the named fields did (src/pb/mod.rs).
+fn collapse_opaque_sub_configs(code: &str) -> String {
+    let start = code.find("\npub struct DataSourceConfig {").unwrap();
+    let end = code[start..]
+        .find("\npub mod mod_DataSourceConfig {")
+        .unwrap()
+        + start;
+    // `Ok(TAG) => msg.NAME = Some(r.read_bytes(bytes)?.to_owned()),`: in
+    // DataSourceConfig only the opaque sub-configs are bytes.
+    let (mut tags, names): (Vec<u32>, Vec<&str>) = code[start..end]
+        .lines()
+        .filter_map(|line| {
+            line.trim()
+                .strip_prefix("Ok(")?
+                .strip_suffix(" = Some(r.read_bytes(bytes)?.to_owned()),")?
+                .split_once(") => msg.")
+        })
+        .filter(|(_, name)| !NAMED_OPAQUE_SUB_CONFIGS.contains(name))
+        .map(|(tag, name)| (tag.parse::<u32>().unwrap(), name))
+        .unzip();
+    let mut out = String::with_capacity(end - start);
+    let mut in_get_size = false;
+    for line in code[start..end].lines() {
+        let t = line.trim();
+        let of_opaque = |prefix: &str| {
+            names.iter().any(|n| {
+                t.strip_prefix(prefix)
+                    .and_then(|r| r.strip_prefix(n))
+                    .is_some_and(|r| r.starts_with([':', '.', ' ']))
+            })
+        };
+        if of_opaque("pub ")
+            || names.iter().any(|n| {
+                t.ends_with(&format!(
+                    ") => msg.{n} = Some(r.read_bytes(bytes)?.to_owned()),"
+                ))
+            })
+            || of_opaque("+ self.")
+            || of_opaque("if let Some(ref s) = self.")
+        {
+            continue;
+        }
+        if t == "Ok(t) => { r.read_unknown(bytes, t)?; }" {
+            out.push_str(
+                "                Ok(t) if crate::pb::is_opaque_tag(t) => \
+                 crate::pb::keep_opaque(&mut msg.opaque_sub_configs, t, r.read_bytes(bytes)?),\n",
+            );
+        }
+        out.push_str(line);
+        out.push('\n');
+        match t {
+            "pub struct DataSourceConfig {" => out.push_str(
+                "    /// Sub-configs forwarded untouched, as (tag, bytes).\n    \
+                 pub opaque_sub_configs: Vec<(u32, Vec<u8>)>,\n",
+            ),
+            "fn write_message<W: WriterBackend>(&self, w: &mut Writer<W>) -> Result<()> {" => out
+                .push_str(
+                    "        for (t, b) in &self.opaque_sub_configs \
+                     { w.write_with_tag(*t, |w| w.write_bytes(b))?; }\n",
+                ),
+            "fn get_size(&self) -> usize {" => in_get_size = true,
+            "0" if in_get_size => {
+                out.push_str("        + crate::pb::opaque_size(&self.opaque_sub_configs)\n");
+                in_get_size = false;
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        names.len() > 30,
+        "pb-rs output changed: {} opaque sub-configs",
+        names.len()
+    );
+    for name in &names {
+        assert!(
+            !out.contains(&format!("self.{name}")),
+            "{name} left in DataSourceConfig"
+        );
+    }
+    tags.sort_unstable();
+    let tags: Vec<String> = tags.iter().map(u32::to_string).collect();
+    format!(
+        "{}{out}{}\n/// Tags of DataSourceConfig's opaque sub-configs, sorted.\n\
+         pub const OPAQUE_SUB_CONFIG_TAGS: &[u32] = &[{}];\n",
+        &code[..start],
+        &code[end..],
+        tags.join(", ")
+    )
 }

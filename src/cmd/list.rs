@@ -14,7 +14,7 @@ fn events_here() -> Result<Vec<(String, String)>, String> {
     let mut events = fs
         .all_events()
         .map_err(|e| format!("{}/events: {e}", fs.root().display()))?;
-    events.sort();
+    events.sort_unstable();
     Ok(events)
 }
 

@@ -256,7 +256,7 @@ message Unreached { optional Outer o = 1; }
             "{table}"
         );
         assert!(
-            table.contains("static ENUM_VALUES: [EnumValueDesc; 3]"),
+            table.contains("const NUM_ENUM_VALUES: usize = 3;"),
             "{table}"
         );
     }

@@ -16,3 +16,71 @@
 pub mod protos {
     include!(concat!(env!("OUT_DIR"), "/pb/perfetto_protos.rs"));
 }
+
+use quick_protobuf::sizeofs::{sizeof_len, sizeof_varint};
+
+/// A tag of DataSourceConfig's opaque sub-configs, which build.rs
+/// (`collapse_opaque_sub_configs`) keeps as raw fields.
+pub(crate) fn is_opaque_tag(tag: u32) -> bool {
+    protos::OPAQUE_SUB_CONFIG_TAGS.binary_search(&tag).is_ok()
+}
+
+/// Keeps a raw opaque sub-config; a repeated tag replaces the earlier one,
+/// as a decoded optional field would.
+pub(crate) fn keep_opaque(fields: &mut Vec<(u32, Vec<u8>)>, tag: u32, bytes: &[u8]) {
+    match fields.iter_mut().find(|(t, _)| *t == tag) {
+        Some(f) => f.1 = bytes.to_vec(),
+        None => fields.push((tag, bytes.to_vec())),
+    }
+}
+
+/// Encoded size of the raw opaque sub-configs.
+pub(crate) fn opaque_size(fields: &[(u32, Vec<u8>)]) -> usize {
+    fields
+        .iter()
+        .map(|(t, b)| sizeof_varint(u64::from(*t)) + sizeof_len(b.len()))
+        .sum()
+}
+
+impl protos::DataSourceConfig {
+    /// The bytes of opaque sub-config field `number` (e.g. 101,
+    /// `chrome_config`), if present.
+    pub fn opaque_sub_config(&self, number: u32) -> Option<&[u8]> {
+        let tag = number << 3 | 2;
+        self.opaque_sub_configs
+            .iter()
+            .find(|(t, _)| *t == tag)
+            .map(|(_, b)| b.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::protos::DataSourceConfig;
+    use quick_protobuf::{BytesReader, MessageRead, MessageWrite, Writer};
+
+    fn decode_message(b: &[u8]) -> quick_protobuf::Result<DataSourceConfig> {
+        DataSourceConfig::from_reader(&mut BytesReader::from_bytes(b), b)
+    }
+
+    #[test]
+    fn opaque_sub_configs_round_trip_and_the_last_one_wins() {
+        // name "x"; chrome_config (101) twice; track_event_config (113);
+        // ftrace_config (100, decoded) empty.
+        let bytes = [
+            0x0a, 0x01, b'x', 0xaa, 0x06, 0x01, 0x01, 0xaa, 0x06, 0x02, 0x02, 0x03, 0x8a, 0x07,
+            0x00, 0xa2, 0x06, 0x00,
+        ];
+        let c = decode_message(&bytes).unwrap();
+        assert_eq!(c.name.as_deref(), Some("x"));
+        assert!(c.ftrace_config.is_some());
+        assert_eq!(c.opaque_sub_config(101), Some(&[2u8, 3][..]));
+        assert_eq!(c.opaque_sub_config(113), Some(&[][..]));
+        assert_eq!(c.opaque_sub_config(105), None);
+        let mut out = Vec::new();
+        c.write_message(&mut Writer::new(&mut out)).unwrap();
+        assert_eq!(out.len(), c.get_size());
+        let again = decode_message(&out).unwrap();
+        assert_eq!(again, c);
+    }
+}

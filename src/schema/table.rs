@@ -1,7 +1,10 @@
 //! Static tables generated from proto/ by build.rs, and their accessors.
 //!
-//! Names live in one string blob; descriptors refer to it by 16-bit offset
-//! (fields take 12 bytes, enum values 8), so the table is ~45 KiB.
+//! Message and enum names live in one string blob; descriptors refer to it
+//! by 16-bit offset (fields take 10 bytes). Field names and enum values
+//! (1,700, statsd's AtomId most of them) are stored zlib-compressed, 17 KB
+//! instead of 74 KB, and unpacked on first use: only text configs and the
+//! JSON dump read them, while IPC checks look up messages on every call.
 
 /// Package of every message and enum; stored names omit it.
 pub const PACKAGE: &str = "perfetto.protos";
@@ -97,8 +100,10 @@ pub struct MessageDesc {
 /// One field of a message.
 #[derive(Debug)]
 pub struct FieldDesc {
+    /// In [`Packed::field_names`].
     name_off: u16,
-    number: u32,
+    /// Config and IPC field numbers stay below 65536 (the generator checks).
+    number: u16,
     target: u16,
     name_len: u8,
     ty: u8,
@@ -116,11 +121,11 @@ pub struct EnumDesc {
     num_values: u16,
 }
 
-/// One enum value. Its name may lie past 64 KiB into the blob (statsd's
-/// AtomId alone has 40 KB of names), so its offset is 32-bit.
+/// One enum value, from the unpacked [`PACKED_Z`].
 #[derive(Debug)]
 pub struct EnumValueDesc {
-    /// Name offset (low 24 bits) and length (high 8 bits).
+    /// Name offset (low 24 bits) and length (high 8 bits) in
+    /// [`Packed::value_names`].
     name: u32,
     number: i32,
 }
@@ -133,7 +138,7 @@ const fn m(name_off: u16, name_len: u8, first_field: u16, num_fields: u16) -> Me
         num_fields,
     }
 }
-const fn f(off: u16, len: u8, number: u32, ty: u8, label: u8, flags: u8, target: u16) -> FieldDesc {
+const fn f(off: u16, len: u8, number: u16, ty: u8, label: u8, flags: u8, target: u16) -> FieldDesc {
     FieldDesc {
         name_off: off,
         number,
@@ -152,18 +157,52 @@ const fn e(name_off: u16, name_len: u8, first_value: u16, num_values: u16) -> En
         num_values,
     }
 }
-const fn v(name_off: u32, name_len: u8, number: i32) -> EnumValueDesc {
-    assert!(name_off < 1 << 24);
-    EnumValueDesc {
-        name: name_off | (name_len as u32) << 24,
-        number,
-    }
-}
 
 include!(concat!(env!("OUT_DIR"), "/schema_table.rs"));
 
-fn name_at(off: impl Into<u32>, len: u8) -> &'static str {
-    let off = off.into();
+/// Field names, and every enum value in table order with its names in
+/// one string.
+struct Packed {
+    field_names: String,
+    value_names: String,
+    values: Vec<EnumValueDesc>,
+}
+
+/// Unpacks [`PACKED_Z`] (format: `packed_z` in
+/// src/codegen/schema_emit.rs) once per process.
+fn packed() -> &'static Packed {
+    static PACKED: std::sync::OnceLock<Packed> = std::sync::OnceLock::new();
+    PACKED.get_or_init(|| {
+        let text = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(PACKED_Z, 1 << 20)
+            .ok()
+            .and_then(|t| String::from_utf8(t).ok())
+            .expect("the build's packed names unpack");
+        let (field_names, text) = text.split_once('\0').expect("field names end with a NUL");
+        let mut values = Vec::with_capacity(NUM_ENUM_VALUES);
+        let mut names = String::with_capacity(text.len());
+        let mut next = 0i32;
+        for line in text.lines() {
+            let (name, number) = match line.split_once('=') {
+                Some((name, n)) => (name, n.parse().expect("an enum value number")),
+                None => (line, next),
+            };
+            values.push(EnumValueDesc {
+                name: names.len() as u32 | (name.len() as u32) << 24,
+                number,
+            });
+            names.push_str(name);
+            next = number.wrapping_add(1);
+        }
+        assert_eq!(values.len(), NUM_ENUM_VALUES);
+        Packed {
+            field_names: field_names.to_owned(),
+            value_names: names,
+            values,
+        }
+    })
+}
+
+fn name_at(off: u16, len: u8) -> &'static str {
     &NAMES[off as usize..off as usize + len as usize]
 }
 
@@ -222,7 +261,7 @@ impl MessageDesc {
     pub fn field_by_number(&self, number: u32) -> Option<&'static FieldDesc> {
         let fields = self.fields();
         fields
-            .binary_search_by_key(&number, |f| f.number)
+            .binary_search_by_key(&number, |f| u32::from(f.number))
             .ok()
             .map(|i| &fields[i])
     }
@@ -230,11 +269,12 @@ impl MessageDesc {
 
 impl FieldDesc {
     pub fn name(&self) -> &'static str {
-        name_at(self.name_off, self.name_len)
+        let off = self.name_off as usize;
+        &packed().field_names[off..off + self.name_len as usize]
     }
 
     pub fn number(&self) -> u32 {
-        self.number
+        u32::from(self.number)
     }
 
     pub fn field_type(&self) -> FieldType {
@@ -283,7 +323,7 @@ impl EnumDesc {
 
     pub fn values(&self) -> &'static [EnumValueDesc] {
         let start = self.first_value as usize;
-        &ENUM_VALUES[start..start + self.num_values as usize]
+        &packed().values[start..start + self.num_values as usize]
     }
 
     pub fn value_by_name(&self, name: &str) -> Option<i32> {
@@ -300,7 +340,8 @@ impl EnumDesc {
 
 impl EnumValueDesc {
     pub fn name(&self) -> &'static str {
-        name_at(self.name & 0xff_ffff, (self.name >> 24) as u8)
+        let off = (self.name & 0xff_ffff) as usize;
+        &packed().value_names[off..off + (self.name >> 24) as usize]
     }
 
     pub fn number(&self) -> i32 {
@@ -408,7 +449,7 @@ mod tests {
     #[test]
     fn descriptors_stay_compact() {
         use std::mem::size_of;
-        assert_eq!(size_of::<FieldDesc>(), 12);
+        assert_eq!(size_of::<FieldDesc>(), 10);
         assert_eq!(size_of::<EnumValueDesc>(), 8);
         assert_eq!(size_of::<MessageDesc>(), 8);
     }

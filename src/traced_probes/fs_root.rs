@@ -112,7 +112,7 @@ impl FsRoot {
         let mut names: Vec<String> = rd
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .collect();
-        names.sort();
+        names.sort_unstable();
         names
     }
 }

@@ -296,36 +296,36 @@ fn other_sources() {
         HeapprofdConfig, PerfEventConfig, TrackEventConfig,
     };
     // Sub-configs traced only forwards are opaque bytes in our pb-rs types
-    // (build.rs); decode them explicitly.
-    fn sub<M: for<'a> quick_protobuf::MessageRead<'a>>(b: &Option<Vec<u8>>) -> M {
-        let b = b.as_deref().expect("sub-config present");
+    // (build.rs), most of them kept by field number; decode them explicitly.
+    fn sub<M: for<'a> quick_protobuf::MessageRead<'a>>(b: Option<&[u8]>) -> M {
+        let b = b.expect("sub-config present");
         M::from_reader(&mut quick_protobuf::BytesReader::from_bytes(b), b).unwrap()
     }
     let c = load("other_sources.pbtx");
     let cfg = |i: usize| c.data_sources[i].config.as_ref().unwrap();
-    let perf: PerfEventConfig = sub(&cfg(0).perf_event_config);
+    let perf: PerfEventConfig = sub(cfg(0).perf_event_config.as_deref());
     let tb = perf.timebase.as_ref().unwrap();
     assert_eq!(tb.timestamp_clock, Some(PerfClock::PERF_CLOCK_MONOTONIC));
     // Oneof members, as pb-rs prints them.
     let interval = format!("{:?} {:?}", tb.interval, tb.event);
     assert_eq!(interval, "frequency(100) counter(SW_CPU_CLOCK)");
-    let h: HeapprofdConfig = sub(&cfg(1).heapprofd_config);
+    let h: HeapprofdConfig = sub(cfg(1).opaque_sub_config(105));
     assert_eq!(h.sampling_interval_bytes, Some(4096));
     assert_eq!(
         h.continuous_dump_config.as_ref().unwrap().dump_interval_ms,
         Some(1000)
     );
-    let l: AndroidLogConfig = sub(&cfg(2).android_log_config);
+    let l: AndroidLogConfig = sub(cfg(2).opaque_sub_config(107));
     assert_eq!(
         l.log_ids,
         [AndroidLogId::LID_DEFAULT, AndroidLogId::LID_SYSTEM]
     );
     assert_eq!(l.min_prio, Some(AndroidLogPriority::PRIO_INFO));
-    let p: AndroidPowerConfig = sub(&cfg(3).android_power_config);
+    let p: AndroidPowerConfig = sub(cfg(3).opaque_sub_config(106));
     assert_eq!(p.battery_poll_ms, Some(250));
-    let te: TrackEventConfig = sub(&cfg(4).track_event_config);
+    let te: TrackEventConfig = sub(cfg(4).opaque_sub_config(113));
     assert_eq!(te.enabled_categories, ["*"]);
-    let chrome: ChromeConfig = sub(&cfg(5).chrome_config);
+    let chrome: ChromeConfig = sub(cfg(5).opaque_sub_config(101));
     assert_eq!(
         chrome.trace_config.as_deref(),
         Some("{\"record_mode\":\"record-continuously\"}")

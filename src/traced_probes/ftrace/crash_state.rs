@@ -125,9 +125,12 @@ pub fn cleanup(path: &Path, root: &Tracefs) -> Vec<Touched> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
-    let mut cleaned = parse(&text);
     // Instances first: a probe still enabled in one cannot be removed.
-    cleaned.sort_by_key(|e| matches!(e, Touched::Kprobe { .. }));
+    // (Each group keeps its file order.)
+    let (mut cleaned, kprobes): (Vec<_>, Vec<_>) = parse(&text)
+        .into_iter()
+        .partition(|e| !matches!(e, Touched::Kprobe { .. }));
+    cleaned.extend(kprobes);
     let mut kept = Vec::new();
     cleaned.retain(|e| {
         let key = match e {

@@ -281,7 +281,7 @@ impl Tracefs {
             .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
             .filter_map(|e| e.file_name().into_string().ok())
             .collect();
-        names.sort();
+        names.sort_unstable();
         Ok(names)
     }
 

@@ -14,7 +14,7 @@ pub fn cpu_dirs(root: &FsRoot, errors: &mut ReadErrors) -> Vec<(u32, String)> {
         .into_iter()
         .filter_map(|n| Some((n.strip_prefix("cpu")?.parse::<u32>().ok()?, n)))
         .collect();
-    cpus.sort();
+    cpus.sort_unstable();
     cpus
 }
 
