@@ -20,7 +20,6 @@ use crate::pb::protos::{
     UnregisterTraceWriterRequest,
 };
 use crate::tracing::core::arbiter::{ArbiterConfig, BufferId, CommitBatch, WriterId};
-use crate::tracing::core::smb_abi::{ChunkState, SmbAbi};
 
 /// Name traced_probes registers under (traced and tools match on it).
 pub const PRODUCER_NAME: &str = "perfetto.traced_probes";
@@ -89,46 +88,6 @@ pub fn shmem_emulation(reply: &[u8]) -> bool {
     decode_reply::<InitializeConnectionResponse>("InitializeConnection", reply)
         .and_then(|r| r.use_shmem_emulation)
         .unwrap_or(false)
-}
-
-/// The batch as a CommitDataRequest under shared-memory emulation: each
-/// Complete chunk of our private `smb` travels inline (8-byte header, then
-/// the payload) and is freed here; patches go as usual. A chunk that is not
-/// Complete is skipped and counted in the returned number.
-pub fn commit_data_inline(batch: &CommitBatch, smb: &SmbAbi) -> (Vec<u8>, u64) {
-    let mut skipped = 0;
-    let mut moves = Vec::with_capacity(batch.chunks_to_move.len());
-    for c in &batch.chunks_to_move {
-        let chunk = match smb.chunk_at(c.page as usize, c.chunk as usize) {
-            Ok((ChunkState::Complete, chunk)) => chunk,
-            _ => {
-                skipped += 1;
-                continue;
-            }
-        };
-        let mut data = Vec::with_capacity(chunk.size());
-        data.resize(8, 0);
-        let h = smb.read_chunk(&chunk, &mut data);
-        data[0..4].copy_from_slice(&h.chunk_id.to_le_bytes());
-        data[4..6].copy_from_slice(&h.writer_id.to_le_bytes());
-        data[6..8].copy_from_slice(&h.packets_word().to_le_bytes());
-        if smb.release_complete_chunk_as_free(chunk).is_err() {
-            skipped += 1;
-            continue;
-        }
-        moves.push(ChunksToMove {
-            target_buffer: Some(c.target_buffer as u32),
-            data: Some(data),
-            ..Default::default()
-        });
-    }
-    let mut req: CommitDataRequest = decode(&commit_data(&CommitBatch {
-        chunks_to_move: Vec::new(),
-        ..batch.clone()
-    }))
-    .unwrap_or_default();
-    req.chunks_to_move = moves;
-    (encode(&req), skipped)
 }
 
 /// RegisterDataSource for one of our sources: every one acks start and stop.
