@@ -43,6 +43,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 # The SDK peers: prebuilt (TRACEBOX_SDK_INTEROP_BIN) or built here.
 if [ -n "${TRACEBOX_SDK_INTEROP_BIN:-}" ]; then
     BIN=$TRACEBOX_SDK_INTEROP_BIN
+    : "${PRODUCER_CMD:=$BIN/sdk-producer}" "${CONSUMER_CMD:=$BIN/sdk-consumer}"
 elif [ "$PRODUCER" = sdk ]; then
     interop_build
 fi
