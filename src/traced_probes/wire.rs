@@ -9,15 +9,12 @@ use std::time::Duration;
 
 use quick_protobuf::{BytesReader, MessageRead, MessageWrite, Writer};
 
-use crate::pb::protos::mod_CommitDataRequest::mod_ChunkToPatch::Patch as PbPatch;
-use crate::pb::protos::mod_CommitDataRequest::{ChunkToPatch as PbChunkToPatch, ChunksToMove};
 use crate::pb::protos::mod_GetAsyncCommandResponse::OneOfcmd;
 use crate::pb::protos::mod_InitializeConnectionRequest::ProducerSMBScrapingMode;
 use crate::pb::protos::{
-    CommitDataRequest, DataSourceConfig, DataSourceDescriptor, GetAsyncCommandResponse,
-    InitializeConnectionRequest, InitializeConnectionResponse, NotifyDataSourceStartedRequest,
-    NotifyDataSourceStoppedRequest, RegisterDataSourceRequest, RegisterTraceWriterRequest,
-    UnregisterTraceWriterRequest,
+    DataSourceConfig, DataSourceDescriptor, GetAsyncCommandResponse, InitializeConnectionRequest,
+    InitializeConnectionResponse, NotifyDataSourceStartedRequest, NotifyDataSourceStoppedRequest,
+    RegisterDataSourceRequest, RegisterTraceWriterRequest, UnregisterTraceWriterRequest,
 };
 use crate::tracing::core::arbiter::{ArbiterConfig, BufferId, CommitBatch, WriterId};
 
@@ -131,40 +128,38 @@ pub fn notify_stopped(instance: u64) -> Vec<u8> {
     })
 }
 
-/// The arbiter's batch as a CommitDataRequest.
+/// The arbiter's batch as a CommitDataRequest (hand-encoded: the hottest
+/// request we send, and the pb-rs structs cost ~2 KB of code for it).
 pub fn commit_data(batch: &CommitBatch) -> Vec<u8> {
-    let req = CommitDataRequest {
-        chunks_to_move: batch
-            .chunks_to_move
-            .iter()
-            .map(|c| ChunksToMove {
-                page: Some(c.page),
-                chunk: Some(c.chunk),
-                target_buffer: Some(c.target_buffer as u32),
-                ..Default::default()
-            })
-            .collect(),
-        chunks_to_patch: batch
-            .chunks_to_patch
-            .iter()
-            .map(|c| PbChunkToPatch {
-                target_buffer: Some(c.target_buffer as u32),
-                writer_id: Some(c.writer_id as u32),
-                chunk_id: Some(c.chunk_id),
-                patches: c
-                    .patches
-                    .iter()
-                    .map(|p| PbPatch {
-                        offset: Some(p.offset),
-                        data: Some(p.data.to_vec()),
-                    })
-                    .collect(),
-                has_more_patches: c.has_more_patches.then_some(true),
-            })
-            .collect(),
-        flush_request_id: batch.flush_request_id,
-    };
-    encode(&req)
+    use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, VecStream};
+    let mut s = VecStream::new();
+    for c in &batch.chunks_to_move {
+        let m = begin_nested(&mut s, 1); // chunks_to_move
+        put_varint(&mut s, 1, c.page.into());
+        put_varint(&mut s, 2, c.chunk.into());
+        put_varint(&mut s, 3, c.target_buffer.into());
+        end_nested(&mut s, m);
+    }
+    for c in &batch.chunks_to_patch {
+        let m = begin_nested(&mut s, 2); // chunks_to_patch
+        put_varint(&mut s, 1, c.target_buffer.into());
+        put_varint(&mut s, 2, c.writer_id.into());
+        put_varint(&mut s, 3, c.chunk_id.into());
+        for p in &c.patches {
+            let n = begin_nested(&mut s, 4); // patches
+            put_varint(&mut s, 1, p.offset.into());
+            put_bytes(&mut s, 2, &p.data);
+            end_nested(&mut s, n);
+        }
+        if c.has_more_patches {
+            put_varint(&mut s, 5, 1);
+        }
+        end_nested(&mut s, m);
+    }
+    if let Some(id) = batch.flush_request_id {
+        put_varint(&mut s, 3, id);
+    }
+    s.into_bytes()
 }
 
 /// One command pushed by the service on the GetAsyncCommand stream.
@@ -267,6 +262,7 @@ pub fn target_buffer(config: &DataSourceConfig) -> Option<BufferId> {
 mod tests {
     use super::*;
     use crate::pb::protos::mod_GetAsyncCommandResponse::{Flush, SetupDataSource, StopDataSource};
+    use crate::pb::protos::CommitDataRequest;
     use crate::tracing::core::arbiter::{ChunkToMove, ChunkToPatch, Patch};
 
     #[test]
@@ -369,7 +365,23 @@ mod tests {
             req.chunks_to_patch[0].patches[0].data,
             Some(vec![1, 2, 3, 4])
         );
+        assert_eq!(req.chunks_to_move[0].chunk, Some(0));
+        assert_eq!(req.chunks_to_patch[0].writer_id, Some(1));
+        assert_eq!(req.chunks_to_patch[0].chunk_id, Some(4));
+        assert_eq!(req.chunks_to_patch[0].patches[0].offset, Some(8));
         assert_eq!(req.chunks_to_patch[0].has_more_patches, None);
         assert_eq!(req.flush_request_id, Some(11));
+        let more = CommitBatch {
+            chunks_to_move: Vec::new(),
+            chunks_to_patch: vec![ChunkToPatch {
+                has_more_patches: true,
+                ..batch.chunks_to_patch[0].clone()
+            }],
+            flush_request_id: None,
+        };
+        let req: CommitDataRequest = decode(&commit_data(&more)).unwrap();
+        assert_eq!(req.chunks_to_patch[0].has_more_patches, Some(true));
+        assert!(req.chunks_to_move.is_empty() && req.flush_request_id.is_none());
+        assert!(commit_data(&CommitBatch::default()).is_empty());
     }
 }

@@ -141,6 +141,14 @@ struct MainSleep {
     read_after: std::sync::atomic::AtomicU64,
 }
 
+/// Where the grid of quiet ends (every `wait` since `epoch`) stands now:
+/// how many ends have passed, and the time to the next one.
+fn quiet_grid(epoch: Instant, wait: Duration) -> (u64, Duration) {
+    let q = (wait.as_micros() as u64).max(1);
+    let t = epoch.elapsed().as_micros() as u64;
+    (t / q, Duration::from_micros(q - t % q))
+}
+
 impl Shared {
     /// How long to sleep on the file while quiet: to the next multiple of
     /// the quiet wait (at least half a wait away), or the drain period.
@@ -148,14 +156,12 @@ impl Shared {
         if !self.quiet_allowed.load(Ordering::Relaxed) || self.quiet_wait <= self.idle_wait {
             return self.idle_wait;
         }
-        let q = self.quiet_wait.as_nanos();
-        let to_next = q - self.quiet_epoch.elapsed().as_nanos() % q;
-        let to_next = if to_next < q / 2 {
-            to_next + q
+        let to_next = quiet_grid(self.quiet_epoch, self.quiet_wait).1;
+        if to_next < self.quiet_wait / 2 {
+            to_next + self.quiet_wait
         } else {
             to_next
-        };
-        Duration::from_nanos(to_next.min(u64::MAX as u128) as u64)
+        }
     }
 
     /// Pages were staged: wakes main if it sleeps long, or whatever it
@@ -168,9 +174,10 @@ impl Shared {
             return;
         };
         if at_quiet_end && self.main.idle.load(Ordering::SeqCst) {
-            let q = self.quiet_wait.as_nanos().max(1);
-            let end = (self.quiet_epoch.elapsed().as_nanos() + q / 2) / q;
-            if u128::from(self.main.read_after.load(Ordering::SeqCst)) < end {
+            // The quiet end this is (the nearest one).
+            let (passed, to_next) = quiet_grid(self.quiet_epoch, self.quiet_wait);
+            let end = passed + u64::from(to_next <= self.quiet_wait / 2);
+            if self.main.read_after.load(Ordering::SeqCst) < end {
                 return;
             }
         }
@@ -835,8 +842,7 @@ impl FtraceReader {
         if !idle {
             self.main.idle.store(false, Ordering::SeqCst);
             // Workers staging at a quiet end from here on wake main.
-            let q = self.quiet_wait.as_nanos().max(1);
-            let passed = (self.quiet_epoch.elapsed().as_nanos() / q) as u64;
+            let passed = quiet_grid(self.quiet_epoch, self.quiet_wait).0;
             self.main.read_after.store(passed, Ordering::SeqCst);
             return false;
         }
@@ -866,9 +872,7 @@ impl FtraceReader {
         if !self.notifies || !self.quiet_allowed.load(Ordering::Relaxed) {
             return None;
         }
-        let q = self.quiet_wait.as_nanos().max(1);
-        let to_next = q - self.quiet_epoch.elapsed().as_nanos() % q;
-        Some(Duration::from_nanos(to_next as u64))
+        Some(quiet_grid(self.quiet_epoch, self.quiet_wait).1)
     }
 
     /// Memory held by the buffer pages are read into.
