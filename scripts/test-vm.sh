@@ -10,7 +10,16 @@
 # Environment: TRACEBOX_VM_CACHE (default target/vm-cache: the kernel and
 # busybox packages, fetched through apt once), TRACEBOX_VM_ONLY="a b" (run
 # only these scenarios), TRACEBOX_VM_KEEP=1 (keep target/vm/ work dirs;
-# they are kept anyway on failure).
+# they are kept anyway on failure or retry), TRACEBOX_VM_SCENARIOS (another
+# scenario directory; default tests/vm/scenarios), TRACEBOX_VM_IMAGE_EXTRA
+# (a command run as CMD TARGET IMAGE_ROOT CACHE that adds files to the
+# image), TRACEBOX_VM_MEM_MB (guest memory, default 512), TRACEBOX_VM_RETRY_UNTIL
+# (default 1200: seconds into the stage after which a failed scenario is
+# no longer retried).
+#
+# A failed scenario gets exactly one retry on a fresh boot (TCG on a
+# loaded host stalls daemons now and then); the summary and the README
+# table name every retry, and a scenario that fails twice fails the stage.
 # Writes target/vm-results.tsv and target/vm-results.md (README's "Tested
 # kernels" table: scripts/test-vm.sh --readme copies it in).
 set -euo pipefail
@@ -27,6 +36,11 @@ targets=("$@")
 [ "${targets[*]}" != all ] || targets=(x86_64 x86_64-rt aarch64 armv7)
 
 cache="${TRACEBOX_VM_CACHE:-$repo/target/vm-cache}"
+# Another scenario directory (the benchmarks': scripts/bench/vm-*.sh), with
+# its own extra image files; its results stay out of README's table.
+scen="${TRACEBOX_VM_SCENARIOS:-tests/vm/scenarios}"
+scen_extra="${TRACEBOX_VM_IMAGE_EXTRA:-}"
+mem_mb="${TRACEBOX_VM_MEM_MB:-512}"
 work="$repo/target/vm"
 mkdir -p "$cache/debs" "$work"
 
@@ -147,22 +161,16 @@ scenario_targets_ok() {
     [[ " $want " == *" $2 "* ]]
 }
 
-# Scenarios in lexical order, split into the shared boot and own boots.
-plan_boots() {
+# The target's scenarios in lexical order (TRACEBOX_VM_ONLY applied).
+plan_scenarios() {
     local t="$1" f name
-    shared=()
-    own=()
-    for f in tests/vm/scenarios/*.sh; do
+    planned=()
+    for f in "$scen"/*.sh; do
         name=$(basename "$f" .sh)
         [[ "$name" == *.host ]] && continue
         if [ -n "${TRACEBOX_VM_ONLY:-}" ] && [[ " $TRACEBOX_VM_ONLY " != *" $name "* ]]; then continue; fi
         scenario_targets_ok "$f" "$t" || continue
-        if [ -n "$(header "$f" cmdline)" ] || [ "$(header "$f" boot)" = own ] ||
-            [ -e "tests/vm/scenarios/$name.host.sh" ]; then
-            own+=("$name")
-        else
-            shared+=("$name")
-        fi
+        planned+=("$name")
     done
 }
 
@@ -183,14 +191,16 @@ build_initramfs() {
     echo "root:x:0:0:root:/root:/bin/sh" >"$root/etc/passwd"
     echo "root:x:0:" >"$root/etc/group"
     mkdir -p "$root/vm/scenarios"
-    cp -r tests/vm/scenarios/. "$root/vm/scenarios/"
+    cp -r "$scen"/. "$root/vm/scenarios/"
     rm -f "$root"/vm/scenarios/*.py "$root"/vm/scenarios/*.host.sh
     [ ! -d "$work/$t/extra" ] || cp -r "$work/$t/extra/." "$root/"
+    # shellcheck disable=SC2086 # a command with its arguments
+    [ -z "$scen_extra" ] || $scen_extra "$t" "$root" "$cache" || die "$t: $scen_extra failed"
     # Modules: the boot's own, and each scenario's, from the same package.
     local moddir="$kdir/lib/modules/$kver" all=()
     "$py" tests/vm/kmods.py "$moddir" "${base_modules[@]}" >"$root/vm/modules.boot"
     all+=($(cat "$root/vm/modules.boot"))
-    for f in tests/vm/scenarios/*.sh; do
+    for f in "$scen"/*.sh; do
         name=$(basename "$f" .sh)
         mods=$(header "$f" modules)
         [ -n "$mods" ] || continue
@@ -217,11 +227,44 @@ free_port() {
 results_tsv="$repo/target/vm-results.tsv"
 failures=0
 summary=()
+retries=()
+retry_until="${TRACEBOX_VM_RETRY_UNTIL:-1200}"
 
-# record TARGET SCENARIO PASS|FAIL SECONDS
+# Each scenario's verdict of its latest run (boot sets them).
+declare -A res_of why_of secs_of
+
+# verdict SCENARIO PASS|FAIL SECONDS [WHY]
+verdict() {
+    res_of[$1]="$2" secs_of[$1]="$3" why_of[$1]="${4:-}"
+}
+
+# record TARGET SCENARIO PASS|FAIL SECONDS RETRY_NOTE
 record() {
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$kver" "$kpkg_ver" "$2" "$3" "$4" >>"$run_tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$kver" "$kpkg_ver" "$2" "$3" "$4" "$5" >>"$run_tsv"
     [ "$3" = pass ] || failures=$((failures + 1))
+}
+
+# run_boots TARGET PREFIX SCENARIO...: the shared boot (named PREFIXshared)
+# for those that can share one, then an own boot for each of the others.
+run_boots() {
+    local t="$1" prefix="$2" f name
+    shift 2
+    local shared=() own=()
+    for name in "$@"; do
+        f="$scen/$name.sh"
+        if [ -n "$(header "$f" cmdline)" ] || [ "$(header "$f" boot)" = own ] ||
+            [ -e "$scen/$name.host.sh" ]; then
+            own+=("$name")
+        else
+            shared+=("$name")
+        fi
+    done
+    if [ ${#shared[@]} -gt 0 ]; then
+        boot "$t" "${prefix}shared" "" "${shared[@]}"
+    fi
+    for name in "${own[@]}"; do
+        boot "$t" "$prefix$name" "$(header "$scen/$name.sh" cmdline)" "$name"
+    done
 }
 
 # boot TARGET BOOTNAME CMDLINE_EXTRA SCENARIO...
@@ -235,18 +278,18 @@ boot() {
     printf '%s\n' "$@" >"$share/plan"
     echo "$t" >"$share/arch"
     for name in "$@"; do
-        s=$(header "tests/vm/scenarios/$name.sh" timeout)
+        s=$(header "$scen/$name.sh" timeout)
         bound=$((bound + ${s:-120}))
     done
     export VM_RELAY_PORT QEMU_PID_FILE="$dir/qemu.pid" TRACEBOX_HOST="$host_bin"
     VM_RELAY_PORT=$(free_port)
     for name in "$@"; do
-        hook="tests/vm/scenarios/$name.host.sh"
+        hook="$scen/$name.host.sh"
         [ -e "$hook" ] || continue
         mkdir -p "$dir/host-$name"
         bash "$hook" before "$dir/host-$name" || {
             say "$t: $name: host hook 'before' failed"
-            record "$t" "$name" fail 0
+            verdict "$name" fail 0 "host hook 'before' failed"
             return 0
         }
     done
@@ -259,7 +302,10 @@ boot() {
     started=$(date +%s)
     say "$t: boot $bname ($*) bound ${bound}s"
     set +e
-    timeout -k 5 "$bound" "$qemu" -accel tcg "${machine[@]}" -smp 2 -m 512 \
+    # In a subshell that exits with qemu's status: a guest killed on purpose
+    # (a host hook's SIGKILL) is no job-control message on our stderr
+    # (qemu's own stderr is in qemu.log).
+    (timeout -k 5 "$bound" "$qemu" -accel tcg "${machine[@]}" -smp 2 -m "$mem_mb" \
         -kernel "$vmlinuz" -initrd "$work/$t/initramfs.cpio.gz" \
         -append "console=$console panic=-1 loglevel=5 $extra" \
         -display none -monitor none -serial "file:$dir/console.log" -no-reboot \
@@ -268,18 +314,24 @@ boot() {
         -device "virtio-9p-pci,fsdev=fs0,mount_tag=vmshare" \
         -netdev "$netdev" -device virtio-net-pci,netdev=n0 \
         </dev/null >"$dir/qemu.log" 2>&1
+    exit $?) 2>/dev/null
     rc=$?
     set -e
     local took=$(($(date +%s) - started))
     for name in "$@"; do
-        hook="tests/vm/scenarios/$name.host.sh"
+        hook="$scen/$name.host.sh"
         [ -e "$hook" ] || continue
-        bash "$hook" after "$dir/host-$name" || {
-            say "$t: $name: host hook 'after' failed"
+        bash "$hook" after "$dir/host-$name" >"$dir/host-$name.after.log" 2>&1 || {
+            say "$t: $name: host hook 'after' failed:"
+            tail -n 25 "$dir/host-$name.after.log" | sed 's/^/    /'
             touch "$dir/host-$name.after-failed"
         }
     done
-    if [ ! -e "$share/out/complete" ]; then
+    local unfinished=0
+    for name in "$@"; do [ -e "$share/out/$name.rc" ] || unfinished=1; done
+    if [ ! -e "$share/out/complete" ] && [ $unfinished = 0 ]; then
+        say "$t: boot $bname: qemu ended (exit $rc after ${took}s) after every scenario reported (a host hook's kill)"
+    elif [ ! -e "$share/out/complete" ]; then
         say "$t: boot $bname did not complete (qemu exit $rc after ${took}s); console tail:"
         tail -n 40 "$dir/console.log" | sed 's/^/    /'
         [ ! -s "$dir/qemu.log" ] || sed 's/^/    qemu: /' "$dir/qemu.log"
@@ -295,8 +347,8 @@ boot() {
         elif [ "$(cat "$out.rc")" != 0 ]; then
             res=fail why="exit $(cat "$out.rc")"
             [ "$(cat "$out.rc")" != 137 ] || why="killed at its time bound"
-        elif [ -e "tests/vm/scenarios/$name.check.py" ]; then
-            if ! PYTHONPATH="$repo/tests/vm:$repo/tests/py" "$py" "tests/vm/scenarios/$name.check.py" \
+        elif [ -e "$scen/$name.check.py" ]; then
+            if ! PYTHONPATH="$repo/tests/vm:$repo/tests/py" "$py" "$scen/$name.check.py" \
                 "$out" "$t" >"$out.check.log" 2>&1; then
                 res=fail why="host check failed"
             fi
@@ -304,7 +356,7 @@ boot() {
         if [ -e "$dir/host-$name.after-failed" ]; then
             res=fail why="host hook 'after' failed"
         fi
-        record "$t" "$name" "$res" "$secs"
+        verdict "$name" "$res" "$secs" "$why"
         if [ $res = pass ]; then
             say "$t: $name: pass (${secs}s)"
         else
@@ -340,27 +392,57 @@ for t in "${targets[@]}"; do
         tests/vm/extra.sh "$t" "$rust" "$work/$t/extra" "$cache" || die "$t: tests/vm/extra.sh failed"
     fi
     build_initramfs "$t"
-    plan_boots "$t"
-    if [ ${#shared[@]} -gt 0 ]; then
-        boot "$t" shared "" "${shared[@]}"
-    fi
-    for name in "${own[@]}"; do
-        boot "$t" "$name" "$(header "tests/vm/scenarios/$name.sh" cmdline)" "$name"
+    plan_scenarios "$t"
+    res_of=() why_of=() secs_of=()
+    run_boots "$t" "" "${planned[@]}"
+    # One retry on a fresh boot for each failed scenario, while the stage
+    # is inside its retry budget.
+    failed=()
+    declare -A first_why=()
+    for name in "${planned[@]}"; do
+        [ "${res_of[$name]:-}" = pass ] && continue
+        first_why[$name]="${why_of[$name]:-did not run}"
+        failed+=("$name")
     done
-    summary+=("$t: $(($(date +%s) - t_start))s (kernel $kver)")
+    if [ ${#failed[@]} -gt 0 ]; then
+        if [ $(($(date +%s) - stage_start)) -lt "$retry_until" ]; then
+            say "$t: RETRY on a fresh boot: ${failed[*]}"
+            run_boots "$t" retry- "${failed[@]}"
+        else
+            say "$t: NO RETRY of ${failed[*]}: the stage is past its retry budget (${retry_until}s)"
+            retry_skipped=1
+        fi
+    fi
+    for name in "${planned[@]}"; do
+        note=""
+        if [ -n "${first_why[$name]+x}" ]; then
+            if [ -n "${retry_skipped:-}" ]; then
+                note="not retried: past the stage's retry budget"
+            else
+                note="retried (first run: ${first_why[$name]})"
+                retries+=("$t/$name: ${res_of[$name]:-fail} on retry (first run: ${first_why[$name]}; retry: ${why_of[$name]:-ok})")
+            fi
+        fi
+        record "$t" "$name" "${res_of[$name]:-fail}" "${secs_of[$name]:-0}" "$note"
+    done
+    retry_skipped=
+    unset first_why
+    summary+=("$t: wall time $(($(date +%s) - t_start))s (kernel $kver)")
 done
 
 # Results of targets not run now are kept from the last run that had them.
+[ "$scen" = tests/vm/scenarios ] || results_tsv="$work/other-results.tsv"
 touch "$results_tsv"
 for t in "${targets[@]}"; do
     awk -F'\t' -v t="$t" '$1 != t' "$results_tsv" >"$results_tsv.new"
     mv "$results_tsv.new" "$results_tsv"
 done
 cat "$run_tsv" >>"$results_tsv"
-"$py" tests/vm/readme_table.py "$results_tsv" >"$repo/target/vm-results.md"
+[ "$scen" != tests/vm/scenarios ] || "$py" tests/vm/readme_table.py "$results_tsv" >"$repo/target/vm-results.md"
 
 echo "test-vm: boots: ${boot_seconds[*]}"
 for s in "${summary[@]}"; do echo "test-vm: $s"; done
-echo "test-vm: stage wall time $(($(date +%s) - stage_start))s; $(wc -l <"$run_tsv") scenario runs, $failures failed"
-[ "${TRACEBOX_VM_KEEP:-}" = 1 ] || [ $failures -gt 0 ] || rm -rf "$work"
+for r in "${retries[@]}"; do echo "test-vm: RETRIED $r"; done
+echo "test-vm: stage wall time $(($(date +%s) - stage_start))s; $(wc -l <"$run_tsv") scenarios, ${#retries[@]} retried, $failures failed"
+[ "${TRACEBOX_VM_KEEP:-}" = 1 ] || [ $failures -gt 0 ] || [ ${#retries[@]} -gt 0 ] || rm -rf "$work"
 [ $failures -eq 0 ]

@@ -28,6 +28,9 @@ pub const METHOD: &str = "RotateOutputFile";
 /// session's flush timeout, then drains its buffers into the old file).
 const CUT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest naming a failed cut in the trace may take.
+const NOTE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How traced refuses a cut before the session started (its
 /// `rotate::NOT_STARTED`).
 const NOT_STARTED: &str = "has not started yet";
@@ -51,6 +54,10 @@ pub struct Rotation {
     file_started: Instant,
     /// How often the size is looked at.
     size_check: Duration,
+    /// The file's size at the last look, and its latest growth between
+    /// two looks (about one periodic write of traced's).
+    last_len: u64,
+    growth: u64,
     next_size_check: Instant,
     /// Why rotation stopped (the trace goes on in the current file).
     pub failed: Option<String>,
@@ -110,9 +117,9 @@ impl Rotation {
             .map_err(|e| format!("Could not duplicate the trace file: {e}"))?;
         let now = Instant::now();
         // The service appends once per write period: looking at the size
-        // a few times per period finds each write soon after it (an fstat
-        // each time).
-        let size_check = Duration::from_millis((file_write_period_ms / 4).clamp(50, 1000));
+        // eight times per period finds each write soon after it (an fstat
+        // each time), so the cut's drain adds little to the file.
+        let size_check = Duration::from_millis((file_write_period_ms / 8).clamp(10, 1000));
         let r = Rotation {
             plan: plan.clone(),
             base: path.clone(),
@@ -123,6 +130,8 @@ impl Rotation {
             file_started: now,
             size_check,
             next_size_check: now + size_check,
+            last_len: 0,
+            growth: 0,
             failed: None,
             removed: 0,
             link_error: None,
@@ -156,19 +165,50 @@ impl Rotation {
             .plan
             .period_ms
             .is_some_and(|p| now >= self.file_started + Duration::from_millis(p));
+        let len = self.current.metadata().map_or(0, |m| m.len());
         let full = self
             .plan
             .max_bytes
-            .is_some_and(|max| self.current.metadata().is_ok_and(|m| m.len() >= max));
+            .is_some_and(|max| self.is_full(len, max));
         if old || full {
             match self.cut(port) {
                 Ok(()) => {}
                 // Nothing to cut yet (deferred start, START_TRACING
                 // trigger): the file's age counts from now.
                 Err(e) if e.contains(NOT_STARTED) => self.file_started = Instant::now(),
-                Err(e) => self.stop_rotating(e),
+                Err(e) => {
+                    if !SESSION_ENDED.iter().any(|w| e.contains(w)) {
+                        self.name_in_trace(port, &e);
+                    }
+                    self.stop_rotating(e)
+                }
             }
         }
+    }
+
+    /// Whether the file (`len` bytes now) must be cut for `max`: it is
+    /// there, or the next write, as large as the latest one, would take it
+    /// past (traced appends once per write period, so cutting after that
+    /// write would leave up to a period's data more). Only once the file
+    /// holds a write's worth: a file just started (its header) is not cut.
+    fn is_full(&mut self, len: u64, max: u64) -> bool {
+        if len > self.last_len {
+            self.growth = len - self.last_len;
+        }
+        self.last_len = len;
+        len >= max || (len >= self.growth && len.saturating_add(self.growth) > max)
+    }
+
+    /// Tells traced the cut could not happen, so that the trace names it
+    /// too (a `rotation_stopped` service event). If that fails as well,
+    /// only the end line's file list names it.
+    fn name_in_trace(&self, port: &mut Port, e: &str) {
+        let note = format!("{e} (the trace goes on in {})", self.current_name());
+        let request = RotateOutputFileRequest {
+            cut_failed: Some(note),
+        };
+        port.client.set_timeout(Some(NOTE_TIMEOUT));
+        let _: Result<RotateOutputFileResponse, String> = port.call(METHOD, &request, None);
     }
 
     fn stop_rotating(&mut self, e: String) {
@@ -196,7 +236,7 @@ impl Rotation {
             .map_err(|e| format!("Could not duplicate {name}: {e}"))?;
         port.client.set_timeout(Some(CUT_TIMEOUT));
         let reply: Result<RotateOutputFileResponse, String> =
-            port.call(METHOD, &RotateOutputFileRequest {}, Some(fd));
+            port.call(METHOD, &RotateOutputFileRequest::default(), Some(fd));
         let refused = match reply {
             Ok(r) if r.success == Some(true) => None,
             Ok(r) => Some(r.error.unwrap_or_else(|| "refused".into())),
@@ -208,6 +248,7 @@ impl Rotation {
         }
         self.index = next;
         self.current = file;
+        self.last_len = 0;
         self.file_started = Instant::now();
         self.kept.push_back(next);
         // The cut happened: a link that cannot follow it does not stop
@@ -364,6 +405,8 @@ mod tests {
             file_started: now,
             size_check: Duration::from_secs(1),
             next_size_check: now,
+            last_len: 0,
+            growth: 0,
             failed: None,
             removed: 0,
             link_error: None,
@@ -413,6 +456,31 @@ mod tests {
                  {base} is not a link to {base}.001 (it was replaced)"
             )
         );
+    }
+
+    /// The cut comes before the write that would take the file past the
+    /// size, once the file holds a write's worth.
+    #[test]
+    fn a_file_is_cut_before_the_write_that_would_cross_the_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = rotation_in(dir.path(), None);
+        let max = 1000;
+        // A header, then writes of 300 bytes.
+        assert!(!r.is_full(50, max));
+        assert!(!r.is_full(350, max));
+        assert!(!r.is_full(350, max));
+        assert!(!r.is_full(650, max));
+        assert!(r.is_full(950, max), "the next write would make 1250");
+        // A new file: its header alone is not cut, the first write is not
+        // either (650 + 300 fits), the size itself is.
+        r.last_len = 0;
+        assert!(!r.is_full(40, max));
+        assert!(!r.is_full(340, max));
+        assert!(r.is_full(1000, max));
+        // Writes larger than the size: each file holds one.
+        let mut r = rotation_in(dir.path(), None);
+        assert!(!r.is_full(30, 100));
+        assert!(r.is_full(300, 100));
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct TraceFaults {
     pub relay_drops: u64,
     /// `(producer, chunks)` that never reached traced (emulation gaps).
     pub never_arrived: Vec<(String, u64)>,
+    /// Rotation cuts that could not happen, as the client named them.
+    pub rotation_stopped: Vec<String>,
     pub tracing_started_ts: Option<u64>,
     /// `trigger` packets in the trace.
     pub triggers: u64,
@@ -205,6 +207,9 @@ impl TraceFaults {
                 (field::CONFIG_FIELDS_IGNORED, 2) => {
                     push_unique(&mut self.ignored_fields, text(f.value));
                 }
+                (field::ROTATION_STOPPED, 2) => {
+                    push_unique(&mut self.rotation_stopped, text(f.value));
+                }
                 (field::CHUNKS_NEVER_ARRIVED, 2) => {
                     let (mut who, mut n) = (String::new(), 0);
                     for g in FieldIter::new(f.value) {
@@ -319,6 +324,11 @@ impl TraceFaults {
                 "{} relay connections dropped for a missing, repeated or invalid \
                  SetPeerIdentity (nothing they sent was recorded)",
                 self.relay_drops
+            ));
+        }
+        for r in &self.rotation_stopped {
+            out.push(format!(
+                "rotation stopped, a file holds more than --rotate-* asked: {r}"
             ));
         }
         out

@@ -30,6 +30,9 @@ pub mod field {
     /// what it wrote in this many ms before the disconnect may not have
     /// been committed, so may be missing (traced's relay commit period).
     pub const UNCOMMITTED_WINDOW_MS: u32 = 1008;
+    /// A rotation cut could not happen (string, the client's reason): the
+    /// file being written holds the rest of the trace, past `--rotate-*`.
+    pub const ROTATION_STOPPED: u32 = 1009;
 }
 
 /// One `(producer, data source)` of a `DataSources` event.

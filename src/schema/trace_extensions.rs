@@ -8,7 +8,8 @@
 //!
 //! * `tracebox_service_event` (1900): tracebox's service events, the
 //!   `TracingServiceEvent` fields 1001-1008 of earlier versions renumbered
-//!   1-8 (same payloads). Readers still accept the old numbering.
+//!   1-8 (same payloads), and 9, `rotation_stopped`. Readers still accept
+//!   the old numbering.
 //! * `tracebox_ftrace_stats` (1901), in the packet of an `ftrace_stats`:
 //!   per cpu, the sched_switch events the kernel never recorded (was
 //!   `FtraceCpuStats` field 1001).
@@ -186,6 +187,7 @@ pub fn extension_descriptor() -> Vec<u8> {
         "",
         "",
     );
+    field(&mut s, 2, "rotation_stopped", 9, OPTIONAL, STRING, "", "");
     let nested = begin_nested(&mut s, 3);
     put_str(&mut s, 1, "ChunksNeverArrived");
     field(&mut s, 2, "producer", 1, OPTIONAL, STRING, "", "");

@@ -380,5 +380,12 @@ pub fn unwind_sections(f: &(impl ReadAt + ?Sized), max_bytes: usize) -> Option<U
             _ => {}
         }
     }
+    // framehop would binary-search a hostile table; without one it
+    // indexes `.eh_frame` itself.
+    if let (Some((hdr, bytes)), Some((eh, _))) = (&out.eh_frame_hdr, &out.eh_frame) {
+        if !super::eh_frame_hdr::search_table_is_sound(hdr.start, bytes, eh) {
+            out.eh_frame_hdr = None;
+        }
+    }
     Some(out)
 }

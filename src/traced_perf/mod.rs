@@ -16,6 +16,7 @@
 pub mod config;
 pub mod data_source;
 pub mod dwarf;
+pub mod eh_frame_hdr;
 pub mod elf;
 pub mod events;
 pub mod intern;

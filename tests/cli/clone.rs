@@ -231,3 +231,142 @@ fn clone_of_a_session_writing_its_output_path() {
     .unwrap();
     assert_eq!(wait_exit(&mut client, LIMIT), 0);
 }
+
+/// A `--clone` taken while a rotation cut is pending (the clone's flush
+/// asked first, the cut's second, the clone's acked first) holds the
+/// packets the cut holds back for the next file: the sequence that cleared
+/// its incremental state for the cut. Its end line says nothing was lost.
+#[test]
+fn a_clone_during_a_pending_cut_holds_what_the_cut_held() {
+    use crate::support::traced as ts;
+    use tracebox::pb::protos::mod_GetAsyncCommandResponse::OneOfcmd;
+    use tracebox::pb::protos::mod_TraceConfig::{BufferConfig, DataSource};
+    use tracebox::pb::protos::{
+        CommitDataRequest, DataSourceConfig, DataSourceDescriptor, EnableTracingRequest,
+        RotateOutputFileRequest, TraceConfig,
+    };
+    use tracebox::protozero::put_varint;
+    let env = Env::new("clone-cut");
+    let _traced = env.start_traced();
+    let desc = DataSourceDescriptor {
+        name: Some("tbx.cut".into()),
+        handles_incremental_state_clear: Some(true),
+        ..Default::default()
+    };
+    let mut prod = ts::TestProducer::connect_with(&env.producer, "cut.producer", desc, 512);
+    let (mut cons, port) = ts::connect(&env.consumer, "ConsumerPort");
+    let cfg = TraceConfig {
+        buffers: vec![BufferConfig {
+            size_kb: Some(2048),
+            ..Default::default()
+        }],
+        data_sources: vec![DataSource {
+            config: Some(DataSourceConfig {
+                name: Some("tbx.cut".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        write_into_file: Some(true),
+        file_write_period_ms: Some(3_600_000),
+        unique_session_name: Some("cut".into()),
+        ..Default::default()
+    };
+    let enable = EnableTracingRequest {
+        trace_config: Some(cfg),
+        ..Default::default()
+    };
+    let first = std::fs::File::create(env.path("t.000")).unwrap();
+    let enabled = cons
+        .start_invoke(
+            &port,
+            "EnableTracing",
+            &ts::encode(&enable),
+            Some(first.into()),
+        )
+        .unwrap();
+    prod.start(512);
+    // Ten packets, timestamps 1000..1009, one sequence.
+    prod.write(10, 1000);
+    let snap = env.path("snap.pftrace");
+    let id = session_id(&env, "cut");
+    let mut clone = env
+        .perfetto_cmd(&["--clone", &id, "-o", snap.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let flush_id = |cmd: OneOfcmd| match cmd {
+        OneOfcmd::flush(f) => f.request_id.unwrap(),
+        other => panic!("expected a flush, got {other:?}"),
+    };
+    let clone_flush = flush_id(ts::next_cmd(&mut prod.client, prod.stream).0);
+    let next = std::fs::File::create(env.path("t.001")).unwrap();
+    let rotate = ts::encode(&RotateOutputFileRequest::default());
+    let rotated = cons
+        .start_invoke(&port, "RotateOutputFile", &rotate, Some(next.into()))
+        .unwrap();
+    let (cmd, _) = ts::next_cmd(&mut prod.client, prod.stream);
+    assert!(
+        matches!(cmd, OneOfcmd::clear_incremental_state(_)),
+        "{cmd:?}"
+    );
+    let cut_flush = flush_id(ts::next_cmd(&mut prod.client, prod.stream).0);
+    // The sequence starts afresh: 2000 clears, 2001 needs that state.
+    for (ts_, flags) in [(2000u64, 1u64), (2001, 2)] {
+        let w = prod.writer.as_mut().unwrap();
+        let mut p = w.new_packet();
+        put_varint(&mut p, 8, ts_);
+        put_varint(&mut p, 13, flags);
+    }
+    prod.writer.as_mut().unwrap().flush();
+    prod.commit_pending();
+    let ack = |id| CommitDataRequest {
+        flush_request_id: Some(id),
+        ..Default::default()
+    };
+    ts::call(
+        &mut prod.client,
+        &prod.port,
+        "CommitData",
+        &ts::encode(&ack(clone_flush)),
+    );
+    assert_eq!(wait_exit(&mut clone, LIMIT), 0);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut clone.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.lines().any(|l| l == "Trace stats: nothing lost"),
+        "{err}"
+    );
+    let stamps = |path: &Path| -> Vec<u64> {
+        use tracebox::protozero::decode::{read_varint, FieldIter};
+        let bytes = std::fs::read(path).unwrap();
+        let packets: Vec<Vec<u8>> = FieldIter::new(&bytes)
+            .filter(|f| f.number == 1)
+            .map(|f| f.value.to_vec())
+            .collect();
+        ts::producer_payloads(&packets)
+            .iter()
+            .filter_map(|p| {
+                let f = FieldIter::new(p).find(|f| f.number == 8)?;
+                read_varint(f.value).map(|v| v.0)
+            })
+            .collect()
+    };
+    let mut want: Vec<u64> = (1000..1010).collect();
+    want.extend([2000, 2001]);
+    assert_eq!(stamps(&snap), want, "{err}");
+    // The cut goes on: the held packets open the next file.
+    ts::call(
+        &mut prod.client,
+        &prod.port,
+        "CommitData",
+        &ts::encode(&ack(cut_flush)),
+    );
+    let r = cons.next_reply(rotated).unwrap().unwrap();
+    assert!(r.success);
+    cons.invoke(&port, "DisableTracing", &[], None).unwrap();
+    prod.serve_until_stop();
+    assert!(cons.next_reply(enabled).unwrap().is_some());
+    assert_eq!(stamps(&env.path("t.000")), (1000..1010).collect::<Vec<_>>());
+    assert_eq!(stamps(&env.path("t.001")), [2000, 2001]);
+}

@@ -4,8 +4,8 @@
 Usage: check_rotation.py PREFIX FILE...
 For each file (deflate compressed_packets opened) prints one line of counts: trace_config, clock_snapshot,
 system_info packets, processes in process_tree packets, sched_switch events
-(compact or not), markers (ftrace print buffers "PREFIX NNNNNN") and
-compressed_packets, the cpus with ftrace data, their events, and "early": events before
+(compact or not), markers (ftrace print buffers "PREFIX NNNNNN"),
+compressed_packets and the top-level packets that are not ("plain"), the cpus with ftrace data, their events, and "early": events before
 trace_processor's ftrace_latest_data_start_ns (the latest first bundle's
 previous_bundle_end_timestamp over the cpus), which it would not import.
 Then: union=N dups=D gaps=G lo=L hi=H over all files (a marker number in
@@ -41,6 +41,7 @@ def main():
         assert_known(data, name)
         c = dict(config=0, clocks=0, sysinfo=0, procs=0, sched=0, markers=0,
                  zipped=sum(p.HasField("compressed_packets") for p in t.packet))
+        c["plain"] = len(t.packet) - c["zipped"]
         # cpu -> previous_bundle_end_timestamp of its first bundle; every
         # event timestamp of the file.
         starts, stamps = {}, []

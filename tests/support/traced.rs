@@ -285,6 +285,20 @@ pub struct TestProducer {
 
 impl TestProducer {
     pub fn connect(sock: &str, name: &str, data_source: &str, smb_kb: u32) -> TestProducer {
+        let desc = DataSourceDescriptor {
+            name: Some(data_source.into()),
+            ..Default::default()
+        };
+        Self::connect_with(sock, name, desc, smb_kb)
+    }
+
+    /// [`Self::connect`] registering `desc`.
+    pub fn connect_with(
+        sock: &str,
+        name: &str,
+        desc: DataSourceDescriptor,
+        smb_kb: u32,
+    ) -> TestProducer {
         let (mut client, port) = connect(sock, "ProducerPort");
         let init = InitializeConnectionRequest {
             producer_name: Some(name.into()),
@@ -299,10 +313,7 @@ impl TestProducer {
             .start_invoke(&port, "GetAsyncCommand", &[], None)
             .unwrap();
         let reg = RegisterDataSourceRequest {
-            data_source_descriptor: Some(DataSourceDescriptor {
-                name: Some(data_source.into()),
-                ..Default::default()
-            }),
+            data_source_descriptor: Some(desc),
         };
         call(&mut client, &port, "RegisterDataSource", &encode(&reg));
         call(&mut client, &port, "Sync", &[]);

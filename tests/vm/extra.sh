@@ -6,6 +6,11 @@
 # traced_perf unwinds and names it on the device. 32-bit ARM: ARM (not
 # Thumb) code with APCS frames, the layout the kernel's arm user unwinder
 # walks. aarch64: gcc omits leaf functions' frame records by default.
+# /vm/bin/deep (x86_64, aarch64): tests/data/perf/deep.c and deep_lib.c in
+# one static program built -O2 -fomit-frame-pointer, so only .eh_frame
+# knows its frames (the DWARF scenario); /vm/bin/deep_dyn: the same with
+# deep_lib.c as /vm/lib/libdeep.so, and the C library it runs on (the
+# cross toolchain's, or this host's) with its loader, also in /vm/lib.
 set -euo pipefail
 t="$1" dest="$3"
 case "$t" in
@@ -20,3 +25,22 @@ if ! command -v "$cc" >/dev/null; then
 fi
 mkdir -p "$dest/vm/bin"
 "$cc" -O0 -fno-omit-frame-pointer "${flags[@]}" -static -pthread -o "$dest/vm/bin/hot" tests/data/perf/hot.c
+case "$t" in
+x86_64 | x86_64-rt | aarch64)
+    "$cc" -O2 -fomit-frame-pointer -g0 -static -o "$dest/vm/bin/deep" \
+        tests/data/perf/deep.c tests/data/perf/deep_lib.c -ldl 2>"$dest/deep.warn" || {
+        cat "$dest/deep.warn" >&2
+        exit 1
+    }
+    rm -f "$dest/deep.warn"
+    mkdir -p "$dest/vm/lib"
+    "$cc" -O2 -fomit-frame-pointer -g0 -fPIC -shared -o "$dest/vm/lib/libdeep.so" tests/data/perf/deep_lib.c
+    # Its loader under /vm/lib too, not at the usual path: a package put
+    # into the image (the benchmarks' trace-cmd) brings its own libc.
+    libc_dir=$(dirname "$("$cc" -print-file-name=libc.so.6)")
+    ld_so=$(cd "$libc_dir" && ls ld-linux*.so.*)
+    cp -L "$libc_dir/$ld_so" "$libc_dir/libc.so.6" "$dest/vm/lib/"
+    "$cc" -O2 -fomit-frame-pointer -g0 -o "$dest/vm/bin/deep_dyn" tests/data/perf/deep.c \
+        -L"$dest/vm/lib" -Wl,-rpath,/vm/lib -Wl,--dynamic-linker=/vm/lib/"$ld_so" -ldeep -ldl
+    ;;
+esac

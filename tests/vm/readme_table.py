@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The "Tested kernels" table from the VM stage's results
 (target/vm-results.tsv: target, kernel release, package version, scenario,
-pass|fail, seconds).
+pass|fail, seconds, retry note: empty, or why its first run failed).
+Every retried scenario is named in the Result column, passed or not.
 
 usage: readme_table.py RESULTS.tsv            prints the table (markdown)
        readme_table.py RESULTS.tsv README.md  replaces README's table
@@ -23,13 +24,18 @@ def table(path):
         if len(f) < 6:
             continue
         target, kver, pver, scenario, res, _ = f[:6]
-        r = rows.setdefault(target, {"kver": kver, "pver": pver, "pass": [], "fail": []})
+        note = f[6] if len(f) > 6 else ""
+        r = rows.setdefault(target, {"kver": kver, "pver": pver, "pass": [], "fail": [], "notes": []})
         r[res if res in ("pass", "fail") else "fail"].append(scenario)
+        if note:
+            r["notes"].append(f"{scenario} {note}")
     out = ["| Kernel (Debian package) | Arch under qemu TCG | What ran | Result |",
            "|---|---|---|---|"]
     for target, r in rows.items():
         ran = ", ".join(sorted(r["pass"] + r["fail"]))
         res = "pass" if not r["fail"] else "FAIL: " + ", ".join(sorted(r["fail"]))
+        if r["notes"]:
+            res += "; " + "; ".join(sorted(r["notes"]))
         out.append(f"| {r['kver']} ({r['pver']}) | {ARCH.get(target, target)} | {ran} | {res} |")
     return "\n".join(out) + "\n"
 

@@ -236,6 +236,17 @@ impl Services for ConsumerPort<'_> {
                     }
                 }
             }
+            ConsumerPortCall::RotateOutputFile(r) if r.cut_failed.is_some() => {
+                let reason = r.cut_failed.as_deref().unwrap_or("");
+                match st.core.note_rotation_stopped(now, cid, reason) {
+                    Ok(()) => {
+                        let mut s = VecStream::new();
+                        put_varint(&mut s, 1, 1);
+                        Reply::ok(s.into_bytes())
+                    }
+                    Err(e) => rotate_error(&e),
+                }
+            }
             ConsumerPortCall::RotateOutputFile(_) => {
                 let Some(file) = call.fd.map(File::from) else {
                     out.reply(

@@ -34,6 +34,9 @@ pub struct DeflateSink {
     /// A rotation's old-file pass: packets for the new file are held here
     /// uncompressed (see rotate_divert).
     pub divert: Option<super::rotate_divert::Divert>,
+    /// Packets held at the last cut (already `Trace.packet` fields): they
+    /// go before the first buffer's, compressed with them.
+    pub lead: Vec<u8>,
 }
 
 impl PacketSink for DeflateSink {
@@ -58,12 +61,20 @@ impl PacketSink for DeflateSink {
         self.raw.extend_from_slice(trailer);
         true
     }
+
+    fn set_buffer(&mut self, index: Option<usize>) {
+        if index.is_some() {
+            self.raw.append(&mut self.lead);
+        }
+    }
 }
 
 impl DeflateSink {
     /// The collected packets as one `compressed_packets` packet (none if
     /// the pass had no packets).
-    pub fn finish(self) -> Option<Vec<u8>> {
+    pub fn finish(mut self) -> Option<Vec<u8>> {
+        // No buffer was read: the held packets still go in.
+        self.raw.append(&mut self.lead);
         if self.raw.is_empty() {
             return None;
         }

@@ -478,6 +478,12 @@ impl TracingService {
         let (read, seq_ids, file_bytes) = if wif {
             let mut read = src.read.clone();
             read.stats_due = true;
+            // A clone taken while a cut is pending is one file: what the
+            // cut holds for the source's next file goes into it, and its
+            // sequences are no longer held.
+            if let Some(d) = read.divert.take() {
+                read.held_for_new_file.extend(d.into_held());
+            }
             (read, src.seq_ids.clone(), src.file_bytes_written)
         } else {
             let read = super::session::ReadState {

@@ -39,6 +39,8 @@ pub struct Faults {
     pub matched_names: std::collections::BTreeSet<String>,
     /// The output file could not be written; the session ends with it.
     pub file_error: Option<String>,
+    /// Failed rotation cuts the client named (`rotate`).
+    pub rotation_stops: u32,
 }
 
 /// TraceConfig fields set in `cfg` that this service accepts but does not

@@ -63,6 +63,9 @@ impl PacketSink for FilterSink<'_> {
 
     fn set_buffer(&mut self, index: Option<usize>) {
         self.buffer = index;
+        // The file sink writes a cut's held packets before the first
+        // buffer's (deflate's compresses them with it).
+        self.inner.set_buffer(index);
     }
 }
 

@@ -42,6 +42,11 @@ pub(super) trait PacketSink {
     fn divert(&mut self) -> Option<&mut Option<super::rotate_divert::Divert>> {
         None
     }
+    /// Packets held at the last cut, handed to a sink that wraps this one
+    /// (deflate compresses them with the rest of its pass).
+    fn take_lead(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
 }
 
 /// Feeds a [`FrameWriter`]; stops the pass when the sink asked to pause.
@@ -108,6 +113,10 @@ impl PacketSink for ToFile {
 
     fn divert(&mut self) -> Option<&mut Option<super::rotate_divert::Divert>> {
         Some(&mut self.divert)
+    }
+
+    fn take_lead(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.lead)
     }
 
     fn set_buffer(&mut self, index: Option<usize>) {
@@ -196,6 +205,7 @@ impl TracingService {
         // A cut's packets for the new file are held before compression
         // (the compressed packet has no sequence to route by).
         z.divert = sink.divert().and_then(Option::take);
+        z.lead = sink.take_lead();
         let budget = max_bytes.max(compress::MIN_PASS_BYTES);
         let more = self.read_pass_plain(now, sid, budget, &mut z);
         if let Some(d) = sink.divert() {

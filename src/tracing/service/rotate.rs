@@ -17,6 +17,11 @@ use super::types::*;
 /// again later.
 const NOT_STARTED: &str = "The session has not started yet";
 
+/// Failed cuts named per session (a client stops rotating at its first;
+/// more come only from a misbehaving one), and bytes kept of each reason.
+const MAX_ROTATION_STOPS: u32 = 4;
+const MAX_REASON_LEN: usize = 512;
+
 impl TracingService {
     /// Starts a rotation: a flush, then [`Self::finish_rotate`]. Answered
     /// with [`Output::RotateResult`]; the adapter holds the new file under
@@ -140,6 +145,39 @@ impl TracingService {
                 s.read.held_for_new_file.extend(d.into_held());
             }
         }
+    }
+
+    /// The client could not cut (`RotateOutputFile` with `cut_failed`): the
+    /// trace names it (`rotation_stopped`), the session goes on in its
+    /// file.
+    pub fn note_rotation_stopped(
+        &mut self,
+        now: u64,
+        consumer: ConsumerId,
+        reason_untrusted: &str,
+    ) -> Result<(), String> {
+        use crate::protozero::{put_str, VecStream};
+        use crate::schema::service_events::field;
+        let sid = self
+            .consumer_session(consumer)
+            .ok_or("No tracing session for this consumer")?;
+        let s = self.sessions.get_mut(&sid).expect("the consumer's session");
+        if !s.write_into_file {
+            return Err("Rotation needs a write_into_file session".into());
+        }
+        let faults = &mut s.read.faults;
+        if faults.rotation_stops >= MAX_ROTATION_STOPS {
+            return Err("This session's failed cuts were named already".into());
+        }
+        faults.rotation_stops += 1;
+        let mut end = reason_untrusted.len().min(MAX_REASON_LEN);
+        while !reason_untrusted.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut e = VecStream::new();
+        put_str(&mut e, field::ROTATION_STOPPED, &reason_untrusted[..end]);
+        faults.pending.push((now, e.into_bytes()));
+        Ok(())
     }
 
     /// Whether the session asked for its file to be synced to storage

@@ -41,11 +41,14 @@ impl Divert {
     /// A later clearing packet of the same sequence releases what was held
     /// before it into `old` (it is complete there).
     pub fn route(&mut self, body: &[&[u8]], trailer: &[u8], old: &mut Vec<u8>) -> Route {
-        let Some(seq) = sequence_id(trailer) else {
+        let flat: Vec<u8> = body.concat();
+        // Through a trace filter the trailer is inside the body (producers
+        // cannot write the trusted sequence id: the validator drops such
+        // packets).
+        let Some(seq) = sequence_id(trailer).or_else(|| sequence_id(&flat)) else {
             return Route::Keep;
         };
         let at = self.held.iter().position(|h| h.0 == seq);
-        let flat: Vec<u8> = body.concat();
         match (at, clears(&flat)) {
             (Some(i), true) => {
                 old.append(&mut self.held[i].1);
@@ -130,6 +133,22 @@ mod tests {
         assert_eq!(route(&mut d, &[&cleared], 3), Some(0));
         assert_eq!(old, vec![3, 3]);
         assert_eq!(d.into_held(), vec![3, 5]);
+    }
+
+    /// A trace filter hands the packet and its trailer as one body.
+    #[test]
+    fn a_filtered_packet_is_routed_by_the_sequence_in_its_body() {
+        let mut d = Divert::default();
+        let mut old = Vec::new();
+        let mut cleared = packet(1);
+        cleared.extend(trailer(3));
+        assert!(matches!(
+            d.route(&[&cleared], &[], &mut old),
+            Route::Hold(0)
+        ));
+        let mut other = packet(2);
+        other.extend(trailer(4));
+        assert!(matches!(d.route(&[&other], &[], &mut old), Route::Keep));
     }
 
     #[test]

@@ -22,6 +22,13 @@ fn count(packets: &[Vec<u8>], what: fn(&OneOfdata) -> bool) -> usize {
 /// whose data source clears its incremental state: (harness, producer,
 /// consumer, session, target buffer).
 fn streaming_session() -> (H, ProducerId, ConsumerId, SessionId, u32) {
+    streaming_session_with(|_| {})
+}
+
+/// [`streaming_session`] with more config.
+fn streaming_session_with(
+    more: impl FnOnce(&mut crate::pb::protos::TraceConfig),
+) -> (H, ProducerId, ConsumerId, SessionId, u32) {
     let mut h = H::new();
     let info = ProducerInfo {
         uid: 0,
@@ -40,6 +47,7 @@ fn streaming_session() -> (H, ProducerId, ConsumerId, SessionId, u32) {
     let mut cfg = basic_config("ds", 64);
     cfg.write_into_file = Some(true);
     cfg.file_write_period_ms = Some(3_600_000);
+    more(&mut cfg);
     let sid = h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
     let buf = global_buffer(&h.outputs(), p);
     (h, p, c, sid, buf)
@@ -50,6 +58,17 @@ fn file_data(outs: &[Output]) -> Vec<u8> {
     outs.iter()
         .filter_map(|o| match o {
             Output::WriteToFile { data, .. } => Some(data.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// The bytes of the `WriteToFile`s of session `sid` in `outs`.
+fn file_data_of(outs: &[Output], sid: SessionId) -> Vec<u8> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::WriteToFile { data, session } if *session == sid => Some(data.clone()),
             _ => None,
         })
         .flatten()
@@ -168,16 +187,7 @@ fn packets_after_a_clear_go_to_the_new_file() {
     let new = packets(&new_bytes);
     assert_eq!(producer_markers(&old), vec![1, 2, 10, 11]);
     assert_eq!(producer_markers(&new), vec![3, 4, 5]);
-    // The held packets follow the new file's header.
-    let config = new
-        .iter()
-        .position(|p| matches!(decode_packet(p).data, OneOfdata::trace_config(_)))
-        .unwrap();
-    let first = new
-        .iter()
-        .position(|p| decode_packet(p).timestamp == Some(3))
-        .unwrap();
-    assert!(config < first);
+    assert_header_before(&new, 3);
 }
 
 /// A periodic write while the cut's flush is pending (a slow producer)
@@ -238,4 +248,177 @@ fn rotation_is_refused_without_a_streamed_file() {
     h.svc.enable_tracing(h.now, c, &encode(&cfg), true).unwrap();
     let e = h.svc.rotate_file(h.now, c, 2).unwrap_err();
     assert!(e.contains("has not started yet"), "{e}");
+}
+
+/// A clone taken while a cut is pending (the clone's flush done first) is
+/// one file: it has the packets the cut holds for the source's next file,
+/// and the source's next file has them too.
+#[test]
+fn a_clone_during_a_pending_cut_has_the_held_packets() {
+    let (mut h, p, c, sid, buf) = streaming_session();
+    h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
+    let cc = h.svc.connect_consumer(0);
+    let opts = consumer_ops::CloneOptions {
+        with_file: true,
+        ..Default::default()
+    };
+    h.svc
+        .clone_session(h.now, cc, CloneSelector::Id(sid), 7, opts)
+        .unwrap();
+    let clone_flush = flush_request(&h.outputs(), p).unwrap();
+    h.svc.rotate_file(h.now, c, 5).unwrap();
+    let cut_flush = flush_request(&h.outputs(), p).unwrap();
+    h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
+    // A periodic write meanwhile: 1 and 2 into the old file, 3 and 4 held.
+    h.svc.write_file_period(h.now, sid);
+    let old = file_data_of(&h.outputs(), sid);
+    assert_eq!(producer_markers(&packets(&old)), vec![1, 2]);
+    h.commit_packets(p, 1, buf, &[flagged(5, NEEDS_STATE)]);
+    let ack = CommitDataRequest {
+        flush_request_id: Some(clone_flush),
+        ..Default::default()
+    };
+    h.svc.commit_data(h.now, p, &ack);
+    let outs = h.outputs();
+    let clone = outs
+        .iter()
+        .find_map(|o| match o {
+            Output::CloneResult {
+                result: Ok(r),
+                token: 7,
+                ..
+            } => Some(r.session),
+            _ => None,
+        })
+        .expect("cloned");
+    // The clone continues the source's old file: after 1 and 2, the rest.
+    let cloned = packets(&file_data_of(&outs, clone));
+    assert_eq!(producer_markers(&cloned), vec![3, 4, 5]);
+    let (_, after) = ack_cut(&mut h, p, sid, cut_flush);
+    let mut new_bytes = file_data_of(&after, sid);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    new_bytes.extend(file_data_of(&h.outputs(), sid));
+    assert_eq!(producer_markers(&packets(&new_bytes)), vec![3, 4, 5]);
+}
+
+/// The packets of `Trace`-framed bytes, each `compressed_packets` opened;
+/// and how many top-level packets were not compressed.
+fn inflated(data: &[u8]) -> (Vec<Vec<u8>>, usize) {
+    let (mut out, mut plain) = (Vec::new(), 0);
+    for p in packets(data) {
+        match FieldIter::new(&p).find(|f| f.number == 50 && f.wire_type == 2) {
+            Some(z) => {
+                let raw = miniz_oxide::inflate::decompress_to_vec_zlib(z.value).unwrap();
+                out.extend(packets(&raw));
+            }
+            None => {
+                plain += 1;
+                out.push(p);
+            }
+        }
+    }
+    (out, plain)
+}
+
+/// With deflate, the packets held at a cut are compressed with the rest
+/// of the new file's first write, after its header.
+#[test]
+fn held_packets_are_compressed_in_a_deflate_trace() {
+    use crate::pb::protos::mod_TraceConfig::CompressionType;
+    let (mut h, p, c, sid, buf) = streaming_session_with(|cfg| {
+        cfg.compression_type = Some(CompressionType::COMPRESSION_TYPE_DEFLATE)
+    });
+    h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
+    h.commit_packets(p, 2, buf, &[test_packet(10, 0)]);
+    h.svc.rotate_file(h.now, c, 5).unwrap();
+    let flush = flush_request(&h.outputs(), p).unwrap();
+    h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
+    let (old, after) = ack_cut(&mut h, p, sid, flush);
+    let mut new_bytes = file_data(&after);
+    h.commit_packets(p, 1, buf, &[flagged(5, NEEDS_STATE)]);
+    h.commit_packets(p, 2, buf, &[test_packet(11, 0)]);
+    h.svc.write_file_period(h.now, sid);
+    new_bytes.extend(file_data(&h.outputs()));
+    h.svc.disable_tracing(h.now, c).unwrap();
+    new_bytes.extend(file_data(&h.outputs()));
+    let ((old, old_plain), (new, new_plain)) = (inflated(&old), inflated(&new_bytes));
+    assert_eq!((old_plain, new_plain), (0, 0));
+    assert_eq!(producer_markers(&old), vec![1, 2, 10]);
+    assert_eq!(producer_markers(&new), vec![3, 4, 5, 11]);
+    assert_header_before(&new, 3);
+}
+
+/// The new file's header (its trace config) comes before the packet
+/// stamped `ts` (the first one held at the cut).
+fn assert_header_before(new: &[Vec<u8>], ts: u64) {
+    let config = new
+        .iter()
+        .position(|p| matches!(decode_packet(p).data, OneOfdata::trace_config(_)))
+        .unwrap();
+    let first = new
+        .iter()
+        .position(|p| decode_packet(p).timestamp == Some(ts))
+        .unwrap();
+    assert!(config < first);
+}
+
+/// A failed cut the client names goes into the trace as
+/// `tracebox_service_event.rotation_stopped`, bounded in length and in
+/// number per session.
+#[test]
+fn a_failed_cut_is_named_in_the_trace_within_bounds() {
+    let (mut h, _p, c, sid, _buf) = streaming_session();
+    let long = "é".repeat(1000);
+    h.svc.note_rotation_stopped(h.now, c, "no space").unwrap();
+    h.svc.note_rotation_stopped(h.now, c, &long).unwrap();
+    for _ in 0..10 {
+        let _ = h.svc.note_rotation_stopped(h.now, c, "again");
+    }
+    h.svc.write_file_period(h.now, sid);
+    let named: Vec<Vec<u8>> = packets(&file_data(&h.outputs()))
+        .iter()
+        .flat_map(|p| {
+            FieldIter::new(p)
+                .filter(|f| f.number == crate::schema::trace_extensions::TRACEBOX_SERVICE_EVENT)
+                .flat_map(|f| FieldIter::new(f.value).filter(|g| g.number == 9))
+                .map(|g| g.value.to_vec())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(named.len(), 4);
+    assert_eq!(named[0], b"no space");
+    assert_eq!(named[1].len(), 512);
+    assert!(std::str::from_utf8(&named[1]).is_ok());
+    let other = h.svc.connect_consumer(0);
+    assert!(h.svc.note_rotation_stopped(h.now, other, "x").is_err());
+}
+
+/// Through a trace filter too, a sequence's packets from its clear on go
+/// to the new file (the filter hands each packet with its trailer inside).
+#[test]
+fn a_filtered_trace_holds_cleared_packets_for_the_new_file() {
+    use super::trace_filter::tests::{bytecode, Allow::*};
+    use crate::pb::protos::mod_TraceConfig::TraceFilter;
+    // Trace.packet -> trusted_uid, timestamp, sequence id, sequence_flags.
+    let code = bytecode(&[
+        &[Nested(1, 1)],
+        &[Simple(3), Simple(8), Simple(10), Simple(13)],
+    ]);
+    let (mut h, p, c, sid, buf) = streaming_session_with(|cfg| {
+        cfg.trace_filter = Some(TraceFilter {
+            bytecode_v2: Some(code),
+            ..Default::default()
+        })
+    });
+    h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
+    h.svc.rotate_file(h.now, c, 5).unwrap();
+    let flush = flush_request(&h.outputs(), p).unwrap();
+    h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
+    let (old, after) = ack_cut(&mut h, p, sid, flush);
+    let mut new_bytes = file_data(&after);
+    h.commit_packets(p, 1, buf, &[flagged(5, NEEDS_STATE)]);
+    h.svc.disable_tracing(h.now, c).unwrap();
+    new_bytes.extend(file_data(&h.outputs()));
+    assert_eq!(producer_markers(&packets(&old)), vec![1, 2]);
+    assert_eq!(producer_markers(&packets(&new_bytes)), vec![3, 4, 5]);
 }

@@ -16,8 +16,9 @@ export PERFETTO_CONSUMER_SOCK_NAME="$dir/c.sock"
 boottime_ns() { "$repo/.venv/bin/python" -c 'import time; print(time.clock_gettime_ns(time.CLOCK_BOOTTIME))'; }
 
 guest_data_in_snapshot() {
+    rm -f "$dir/snapshot.pftrace"
     "$tb" perfetto --clone-by-name second_machine -o "$dir/snapshot.pftrace" >/dev/null 2>&1 &&
-        "$repo/.venv/bin/python" - "$dir/snapshot.pftrace" <<'PY'
+        [ -s "$dir/snapshot.pftrace" ] && "$repo/.venv/bin/python" - "$dir/snapshot.pftrace" <<'PY'
 import sys
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 t = pb.Trace()

@@ -5,7 +5,7 @@
 # the host and kills this guest (qemu) mid-trace. So this scenario never
 # ends by itself: once its producers run it writes its own exit status
 # (the host's checks decide the rest) and waits to be killed.
-# targets: x86_64 aarch64
+# targets: x86_64 x86_64-rt aarch64
 # timeout: 170
 set -eu
 d=/tmp/second-machine

@@ -1,0 +1,48 @@
+#!/bin/sh
+# targets: x86_64 aarch64
+# timeout: 180
+# traced_perf's default user unwinding (UNWIND_DWARF: `callstack_sampling`
+# without `user_frames`) on two programs built -O2 -fomit-frame-pointer
+# from tests/data/perf/deep.c and deep_lib.c, running side by side:
+# /vm/bin/deep, static, and /vm/bin/deep_dyn, whose lib_* frames are in
+# the shared library /vm/lib/libdeep.so. Only .eh_frame knows the frames
+# main -> app_run -> app_step -> lib_entry -> lib_mid -> leaf_three (3/4
+# of the work) or leaf_one (1/4) -> spin.
+# Then the same programs under the kernel's frame-pointer walk, whose
+# stacks must stop short (so the first cannot pass by accident), and
+# `tracebox report --profile` on the device.
+set -eu
+# Nice 19, a fixed period and long daemon timeouts: see 40-perf.sh.
+low='renice -n 19 -p $$ >/dev/null && exec "$@"'
+sh -c "$low" sh /vm/bin/deep 100000000 &
+deep=$!
+sh -c "$low" sh /vm/bin/deep_dyn 100000000 &
+dyn=$!
+echo "$deep" >"$OUT/deep.pid"
+echo "$dyn" >"$OUT/deep_dyn.pid"
+# DWARF copies 65,280 bytes of user stack with every sample: 1,024 pages
+# (4 MiB) a CPU hold ~60 of them; at one sample per 20 ms of CPU and a
+# read every 100 ms the ring holds ~10 read periods.
+record() { # NAME DURATION_MS USER_FRAMES_LINE
+    cat >"$OUT/$1.pbtx" <<CFG
+duration_ms: $2
+flush_timeout_ms: 30000
+data_source_stop_timeout_ms: 30000
+buffers { size_kb: 32768 }
+data_sources { config { name: "linux.perf" perf_event_config {
+    timebase { period: 20000000 counter: SW_CPU_CLOCK }
+    callstack_sampling { scope { target_cmdline: "deep" target_cmdline: "deep_dyn" } $3 }
+    ring_buffer_pages: 1024 ring_buffer_read_period_ms: 100 } } }
+data_sources { config { name: "linux.process_stats" } }
+CFG
+    "$TRACEBOX" --txt -c "$OUT/$1.pbtx" -o "$OUT/$1.pftrace" 2>"$OUT/$1.err"
+}
+rc=0
+record dwarf 10000 "" || rc=$?
+[ $rc -ne 0 ] || record kernel_fp 4000 "user_frames: UNWIND_KERNEL_FRAME_POINTER" || rc=$?
+kill "$deep" "$dyn"
+# The profile view on the device, of the program with the shared library.
+[ $rc -ne 0 ] || "$TRACEBOX" report --profile --pid "$dyn" "$OUT/dwarf.pftrace" >"$OUT/profile.txt" || rc=$?
+cat "$OUT"/*.err
+grep -E "unwind|stack" /var/log/tracebox.log | tail -n 5 || true
+exit $rc
