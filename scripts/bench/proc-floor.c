@@ -9,6 +9,13 @@
  *                              is recorded
  *   pidfd+cmdline              ppid/uid/argv only (no namespace check, no
  *                              thread count, no name): not a full scan
+ *   scan                       every syscall of the default full scan with
+ *                              thread names: the /proc listing (timed here,
+ *                              untimed in the sets above), status and
+ *                              cmdline of each process, and for a process
+ *                              with more than one thread (the `Threads:`
+ *                              line of its status) the listing of task/
+ *                              and each other thread's comm
  * The sets take turns every iteration. Prints one line per set in the bench
  * format: name processes threads us_per_iter us_per_proc. */
 #define _GNU_SOURCE
@@ -17,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -68,9 +76,53 @@ static void task_nlink(int pid) {
   stat(path, &st);
 }
 
-#define NSETS 4
+#define NSETS 5
 static const char* names[NSETS] = {"floor_status+cmdline", "floor_pidfd+ns+cmdline+task",
-                                   "floor_pidfd+ns+cmdline+comm+task", "floor_pidfd+cmdline"};
+                                   "floor_pidfd+ns+cmdline+comm+task", "floor_pidfd+cmdline",
+                                   "floor_scan"};
+
+/* The `Threads:` count of the status just read into `buf` (0 if absent). */
+static int status_threads(int n) {
+  if (n <= 0) return 0;
+  buf[n < (int)sizeof buf ? n : (int)sizeof buf - 1] = 0;
+  const char* t = strstr(buf, "\nThreads:");
+  return t ? atoi(t + 9) : 0;
+}
+
+/* The scan's per-process syscalls: status, cmdline, and the other threads'
+ * names when there are other threads. */
+static void scan_process(int pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  int threads = status_threads(read(fd, buf, sizeof buf));
+  close(fd);
+  read_file(pid, "cmdline");
+  if (threads <= 1) return;
+  snprintf(path, sizeof path, "/proc/%d/task", pid);
+  DIR* d = opendir(path);
+  struct dirent* e;
+  while (d && (e = readdir(d))) {
+    int tid = atoi(e->d_name);
+    if (tid <= 0 || tid == pid) continue;
+    char comm[64];
+    snprintf(comm, sizeof comm, "task/%d/comm", tid);
+    read_file(pid, comm);
+  }
+  if (d) closedir(d);
+}
+
+/* The scan set: lists /proc itself, inside the timing. */
+static void scan_all(void) {
+  DIR* d = opendir("/proc");
+  struct dirent* e;
+  while (d && (e = readdir(d))) {
+    int p = atoi(e->d_name);
+    if (p > 0) scan_process(p);
+  }
+  if (d) closedir(d);
+}
 
 static void scan_one(int set, int pid) {
   switch (set) {
@@ -96,7 +148,10 @@ int main(int argc, char** argv) {
   for (int it = 0; it < iters; it++) {
     for (int s = 0; s < NSETS; s++) {
       double t = cpu_us();
-      for (int i = 0; i < n; i++) scan_one(s, pids[i]);
+      if (s == 4)
+        scan_all();
+      else
+        for (int i = 0; i < n; i++) scan_one(s, pids[i]);
       total[s] += cpu_us() - t;
     }
   }

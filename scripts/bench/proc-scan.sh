@@ -10,10 +10,15 @@
 # Prints µs per scan and µs per process. Goal: a full scan of ~1,000
 # processes under 20 ms of CPU.
 #
-# Usage: scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
+# ROUNDS (1) repeats scan and floor, in turns, and prints the ratios of each
+# round (full scan / the status+cmdline floor, and / the floor of every
+# syscall the scan makes, floor_scan): take the medians.
+#
+# Usage: [ROUNDS=N] scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters=${1:-20}
+rounds=${ROUNDS:-1}
 shift || true
 counts=("${@:-0 100 500 1000}")
 read -r -a counts <<<"${counts[*]}"
@@ -50,7 +55,13 @@ printf '%-7s %-34s %9s %8s %12s %10s\n' extra what processes threads cpu_us/scan
 for n in "${counts[@]}"; do
     spawn_to "$n"
     sleep 0.5 # let the children exec
-    while read -r name procs threads us per; do
-        printf '%-7s %-34s %9s %8s %12s %10s\n' "$n" "$name" "$procs" "$threads" "$us" "$per"
-    done < <("$bench" "$iters" -- ps -eLf; [ -z "$floor" ] || "$floor" "$iters")
+    for round in $(seq "$rounds"); do
+        while read -r name procs threads us per; do
+            printf '%-7s %-34s %9s %8s %12s %10s\n' "$n" "$name" "$procs" "$threads" "$us" "$per"
+            case $name in
+            full_scan) scan=$per ;;
+            floor_status+cmdline | floor_scan) echo "ratio extra=$n round=$round full_scan/$name=$(awk -v a="$scan" -v b="$per" 'BEGIN { printf "%.3f", a / b }')" ;;
+            esac
+        done < <("$bench" "$iters" -- ps -eLf; [ -z "$floor" ] || "$floor" "$iters")
+    done
 done

@@ -320,6 +320,55 @@ impl Client {
             .invoke(service_id, method_id, args, fd, drop_reply)?)
     }
 
+    /// Sends InvokeMethod with `drop_reply`, its `args_len` bytes of
+    /// arguments appended by `write_args` straight into the frame (one
+    /// copy of a large payload instead of three). `frame` is scratch space
+    /// kept by the caller between calls.
+    pub fn invoke_in_place(
+        &mut self,
+        service_id: u32,
+        method_id: u32,
+        args_len: usize,
+        frame: &mut Vec<u8>,
+        write_args: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<u64, ClientError> {
+        self.check_connected()?;
+        let request_id = self.core.next_request_id;
+        frame.clear();
+        crate::ipc::frame::put_invoke_header(frame, request_id, service_id, method_id, args_len)
+            .map_err(SendError::TooLarge)?;
+        let start = frame.len();
+        write_args(frame);
+        debug_assert_eq!(frame.len() - start, args_len);
+        self.core.next_request_id += 1;
+        self.core.conn.send_framed(frame)?;
+        Ok(request_id)
+    }
+
+    /// Bytes queued for the socket, not yet taken by it.
+    pub fn queued_bytes(&self) -> usize {
+        self.core.conn.queued_bytes()
+    }
+
+    /// Waits up to `timeout` for the socket to take queued bytes, writing
+    /// them as it does; true once nothing is queued. Backpressure for a
+    /// producer whose data leaves only through the socket.
+    pub fn drain_queue(&mut self, timeout: Duration) -> Result<bool, ClientError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.core.conn.flush().map_err(ClientError::Io)?;
+            if !self.core.conn.has_pending_output() {
+                return Ok(true);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            wait_ready(self.core.conn.socket().as_fd(), false, true, Some(left))
+                .map_err(ClientError::Io)?;
+        }
+    }
+
     fn check_connected(&self) -> Result<(), ClientError> {
         if self.connected {
             Ok(())

@@ -116,6 +116,67 @@ pub fn put_reply_header(
     Ok(start)
 }
 
+/// Bytes an `InvokeMethod` frame takes around `args_len` bytes of
+/// arguments (length prefix, `IPCFrame` and `InvokeMethod` headers).
+pub fn invoke_overhead(request_id: u64, service_id: u32, method_id: u32, args_len: usize) -> usize {
+    use crate::protozero::varint_len;
+    let inv = invoke_body_len(service_id, method_id, args_len);
+    let frame = 1 + varint_len(request_id) + 1 + varint_len(inv as u64) + inv;
+    HEADER_SIZE + frame - args_len
+}
+
+fn invoke_body_len(service_id: u32, method_id: u32, args_len: usize) -> usize {
+    use crate::protozero::varint_len;
+    // service_id, method_id, args_proto, drop_reply (always sent here).
+    1 + varint_len(service_id.into())
+        + 1
+        + varint_len(method_id.into())
+        + 1
+        + varint_len(args_len as u64)
+        + args_len
+        + 2
+}
+
+/// Appends the head of an `InvokeMethod` frame with `drop_reply` set whose
+/// `args_len` bytes of arguments the caller appends next: byte for byte
+/// what [`encode_frame`] makes of the same `IPCFrame` (fields in another
+/// order), without building the arguments apart first.
+pub fn put_invoke_header(
+    out: &mut Vec<u8>,
+    request_id: u64,
+    service_id: u32,
+    method_id: u32,
+    args_len: usize,
+) -> Result<(), FrameTooLarge> {
+    let inv = invoke_body_len(service_id, method_id, args_len);
+    let frame = invoke_overhead(request_id, service_id, method_id, args_len) + args_len;
+    if frame > IPC_BUFFER_SIZE {
+        return Err(FrameTooLarge {
+            len_untrusted: (frame - HEADER_SIZE) as u64,
+        });
+    }
+    out.extend_from_slice(&((frame - HEADER_SIZE) as u32).to_le_bytes());
+    out.push(0x10); // request_id = 2
+    push_varint(out, request_id);
+    out.push(0x2a); // msg_invoke_method = 5
+    push_varint(out, inv as u64);
+    out.push(0x08); // service_id = 1
+    push_varint(out, service_id.into());
+    out.push(0x10); // method_id = 2
+    push_varint(out, method_id.into());
+    out.extend_from_slice(&[0x20, 1]); // drop_reply = 4
+    out.push(0x1a); // args_proto = 3
+    push_varint(out, args_len as u64);
+    Ok(())
+}
+
+/// Appends `v` as a varint.
+pub fn push_varint(out: &mut Vec<u8>, v: u64) {
+    let mut tmp = [0u8; 10];
+    let n = crate::protozero::encode_varint(v, &mut tmp);
+    out.extend_from_slice(&tmp[..n]);
+}
+
 /// Parses one payload (no length prefix). The bytes are first checked
 /// with [`wire_check`](crate::schema::wire_check) (quick-protobuf trusts nested
 /// lengths).
@@ -253,6 +314,40 @@ mod tests {
             out.push(f);
         }
         out
+    }
+
+    #[test]
+    fn in_place_invoke_header_decodes_as_the_same_invoke() {
+        for (request_id, service_id, method_id, len) in [
+            (1, 1, 2, 0),
+            (300, 7, 12, 127),
+            (u64::MAX, u32::MAX, 3, 16_384),
+            (9, 2, 3, MAX_PAYLOAD - 40),
+        ] {
+            let args: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut out = Vec::new();
+            put_invoke_header(&mut out, request_id, service_id, method_id, len).unwrap();
+            assert_eq!(
+                out.len(),
+                invoke_overhead(request_id, service_id, method_id, len)
+            );
+            out.extend_from_slice(&args);
+            let mut d = FrameDecoder::default();
+            d.push(&out);
+            let frames = drain(&mut d);
+            assert_eq!(frames.len(), 1);
+            assert_eq!(frames[0].request_id, Some(request_id));
+            let OneOfmsg::msg_invoke_method(inv) = &frames[0].msg else {
+                panic!("{:?}", frames[0].msg);
+            };
+            assert_eq!(
+                (inv.service_id, inv.method_id, inv.drop_reply),
+                (Some(service_id), Some(method_id), Some(true))
+            );
+            assert_eq!(inv.args_proto.as_deref(), Some(&args[..]));
+        }
+        let mut out = Vec::new();
+        assert!(put_invoke_header(&mut out, 1, 1, 1, MAX_PAYLOAD).is_err());
     }
 
     #[test]

@@ -156,33 +156,37 @@ pub fn open_at(dir: &File, rel: &str) -> io::Result<File> {
 }
 
 /// [`read_file_into`] of a file already open.
-pub fn read_open_into(
+pub fn read_open_into(f: File, buf: &mut Vec<u8>, short_read_is_eof: bool) -> io::Result<usize> {
+    let n = read_open_scratch(f, buf, short_read_is_eof)?;
+    buf.truncate(n);
+    Ok(n)
+}
+
+/// Like [`read_open_into`], but the contents are `buf[..n]` and `buf`
+/// keeps its length: it is scratch space, zeroed only where it grows. A
+/// scan that reads thousands of small files this way no longer clears
+/// 4 KiB before each read (at opt-level "z" a byte loop: ~15 % of a full
+/// /proc scan's CPU).
+pub fn read_open_scratch(
     mut f: File,
     buf: &mut Vec<u8>,
     short_read_is_eof: bool,
 ) -> io::Result<usize> {
     const CHUNK: usize = 4096;
-    buf.clear();
+    let mut len = 0;
     loop {
-        let len = buf.len();
-        buf.resize(len + CHUNK, 0);
+        if buf.len() < len + CHUNK {
+            buf.resize(len + CHUNK, 0);
+        }
         let n = loop {
-            match f.read(&mut buf[len..]) {
+            match f.read(&mut buf[len..len + CHUNK]) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other,
+                other => break other?,
             }
         };
-        match n {
-            Ok(n) => {
-                buf.truncate(len + n);
-                if n == 0 || (short_read_is_eof && n < CHUNK) || buf.len() >= MAX_READ_LEN {
-                    return Ok(buf.len());
-                }
-            }
-            Err(e) => {
-                buf.truncate(len);
-                return Err(e);
-            }
+        len += n;
+        if n == 0 || (short_read_is_eof && n < CHUNK) || len >= MAX_READ_LEN {
+            return Ok(len);
         }
     }
 }

@@ -56,6 +56,8 @@ pub struct LinkState {
     pub emulated_smb: Option<crate::tracing::core::smb_abi::SmbAbi>,
     /// Chunks that could not be sent inline (not Complete).
     pub emulated_chunks_skipped: u64,
+    /// Scratch frame of the inline commits (kept: up to 128 KiB).
+    frame: Vec<u8>,
 }
 
 impl LinkState {
@@ -86,14 +88,25 @@ impl LinkState {
 
     /// Calls `method`; with `drop_reply` the service sends no answer.
     pub fn invoke(&mut self, method: Method, args: &[u8], drop_reply: bool) -> Option<u64> {
-        let r = (|| {
-            let service = self.service.as_ref().ok_or(ClientError::Disconnected)?;
-            let id = service
-                .method_id(method.name())
-                .ok_or_else(|| ClientError::UnknownMethod(method.name().into()))?;
-            let client = self.client.as_mut().ok_or(ClientError::Disconnected)?;
-            client.invoke(service.service_id, id, args, None, drop_reply)
-        })();
+        let r = self
+            .target(method)
+            .and_then(|(c, s, m)| c.invoke(s, m, args, None, drop_reply));
+        self.sent(method, r)
+    }
+
+    /// The client and the service and method ids to call `method` with.
+    fn target(&mut self, method: Method) -> Result<(&mut Client, u32, u32), ClientError> {
+        let service = self.service.as_ref().ok_or(ClientError::Disconnected)?;
+        let id = service
+            .method_id(method.name())
+            .ok_or_else(|| ClientError::UnknownMethod(method.name().into()))?;
+        let service_id = service.service_id;
+        let client = self.client.as_mut().ok_or(ClientError::Disconnected)?;
+        Ok((client, service_id, id))
+    }
+
+    /// Counts (and logs, while connected) a failed call.
+    fn sent(&mut self, method: Method, r: Result<u64, ClientError>) -> Option<u64> {
         match r {
             Ok(id) => Some(id),
             Err(e) => {
@@ -141,20 +154,76 @@ impl Link {
     }
 }
 
+/// Bytes queued for traced past which an inline commit waits for the
+/// socket: the emulated SMB frees its chunks as soon as they are framed,
+/// so this queue, not the SMB, is what must push back on the writers.
+const INLINE_QUEUE_HIGH: usize = 1 << 20;
+/// Longest such wait per commit (traced or the relay may be gone; the
+/// queue's own limit then turns further commits into counted failures).
+const INLINE_QUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl LinkState {
+    /// Shared-memory emulation: the batch's chunks inline, a run of whole
+    /// chunks per frame, each copied once from our SMB into the frame.
+    fn commit_inline(&mut self, batch: &CommitBatch, smb: &crate::tracing::core::smb_abi::SmbAbi) {
+        use super::inline_commit;
+        let (mut chunks, skipped) = inline_commit::collect(batch, smb);
+        self.emulated_chunks_skipped += skipped;
+        let tail = wire::commit_data(&CommitBatch {
+            chunks_to_move: Vec::new(),
+            chunks_to_patch: batch.chunks_to_patch.clone(),
+            flush_request_id: batch.flush_request_id,
+        });
+        let plan = inline_commit::frames(&chunks, tail.len());
+        let last = plan.len().saturating_sub(1);
+        let mut frame = std::mem::take(&mut self.frame);
+        for (i, (range, len)) in plan.into_iter().enumerate() {
+            let run = &chunks[range];
+            let tail: &[u8] = if i == last { &tail } else { &[] };
+            let sent = self.invoke_in_place(Method::CommitData, len, &mut frame, |out| {
+                inline_commit::write_request(smb, run, tail, out)
+            });
+            if !sent {
+                self.emulated_chunks_skipped += run.len() as u64;
+            }
+        }
+        self.frame = frame;
+        inline_commit::free(smb, chunks.drain(..));
+        if let Some(c) = self.client.as_mut() {
+            if c.queued_bytes() > INLINE_QUEUE_HIGH {
+                let _ = c.drain_queue(INLINE_QUEUE_WAIT);
+            }
+        }
+    }
+
+    /// [`invoke`](Self::invoke) (with `drop_reply`) of `args_len` bytes of
+    /// arguments `write` appends straight into `frame`; false if it failed
+    /// (counted in `send_failures`).
+    fn invoke_in_place(
+        &mut self,
+        method: Method,
+        args_len: usize,
+        frame: &mut Vec<u8>,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> bool {
+        let r = self
+            .target(method)
+            .and_then(|(c, s, m)| c.invoke_in_place(s, m, args_len, frame, write));
+        self.sent(method, r).is_some()
+    }
+}
+
 /// The arbiter's way out: IPC calls on the shared link.
 impl ProducerTransport for Link {
     fn commit_data(&self, batch: CommitBatch) {
         // The reply is an empty ack; nothing waits on it.
         let mut link = self.lock();
-        let args = match &link.emulated_smb {
-            Some(smb) => {
-                let (args, skipped) = wire::commit_data_inline(&batch, smb);
-                link.emulated_chunks_skipped += skipped;
-                args
+        match link.emulated_smb.clone() {
+            Some(smb) => link.commit_inline(&batch, &smb),
+            None => {
+                link.invoke(Method::CommitData, &wire::commit_data(&batch), true);
             }
-            None => wire::commit_data(&batch),
-        };
-        link.invoke(Method::CommitData, &args, true);
+        }
     }
 
     fn register_trace_writer(&self, writer_id: WriterId, target_buffer: BufferId) {

@@ -21,6 +21,7 @@ pub mod data_source;
 pub mod factory;
 pub mod fs_root;
 pub mod ftrace;
+pub mod inline_commit;
 pub mod link;
 pub mod power;
 pub mod producer;

@@ -9,18 +9,14 @@ use std::time::Duration;
 
 use quick_protobuf::{BytesReader, MessageRead, MessageWrite, Writer};
 
-use crate::pb::protos::mod_CommitDataRequest::mod_ChunkToPatch::Patch as PbPatch;
-use crate::pb::protos::mod_CommitDataRequest::{ChunkToPatch as PbChunkToPatch, ChunksToMove};
 use crate::pb::protos::mod_GetAsyncCommandResponse::OneOfcmd;
 use crate::pb::protos::mod_InitializeConnectionRequest::ProducerSMBScrapingMode;
 use crate::pb::protos::{
-    CommitDataRequest, DataSourceConfig, DataSourceDescriptor, GetAsyncCommandResponse,
-    InitializeConnectionRequest, InitializeConnectionResponse, NotifyDataSourceStartedRequest,
-    NotifyDataSourceStoppedRequest, RegisterDataSourceRequest, RegisterTraceWriterRequest,
-    UnregisterTraceWriterRequest,
+    DataSourceConfig, DataSourceDescriptor, GetAsyncCommandResponse, InitializeConnectionRequest,
+    InitializeConnectionResponse, NotifyDataSourceStartedRequest, NotifyDataSourceStoppedRequest,
+    RegisterDataSourceRequest, RegisterTraceWriterRequest, UnregisterTraceWriterRequest,
 };
 use crate::tracing::core::arbiter::{ArbiterConfig, BufferId, CommitBatch, WriterId};
-use crate::tracing::core::smb_abi::{ChunkState, SmbAbi};
 
 /// Name traced_probes registers under (traced and tools match on it).
 pub const PRODUCER_NAME: &str = "perfetto.traced_probes";
@@ -91,46 +87,6 @@ pub fn shmem_emulation(reply: &[u8]) -> bool {
         .unwrap_or(false)
 }
 
-/// The batch as a CommitDataRequest under shared-memory emulation: each
-/// Complete chunk of our private `smb` travels inline (8-byte header, then
-/// the payload) and is freed here; patches go as usual. A chunk that is not
-/// Complete is skipped and counted in the returned number.
-pub fn commit_data_inline(batch: &CommitBatch, smb: &SmbAbi) -> (Vec<u8>, u64) {
-    let mut skipped = 0;
-    let mut moves = Vec::with_capacity(batch.chunks_to_move.len());
-    for c in &batch.chunks_to_move {
-        let chunk = match smb.chunk_at(c.page as usize, c.chunk as usize) {
-            Ok((ChunkState::Complete, chunk)) => chunk,
-            _ => {
-                skipped += 1;
-                continue;
-            }
-        };
-        let mut data = Vec::with_capacity(chunk.size());
-        data.resize(8, 0);
-        let h = smb.read_chunk(&chunk, &mut data);
-        data[0..4].copy_from_slice(&h.chunk_id.to_le_bytes());
-        data[4..6].copy_from_slice(&h.writer_id.to_le_bytes());
-        data[6..8].copy_from_slice(&h.packets_word().to_le_bytes());
-        if smb.release_complete_chunk_as_free(chunk).is_err() {
-            skipped += 1;
-            continue;
-        }
-        moves.push(ChunksToMove {
-            target_buffer: Some(c.target_buffer as u32),
-            data: Some(data),
-            ..Default::default()
-        });
-    }
-    let mut req: CommitDataRequest = decode(&commit_data(&CommitBatch {
-        chunks_to_move: Vec::new(),
-        ..batch.clone()
-    }))
-    .unwrap_or_default();
-    req.chunks_to_move = moves;
-    (encode(&req), skipped)
-}
-
 /// RegisterDataSource for one of our sources: every one acks start and stop.
 pub fn register_data_source(name: &str) -> Vec<u8> {
     encode(&RegisterDataSourceRequest {
@@ -172,40 +128,38 @@ pub fn notify_stopped(instance: u64) -> Vec<u8> {
     })
 }
 
-/// The arbiter's batch as a CommitDataRequest.
+/// The arbiter's batch as a CommitDataRequest (hand-encoded: the hottest
+/// request we send, and the pb-rs structs cost ~2 KB of code for it).
 pub fn commit_data(batch: &CommitBatch) -> Vec<u8> {
-    let req = CommitDataRequest {
-        chunks_to_move: batch
-            .chunks_to_move
-            .iter()
-            .map(|c| ChunksToMove {
-                page: Some(c.page),
-                chunk: Some(c.chunk),
-                target_buffer: Some(c.target_buffer as u32),
-                ..Default::default()
-            })
-            .collect(),
-        chunks_to_patch: batch
-            .chunks_to_patch
-            .iter()
-            .map(|c| PbChunkToPatch {
-                target_buffer: Some(c.target_buffer as u32),
-                writer_id: Some(c.writer_id as u32),
-                chunk_id: Some(c.chunk_id),
-                patches: c
-                    .patches
-                    .iter()
-                    .map(|p| PbPatch {
-                        offset: Some(p.offset),
-                        data: Some(p.data.to_vec()),
-                    })
-                    .collect(),
-                has_more_patches: c.has_more_patches.then_some(true),
-            })
-            .collect(),
-        flush_request_id: batch.flush_request_id,
-    };
-    encode(&req)
+    use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, VecStream};
+    let mut s = VecStream::new();
+    for c in &batch.chunks_to_move {
+        let m = begin_nested(&mut s, 1); // chunks_to_move
+        put_varint(&mut s, 1, c.page.into());
+        put_varint(&mut s, 2, c.chunk.into());
+        put_varint(&mut s, 3, c.target_buffer.into());
+        end_nested(&mut s, m);
+    }
+    for c in &batch.chunks_to_patch {
+        let m = begin_nested(&mut s, 2); // chunks_to_patch
+        put_varint(&mut s, 1, c.target_buffer.into());
+        put_varint(&mut s, 2, c.writer_id.into());
+        put_varint(&mut s, 3, c.chunk_id.into());
+        for p in &c.patches {
+            let n = begin_nested(&mut s, 4); // patches
+            put_varint(&mut s, 1, p.offset.into());
+            put_bytes(&mut s, 2, &p.data);
+            end_nested(&mut s, n);
+        }
+        if c.has_more_patches {
+            put_varint(&mut s, 5, 1);
+        }
+        end_nested(&mut s, m);
+    }
+    if let Some(id) = batch.flush_request_id {
+        put_varint(&mut s, 3, id);
+    }
+    s.into_bytes()
 }
 
 /// One command pushed by the service on the GetAsyncCommand stream.
@@ -308,6 +262,7 @@ pub fn target_buffer(config: &DataSourceConfig) -> Option<BufferId> {
 mod tests {
     use super::*;
     use crate::pb::protos::mod_GetAsyncCommandResponse::{Flush, SetupDataSource, StopDataSource};
+    use crate::pb::protos::CommitDataRequest;
     use crate::tracing::core::arbiter::{ChunkToMove, ChunkToPatch, Patch};
 
     #[test]
@@ -410,7 +365,23 @@ mod tests {
             req.chunks_to_patch[0].patches[0].data,
             Some(vec![1, 2, 3, 4])
         );
+        assert_eq!(req.chunks_to_move[0].chunk, Some(0));
+        assert_eq!(req.chunks_to_patch[0].writer_id, Some(1));
+        assert_eq!(req.chunks_to_patch[0].chunk_id, Some(4));
+        assert_eq!(req.chunks_to_patch[0].patches[0].offset, Some(8));
         assert_eq!(req.chunks_to_patch[0].has_more_patches, None);
         assert_eq!(req.flush_request_id, Some(11));
+        let more = CommitBatch {
+            chunks_to_move: Vec::new(),
+            chunks_to_patch: vec![ChunkToPatch {
+                has_more_patches: true,
+                ..batch.chunks_to_patch[0].clone()
+            }],
+            flush_request_id: None,
+        };
+        let req: CommitDataRequest = decode(&commit_data(&more)).unwrap();
+        assert_eq!(req.chunks_to_patch[0].has_more_patches, Some(true));
+        assert!(req.chunks_to_move.is_empty() && req.flush_request_id.is_none());
+        assert!(commit_data(&CommitBatch::default()).is_empty());
     }
 }

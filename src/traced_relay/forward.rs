@@ -3,7 +3,7 @@
 //! frame (the local peer's `SO_PEERCRED` pid/uid, this machine's hint and
 //! name), then bytes are copied both ways.
 //!
-//! * One thread per direction, blocking I/O, one 64 KiB buffer each: a
+//! * One thread per direction, blocking I/O, one 256 KiB buffer each: a
 //!   side that stops reading stalls the other (bounded memory, no queue).
 //! * No fd crosses: an fd a local producer sends (its own shared memory)
 //!   is closed and logged; the central traced must then use shared-memory
@@ -24,8 +24,8 @@ use crate::base::sock_addr::SockAddr;
 use crate::base::unix_socket::{wait_ready, PeerCred, UnixListener, UnixStream};
 use crate::log_warn;
 
-const BUF: usize = 64 * 1024;
-/// Producers forwarded at once (two threads and 128 KiB each).
+const BUF: usize = 256 * 1024;
+/// Producers forwarded at once (two threads and 512 KiB each).
 pub const MAX_CONNECTIONS: usize = 64;
 const CONNECT_TRIES: u32 = 6;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);

@@ -417,6 +417,7 @@ fn the_fill_level_wakes_an_idle_main() {
             Some(Arc::new(move || {
                 w.fetch_add(1, Ordering::SeqCst);
             })),
+            false,
         )
         .unwrap();
         assert!(reader.set_main_idle(true), "nothing staged yet");

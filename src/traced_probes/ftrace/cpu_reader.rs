@@ -29,9 +29,11 @@
 //! Quiet machines: with a [`DataNotify`] (the daemon's readers), the quiet
 //! wait is [`QUIET_WAIT`] rather than the drain period (unless a session
 //! set its own period: [`FtraceReader::allow_quiet`]), and main may sleep
-//! as long while its pace is quiet ([`FtraceReader::set_main_idle`]); a
-//! worker that stages pages then wakes main through the notify, so a burst
-//! is drained at once and an idle session wakes both rarely.
+//! until just after the workers' next quiet end while its pace is quiet
+//! ([`FtraceReader::set_main_idle`], [`FtraceReader::until_quiet_end`]);
+//! a worker woken by the fill level wakes main through the notify, so a
+//! burst is drained at once, and an idle session wakes each worker and
+//! main once per quiet wait.
 //!
 //! If splice is refused (EINVAL and friends) a cpu falls back to
 //! non-blocking `read()` of one page at a time from the main thread.
@@ -120,10 +122,31 @@ struct Shared {
     /// same for every cpu of a reader: their wakeups come together, and
     /// main drains them in one pass.
     quiet_epoch: Instant,
-    /// Set by main when it sleeps long; the first worker that stages pages
-    /// woken by the fill level clears it and calls `notify`.
-    main_idle: Arc<AtomicBool>,
+    /// How main sleeps; shared by the cpus of a reader.
+    main: Arc<MainSleep>,
     notify: Option<DataNotify>,
+}
+
+/// Main's side of the quiet waits, shared by the cpus of a reader.
+#[derive(Debug, Default)]
+struct MainSleep {
+    /// Set by main when it sleeps long: until just after the next quiet
+    /// end, when it reads what the workers staged there. The first worker
+    /// that stages pages woken by the fill level clears it and calls
+    /// `notify`.
+    idle: AtomicBool,
+    /// The last quiet end (multiples of the quiet wait since the epoch)
+    /// main had passed when it last began to read: a worker staging at a
+    /// quiet end main has already read past wakes it.
+    read_after: std::sync::atomic::AtomicU64,
+}
+
+/// Where the grid of quiet ends (every `wait` since `epoch`) stands now:
+/// how many ends have passed, and the time to the next one.
+fn quiet_grid(epoch: Instant, wait: Duration) -> (u64, Duration) {
+    let q = (wait.as_micros() as u64).max(1);
+    let t = epoch.elapsed().as_micros() as u64;
+    (t / q, Duration::from_micros(q - t % q))
 }
 
 impl Shared {
@@ -133,24 +156,33 @@ impl Shared {
         if !self.quiet_allowed.load(Ordering::Relaxed) || self.quiet_wait <= self.idle_wait {
             return self.idle_wait;
         }
-        let q = self.quiet_wait.as_nanos();
-        let to_next = q - self.quiet_epoch.elapsed().as_nanos() % q;
-        let to_next = if to_next < q / 2 {
-            to_next + q
+        let to_next = quiet_grid(self.quiet_epoch, self.quiet_wait).1;
+        if to_next < self.quiet_wait / 2 {
+            to_next + self.quiet_wait
         } else {
             to_next
-        };
-        Duration::from_nanos(to_next.min(u64::MAX as u128) as u64)
+        }
     }
 
     /// Pages were staged: wakes main if it sleeps long, or whatever it
     /// does if `now` (a partial page: its events should not wait for
-    /// main's next tick too).
-    fn staged(&self, now: bool) {
-        if let Some(n) = &self.notify {
-            if self.main_idle.swap(false, Ordering::AcqRel) || now {
-                n();
+    /// main's next tick too). Not at a quiet end (`at_quiet_end`) main
+    /// sleeps to: it wakes just after it by itself, unless it already
+    /// read past it.
+    fn staged(&self, now: bool, at_quiet_end: bool) {
+        let Some(n) = &self.notify else {
+            return;
+        };
+        if at_quiet_end && self.main.idle.load(Ordering::SeqCst) {
+            // The quiet end this is (the nearest one).
+            let (passed, to_next) = quiet_grid(self.quiet_epoch, self.quiet_wait);
+            let end = passed + u64::from(to_next <= self.quiet_wait / 2);
+            if self.main.read_after.load(Ordering::SeqCst) < end {
+                return;
             }
+        }
+        if self.main.idle.swap(false, Ordering::AcqRel) || now {
+            n();
         }
     }
 
@@ -381,12 +413,13 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
         }
         let take = take_pages(&raw, &mut landing, &staging_w, page_size);
         let was_polled_ready = std::mem::take(&mut polled_ready);
-        if std::mem::take(&mut period_ran_out)
+        let at_quiet_end = std::mem::take(&mut period_ran_out);
+        if at_quiet_end
             && landing.bytes == 0
             && matches!(take, Take::Pages(_) | Take::Nothing)
             && partial.take(&raw, &staging_w, page_size) > 0
         {
-            shared.staged(true);
+            shared.staged(true, true);
         }
         match take {
             Take::Pages(moved) => {
@@ -397,7 +430,7 @@ fn worker(raw: File, staging_w: File, shared: Arc<Shared>, page_size: usize, buf
                 last_pages = now;
                 // Pages staged after a timeout wake main too: data leaves
                 // traced_probes within a quiet wait.
-                shared.staged(false);
+                shared.staged(false, at_quiet_end);
                 if !fires_on_partial {
                     // The kernel wakes us at the fill level: pages arrive
                     // in batches of about that size, or per quiet wait.
@@ -468,7 +501,7 @@ impl CpuReader {
         buffer_pages: usize,
         idle: Duration,
         mode: ReaderMode,
-        main_idle: &Arc<AtomicBool>,
+        main: &Arc<MainSleep>,
         quiet_allowed: &Arc<AtomicBool>,
         quiet_epoch: Instant,
         notify: Option<DataNotify>,
@@ -496,7 +529,7 @@ impl CpuReader {
             } else {
                 idle
             },
-            main_idle: main_idle.clone(),
+            main: main.clone(),
             quiet_allowed: quiet_allowed.clone(),
             quiet_epoch,
             notify,
@@ -718,8 +751,11 @@ pub struct FtraceReader {
     /// flush ends even while the kernel keeps writing.
     flush_max_pages: usize,
     buf: PageArena,
-    main_idle: Arc<AtomicBool>,
+    main: Arc<MainSleep>,
     quiet_allowed: Arc<AtomicBool>,
+    quiet_epoch: Instant,
+    /// The workers' quiet wait (when `notifies`).
+    quiet_wait: Duration,
     notifies: bool,
 }
 
@@ -733,24 +769,25 @@ impl FtraceReader {
         drain_period: Duration,
         mode: ReaderMode,
     ) -> io::Result<Self> {
-        Self::start_with_notify(tracefs, page_size, drain_period, mode, None)
+        Self::start_with_notify(tracefs, page_size, drain_period, mode, None, false)
     }
 
     /// [`start`](Self::start) with a way to wake main: workers then sleep
     /// up to [`QUIET_WAIT`] while quiet, and main may too (see
-    /// [`set_main_idle`](Self::set_main_idle)).
+    /// [`set_main_idle`](Self::set_main_idle)). `quiet`: they may from the
+    /// start (as [`allow_quiet`](Self::allow_quiet)); a session with its
+    /// own drain period must not find its workers asleep for a quiet wait.
     pub fn start_with_notify(
         tracefs: &Tracefs,
         page_size: usize,
         drain_period: Duration,
         mode: ReaderMode,
         notify: Option<DataNotify>,
+        quiet: bool,
     ) -> io::Result<Self> {
         let buffer_pages = tracefs.buffer_size_kb().unwrap_or(4096) as usize * 1024 / page_size;
-        let main_idle = Arc::new(AtomicBool::new(false));
-        // Not before main says so: a session with its own drain period
-        // must not find its workers asleep for a quiet wait.
-        let quiet_allowed = Arc::new(AtomicBool::new(false));
+        let main = Arc::new(MainSleep::default());
+        let quiet_allowed = Arc::new(AtomicBool::new(quiet && notify.is_some()));
         let quiet_epoch = Instant::now();
         let notifies = notify.is_some();
         let mut cpus = Vec::new();
@@ -762,7 +799,7 @@ impl FtraceReader {
                 buffer_pages,
                 drain_period,
                 mode,
-                &main_idle,
+                &main,
                 &quiet_allowed,
                 quiet_epoch,
                 notify.clone(),
@@ -772,8 +809,10 @@ impl FtraceReader {
             flush_max_pages: buffer_pages + 16,
             cpus,
             page_size,
-            main_idle,
+            main,
             quiet_allowed,
+            quiet_epoch,
+            quiet_wait: drain_period.max(QUIET_WAIT),
             notifies,
             buf: PageArena::default(),
         })
@@ -792,21 +831,26 @@ impl FtraceReader {
         }
     }
 
-    /// Main is about to sleep up to [`QUIET_WAIT`] (`true`) or is back at
-    /// its drain pace (`false`). Returns whether main may sleep long: every
-    /// cpu has a worker that will wake it (none reads with read() from
-    /// main, and a notify exists), and no page is staged already (one
-    /// staged before the flag was set would wake nobody).
+    /// Main is about to sleep until just after the workers' next quiet
+    /// end ([`until_quiet_end`](Self::until_quiet_end), `true`) or is
+    /// awake and about to read (`false`). Returns whether main may sleep
+    /// long: every cpu has a worker that will wake it for a burst (none
+    /// reads with read() from main, and a notify exists), and no page is
+    /// staged already (one staged before the flag was set would wake
+    /// nobody).
     pub fn set_main_idle(&self, idle: bool) -> bool {
         if !idle {
-            self.main_idle.store(false, Ordering::Release);
+            self.main.idle.store(false, Ordering::SeqCst);
+            // Workers staging at a quiet end from here on wake main.
+            let passed = quiet_grid(self.quiet_epoch, self.quiet_wait).0;
+            self.main.read_after.store(passed, Ordering::SeqCst);
             return false;
         }
         let can = self.notifies
             && self.cpus.iter().all(|c| {
                 c.thread.as_ref().is_some_and(|t| !t.is_finished()) && !c.shared.lock().fallback
             });
-        self.main_idle.store(can, Ordering::Release);
+        self.main.idle.store(can, Ordering::SeqCst);
         if !can {
             return false;
         }
@@ -815,9 +859,20 @@ impl FtraceReader {
             .iter()
             .any(|c| !c.carry.is_empty() || sys::pipe_bytes(&c.staging_r) > 0);
         if staged {
-            self.main_idle.store(false, Ordering::Release);
+            self.main.idle.store(false, Ordering::SeqCst);
         }
         !staged
+    }
+
+    /// Time to the workers' next quiet end, when they take quiet waits:
+    /// they then stage what the kernel holds, partial pages too, and main,
+    /// idle, reads it just after (one wakeup of main per quiet wait, not
+    /// one per worker plus a coalescing timer).
+    pub fn until_quiet_end(&self) -> Option<Duration> {
+        if !self.notifies || !self.quiet_allowed.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(quiet_grid(self.quiet_epoch, self.quiet_wait).1)
     }
 
     /// Memory held by the buffer pages are read into.

@@ -313,7 +313,7 @@ impl FtraceMux {
                 );
             }
         }
-        reading::open_reader(inst, src.drain_ms, self.notify.clone())?;
+        reading::open_reader(inst, src.drain_ms, !src.drain_explicit, self.notify.clone())?;
         if inst.started == 0 {
             inst.tracefs
                 .set_tracing_on(true)

@@ -47,10 +47,16 @@ pub struct Reading {
     last_tick: Option<Instant>,
 }
 
-/// Main's drain timer while idle: only a safety net, since every worker
-/// wakes at least each [`QUIET_WAIT`](super::cpu_reader::QUIET_WAIT) and
-/// wakes main when it staged pages.
+/// Main's drain timer while idle when no worker takes quiet waits (only a
+/// safety net then: workers wake main when they stage pages).
 const MAIN_IDLE_WAIT: Duration = Duration::from_secs(10);
+
+/// While idle, main wakes this long after the workers' quiet end (every
+/// [`QUIET_WAIT`](super::cpu_reader::QUIET_WAIT), on a grid they share)
+/// and reads what they staged there; a worker that stages later than
+/// main's read wakes it. Within issue 33's bound: an event is committed
+/// at most a quiet wait plus this after it was written.
+const QUIET_END_SLACK: Duration = Duration::from_millis(20);
 
 /// A worker's wakeup drains this much later, so pages the other workers
 /// stage meanwhile (their quiet waits end together) come in the same pass
@@ -64,10 +70,14 @@ const MAX_QUIET_BUFFER_PERCENT: u32 = 25;
 
 /// Opens the per-cpu readers of `inst` if not yet open; `notify` wakes
 /// main when pages arrive while it sleeps long (used only when the fill
-/// level is at most [`MAX_QUIET_BUFFER_PERCENT`]).
+/// level is at most [`MAX_QUIET_BUFFER_PERCENT`]). `quiet`: the source
+/// opening them set no drain period of its own, so its workers may take
+/// their quiet wait from the start (not only after main's first tick:
+/// that cost each worker and main a wakeup a drain period in).
 pub fn open_reader(
     inst: &mut KInstance,
     drain_ms: u32,
+    quiet: bool,
     notify: Option<DataNotify>,
 ) -> Result<(), String> {
     if inst.reader.is_some() {
@@ -82,9 +92,15 @@ pub fn open_reader(
         inst.buffer_percent
             .is_some_and(|p| (1..=MAX_QUIET_BUFFER_PERCENT).contains(&p))
     });
-    let reader =
-        FtraceReader::start_with_notify(&inst.tracefs, inst.layout.page_size, drain, mode, notify)
-            .map_err(|e| format!("cannot read trace_pipe_raw: {e}"))?;
+    let reader = FtraceReader::start_with_notify(
+        &inst.tracefs,
+        inst.layout.page_size,
+        drain,
+        mode,
+        notify,
+        quiet,
+    )
+    .map_err(|e| format!("cannot read trace_pipe_raw: {e}"))?;
     inst.reader = Some(reader);
     Ok(())
 }
@@ -186,6 +202,15 @@ fn allow_quiet(instances: &Instances, sources: &BTreeMap<u64, Source>) -> bool {
     any
 }
 
+/// The earliest quiet end of the started instances' workers.
+fn until_quiet_end(instances: &Instances) -> Option<Duration> {
+    instances
+        .iter()
+        .filter(|(_, i)| i.started > 0)
+        .filter_map(|(_, i)| i.reader.as_ref()?.until_quiet_end())
+        .min()
+}
+
 /// Tells the readers of every started instance whether main sleeps long;
 /// true if all of them can wake it (else none is left waiting to).
 fn set_main_idle(instances: &Instances, idle: bool) -> bool {
@@ -229,7 +254,9 @@ impl Reading {
         let explicit = allow_quiet(instances, sources);
         // Pages staged from here on wake main.
         if next == period && !explicit && set_main_idle(instances, true) {
-            return Some(period.max(MAIN_IDLE_WAIT));
+            return Some(
+                until_quiet_end(instances).map_or(MAIN_IDLE_WAIT, |d| d + QUIET_END_SLACK),
+            );
         }
         Some(next)
     }

@@ -6,7 +6,7 @@ use std::io;
 use std::path::PathBuf;
 
 use super::kept::{fd_budget, pread_all, KeptFiles};
-use crate::traced_probes::fs_root::{open_at, read_open_into, FsRoot, ReadErrors};
+use crate::traced_probes::fs_root::{open_at, read_open_scratch, FsRoot, ReadErrors};
 
 /// Reads `<root>/proc/<pid>/<file>`.
 #[derive(Debug)]
@@ -81,9 +81,9 @@ impl ProcFs {
     pub fn read(&mut self, pid: i32, file: &str) -> Option<&[u8]> {
         let res = self
             .open_pid_file(pid, format_args!("{file}"))
-            .and_then(|f| read_open_into(f, &mut self.buf, true));
+            .and_then(|f| read_open_scratch(f, &mut self.buf, true));
         match res {
-            Ok(_) => Some(&self.buf),
+            Ok(n) => Some(&self.buf[..n]),
             Err(e) if is_gone(&e) => {
                 self.vanished += 1;
                 None
@@ -154,9 +154,9 @@ impl ProcFs {
     pub fn read_task_comm(&mut self, pid: i32, tid: i32) -> Option<String> {
         let res = self
             .open_pid_file(pid, format_args!("task/{tid}/comm"))
-            .and_then(|f| read_open_into(f, &mut self.buf, true));
+            .and_then(|f| read_open_scratch(f, &mut self.buf, true));
         match res {
-            Ok(_) => Some(comm_text(&self.buf)),
+            Ok(n) => Some(comm_text(&self.buf[..n])),
             Err(e) => {
                 self.note_dir_error(&e);
                 None

@@ -44,15 +44,12 @@ impl TracingService {
         if !self.producers.contains_key(&producer) {
             return;
         }
-        let mut payload = Vec::new();
         for mv in &req.chunks_to_move {
             let complete = !mv.chunk_incomplete.unwrap_or(false);
             match &mv.data {
                 Some(data) => {
-                    payload.clear();
-                    if let Some(header) = self.chunk_from_request(data, &mut payload) {
+                    if let Some((header, body)) = self.chunk_from_request(data) {
                         self.note_inline_chunk(now, producer, mv.target_buffer, &header);
-                        let body = payload.as_slice();
                         self.copy_chunk(producer, mv.target_buffer, &header, complete, &body);
                     }
                 }
@@ -70,8 +67,9 @@ impl TracingService {
         }
     }
 
-    /// Shmem emulation: the chunk (header included) travels in the request.
-    fn chunk_from_request(&mut self, data: &[u8], payload: &mut Vec<u8>) -> Option<ChunkHeader> {
+    /// Shmem emulation: the chunk (header included) travels in the request;
+    /// its payload is copied from there straight into the trace buffer.
+    fn chunk_from_request<'a>(&mut self, data: &'a [u8]) -> Option<(ChunkHeader, &'a [u8])> {
         if data.len() < CHUNK_HEADER_SIZE {
             self.chunks_discarded += 1;
             return None;
@@ -81,13 +79,13 @@ impl TracingService {
         let packets = u16::from_le_bytes(data[6..8].try_into().ok()?);
         let packet_count = packets & MAX_PACKET_COUNT;
         let flags = (packets >> PACKET_COUNT_BITS) as u8;
-        payload.extend_from_slice(&data[CHUNK_HEADER_SIZE..]);
-        Some(ChunkHeader {
+        let header = ChunkHeader {
             chunk_id,
             writer_id,
             packet_count,
             flags,
-        })
+        };
+        Some((header, &data[CHUNK_HEADER_SIZE..]))
     }
 
     /// Takes a Complete chunk from the SMB, copies it straight into its
