@@ -52,16 +52,17 @@ fi
 cpu_of() { proc_usage "$1" | sed 's/cpu_s=\([^ ]*\).*/\1/'; }
 now() { date +%s.%N; }
 
-run_one() {
-    local path=$1 port
-    new_run_dir "relay-$path"
+# traced with its relay endpoint, and for the relay path traced_relay in
+# front of it: sets the caller's producer_sock and relay_pid.
+start_stack() {
+    local run=$1 path=$2 port unix=$PERFETTO_PRODUCER_SOCK_NAME
+    new_run_dir "$run"
     port=$((20000 + RANDOM % 20000))
-    local unix=$PERFETTO_PRODUCER_SOCK_NAME
     PERFETTO_PRODUCER_SOCK_NAME="$unix,127.0.0.1:$port" \
         spawn 240 "$RUN/traced.log" "$TRACEBOX" traced --enable-relay-endpoint
     TRACED_PID=$SPAWNED_PID
     wait_socket "$unix" 15 && wait_socket "$PERFETTO_CONSUMER_SOCK_NAME" 15
-    local producer_sock=$unix relay_pid=""
+    producer_sock=$unix relay_pid=""
     if [ "$path" = relay ]; then
         producer_sock="$RUN/relay.sock"
         PERFETTO_PRODUCER_SOCK_NAME=$producer_sock PERFETTO_RELAY_SOCK_NAME="127.0.0.1:$port" \
@@ -69,6 +70,11 @@ run_one() {
         relay_pid=$SPAWNED_PID
         wait_socket "$producer_sock" 15
     fi
+}
+
+run_one() {
+    local path=$1 producer_sock relay_pid
+    start_stack "relay-$path" "$path"
     # Holds every packet (delivery is checked exactly); remote data
     # sources start only with trace_all_machines (field 43 = true).
     write_config tbx.bench_relay $((256 * 1024)) discard
@@ -106,22 +112,8 @@ run_one() {
 
 # traced_probes (ftrace/print markers) instead of the SDK producer.
 run_probes() {
-    local path=$1 port instance=tbx_bench_relay_$$
-    new_run_dir "relay-probes-$path"
-    port=$((20000 + RANDOM % 20000))
-    local unix=$PERFETTO_PRODUCER_SOCK_NAME
-    PERFETTO_PRODUCER_SOCK_NAME="$unix,127.0.0.1:$port" \
-        spawn 240 "$RUN/traced.log" "$TRACEBOX" traced --enable-relay-endpoint
-    TRACED_PID=$SPAWNED_PID
-    wait_socket "$unix" 15 && wait_socket "$PERFETTO_CONSUMER_SOCK_NAME" 15
-    local producer_sock=$unix relay_pid=""
-    if [ "$path" = relay ]; then
-        producer_sock="$RUN/relay.sock"
-        PERFETTO_PRODUCER_SOCK_NAME=$producer_sock PERFETTO_RELAY_SOCK_NAME="127.0.0.1:$port" \
-            spawn 240 "$RUN/relay.log" "$TRACEBOX" traced_relay
-        relay_pid=$SPAWNED_PID
-        wait_socket "$producer_sock" 15
-    fi
+    local path=$1 instance=tbx_bench_relay_$$ producer_sock relay_pid
+    start_stack "relay-probes-$path" "$path"
     PERFETTO_PRODUCER_SOCK_NAME=$producer_sock TRACED_PROBES_STATE_FILE=$RUN/probes.state \
         spawn 240 "$RUN/probes.log" "$TRACEBOX" traced_probes
     local probes_pid=$SPAWNED_PID
