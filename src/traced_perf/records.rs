@@ -329,16 +329,23 @@ mod tests {
         assert_eq!(parse(&rec, &mut s), Some(Record::Exec { pid: 42, comm }));
     }
 
-    #[test]
-    fn group_read_precedes_the_callchain() {
+    /// A one-frame user sample with `read` (a group read) before its
+    /// callchain.
+    fn sample_with_group_read(read: &[u64]) -> Vec<u8> {
         let plain = sample_bytes(&[CONTEXT_USER, 0x401000]);
         let mut b = plain[..40].to_vec();
-        for v in [2u64, 900, 33] {
+        for v in read {
             b.extend_from_slice(&v.to_ne_bytes());
         }
         b.extend_from_slice(&plain[40..]);
         let size = b.len() as u16;
         b[6..8].copy_from_slice(&size.to_ne_bytes());
+        b
+    }
+
+    #[test]
+    fn group_read_precedes_the_callchain() {
+        let mut b = sample_with_group_read(&[2, 900, 33]);
         let mut s = Sample {
             group: true,
             ..chained()
@@ -352,14 +359,7 @@ mod tests {
 
     #[test]
     fn a_group_read_with_lost_counts_skips_them() {
-        let plain = sample_bytes(&[CONTEXT_USER, 0x401000]);
-        let mut b = plain[..40].to_vec();
-        for v in [2u64, 900, 4, 33, 0] {
-            b.extend_from_slice(&v.to_ne_bytes());
-        }
-        b.extend_from_slice(&plain[40..]);
-        let size = b.len() as u16;
-        b[6..8].copy_from_slice(&size.to_ne_bytes());
+        let b = sample_with_group_read(&[2, 900, 4, 33, 0]);
         let mut s = Sample {
             group: true,
             ..chained()
