@@ -23,6 +23,31 @@ const DEBIAN: &str = concat!(
     "/tests/data/ftrace-formats/debian_6.1.0-56-amd64/events"
 );
 
+/// `pages` through the translator with Debian's page header; both of its
+/// records become events, with no errors.
+fn translate(
+    pages: &[u8],
+    table: &TranslationTable,
+    filter: &EventFilter,
+    state: &mut CpuState,
+) -> Packets {
+    let layout =
+        parse_header_page(&std::fs::read_to_string(Path::new(DEBIAN).join("header_page")).unwrap())
+            .unwrap();
+    let ctx = BundleContext {
+        table,
+        filter,
+        compact_sched: None,
+        sched_switch: None,
+        clock: None,
+        ksyms: None,
+    };
+    let mut out = Packets::default();
+    let sum = write_pages(&mut out, 0, pages, &layout, &ctx, state);
+    assert_eq!((sum.events, sum.errors), (2, 0));
+    out
+}
+
 fn format(rel: &str) -> String {
     std::fs::read_to_string(Path::new(DEBIAN).join(rel).join("format")).unwrap()
 }
@@ -93,20 +118,7 @@ fn kprobes_are_written_as_upstream_kprobe_events() {
     let mut ret = common(1339, 42);
     ret.extend_from_slice(&[0x11; 16]);
     let pg = page(&[(5, probe), (7, ret)]);
-    let layout =
-        parse_header_page(&std::fs::read_to_string(Path::new(DEBIAN).join("header_page")).unwrap())
-            .unwrap();
-    let ctx = BundleContext {
-        table: &table,
-        filter: &filter,
-        compact_sched: None,
-        sched_switch: None,
-        clock: None,
-        ksyms: None,
-    };
-    let mut out = Packets::default();
-    let sum = write_pages(&mut out, 0, &pg, &layout, &ctx, &mut CpuState::default());
-    assert_eq!((sum.events, sum.errors), (2, 0));
+    let out = translate(&pg, &table, &filter, &mut CpuState::default());
     let got: Vec<_> = events(&out)
         .into_iter()
         .map(|e| match e.event {
@@ -154,21 +166,8 @@ fn funcgraph_records_become_entry_and_exit_events() {
     exit.extend_from_slice(&500u64.to_le_bytes());
     exit.extend_from_slice(&900u64.to_le_bytes());
     let pg = page(&[(1, entry), (2, exit)]);
-    let layout =
-        parse_header_page(&std::fs::read_to_string(Path::new(DEBIAN).join("header_page")).unwrap())
-            .unwrap();
-    let ctx = BundleContext {
-        table: &table,
-        filter: &filter,
-        compact_sched: None,
-        sched_switch: None,
-        clock: None,
-        ksyms: None,
-    };
-    let mut out = Packets::default();
     let mut state = CpuState::default();
-    let sum = write_pages(&mut out, 0, &pg, &layout, &ctx, &mut state);
-    assert_eq!((sum.events, sum.errors), (2, 0));
+    let out = translate(&pg, &table, &filter, &mut state);
     let ev = events(&out);
     // The function is a kernel address: interned as upstream does (index
     // 1 of the sequence's kernel symbols), never the raw address.
