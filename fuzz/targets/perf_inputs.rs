@@ -22,6 +22,9 @@ pub fn run(data: &[u8]) {
                 let _ = records::parse(r, &mut sample);
                 tail += len;
             }
+            // The stop's header-only count, from an offset that wraps.
+            let start = u64::from(sel) * 8;
+            let _ = records::count_unread(rest, start, start + head);
         }
         1 => drop(config::parse(rest)),
         2 => {

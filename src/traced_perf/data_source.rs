@@ -465,18 +465,10 @@ impl PerfSource {
         let members = 1 + self.cfg.followers.len();
         for i in 0..self.rings.len() {
             let head = self.rings[i].ring.head();
-            let mut tail = self.rings[i].ring.tail();
-            let mut n = 0u64;
-            while tail < head {
-                let data = self.rings[i].ring.data();
-                let Some(bytes) = records::next(data, tail, head, &mut self.scratch) else {
-                    break;
-                };
-                tail += bytes.len() as u64;
-                let (samples, lost) = records::samples_in(bytes);
-                n += samples + lost;
-                self.rings[i].lost_reported += lost;
-            }
+            let tail = self.rings[i].ring.tail();
+            let (samples, lost) = records::count_unread(self.rings[i].ring.data(), tail, head);
+            let n = samples + lost;
+            self.rings[i].lost_reported += lost;
             self.rings[i].ring.set_tail(head);
             let unreported = self.rings[i].lost_unreported(members);
             if unreported > 0 {

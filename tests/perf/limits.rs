@@ -77,6 +77,7 @@ fn the_stop_reads_while_the_service_waits_and_names_what_is_left() {
         },
     );
     let log = std::fs::read_to_string(dir.join("perf.log")).unwrap();
+    eprintln!("DBG {log}");
     let unread = stat(&log, "unread at stop");
     assert!(unread > 0, "the stop read everything within 150 ms: {log}");
     assert!(log.contains("the stop's 150 ms ran out"), "{log}");
