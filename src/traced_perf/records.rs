@@ -126,7 +126,7 @@ pub fn count_unread(data_untrusted: &[u8], mut tail: u64, head: u64) -> (u64, u6
     while head - tail >= 8 {
         let ty = u32::from_ne_bytes([byte(tail), byte(tail + 1), byte(tail + 2), byte(tail + 3)]);
         let len = u16::from_ne_bytes([byte(tail + 6), byte(tail + 7)]) as u64;
-        if len < 8 || len % 8 != 0 || len > head - tail {
+        if len < 8 || !len.is_multiple_of(8) || len > head - tail {
             break;
         }
         if ty == RECORD_SAMPLE {
