@@ -64,6 +64,7 @@ fn header_switches_wakeups_and_cpus_match_the_kernel() {
                 while !stop.load(Ordering::Relaxed) {
                     std::hint::spin_loop();
                 }
+                gettid().as_raw()
             })
             .unwrap()
     };
@@ -88,8 +89,8 @@ fn header_switches_wakeups_and_cpus_match_the_kernel() {
         .unwrap();
     let (tid, voluntary, involuntary) = sleeper.join().unwrap();
     stop.store(true, Ordering::Relaxed);
-    spin.join().unwrap();
-    std::thread::Builder::new()
+    let spinner = spin.join().unwrap();
+    let printer = std::thread::Builder::new()
         .name("tbxprinter".into())
         .spawn(move || {
             pin(last);
@@ -97,6 +98,7 @@ fn header_switches_wakeups_and_cpus_match_the_kernel() {
             for i in 0..PRINTS_B {
                 write_marker(&mut m, &format!("tbxcpu b{i}"));
             }
+            gettid().as_raw()
         })
         .unwrap()
         .join()
@@ -209,24 +211,40 @@ fn header_switches_wakeups_and_cpus_match_the_kernel() {
     assert!(on_last.iter().all(|l| l.contains(&cpu_col)), "{dump}");
 
     // With the data there, the threads that wrote it are our process's
-    // (task_newtask): the test's thread, the spinner, sleeper and printer.
+    // (task_newtask): the spinner, sleeper and printer. Each of them lives
+    // too briefly for traced_probes to read it in /proc, so the report
+    // knows its process from its task_newtask alone; where the trace has
+    // none for a thread (under load the kernel has dropped one: 2 of 8
+    // loaded runs), the report cannot know, and says the thread's own
+    // process.
+    let newtasks = report_ok(&["--events", "-e", "task_newtask", trace]);
+    let mut attributed = 0;
+    for (role, t) in [("spinner", spinner), ("sleeper", tid), ("printer", printer)] {
+        let pid = py_json(
+            &json,
+            &format!("[t['pid'] for t in d['threads'] if t['tid']=={t}]"),
+        );
+        if newtasks.contains(&format!(" pid={t} ")) {
+            assert_eq!(pid, format!("[{me}]"), "the {role} (tid {t}) is not ours");
+            attributed += 1;
+        } else {
+            eprintln!(
+                "no task_newtask for the {role} (tid {t}) in the trace: the report says {pid}"
+            );
+        }
+    }
+    assert!(
+        attributed >= 2,
+        "only {attributed} of our 3 threads have a task_newtask: {newtasks}\n{}",
+        py_json(&json, "d['losses']")
+    );
     let threads: u64 = py_json(
         &json,
         &format!("[p['threads'] for p in d['processes'] if p['pid']=={me}][0]"),
     )
     .parse()
     .unwrap();
-    assert!(
-        threads >= 4,
-        "{threads} threads: {}",
-        py_json(
-            &json,
-            &format!(
-                "([(t['tid'], t['pid'], t['name']) for t in d['threads'] \
-                 if t['name'].startswith(('tbx', '<')) or t['pid']=={me}], d['losses'])"
-            )
-        )
-    );
+    assert!(threads > attributed, "{threads} threads");
     // The sleeper, between its markers: one switch in per switch out the
     // kernel counted, one wakeup per sleep. The markers sit just outside
     // the kernel's reads: one more switch in at each edge at most.
