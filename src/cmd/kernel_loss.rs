@@ -266,6 +266,12 @@ impl KernelLoss {
         total
     }
 
+    /// What the end line notes besides its losses and what is missing
+    /// (see [`TraceFaults::notes`]).
+    pub fn notes(&self) -> Vec<String> {
+        self.faults.notes()
+    }
+
     /// Everything asked for and not obtained that the trace itself shows,
     /// one end-line phrase each, in the line's order. The client and
     /// `tracebox report` both build their end line from it, so a trace

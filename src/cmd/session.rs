@@ -539,7 +539,8 @@ pub(super) fn print_summary(
     match session_figures(port) {
         Some(f) => {
             let losses = kernel.with_perf_loss(status_line::summary(f, lost));
-            eprintln!("{}", status_line::end_line(losses, &missing));
+            let line = status_line::end_line(losses, &missing);
+            eprintln!("{}", status_line::with_notes(line, &kernel.notes()));
         }
         None => {
             // Without traced's figures nothing can be called "not lost":
@@ -549,10 +550,8 @@ pub(super) fn print_summary(
                 "traced did not report the session's loss figures (GetTraceStats failed)".into(),
             );
             let losses = kernel.with_perf_loss(status_line::summary(Default::default(), lost));
-            eprintln!(
-                "{}",
-                status_line::end_line_without_service(losses, &missing)
-            );
+            let line = status_line::end_line_without_service(losses, &missing);
+            eprintln!("{}", status_line::with_notes(line, &kernel.notes()));
         }
     }
 }

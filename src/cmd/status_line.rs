@@ -161,6 +161,19 @@ pub fn end_line_without_service(losses: String, missing: &[String]) -> String {
     }
 }
 
+/// `line` with `notes` (things that lose nothing but a user should know)
+/// joined to its first line, before a hint below it.
+pub fn with_notes(line: String, notes: &[String]) -> String {
+    if notes.is_empty() {
+        return line;
+    }
+    let notes = notes.join("; ");
+    match line.split_once('\n') {
+        Some((first, hint)) => format!("{first}; {notes}\n{hint}"),
+        None => format!("{line}; {notes}"),
+    }
+}
+
 pub const NOTHING_LOST: &str = "Trace stats: nothing lost";
 
 #[cfg(test)]
@@ -283,5 +296,21 @@ mod tests {
                  producer offers data source x{WRAP_HINT}"
             )
         );
+    }
+
+    /// A note (a stopped rotation) joins the first line whatever it says,
+    /// never turning "nothing lost" into "INCOMPLETE".
+    #[test]
+    fn notes_join_the_first_line() {
+        let note = ["rotation stopped, a file holds more than --rotate-* asked: x".to_owned()];
+        assert_eq!(
+            with_notes(NOTHING_LOST.to_owned(), &note),
+            format!("{NOTHING_LOST}; {}", note[0])
+        );
+        assert_eq!(
+            with_notes(format!("Trace stats: LOST 3 chunks{WRAP_HINT}"), &note),
+            format!("Trace stats: LOST 3 chunks; {}{WRAP_HINT}", note[0])
+        );
+        assert_eq!(with_notes(NOTHING_LOST.to_owned(), &[]), NOTHING_LOST);
     }
 }

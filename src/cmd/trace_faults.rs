@@ -326,12 +326,17 @@ impl TraceFaults {
                 self.relay_drops
             ));
         }
-        for r in &self.rotation_stopped {
-            out.push(format!(
-                "rotation stopped, a file holds more than --rotate-* asked: {r}"
-            ));
-        }
         out
+    }
+
+    /// What the end line notes without calling the trace incomplete: a
+    /// stopped rotation loses nothing (the trace goes on in the current
+    /// file), it only leaves a file larger than asked.
+    pub fn notes(&self) -> Vec<String> {
+        self.rotation_stopped
+            .iter()
+            .map(|r| format!("rotation stopped, a file holds more than --rotate-* asked: {r}"))
+            .collect()
     }
 }
 

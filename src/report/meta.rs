@@ -437,11 +437,18 @@ impl Meta {
         let losses = k.with_perf_loss(status_line::summary(figures.unwrap_or_default(), lost));
         // Without trace_stats (a trace cut before its end) the line is what
         // the trace itself shows, as the client's when traced gave none.
-        match figures {
-            Some(_) => Some(status_line::end_line(losses, &missing)),
-            None if losses == status_line::NOTHING_LOST && missing.is_empty() => None,
-            None => Some(status_line::end_line_without_service(losses, &missing)),
-        }
+        let notes = k.notes();
+        let line = match figures {
+            Some(_) => status_line::end_line(losses, &missing),
+            None if losses == status_line::NOTHING_LOST
+                && missing.is_empty()
+                && notes.is_empty() =>
+            {
+                return None
+            }
+            None => status_line::end_line_without_service(losses, &missing),
+        };
+        Some(status_line::with_notes(line, &notes))
     }
 
     /// A thread's name: the process tree's, else the sched comm; the

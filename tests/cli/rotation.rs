@@ -244,11 +244,17 @@ fn a_cut_that_cannot_happen_is_named_in_the_trace_and_on_the_end_line() {
         )),
         "{log}"
     );
+    // A note after the losses, not a loss: the trace is whole in the file
+    // being written.
+    let end = log
+        .lines()
+        .find(|l| l.starts_with("Trace stats: "))
+        .unwrap();
     assert!(
-        log.contains(&format!(
-            "rotation stopped, a file holds more than --rotate-* asked: {reason} (the trace \
+        end.ends_with(&format!(
+            "; rotation stopped, a file holds more than --rotate-* asked: {reason} (the trace \
              goes on in {first})"
-        )),
+        )) && !end.contains("INCOMPLETE: rotation"),
         "{log}"
     );
     // In the trace: tracebox_service_event (1900) rotation_stopped (9),
@@ -323,9 +329,17 @@ fn rotated_files_stay_within_one_write_period_of_the_size() {
         let rate = sizes.iter().sum::<u64>() as f64 / took.as_secs_f64();
         let bound = kb * 1024 + (rate * WRITE_PERIOD_MS as f64 / 1000.0) as u64;
         eprintln!("--rotate-size {size}: {sizes:?}, bound {bound} ({rate:.0} B/s)");
+        // One write late by up to a period (the recorder starved even at
+        // nice -10: seen once in a run beside a full CI run and four
+        // builds) puts two periods' data into one file; more is a bug.
+        let mut late = 0;
         for (f, &n) in files.iter().zip(&sizes).rev().skip(1) {
-            assert!(n <= bound, "{}: {n} B > {bound} B: {sizes:?}", f.display());
+            let periods = if n <= bound { 1 } else { 2 };
+            late += periods - 1;
+            let limit = kb * 1024 + periods * (bound - kb * 1024);
+            assert!(n <= limit, "{}: {n} B > {limit} B: {sizes:?}", f.display());
         }
+        assert!(late <= 1, "{late} files over {bound} B: {sizes:?}");
     }
 }
 
