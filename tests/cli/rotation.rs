@@ -292,11 +292,15 @@ const MEGABYTE_A_SECOND: Markers = Markers {
 /// flushes the producers before each periodic write, and the client looks
 /// at the size four times a period, cutting before the write that would
 /// cross it). One period's data is the flood's rate, all files' bytes over
-/// the time the markers took, times `file_write_period_ms`.
+/// the time the markers took, times `file_write_period_ms`; the first file
+/// may hold one more.
 ///
 /// The promise needs the recorder to get the CPU when it asks for it: the
 /// daemons and the client run at nice -10 (they inherit it from this
-/// thread), so other tests running beside this one do not starve them.
+/// thread). Where the machine starves them anyway (a full CI run beside
+/// builds: one file held 3.7 periods), a write comes late by as long: a
+/// thread at the same nice measures the longest such delay, and the bound
+/// grows by the data of that delay.
 #[test]
 fn rotated_files_stay_within_one_write_period_of_the_size() {
     // SAFETY: plain syscall on this thread (who = 0) with integer arguments.
@@ -305,6 +309,7 @@ fn rotated_files_stay_within_one_write_period_of_the_size() {
     for (kb, instance) in [(100u64, "tbx_cli_rot_100k"), (300, "tbx_cli_rot_300k")] {
         let prefix = format!("tbx-rsz{kb}");
         let size = format!("{kb}kb");
+        let starved = StarvationProbe::start();
         let (_tmp, (files, log, took)) = in_instance(instance, |dir| {
             let daemons = start_our_daemons(dir);
             let ((files, log), took) = flood_with(
@@ -319,6 +324,7 @@ fn rotated_files_stay_within_one_write_period_of_the_size() {
             );
             (files, log, took)
         });
+        let late = starved.stop();
         check_union_of(&files, &prefix, MEGABYTE_A_SECOND.count);
         assert!(says_nothing_lost(&log), "{log}");
         let sizes: Vec<u64> = files
@@ -327,19 +333,50 @@ fn rotated_files_stay_within_one_write_period_of_the_size() {
             .collect();
         assert!(sizes.len() >= 4, "{sizes:?}: {log}");
         let rate = sizes.iter().sum::<u64>() as f64 / took.as_secs_f64();
-        let bound = kb * 1024 + (rate * WRITE_PERIOD_MS as f64 / 1000.0) as u64;
-        eprintln!("--rotate-size {size}: {sizes:?}, bound {bound} ({rate:.0} B/s)");
-        // One write late by up to a period (the recorder starved even at
-        // nice -10: seen once in a run beside a full CI run and four
-        // builds) puts two periods' data into one file; more is a bug.
-        let mut late = 0;
-        for (f, &n) in files.iter().zip(&sizes).rev().skip(1) {
-            let periods = if n <= bound { 1 } else { 2 };
-            late += periods - 1;
-            let limit = kb * 1024 + periods * (bound - kb * 1024);
+        let window = Duration::from_millis(WRITE_PERIOD_MS) + late;
+        let bound = kb * 1024 + (rate * window.as_secs_f64()) as u64;
+        eprintln!(
+            "--rotate-size {size}: {sizes:?}, bound {bound} ({rate:.0} B/s, longest \
+             starvation {late:?})"
+        );
+        // The client learns a write's size from the file's growth, so the
+        // first file may take one write more before its cut.
+        let period = bound - kb * 1024;
+        let last = files.len() - 1;
+        for (i, (f, &n)) in files.iter().zip(&sizes).enumerate().take(last) {
+            let limit = if i == 0 { bound + period } else { bound };
             assert!(n <= limit, "{}: {n} B > {limit} B: {sizes:?}", f.display());
         }
-        assert!(late <= 1, "{late} files over {bound} B: {sizes:?}");
+    }
+}
+
+/// A thread that sleeps 10 ms at a time and keeps the longest it woke up
+/// late: how long the scheduler held back a task at its nice.
+struct StarvationProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Duration>,
+}
+
+impl StarvationProbe {
+    fn start() -> StarvationProbe {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let tick = Duration::from_millis(10);
+            let mut worst = Duration::ZERO;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let t0 = std::time::Instant::now();
+                std::thread::sleep(tick);
+                worst = worst.max(t0.elapsed().saturating_sub(tick));
+            }
+            worst
+        });
+        StarvationProbe { stop, thread }
+    }
+
+    fn stop(self) -> Duration {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
     }
 }
 
