@@ -12,8 +12,17 @@ df -h "${CARGO_TARGET_DIR:-$PWD}" | awk 'NR == 2 { print "disk: " $4 " free on "
 scripts/ensure-tracefs.sh
 scripts/setup-python.sh
 export TRACEBOX_PYTHON="$PWD/.venv/bin/python"
-# tests/report/report.rs compares `tracebox report --events` with `trace-cmd report`.
-command -v trace-cmd >/dev/null || { apt-get update -qq || true; apt-get install -y -qq trace-cmd >/dev/null; }
+# tests/report/report.rs compares `tracebox report --events` with `trace-cmd report`;
+# tests/perf/unwinding.rs profiles programs built by gcc and clang, and
+# compares with `perf record --call-graph dwarf` (linux-perf).
+missing=()
+command -v trace-cmd >/dev/null || missing+=(trace-cmd)
+command -v clang >/dev/null || missing+=(clang)
+command -v perf >/dev/null || missing+=(linux-perf)
+if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
 
 echo "== build the real Perfetto peers (tests/sdk-interop: SDK producer/consumer, real traced)"
 scripts/sdk-interop.sh build
