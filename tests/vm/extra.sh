@@ -11,6 +11,7 @@
 # knows its frames (the DWARF scenario); /vm/bin/deep_dyn: the same with
 # deep_lib.c as /vm/lib/libdeep.so, and the C library it runs on (the
 # cross toolchain's, or this host's) with its loader, also in /vm/lib.
+# /vm/bin/deep_clang (x86_64): /vm/bin/deep built by Debian's clang.
 set -euo pipefail
 t="$1" dest="$3"
 case "$t" in
@@ -42,5 +43,19 @@ x86_64 | x86_64-rt | aarch64)
     cp -L "$libc_dir/$ld_so" "$libc_dir/libc.so.6" "$dest/vm/lib/"
     "$cc" -O2 -fomit-frame-pointer -g0 -o "$dest/vm/bin/deep_dyn" tests/data/perf/deep.c \
         -L"$dest/vm/lib" -Wl,-rpath,/vm/lib -Wl,--dynamic-linker=/vm/lib/"$ld_so" -ldeep -ldl
+    ;;
+esac
+case "$t" in
+x86_64 | x86_64-rt)
+    if ! command -v clang >/dev/null; then
+        apt-get update -qq || true
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang >/dev/null
+    fi
+    clang -O2 -fomit-frame-pointer -g0 -static -o "$dest/vm/bin/deep_clang" \
+        tests/data/perf/deep.c tests/data/perf/deep_lib.c -ldl 2>"$dest/deep.warn" || {
+        cat "$dest/deep.warn" >&2
+        exit 1
+    }
+    rm -f "$dest/deep.warn"
     ;;
 esac

@@ -2,7 +2,7 @@
 """UNWIND_DWARF in the guest on programs without frame pointers (one
 static, one with the frames in a shared library): the samples of their
 work reach main through every named frame, symbolised on the device, with
-the work's 75/25 split; the kernel's frame-pointer walk on the same
+the work's 75/25 split (on x86_64 also a static one built by clang); the kernel's frame-pointer walk on the same
 programs does not reach main; nothing lost; `tracebox report --profile`
 in the guest shows the split and the whole chain."""
 import vmcheck as v
@@ -33,7 +33,10 @@ out, arch = v.args()
 for name in ("dwarf", "kernel_fp"):
     v.load(f"{out}/{name}.pftrace")
 
-for prog in ("deep", "deep_dyn"):
+progs = ["deep", "deep_dyn"]
+if arch.startswith("x86_64"):
+    progs.append("deep_clang")
+for prog in progs:
     pid = open(f"{out}/{prog}.pid").read().strip()
     dwarf = work_stacks(f"{out}/dwarf.pftrace", pid)
     whole = [n for n in dwarf if reaches_main(n)]

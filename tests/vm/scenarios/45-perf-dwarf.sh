@@ -8,6 +8,7 @@
 # the shared library /vm/lib/libdeep.so. Only .eh_frame knows the frames
 # main -> app_run -> app_step -> lib_entry -> lib_mid -> leaf_three (3/4
 # of the work) or leaf_one (1/4) -> spin.
+# On x86_64 a third, /vm/bin/deep_clang: deep built static by clang.
 # Then the same programs under the kernel's frame-pointer walk, whose
 # stacks must stop short (so the first cannot pass by accident), and
 # `tracebox report --profile` on the device.
@@ -20,6 +21,12 @@ sh -c "$low" sh /vm/bin/deep_dyn 100000000 &
 dyn=$!
 echo "$deep" >"$OUT/deep.pid"
 echo "$dyn" >"$OUT/deep_dyn.pid"
+clang_pid=
+if [ -x /vm/bin/deep_clang ]; then
+    sh -c "$low" sh /vm/bin/deep_clang 100000000 &
+    clang_pid=$!
+    echo "$clang_pid" >"$OUT/deep_clang.pid"
+fi
 # DWARF copies 65,280 bytes of user stack with every sample: 1,024 pages
 # (4 MiB) a CPU hold ~60 of them; at one sample per 20 ms of CPU and a
 # read every 100 ms the ring holds ~10 read periods.
@@ -31,7 +38,7 @@ data_source_stop_timeout_ms: 30000
 buffers { size_kb: 32768 }
 data_sources { config { name: "linux.perf" perf_event_config {
     timebase { period: 20000000 counter: SW_CPU_CLOCK }
-    callstack_sampling { scope { target_cmdline: "deep" target_cmdline: "deep_dyn" } $3 }
+    callstack_sampling { scope { target_cmdline: "deep" target_cmdline: "deep_dyn" target_cmdline: "deep_clang" } $3 }
     ring_buffer_pages: 1024 ring_buffer_read_period_ms: 100 } } }
 data_sources { config { name: "linux.process_stats" } }
 CFG
@@ -40,7 +47,7 @@ CFG
 rc=0
 record dwarf 10000 "" || rc=$?
 [ $rc -ne 0 ] || record kernel_fp 4000 "user_frames: UNWIND_KERNEL_FRAME_POINTER" || rc=$?
-kill "$deep" "$dyn"
+kill "$deep" "$dyn" $clang_pid
 # The profile view on the device, of the program with the shared library.
 [ $rc -ne 0 ] || "$TRACEBOX" report --profile --pid "$dyn" "$OUT/dwarf.pftrace" >"$OUT/profile.txt" || rc=$?
 cat "$OUT"/*.err
