@@ -1,6 +1,6 @@
 //! traced_perf's parsers of untrusted bytes (first byte picks one): the
 //! perf ring walk and record decoder, PerfEventConfig, ELF files (build
-//! id notes, symbol tables) and /proc/PID/maps text. Errors, never panics.
+//! id notes, symbol tables and their size) and /proc/PID/maps text. Errors, never panics.
 
 use tracebox::traced_perf::{config, elf, maps, records};
 
@@ -28,6 +28,7 @@ pub fn run(data: &[u8]) {
         }
         1 => drop(config::parse(rest)),
         2 => {
+            let _ = elf::symbol_table_bytes(rest);
             if let Some(info) = elf::parse(rest, true) {
                 let _ = info.symbols.lookup(0x1000);
             }

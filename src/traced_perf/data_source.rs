@@ -263,6 +263,7 @@ impl PerfSource {
     pub fn tick(&mut self) -> Option<Duration> {
         // Half the period at most: the next read comes on time.
         self.unwind_until = Instant::now() + self.read_period() / 2;
+        self.resolver.begin_pass(self.unwind_until);
         self.read_all();
         self.unwind_queued(self.unwind_until);
         self.since_maps_refresh += self.read_period();
@@ -321,6 +322,7 @@ impl PerfSource {
             let deadline = Instant::now() + self.stop_budget.min(self.read_period() / 2);
             self.deadline = Some(deadline);
             self.unwind_until = deadline;
+            self.resolver.begin_pass(deadline);
             self.read_all();
             self.deadline = None;
             self.unwind_queued(deadline);
@@ -338,6 +340,7 @@ impl PerfSource {
         let deadline = Instant::now() + self.stop_budget;
         self.deadline = Some(deadline);
         self.unwind_until = deadline;
+        self.resolver.begin_pass(deadline);
         self.read_passes(usize::MAX);
         self.deadline = None;
         let why = format!("the stop's {} ms ran out", self.stop_budget.as_millis());
@@ -349,7 +352,8 @@ impl PerfSource {
         let mut line = format!(
             "linux.perf: {} samples ({} out of scope), {} lost, {} throttles, {} malformed, \
              {} budget hits, {} unread at stop, {} lost unreported, {} cpus skipped; \
-             {} ns CPU per sample (read, scope, resolve, intern, write)",
+             {} ns CPU per sample (read, scope, resolve, intern, write); \
+             {} symbol tables late for their pass ({} frames written unnamed meanwhile)",
             s.samples,
             s.samples_out_of_scope,
             s.lost,
@@ -359,7 +363,9 @@ impl PerfSource {
             s.unread_at_stop,
             s.lost_unreported,
             s.cpus_skipped,
-            s.cpu_ns_per_sample()
+            s.cpu_ns_per_sample(),
+            self.resolver.stats.symbols_late,
+            self.resolver.stats.frames_unnamed_loading
         );
         if self.cfg.unwind.copies_stack() {
             let r = self.resolver.stats;
@@ -694,9 +700,13 @@ impl PerfSource {
                     };
                     let m = self.interner.mapping(&key, &uf.file.build_id);
                     let file = &uf.file;
-                    self.interner.frame(m, uf.rel_pc, || {
-                        names.then(|| file.symbols.lookup(uf.rel_pc)).flatten()
-                    })
+                    if uf.names_pending {
+                        self.interner.frame_unnamed_for_now(m, uf.rel_pc)
+                    } else {
+                        self.interner.frame(m, uf.rel_pc, || {
+                            names.then(|| file.symbols.lookup(uf.rel_pc)).flatten()
+                        })
+                    }
                 }
                 None => {
                     let key = MappingKey {

@@ -204,6 +204,37 @@ pub fn parse(f: &(impl ReadAt + ?Sized), want_symbols: bool) -> Option<ElfInfo> 
     Some(info)
 }
 
+/// The bytes of the symbol and string tables [`parse`] may read: what
+/// parsing the file costs (0 when it is no ELF).
+pub fn symbol_table_bytes(f: &(impl ReadAt + ?Sized)) -> u64 {
+    let Some(h) = f.read_at(0, 64) else { return 0 };
+    if h.get(..4) != Some(b"\x7fELF") || h[5] != 1 || h[4] != 2 {
+        // ELF32 tables are small enough to read on the spot.
+        return 0;
+    }
+    let l = Layout { is64: true };
+    let (Some(shoff), Some(se), Some(sn)) = (l.word(&h, 32, 40), u16_at(&h, 58), u16_at(&h, 60))
+    else {
+        return 0;
+    };
+    if (se as usize) < 64 || (sn as usize) > MAX_HEADERS {
+        return 0;
+    }
+    let sh = table(f, shoff, se as usize, sn as usize).unwrap_or_default();
+    let size = |s: &[u8]| l.word(s, 20, 32).unwrap_or(0);
+    let mut total = 0u64;
+    for s in sh.chunks_exact(se as usize) {
+        if matches!(u32_at(s, 4), Some(2 | 11)) {
+            let link = u32_at(s, 40).unwrap_or(0) as usize;
+            let strs = sh.get(link * se as usize..(link + 1) * se as usize);
+            total = total
+                .saturating_add(size(s))
+                .saturating_add(strs.map_or(0, size));
+        }
+    }
+    total
+}
+
 fn collect_functions(l: &Layout, syms: &[u8], strtab: &[u8], rows: &mut Vec<(u64, u64, Vec<u8>)>) {
     let esize = if l.is64 { 24 } else { 16 };
     for s in syms.chunks_exact(esize) {
@@ -297,6 +328,15 @@ mod tests {
                 let _ = info.symbols.lookup(seed);
             }
         }
+    }
+
+    #[test]
+    fn symbol_table_bytes_is_what_parse_may_read() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        // A test binary's .symtab and .strtab: megabytes.
+        assert!(symbol_table_bytes(&exe[..]) > 1 << 20);
+        assert_eq!(symbol_table_bytes(&b"hello"[..]), 0);
+        assert_eq!(symbol_table_bytes(&exe[..64]), 0);
     }
 
     #[test]

@@ -50,6 +50,10 @@ pub struct Interner {
     paths: Strings,
     mappings: HashMap<MappingKey, u64>,
     frames: HashMap<(u64, u64), u64>,
+    /// Frames written without a name because their file's symbols were
+    /// still loading: once they are in, the same (mapping, rel_pc) gets a
+    /// frame of its own, with the name.
+    unnamed_for_now: HashMap<(u64, u64), u64>,
     callstacks: HashMap<Box<[u64]>, u64>,
     next_iid: u64,
     bytes: usize,
@@ -66,6 +70,7 @@ impl Default for Interner {
             paths: Strings::new(MAPPING_PATHS),
             mappings: HashMap::new(),
             frames: HashMap::new(),
+            unnamed_for_now: HashMap::new(),
             callstacks: HashMap::new(),
             next_iid: 1,
             bytes: 0,
@@ -165,6 +170,23 @@ impl Interner {
             return i;
         }
         let name_id = name().map(|n| self.function_name(n));
+        let i = self.write_frame(mapping, rel_pc, name_id);
+        self.frames.insert((mapping, rel_pc), i);
+        i
+    }
+
+    /// A frame of `mapping` at `rel_pc` without a name, apart from the
+    /// named one [`Interner::frame`] gives once the name is known.
+    pub fn frame_unnamed_for_now(&mut self, mapping: u64, rel_pc: u64) -> u64 {
+        if let Some(&i) = self.unnamed_for_now.get(&(mapping, rel_pc)) {
+            return i;
+        }
+        let i = self.write_frame(mapping, rel_pc, None);
+        self.unnamed_for_now.insert((mapping, rel_pc), i);
+        i
+    }
+
+    fn write_frame(&mut self, mapping: u64, rel_pc: u64, name_id: Option<u64>) -> u64 {
         let i = self.iid();
         let s = &mut self.pending;
         let n = begin_nested(s, FRAMES);
@@ -176,7 +198,6 @@ impl Interner {
         put_varint(s, 4, rel_pc);
         end_nested(s, n);
         self.bytes += 64;
-        self.frames.insert((mapping, rel_pc), i);
         i
     }
 
@@ -244,5 +265,26 @@ mod tests {
         assert_eq!(counts[&FRAMES], 2);
         assert_eq!(counts[&CALLSTACKS], 1);
         assert!(i.pending.as_bytes().is_empty());
+    }
+
+    #[test]
+    fn a_frame_unnamed_for_now_gets_a_named_one_later() {
+        let mut i = Interner::default();
+        let m = i.mapping(
+            &MappingKey {
+                start: 0x1000,
+                end: 0x2000,
+                pgoff: 0,
+                load_bias: 0,
+                path: "/lib/big.so".into(),
+            },
+            b"",
+        );
+        let unnamed = i.frame_unnamed_for_now(m, 0x10);
+        assert_eq!(i.frame_unnamed_for_now(m, 0x10), unnamed);
+        let named = i.frame(m, 0x10, || Some("f"));
+        assert_ne!(named, unnamed);
+        assert_eq!(i.frame_unnamed_for_now(m, 0x10), unnamed);
+        assert_eq!(i.frame(m, 0x10, || panic!("cached")), named);
     }
 }

@@ -10,7 +10,7 @@
 //! ([`unwind`]: frame pointers through the copied stack; [`dwarf`]:
 //! `.eh_frame` via framehop) or takes the kernel's callchain, resolves
 //! the frames to mappings, build ids and function names ([`resolver`], [`maps`],
-//! [`elf`], kallsyms), and writes PerfSample packets with interned
+//! [`elf`] parsed by [`symbol_loader`], kallsyms), and writes PerfSample packets with interned
 //! callstacks ([`intern`]), as upstream's traced_perf does.
 
 pub mod config;
@@ -26,6 +26,7 @@ pub mod producer;
 pub mod records;
 pub mod resolver;
 pub mod scope;
+pub mod symbol_loader;
 pub mod sys;
 pub mod unwind;
 

@@ -1,17 +1,22 @@
 //! Turns sampled addresses into (mapping, ELF address, function name):
 //! per-process executable mappings from `/proc/PID/maps`, per-file build
 //! ids, load biases and symbols, and the kernel's kallsyms. Everything is
-//! cached with a byte budget; past it the caches start over.
+//! cached with a byte budget; past it the caches start over. Symbol tables
+//! load on a helper thread ([`SymbolLoader`]) and a pass waits for them
+//! only until its deadline: a file late for it has its frames written
+//! mapped but unnamed until a later pass finds it loaded.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use super::dwarf::{self, ModuleSpec, ProcessUnwinder};
-use super::elf::{self, ElfInfo, ReadAt, UnwindSections};
+use super::elf::{self, ElfInfo, UnwindSections};
 use super::far_stack::FarStack;
 use super::maps::{self, Map};
+use super::symbol_loader::{FileReader, SymbolLoader};
 use super::unwind::{StackCopy, UnwindError, UserRegs};
 use crate::traced_probes::ftrace::ksyms_load;
 use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
@@ -28,16 +33,15 @@ const UNWIND_CACHE_BUDGET: usize = 64 << 20;
 /// Biggest unwind section read from one file (a bigger one is left out:
 /// that file's frames fall back to frame pointers).
 const MAX_UNWIND_SECTION: usize = 16 << 20;
-
-struct FileReader(File);
-
-impl ReadAt for FileReader {
-    fn read_at(&self, off: u64, len: usize) -> Option<Vec<u8>> {
-        let mut buf = vec![0u8; len];
-        self.0.read_exact_at(&mut buf, off).ok()?;
-        Some(buf)
-    }
-}
+/// The longest a pass waits for one file's symbols; any pass may wait
+/// that long, even one that starts past its deadline (a small file parses
+/// in a millisecond or two: its first frames stay named on a busy
+/// machine). A stop with a longer budget keeps the rest for unwinding.
+const LOAD_WAIT: Duration = Duration::from_millis(100);
+/// Files with up to this many bytes of symbol tables (~40k symbols; a
+/// libc has ~0.1 MiB) are parsed on the spot, sparing the handoff to the
+/// helper thread (a wait for the scheduler on a busy machine).
+const INLINE_SYMBOL_BYTES: u64 = 1 << 20;
 
 pub struct Process {
     pub maps: Vec<Map>,
@@ -71,6 +75,8 @@ pub struct UserFrame {
     pub file: Rc<ElfInfo>,
     /// Address in the ELF's virtual address space (upstream's rel_pc).
     pub rel_pc: u64,
+    /// The file's symbols are still loading: `file` has no names yet.
+    pub names_pending: bool,
 }
 
 #[derive(Default)]
@@ -78,6 +84,12 @@ pub struct Resolver {
     processes: HashMap<u32, Process>,
     files: HashMap<String, Rc<ElfInfo>>,
     files_bytes: usize,
+    /// Files whose symbols the loader has not sent back yet, with the
+    /// headers read here (build id, load bias) for their frames meanwhile.
+    loading: HashMap<String, Rc<ElfInfo>>,
+    loader: SymbolLoader,
+    /// Until when this pass waits for a file's symbols.
+    load_until: Option<Instant>,
     unwind_files: HashMap<String, Rc<UnwindSections>>,
     unwind_bytes: usize,
     unwind_cache: dwarf::Cache,
@@ -102,6 +114,10 @@ pub struct ResolverStats {
     /// a page the process's memory refused (their unwind_error says how
     /// they stopped).
     pub far_refused: u64,
+    /// Files whose symbols were not loaded by their pass's deadline, and
+    /// the frames written without a name while they loaded.
+    pub symbols_late: u64,
+    pub frames_unnamed_loading: u64,
 }
 
 impl Resolver {
@@ -120,6 +136,27 @@ impl Resolver {
     /// The kernel function containing `ip`, written into `out`.
     pub fn kernel_name<'o>(&self, ip: u64, out: &'o mut String) -> Option<&'o str> {
         self.kernel.as_ref()?.get().lookup_into(ip, out)
+    }
+
+    /// A read pass (or the stop) starts: symbol tables are waited for until
+    /// `deadline` (at least [`LOAD_WAIT`] from now); those loaded since
+    /// the last pass are taken.
+    pub fn begin_pass(&mut self, deadline: Instant) {
+        self.load_until = Some(deadline.max(Instant::now() + LOAD_WAIT));
+        self.take_loaded(Instant::now(), None);
+    }
+
+    /// Takes the loader's parsed files until `until` or until `want`
+    /// arrives; true if it did.
+    fn take_loaded(&mut self, until: Instant, want: Option<&str>) -> bool {
+        while let Some((path, info)) = self.loader.next(until) {
+            self.loading.remove(&path);
+            self.insert_file(&path, info);
+            if want == Some(path.as_str()) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Forgets a process's maps (it may have exec'd or exited).
@@ -144,15 +181,55 @@ impl Resolver {
         })
     }
 
-    /// A file's ELF facts (empty when it cannot be read: remembered too).
-    fn file(&mut self, pid: u32, path: &str) -> Rc<ElfInfo> {
+    /// A file's ELF facts (empty when it cannot be read: remembered too),
+    /// and whether its symbols are still loading (then only its headers
+    /// are there). A new file is waited for until the pass's deadline.
+    fn file(&mut self, pid: u32, path: &str) -> (Rc<ElfInfo>, bool) {
         if let Some(f) = self.files.get(path) {
-            return f.clone();
+            return (f.clone(), false);
+        }
+        if let Some(headers) = self.loading.get(path).cloned() {
+            // Late for an earlier pass: this one does not wait for it.
+            if !self.take_loaded(Instant::now(), Some(path)) {
+                return (headers, true);
+            }
+            return self.file(pid, path);
         }
         self.stats.elf_reads += 1;
-        let info = open_in(pid, path)
-            .and_then(|f| elf::parse(&FileReader(f), self.symbols))
-            .unwrap_or_default();
+        let Some(f) = open_in(pid, path) else {
+            return (self.insert_file(path, ElfInfo::default()), false);
+        };
+        let f = FileReader(f);
+        // Without names a file is only its headers: read here, as are
+        // small tables.
+        if !self.symbols || elf::symbol_table_bytes(&f) <= INLINE_SYMBOL_BYTES {
+            let info = elf::parse(&f, self.symbols).unwrap_or_default();
+            return (self.insert_file(path, info), false);
+        }
+        let mine = f.0.try_clone().ok().map(FileReader);
+        if !self.loader.submit(path, f.0) {
+            let info = mine.and_then(|f| elf::parse(&f, true)).unwrap_or_default();
+            return (self.insert_file(path, info), false);
+        }
+        let most = Instant::now() + LOAD_WAIT;
+        let until = self.load_until.map_or(most, |u| u.min(most));
+        if self.take_loaded(until, Some(path)) {
+            if let Some(f) = self.files.get(path) {
+                return (f.clone(), false);
+            }
+        }
+        self.stats.symbols_late += 1;
+        crate::log_info!(
+            "linux.perf: {path}: symbols still loading at the pass's deadline; its frames are \
+             written unnamed until they are in"
+        );
+        let headers = Rc::new(mine.and_then(|f| elf::parse(&f, false)).unwrap_or_default());
+        self.loading.insert(path.to_string(), headers.clone());
+        (headers, true)
+    }
+
+    /// Caches a parsed file within the cache's byte budget.
+    fn insert_file(&mut self, path: &str, info: ElfInfo) -> Rc<ElfInfo> {
         let bytes = info.symbols.mem_bytes() + path.len() + 64;
         if self.files_bytes + bytes > FILE_CACHE_BUDGET {
             self.files.clear();
@@ -197,7 +274,7 @@ impl Resolver {
         for m in &maps {
             if m.path.starts_with('/') && dwarf::HAS_DWARF {
                 let sections = self.unwind_file(pid, &m.path);
-                let bias = self.file(pid, &m.path).load_bias;
+                let bias = self.file(pid, &m.path).0.load_bias;
                 files.push((m, sections, bias));
             }
         }
@@ -264,24 +341,32 @@ impl Resolver {
             maps::find_index(&p.maps, pc).map(|i| (i, p.maps[i].clone(), p.files[i].clone()));
         self.stats.maps_reads += reread as u64;
         let (i, map, file) = found?;
-        let file = match file {
-            Some(f) => f,
+        let (file, names_pending) = match file {
+            Some(f) => (f, false),
             None => {
-                let f = self.file(pid, &map.path);
+                let (f, pending) = self.file(pid, &map.path);
+                // A file still loading is looked up again next time.
                 if let Some(slot) = self
                     .processes
                     .get_mut(&pid)
                     .and_then(|p| p.files.get_mut(i))
+                    .filter(|_| !pending)
                 {
                     *slot = Some(f.clone());
                 }
-                f
+                (f, pending)
             }
         };
+        self.stats.frames_unnamed_loading += (names_pending && self.symbols) as u64;
         let rel_pc = (pc - map.start)
             .wrapping_add(map.pgoff)
             .wrapping_add(file.load_bias);
-        Some(UserFrame { map, file, rel_pc })
+        Some(UserFrame {
+            map,
+            file,
+            rel_pc,
+            names_pending,
+        })
     }
 }
 
