@@ -12,6 +12,9 @@
 # deep_lib.c as /vm/lib/libdeep.so, and the C library it runs on (the
 # cross toolchain's, or this host's) with its loader, also in /vm/lib.
 # /vm/bin/deep_clang (x86_64): /vm/bin/deep built by Debian's clang.
+# The hostile targets (aarch64): /vm/lib/libdeep_copy.so (the library
+# `deep_dyn hostile` maps and unmaps between rounds) and /vm/bin/deep_bad,
+# deep_dyn on /vm/bad/libdeep.so, whose .eh_frame is scrambled.
 set -euo pipefail
 t="$1" dest="$3"
 case "$t" in
@@ -45,6 +48,34 @@ x86_64 | x86_64-rt | aarch64)
         -L"$dest/vm/lib" -Wl,-rpath,/vm/lib -Wl,--dynamic-linker=/vm/lib/"$ld_so" -ldeep -ldl
     ;;
 esac
+if [ "$t" = aarch64 ]; then
+    cp "$dest/vm/lib/libdeep.so" "$dest/vm/lib/libdeep_copy.so"
+    mkdir -p "$dest/vm/bad"
+    cp "$dest/vm/lib/libdeep.so" "$dest/vm/bad/libdeep.so"
+    # Every byte of .eh_frame overwritten (the same pattern each build).
+    "${TRACEBOX_PYTHON:-python3}" - "$dest/vm/bad/libdeep.so" <<'PY'
+import struct, sys
+path = sys.argv[1]
+b = bytearray(open(path, "rb").read())
+shoff, = struct.unpack_from("<Q", b, 40)
+shentsize, shnum, shstrndx = struct.unpack_from("<HHH", b, 58)
+def sh(i):
+    return struct.unpack_from("<IIQQQQ", b, shoff + i * shentsize)
+names_off = sh(shstrndx)[4]
+for i in range(shnum):
+    name, _, _, _, off, size = sh(i)
+    end = b.index(0, names_off + name)
+    if b[names_off + name:end] == b".eh_frame":
+        for j in range(size):
+            b[off + j] = (j * 37 & 0xff) ^ 0xa5
+        break
+else:
+    sys.exit("no .eh_frame in " + path)
+open(path, "wb").write(b)
+PY
+    "$cc" -O2 -fomit-frame-pointer -g0 -o "$dest/vm/bin/deep_bad" tests/data/perf/deep.c \
+        -L"$dest/vm/bad" -Wl,-rpath,/vm/bad:/vm/lib -Wl,--dynamic-linker=/vm/lib/"$ld_so" -ldeep -ldl
+fi
 case "$t" in
 x86_64 | x86_64-rt)
     if ! command -v clang >/dev/null; then
