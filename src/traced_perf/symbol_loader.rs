@@ -4,9 +4,10 @@
 //! a file that takes longer finishes in the background and is picked up
 //! by a later pass. One file at a time: memory stays that of one parse.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::elf::{self, ElfInfo, ReadAt};
@@ -25,50 +26,65 @@ impl ReadAt for FileReader {
 /// A path and its parsed file (empty when it is no ELF).
 pub type Loaded = (String, ElfInfo);
 
+/// What the data source and the helper share (one lock and one condition
+/// variable rather than two channels: less code in the binary).
+#[derive(Default)]
+struct Shared {
+    jobs: VecDeque<(String, File)>,
+    done: VecDeque<Loaded>,
+    /// The data source is gone: the helper ends.
+    closed: bool,
+}
+
+struct Handoff {
+    state: Mutex<Shared>,
+    changed: Condvar,
+}
+
+impl Handoff {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// The helper thread, started at the first file.
 #[derive(Default)]
 pub struct SymbolLoader {
-    jobs: Option<Sender<(String, File)>>,
-    done: Option<Receiver<Loaded>>,
+    handoff: Option<Arc<Handoff>>,
     /// Paths sent and not yet back.
-    pub in_flight: usize,
+    in_flight: usize,
 }
 
 impl SymbolLoader {
     /// Queues `path` (open as `file`) for parsing. False if no thread could
     /// be started (the caller parses it itself).
     pub fn submit(&mut self, path: &str, file: File) -> bool {
-        if self.jobs.is_none() && !self.start() {
+        if self.handoff.is_none() && !self.start() {
             return false;
         }
-        let sent = self
-            .jobs
-            .as_ref()
-            .is_some_and(|j| j.send((path.to_string(), file)).is_ok());
-        self.in_flight += sent as usize;
-        sent
+        let Some(h) = &self.handoff else { return false };
+        h.lock().jobs.push_back((path.to_string(), file));
+        h.changed.notify_all();
+        self.in_flight += 1;
+        true
     }
 
     fn start(&mut self) -> bool {
-        let (jobs, rx) = mpsc::channel::<(String, File)>();
-        let (tx, done) = mpsc::channel();
+        let h = Arc::new(Handoff {
+            state: Mutex::new(Shared::default()),
+            changed: Condvar::new(),
+        });
+        let theirs = h.clone();
         let spawned = std::thread::Builder::new()
             .name("perf-symbols".into())
             .spawn(move || {
                 crate::base::own_threads::register_current("perf-symbols");
-                // Ends when the data source drops its sender.
-                for (path, f) in rx {
-                    let info = elf::parse(&FileReader(f), true).unwrap_or_default();
-                    if tx.send((path, info)).is_err() {
-                        break;
-                    }
-                }
+                work(&theirs);
             });
         if spawned.is_err() {
             return false;
         }
-        self.jobs = Some(jobs);
-        self.done = Some(done);
+        self.handoff = Some(h);
         true
     }
 
@@ -77,18 +93,50 @@ impl SymbolLoader {
         if self.in_flight == 0 {
             return None;
         }
-        let done = self.done.as_ref()?;
-        let wait = until.saturating_duration_since(Instant::now());
-        let r = match done.recv_timeout(wait) {
-            Ok(r) => r,
-            Err(RecvTimeoutError::Timeout) => return None,
-            Err(RecvTimeoutError::Disconnected) => {
-                // The thread died: nothing more comes back.
-                self.in_flight = 0;
+        let h = self.handoff.as_ref()?;
+        let mut s = h.lock();
+        loop {
+            if let Some(r) = s.done.pop_front() {
+                self.in_flight -= 1;
+                return Some(r);
+            }
+            let now = Instant::now();
+            if now >= until {
                 return None;
             }
+            s = h
+                .changed
+                .wait_timeout(s, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for SymbolLoader {
+    fn drop(&mut self) {
+        if let Some(h) = &self.handoff {
+            h.lock().closed = true;
+            h.changed.notify_all();
+        }
+    }
+}
+
+/// The helper: parses queued files in order until the loader is dropped.
+fn work(h: &Handoff) {
+    let mut s = h.lock();
+    loop {
+        if s.closed {
+            return;
+        }
+        let Some((path, f)) = s.jobs.pop_front() else {
+            s = h.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+            continue;
         };
-        self.in_flight -= 1;
-        Some(r)
+        drop(s);
+        let info = elf::parse(&FileReader(f), true).unwrap_or_default();
+        s = h.lock();
+        s.done.push_back((path, info));
+        h.changed.notify_all();
     }
 }
