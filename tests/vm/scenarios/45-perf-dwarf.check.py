@@ -49,8 +49,10 @@ for prog in progs:
              f"others e.g. {[n for n in dwarf if not reaches_main(n)][:2]}")
     three = sum(1 for n in whole if "leaf_three" in n)
     share = 100.0 * three / max(len(whole), 1)
-    print(f"  leaf_three {share:.1f} % (want 75 +- 10)")
-    v.expect(abs(share - 75.0) <= 10.0, f"{prog}: leaf_three has {share:.1f} % of the stacks, want 75 +- 10")
+    # Seen: 74.1-76.3 % on aarch64; on x86_64 74.6-75.9 %, and 71.8 % for
+    # the clang build in every run (its own bias under TCG, also at 16 s).
+    print(f"  leaf_three {share:.1f} % of {len(whole)} (want 75 +- 5)")
+    v.expect(abs(share - 75.0) <= 5.0, f"{prog}: leaf_three has {share:.1f} % of the stacks, want 75 +- 5")
 
     fp = work_stacks(f"{out}/kernel_fp.pftrace", pid)
     fp_whole = [n for n in fp if reaches_main(n)]
@@ -82,7 +84,7 @@ print(text)
 by_self = section(text, "Top functions by self samples:")
 v.expect(by_self and by_self[0][1] == "spin", f"report: top self {by_self[:1]}")
 three = [r[0] for r in section(text, "Top functions by total samples:") if r[1] == "leaf_three"]
-v.expect(three and abs(three[0] - 75.0) <= 10.0, f"report: leaf_three total {three}")
+v.expect(three and abs(three[0] - 75.0) <= 5.0, f"report: leaf_three total {three}")
 paths = section(text, "Heaviest call paths (root > leaf):")
 v.expect(paths and "main > app_run > app_step > lib_entry > lib_mid > leaf_three > spin" in paths[0][1],
          f"report: heaviest path {paths[:1]}")

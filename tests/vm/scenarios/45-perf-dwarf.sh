@@ -27,9 +27,13 @@ if [ -x /vm/bin/deep_clang ]; then
     clang_pid=$!
     echo "$clang_pid" >"$OUT/deep_clang.pid"
 fi
-# DWARF copies 65,280 bytes of user stack with every sample: 1,024 pages
-# (4 MiB) a CPU hold ~60 of them; at one sample per 20 ms of CPU and a
-# read every 100 ms the ring holds ~10 read periods.
+# DWARF copies 65,280 bytes of user stack with every sample: 2,048 pages
+# (8 MiB) a CPU hold ~120 of them; at one sample per 20 ms of CPU and a
+# read every 100 ms the ring holds ~20 read periods (1,024 pages lost
+# records when traced_perf took 4 ms of emulated CPU per sample).
+# 24 s of DWARF samples: 600-1,000 per program, for the 75/25 split within 5
+# points (10 s gave ~350-450 and splits up to 77.8 %; 16 s on x86_64, three
+# programs, ~400 and 71.9 %).
 record() { # NAME DURATION_MS USER_FRAMES_LINE
     cat >"$OUT/$1.pbtx" <<CFG
 duration_ms: $2
@@ -39,13 +43,13 @@ buffers { size_kb: 32768 }
 data_sources { config { name: "linux.perf" perf_event_config {
     timebase { period: 20000000 counter: SW_CPU_CLOCK }
     callstack_sampling { scope { target_cmdline: "deep" target_cmdline: "deep_dyn" target_cmdline: "deep_clang" } $3 }
-    ring_buffer_pages: 1024 ring_buffer_read_period_ms: 100 } } }
+    ring_buffer_pages: 2048 ring_buffer_read_period_ms: 100 } } }
 data_sources { config { name: "linux.process_stats" } }
 CFG
     "$TRACEBOX" --txt -c "$OUT/$1.pbtx" -o "$OUT/$1.pftrace" 2>"$OUT/$1.err"
 }
 rc=0
-record dwarf 10000 "" || rc=$?
+record dwarf 24000 "" || rc=$?
 [ $rc -ne 0 ] || record kernel_fp 4000 "user_frames: UNWIND_KERNEL_FRAME_POINTER" || rc=$?
 kill "$deep" "$dyn" $clang_pid
 # The profile view on the device, of the program with the shared library.
