@@ -42,6 +42,9 @@ const LOAD_WAIT: Duration = Duration::from_millis(100);
 /// libc has ~0.1 MiB) are parsed on the spot, sparing the handoff to the
 /// helper thread (a wait for the scheduler on a busy machine).
 const INLINE_SYMBOL_BYTES: u64 = 1 << 20;
+/// Files handed to the helper at once (each holds a descriptor): more
+/// wait, headers only, for a later pass to hand them over.
+const MAX_QUEUED_LOADS: usize = 8;
 
 pub struct Process {
     pub maps: Vec<Map>,
@@ -87,6 +90,9 @@ pub struct Resolver {
     /// Files whose symbols the loader has not sent back yet, with the
     /// headers read here (build id, load bias) for their frames meanwhile.
     loading: HashMap<String, Rc<ElfInfo>>,
+    /// Of those, files not handed over yet (the helper's queue was full),
+    /// with the process they were found in.
+    waiting: Vec<(String, u32)>,
     loader: SymbolLoader,
     /// Until when this pass waits for a file's symbols.
     load_until: Option<Instant>,
@@ -144,6 +150,23 @@ impl Resolver {
     pub fn begin_pass(&mut self, deadline: Instant) {
         self.load_until = Some(deadline.max(Instant::now() + LOAD_WAIT));
         self.take_loaded(Instant::now(), None);
+        while self.loader.in_flight() < MAX_QUEUED_LOADS {
+            let Some((path, pid)) = self.waiting.pop() else {
+                break;
+            };
+            let queued = open_in(pid, &path).is_some_and(|f| self.loader.submit(&path, f));
+            if !queued {
+                // Gone: its frames keep the headers' facts, without names.
+                if let Some(h) = self.loading.remove(&path) {
+                    let info = ElfInfo {
+                        build_id: h.build_id.clone(),
+                        load_bias: h.load_bias,
+                        ..Default::default()
+                    };
+                    self.insert_file(&path, info);
+                }
+            }
+        }
     }
 
     /// Takes the loader's parsed files until `until` or until `want`
@@ -205,6 +228,13 @@ impl Resolver {
         if !self.symbols || elf::symbol_table_bytes(&f) <= INLINE_SYMBOL_BYTES {
             let info = elf::parse(&f, self.symbols).unwrap_or_default();
             return (self.insert_file(path, info), false);
+        }
+        if self.loader.in_flight() >= MAX_QUEUED_LOADS {
+            let headers = Rc::new(elf::parse(&f, false).unwrap_or_default());
+            self.stats.symbols_late += 1;
+            self.loading.insert(path.to_string(), headers.clone());
+            self.waiting.push((path.to_string(), pid));
+            return (headers, true);
         }
         let mine = f.0.try_clone().ok().map(FileReader);
         if !self.loader.submit(path, f.0) {
@@ -397,4 +427,48 @@ pub fn cmdline(pid: u32) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let argv0 = raw.split(|&b| b == 0).next()?;
     Some(String::from_utf8_lossy(argv0).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Files with big symbol tables (links to this test binary, megabytes
+    /// of `.symtab`): eight go to the helper, the rest wait with their
+    /// headers, and later passes hand them over until every one is named.
+    #[test]
+    fn big_tables_queue_at_most_eight_and_all_load_in_later_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let pid = std::process::id();
+        let mut r = Resolver::new(true, false);
+        r.begin_pass(Instant::now());
+        let paths: Vec<String> = (0..MAX_QUEUED_LOADS + 2)
+            .map(|i| {
+                let p = dir.path().join(format!("big{i}"));
+                std::os::unix::fs::symlink(&exe, &p).unwrap();
+                p.display().to_string()
+            })
+            .collect();
+        let mut pending = 0;
+        for p in &paths {
+            let (info, late) = r.file(pid, p);
+            assert!(!info.build_id.is_empty(), "the headers are read at once");
+            pending += late as usize;
+        }
+        assert!(r.loader.in_flight() <= MAX_QUEUED_LOADS);
+        assert_eq!(r.stats.symbols_late as usize, pending);
+        assert!(pending >= 2, "the two past the queue at least");
+        assert!(!r.waiting.is_empty(), "none waited for room in the queue");
+        let until = Instant::now() + Duration::from_secs(300);
+        while paths.iter().any(|p| !r.files.contains_key(p)) {
+            assert!(Instant::now() < until, "not all loaded");
+            std::thread::sleep(Duration::from_millis(50));
+            r.begin_pass(Instant::now());
+        }
+        assert!(r.loading.is_empty() && r.waiting.is_empty());
+        for p in &paths {
+            assert!(!r.file(pid, p).0.symbols.is_empty(), "{p}");
+        }
+    }
 }

@@ -88,6 +88,11 @@ impl SymbolLoader {
         true
     }
 
+    /// Files handed over and not yet taken back.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
     /// The next parsed file, waiting for it until `until` at most.
     pub fn next(&mut self, until: Instant) -> Option<Loaded> {
         if self.in_flight == 0 {
