@@ -509,10 +509,15 @@ impl std::fmt::Debug for TracePacket<'_> {
 impl Stream for TraceWriter {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
+        debug_assert!(self.in_packet, "write outside begin_packet/end_packet");
         self.stream_write(bytes)
     }
     #[inline]
     fn reserve_len(&mut self) -> LenSlot {
+        debug_assert!(
+            self.in_packet,
+            "reserve_len outside begin_packet/end_packet"
+        );
         self.stream_reserve_len()
     }
     #[inline]
