@@ -144,6 +144,77 @@ fn full_events() {
     );
 }
 
+/// Streams packets into a real TraceWriter, as traced_probes does.
+struct WriterPackets<'a>(&'a mut tracebox::tracing::core::trace_writer::TraceWriter);
+
+impl tracebox::traced_probes::ftrace::parse::bundle::PacketWriter for WriterPackets<'_> {
+    type Stream = tracebox::tracing::core::trace_writer::TraceWriter;
+    fn new_packet(&mut self) {
+        self.0.begin_packet();
+    }
+    fn stream(&mut self) -> &mut Self::Stream {
+        self.0
+    }
+    fn finish_packet(&mut self) {
+        self.0.end_packet();
+    }
+}
+
+/// Bundles streamed into 4 KiB shared-memory chunks (each spans several:
+/// the bundle length is patched, packets fragment) reach the service as
+/// the same bytes as encoded in memory, full events and compact sched.
+#[test]
+fn bundles_streamed_into_small_chunks_arrive_whole() {
+    use std::sync::Arc;
+    use tracebox::mem::shared_mem::SharedMem;
+    use tracebox::tracing::core::arbiter::{Arbiter, ArbiterConfig, BufferExhaustedPolicy};
+    use tracebox::tracing::core::smb_abi::SmbAbi;
+    let table = fixture_table(true);
+    let filter = all_ids(&table);
+    let compact = fixture_compact();
+    for compact_sched in [None, Some(compact)] {
+        let ctx = BundleContext {
+            compact_sched,
+            sched_switch: Some(compact.switch),
+            ..plain_ctx(&table, &filter)
+        };
+        // Three passes: bundles of 1, 2 and 8 pages.
+        let big = CPU0.repeat(4);
+        let passes = [&CPU0[..4096], CPU0, &big[..]];
+        let mut want = Packets::default();
+        let mut state = CpuState::default();
+        for p in passes {
+            write_pages(&mut want, 0, p, &layout(), &ctx, &mut state);
+        }
+        let abi = SmbAbi::new(Arc::new(SharedMem::new_heap(64 * 4096).unwrap()), 4096).unwrap();
+        let transport = crate::support::common::fake_service::TestTransport::new(abi.clone(), true);
+        let arbiter = Arbiter::new(abi, ArbiterConfig::default(), transport.clone());
+        let mut w = arbiter
+            .create_trace_writer(1, BufferExhaustedPolicy::Stall)
+            .unwrap();
+        w.set_emit_sequence_markers(false);
+        let mut state = CpuState::default();
+        for p in passes {
+            write_pages(
+                &mut WriterPackets(&mut w),
+                0,
+                p,
+                &layout(),
+                &ctx,
+                &mut state,
+            );
+        }
+        w.flush();
+        assert_eq!(w.stats().packets_written, 3);
+        let svc = transport.service.lock().unwrap();
+        assert_eq!(svc.packets(w.writer_id()), &want.done[..]);
+        assert!(want.done.iter().any(|b| b.len() > 4096), "spans chunks");
+        if compact_sched.is_none() {
+            assert!(arbiter.stats().patches_sent > 0, "bundle lengths patched");
+        }
+    }
+}
+
 #[test]
 fn print_fast_path_writes_what_the_generic_path_writes() {
     let fast = fixture_table(true);

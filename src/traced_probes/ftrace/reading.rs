@@ -9,34 +9,28 @@ use super::drain_pace::DrainPace;
 use super::instance::KInstance;
 use super::instances::Instances;
 use super::source::Source;
-use crate::protozero::VecStream;
 use crate::traced_probes::clock::boot_time_ns;
 use crate::traced_probes::ftrace::cpu_reader::{DataNotify, FtraceReader, ReaderMode};
 use crate::traced_probes::ftrace::parse::bundle::{write_pages, BundleContext, PacketWriter};
 use crate::traced_probes::ftrace::parse::stats;
 use crate::tracing::core::trace_writer::TraceWriter;
 
-/// Bundles are built in memory, then copied into a TraceWriter packet in
-/// one piece ([`PacketWriter::write_packet`]).
+/// Bundles stream into a TraceWriter packet, a few KiB at a time, as the
+/// encoder fills them ([`write_pages`]).
 struct WriterPackets<'a> {
     writer: &'a mut TraceWriter,
-    buf: VecStream,
 }
 
 impl PacketWriter for WriterPackets<'_> {
-    type Stream = VecStream;
+    type Stream = TraceWriter;
     fn new_packet(&mut self) {
-        self.buf.clear();
+        self.writer.begin_packet();
     }
-    fn stream(&mut self) -> &mut VecStream {
-        &mut self.buf
+    fn stream(&mut self) -> &mut TraceWriter {
+        self.writer
     }
     fn finish_packet(&mut self) {
-        self.writer.write_packet(self.buf.as_bytes());
-        self.buf.clear();
-    }
-    fn write_packet(&mut self, bytes: &[u8]) {
-        self.writer.write_packet(bytes);
+        self.writer.end_packet();
     }
 }
 
@@ -161,7 +155,6 @@ pub fn read_pass(
                 let state = &mut src.cpus[cpu];
                 let mut w = WriterPackets {
                     writer: &mut src.writer,
-                    buf: VecStream::new(),
                 };
                 write_pages(&mut w, cpu as u32, pages, layout, &ctx, state);
                 src.pids.append(&mut state.metadata.pids);

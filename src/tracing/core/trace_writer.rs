@@ -170,6 +170,16 @@ impl TraceWriter {
 
     /// Starts a packet. It ends when the handle is dropped.
     pub fn new_packet(&mut self) -> TracePacket<'_> {
+        self.begin_packet();
+        TracePacket { w: self }
+    }
+
+    /// Starts a packet written through the writer's own [`Stream`]
+    /// (ending the one in progress, if any); [`end_packet`](Self::end_packet)
+    /// ends it. For a caller that streams one packet over many calls
+    /// without holding a [`TracePacket`] (ftrace bundles).
+    pub fn begin_packet(&mut self) {
+        self.finish_packet();
         let was_dropping = self.dropping;
         let need_chunk = match self.cur {
             Some(_) => self.end - self.wpos < MIN_PACKET_ROOM || self.reached_max_packets,
@@ -205,21 +215,24 @@ impl TraceWriter {
             self.fragment_header = None;
             self.discard(PACKET_HEADER_SIZE);
         }
-        let mut packet = TracePacket { w: self };
-        if packet.w.emit_sequence_markers {
-            if was_dropping && !packet.w.packet_dropped {
+        if self.emit_sequence_markers {
+            if was_dropping && !self.packet_dropped {
                 protozero::put_varint(
-                    &mut packet,
+                    self,
                     FIELD_PREVIOUS_PACKET_DROPPED,
                     DATA_LOSS_PRESENT_SMB_FULL,
                 );
             }
-            if packet.w.first_packet {
-                protozero::put_varint(&mut packet, FIELD_FIRST_PACKET_ON_SEQUENCE, 1);
+            if self.first_packet {
+                protozero::put_varint(self, FIELD_FIRST_PACKET_ON_SEQUENCE, 1);
             }
         }
-        packet.w.first_packet = false;
-        packet
+        self.first_packet = false;
+    }
+
+    /// Ends the packet of [`begin_packet`](Self::begin_packet).
+    pub fn end_packet(&mut self) {
+        self.finish_packet();
     }
 
     /// Convenience: one packet from already-encoded TracePacket bytes.
@@ -488,6 +501,32 @@ impl std::fmt::Debug for TracePacket<'_> {
             .field("writer", &self.w.id)
             .field("pos", &self.w.packet_pos)
             .finish()
+    }
+}
+
+/// The packet of [`TraceWriter::begin_packet`]; only between it and
+/// [`TraceWriter::end_packet`].
+impl Stream for TraceWriter {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        debug_assert!(self.in_packet, "write outside begin_packet/end_packet");
+        self.stream_write(bytes)
+    }
+    #[inline]
+    fn reserve_len(&mut self) -> LenSlot {
+        debug_assert!(
+            self.in_packet,
+            "reserve_len outside begin_packet/end_packet"
+        );
+        self.stream_reserve_len()
+    }
+    #[inline]
+    fn fill_len(&mut self, slot: LenSlot, len: u32) {
+        self.stream_fill_len(slot, len)
+    }
+    #[inline]
+    fn position(&self) -> u64 {
+        self.packet_pos
     }
 }
 

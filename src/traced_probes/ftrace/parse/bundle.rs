@@ -9,7 +9,7 @@ use super::compact_sched::{
 use super::format::PageHeaderLayout;
 use super::kprobes::{TraceType, FTRACE_EVENT_KPROBE};
 use super::ksyms::LazySymbols;
-use super::packet_buf::{Open, PacketBuf};
+use super::packet_buf::PacketBuf;
 use super::page_parser::{parse_page, PageSink, ParseError};
 use super::print_filter::PrintFilter;
 use super::table::ftrace_event;
@@ -17,7 +17,9 @@ use super::translate::{
     read_int, until_nul, write_generic_fields, write_typed_fields, KernelAddrs, Metadata,
     PrintLayout, SharedKernelAddrs, Target, TranslationTable,
 };
-use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, Stream};
+use crate::protozero::{
+    begin_nested, end_nested, put_bytes, put_varint, LenSlot, Stream, WIRE_LEN,
+};
 
 /// `TracePacket.ftrace_events`.
 pub const TRACE_PACKET_FTRACE_EVENTS: u32 = 1;
@@ -42,14 +44,14 @@ pub trait PacketWriter {
     fn stream(&mut self) -> &mut Self::Stream;
     /// Finishes the current packet.
     fn finish_packet(&mut self);
-    /// One whole packet. Bundles are encoded in memory and handed over
-    /// with this; override it to skip the [`stream`](Self::stream) path.
-    fn write_packet(&mut self, bytes: &[u8]) {
-        self.new_packet();
-        self.stream().write(bytes);
-        self.finish_packet();
-    }
 }
+
+/// A bundle's events are encoded into [`CpuState::out`] and move on into
+/// the packet (the shared-memory chunk) whenever it holds this much, at an
+/// event boundary: the encoder's buffer stays a few KiB, hot in the L1
+/// cache, instead of growing to the whole bundle (MBs at high rates) and
+/// being copied cold into the chunk at the end.
+const SPILL_BYTES: usize = 4 << 10;
 
 /// Which event ids a data source wants (a bitmap over ftrace ids).
 #[derive(Debug, Default, Clone)]
@@ -119,7 +121,8 @@ pub struct CpuState {
     pub metadata: Metadata,
     /// Every parse error seen (for `FtraceStats.ftrace_parse_errors`).
     pub parse_errors: Vec<ParseError>,
-    /// The bundle being encoded (kept to reuse its allocation).
+    /// The events of the bundle being encoded not yet moved into its
+    /// packet (kept to reuse its allocation).
     pub out: PacketBuf,
     /// next_pid of the last sched_switch on this cpu (`None` at the start
     /// and after lost events).
@@ -155,7 +158,9 @@ struct Bundler<'a, W: PacketWriter> {
     ctx: &'a BundleContext<'a>,
     state: &'a mut CpuState,
     cpu: u32,
-    open: Option<Open>,
+    /// The open bundle: its length slot in the packet, and the packet
+    /// position its body starts at.
+    open: Option<(LenSlot, u64)>,
     /// The next bundle must carry lost_events.
     lost_pending: bool,
     summary: WriteSummary,
@@ -172,9 +177,14 @@ impl<W: PacketWriter> Bundler<'_, W> {
 
     #[inline(never)]
     fn open_bundle(&mut self) {
+        self.w.new_packet();
+        let p = self.w.stream();
+        // TracePacket.ftrace_events: tag, then a length filled at close.
+        p.write(&[(TRACE_PACKET_FTRACE_EVENTS << 3 | WIRE_LEN) as u8]);
+        let slot = p.reserve_len();
+        let body = p.position();
         let s = &mut self.state.out;
         s.clear();
-        let n = s.begin(TRACE_PACKET_FTRACE_EVENTS);
         s.varint(bundle_field::CPU, self.cpu as u64);
         if self.lost_pending {
             s.varint(bundle_field::LOST_EVENTS, 1);
@@ -186,16 +196,29 @@ impl<W: PacketWriter> Bundler<'_, W> {
             s.varint(bundle_field::FTRACE_TIMESTAMP, c.ftrace_timestamp as u64);
             s.varint(bundle_field::BOOT_TIMESTAMP, c.boot_timestamp as u64);
         }
-        self.open = Some(n);
+        self.open = Some((slot, body));
         self.lost_pending = false;
         self.summary.bundles += 1;
     }
 
+    /// Moves what the encoder holds into the packet.
+    fn spill(&mut self) {
+        let s = &mut self.state.out;
+        if !s.is_empty() {
+            self.w.stream().write(s.as_bytes());
+            s.clear();
+        }
+    }
+
     fn close(&mut self) {
-        if let Some(n) = self.open.take() {
+        if let Some((slot, body)) = self.open.take() {
             let s = &mut self.state.out;
             self.state.compact.write_and_reset(s);
-            s.end(n);
+            self.spill();
+            let p = self.w.stream();
+            let len = p.position() - body;
+            p.fill_len(slot, len as u32);
+            let s = &mut self.state.out;
             let mut addrs = self.state.metadata.kernel.borrow_mut();
             if let Some(k) = self.ctx.ksyms {
                 write_kernel_symbols(s, k, &mut addrs);
@@ -205,8 +228,8 @@ impl<W: PacketWriter> Bundler<'_, W> {
                 addrs.sequence_started = true;
             }
             drop(addrs);
-            self.w.write_packet(s.as_bytes());
-            s.clear();
+            self.spill();
+            self.w.finish_packet();
         }
     }
 
@@ -359,7 +382,11 @@ impl<W: PacketWriter> PageSink for Bundler<'_, W> {
                 return Ok(());
             }
         }
-        self.write_event(ts, id as u32, rec)?;
+        let r = self.write_event(ts, id as u32, rec);
+        if self.state.out.len() >= SPILL_BYTES {
+            self.spill();
+        }
+        r?;
         self.state.bundle_end_timestamp = ts;
         self.summary.events += 1;
         Ok(())

@@ -1,5 +1,5 @@
-//! The in-memory encoder bundles are built in before they are copied into a
-//! trace packet in one piece.
+//! The in-memory encoder of bundle events: a few KiB at a time, moved on
+//! into the trace packet at event boundaries (see `bundle`).
 //!
 //! Per event the ftrace encoder writes a dozen tiny fields (tags, varints,
 //! short strings). Through the generic [`Stream`] path every one of them
