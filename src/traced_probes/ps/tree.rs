@@ -5,7 +5,7 @@
 //! thread-group leaders are listed, so on-demand scans of a tid work.
 
 use super::model::{ProcessTreePacket, TreeProcess, TreeThread};
-use super::parse::{parse_stat_times, parse_status, split_cmdline, Status};
+use super::parse::{parse_stat_times, parse_status_ids, split_cmdline, Status};
 use super::poller::ProcessStatsPoller;
 
 impl ProcessStatsPoller {
@@ -124,7 +124,7 @@ impl ProcessStatsPoller {
 
     fn read_status(&mut self, pid: i32) -> Option<Status> {
         let buf = self.procfs.read(pid, "status")?;
-        let st = parse_status(buf);
+        let st = parse_status_ids(buf);
         if st.pid.is_none() || st.tgid.is_none() {
             self.procfs.errors.malformed += 1;
             return None;
