@@ -11,8 +11,10 @@
 # processes under 20 ms of CPU.
 #
 # ROUNDS (1) repeats scan and floor, in turns, and prints the ratios of each
-# round (full scan / the status+cmdline floor, and / the floor of every
-# syscall the scan makes, floor_scan): take the medians.
+# round (full scan / the status+cmdline floor, / the floor of every syscall
+# the scan makes, floor_scan, and / floor_scan_at, the same syscalls made
+# as the scan makes them: openat relative to an open /proc): take the
+# medians.
 #
 # Usage: [ROUNDS=N] scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
 set -euo pipefail
@@ -60,7 +62,7 @@ for n in "${counts[@]}"; do
             printf '%-7s %-34s %9s %8s %12s %10s\n' "$n" "$name" "$procs" "$threads" "$us" "$per"
             case $name in
             full_scan) scan=$per ;;
-            floor_status+cmdline | floor_scan) echo "ratio extra=$n round=$round full_scan/$name=$(awk -v a="$scan" -v b="$per" 'BEGIN { printf "%.3f", a / b }')" ;;
+            floor_status+cmdline | floor_scan | floor_scan_at) echo "ratio extra=$n round=$round full_scan/$name=$(awk -v a="$scan" -v b="$per" 'BEGIN { printf "%.3f", a / b }')" ;;
             esac
         done < <("$bench" "$iters" -- ps -eLf; [ -z "$floor" ] || "$floor" "$iters")
     done
