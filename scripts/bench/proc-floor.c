@@ -12,7 +12,9 @@
  *   scan                       every syscall of the default full scan with
  *                              thread names: the /proc listing (timed here,
  *                              untimed in the sets above), status and
- *                              cmdline of each process, and for a process
+ *                              cmdline of each process (no cmdline for a
+ *                              kernel thread, `Kthread: 1`; kernels before
+ *                              6.4 lack the line), and for a process
  *                              with more than one thread (the `Threads:`
  *                              line of its status) the listing of task/
  *                              and each other thread's comm
@@ -95,16 +97,22 @@ static int status_threads(int n) {
   return t ? atoi(t + 9) : 0;
 }
 
-/* The scan's per-process syscalls: status, cmdline, and the other threads'
- * names when there are other threads. */
+/* Whether the status just read into `buf` (NUL-terminated by
+ * status_threads) is a kernel thread's: the scan reads no cmdline then. */
+static int status_kthread(int n) { return n > 0 && strstr(buf, "\nKthread:\t1") != NULL; }
+
+/* The scan's per-process syscalls: status, cmdline (not for kernel
+ * threads), and the other threads' names when there are other threads. */
 static void scan_process(int pid) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/status", pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
-  int threads = status_threads(read(fd, buf, sizeof buf));
+  int n = read(fd, buf, sizeof buf);
+  int threads = status_threads(n);
+  int kthread = status_kthread(n);
   close(fd);
-  read_file(pid, "cmdline");
+  if (!kthread) read_file(pid, "cmdline");
   if (threads <= 1) return;
   snprintf(path, sizeof path, "/proc/%d/task", pid);
   DIR* d = opendir(path);
@@ -166,13 +174,14 @@ static void process_at(int proc, int pid) {
   static int tids[65536];
   char rel[64];
   snprintf(rel, sizeof rel, "%d/status", pid);
-  int threads = status_threads(read_at(proc, rel));
+  int n = read_at(proc, rel);
+  int threads = status_threads(n);
   snprintf(rel, sizeof rel, "%d/cmdline", pid);
-  read_at(proc, rel);
+  if (!status_kthread(n)) read_at(proc, rel);
   if (threads <= 1) return;
   snprintf(rel, sizeof rel, "%d/task", pid);
-  int n = list_at(proc, rel, tids, 65536);
-  for (int i = 0; i < n; i++) {
+  int count = list_at(proc, rel, tids, 65536);
+  for (int i = 0; i < count; i++) {
     if (tids[i] == pid) continue;
     snprintf(rel, sizeof rel, "%d/task/%d/comm", pid, tids[i]);
     read_at(proc, rel);
