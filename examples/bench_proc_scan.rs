@@ -4,7 +4,9 @@
 //! Usage: bench_proc_scan [ITERATIONS] [-- PEER COMMAND...]
 //! Prints one line per measurement: `name processes threads cpu_us_per_iter
 //! us_per_process`, CPU = getrusage user+sys (own process, or children for
-//! the peer command).
+//! the peer command). With `PROC_SCAN_ONLY=1` only the default full scan
+//! (`full_scan`, `full_scan_user`), for pairing with the floor run just
+//! before and after it.
 
 use std::process::{Command, Stdio};
 
@@ -67,6 +69,12 @@ fn main() {
         ("full_scan_nonames_status", false, ScanSource::Status),
         ("full_scan_nonames_pidfd", false, ScanSource::Pidfd),
     ];
+    let only_default = std::env::var_os("PROC_SCAN_ONLY").is_some_and(|v| v == "1");
+    let configs = if only_default {
+        &configs[..1]
+    } else {
+        &configs[..]
+    };
     let mut totals = [0u64; 5];
     let mut users = [0u64; 5];
     let mut used_pidfd = [false; 5];
@@ -102,6 +110,9 @@ fn main() {
         if i == 0 {
             report("full_scan_user", procs, threads, users[i], iters);
         }
+    }
+    if only_default {
+        return;
     }
 
     // Periodic stats poll, cache TTL of one tick (every value re-emitted),

@@ -14,9 +14,13 @@
 # round (full scan / the status+cmdline floor, / the floor of every syscall
 # the scan makes, floor_scan, and / floor_scan_at, the same syscalls made
 # as the scan makes them: openat relative to an open /proc): take the
-# medians.
+# medians. The scan and the floor run seconds apart there (the other
+# configurations and the peer run between them), so on a loaded machine
+# PAIRS (0) adds pairs measured back to back: the floor, the default full
+# scan alone, the floor again; each pair's ratio is the scan over the mean
+# of the two floors around it ("pair" lines; take their medians).
 #
-# Usage: [ROUNDS=N] scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
+# Usage: [ROUNDS=N] [PAIRS=N] scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters=${1:-20}
@@ -65,5 +69,17 @@ for n in "${counts[@]}"; do
             floor_status+cmdline | floor_scan | floor_scan_at) echo "ratio extra=$n round=$round full_scan/$name=$(awk -v a="$scan" -v b="$per" 'BEGIN { printf "%.3f", a / b }')" ;;
             esac
         done < <("$bench" "$iters" -- ps -eLf; [ -z "$floor" ] || "$floor" "$iters")
+    done
+    [ -n "$floor" ] || continue
+    for pair in $(seq "${PAIRS:-0}"); do
+        before=$("$floor" "$iters")
+        scan=$(PROC_SCAN_ONLY=1 "$bench" "$iters" | awk '$1 == "full_scan" { print $5 }')
+        after=$("$floor" "$iters")
+        for set in floor_status+cmdline floor_scan floor_scan_at; do
+            awk -v set="$set" -v scan="$scan" -v n="$n" -v pair="$pair" '
+                $1 == set { sum += $5; k++ }
+                END { printf "pair extra=%s pair=%s full_scan/%s=%.3f\n", n, pair, set, scan / (sum / k) }
+            ' <(echo "$before") <(echo "$after")
+        done
     done
 done
