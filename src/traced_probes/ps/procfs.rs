@@ -296,9 +296,7 @@ fn push_i32(s: &mut String, v: i32) {
             break;
         }
     }
-    for &d in &digits[at..] {
-        s.push(char::from(d));
-    }
+    s.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 fn is_gone(e: &io::Error) -> bool {
@@ -309,4 +307,18 @@ fn is_gone(e: &io::Error) -> bool {
 fn comm_text(buf: &[u8]) -> String {
     let name = buf.strip_suffix(b"\n").unwrap_or(buf);
     String::from_utf8_lossy(name).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_i32;
+
+    #[test]
+    fn decimal_paths() {
+        for v in [0, 7, 10, 1234, -5, i32::MAX, i32::MIN] {
+            let mut s = String::from("x/");
+            push_i32(&mut s, v);
+            assert_eq!(s, format!("x/{v}"));
+        }
+    }
 }
