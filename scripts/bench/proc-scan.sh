@@ -19,8 +19,12 @@
 # PAIRS (0) adds pairs measured back to back: the floor, the default full
 # scan alone, the floor again; each pair's ratio is the scan over the mean
 # of the two floors around it ("pair" lines; take their medians).
+# ALTERNATE=N (0) runs N turns of the scan and an in-process copy of
+# floor_scan_at (same syscalls, glibc memmem for the two lines it needs)
+# back to back inside one process, milliseconds apart: the steadiest ratio
+# on a shared machine ("alternate" line: quartiles of the per-turn ratios).
 #
-# Usage: [ROUNDS=N] [PAIRS=N] scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
+# Usage: [ROUNDS=N] [PAIRS=N] [ALTERNATE=N] scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters=${1:-20}
@@ -70,6 +74,9 @@ for n in "${counts[@]}"; do
             esac
         done < <("$bench" "$iters" -- ps -eLf; [ -z "$floor" ] || "$floor" "$iters")
     done
+    if [ "${ALTERNATE:-0}" -gt 0 ]; then
+        echo "extra=$n $(PROC_SCAN_ALTERNATE=$ALTERNATE "$bench")"
+    fi
     [ -n "$floor" ] || continue
     for pair in $(seq "${PAIRS:-0}"); do
         before=$("$floor" "$iters")
