@@ -11,10 +11,20 @@
 # processes under 20 ms of CPU.
 #
 # ROUNDS (1) repeats scan and floor, in turns, and prints the ratios of each
-# round (full scan / the status+cmdline floor, and / the floor of every
-# syscall the scan makes, floor_scan): take the medians.
+# round (full scan / the status+cmdline floor, / the floor of every syscall
+# the scan makes, floor_scan, and / floor_scan_at, the same syscalls made
+# as the scan makes them: openat relative to an open /proc): take the
+# medians. The scan and the floor run seconds apart there (the other
+# configurations and the peer run between them), so on a loaded machine
+# PAIRS (0) adds pairs measured back to back: the floor, the default full
+# scan alone, the floor again; each pair's ratio is the scan over the mean
+# of the two floors around it ("pair" lines; take their medians).
+# ALTERNATE=N (0) runs N turns of the scan and an in-process copy of
+# floor_scan_at (same syscalls, glibc memmem for the two lines it needs)
+# back to back inside one process, milliseconds apart: the steadiest ratio
+# on a shared machine ("alternate" line: quartiles of the per-turn ratios).
 #
-# Usage: [ROUNDS=N] scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
+# Usage: [ROUNDS=N] [PAIRS=N] [ALTERNATE=N] scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters=${1:-20}
@@ -60,8 +70,23 @@ for n in "${counts[@]}"; do
             printf '%-7s %-34s %9s %8s %12s %10s\n' "$n" "$name" "$procs" "$threads" "$us" "$per"
             case $name in
             full_scan) scan=$per ;;
-            floor_status+cmdline | floor_scan) echo "ratio extra=$n round=$round full_scan/$name=$(awk -v a="$scan" -v b="$per" 'BEGIN { printf "%.3f", a / b }')" ;;
+            floor_status+cmdline | floor_scan | floor_scan_at) echo "ratio extra=$n round=$round full_scan/$name=$(awk -v a="$scan" -v b="$per" 'BEGIN { printf "%.3f", a / b }')" ;;
             esac
         done < <("$bench" "$iters" -- ps -eLf; [ -z "$floor" ] || "$floor" "$iters")
+    done
+    if [ "${ALTERNATE:-0}" -gt 0 ]; then
+        echo "extra=$n $(PROC_SCAN_ALTERNATE=$ALTERNATE "$bench")"
+    fi
+    [ -n "$floor" ] || continue
+    for pair in $(seq "${PAIRS:-0}"); do
+        before=$("$floor" "$iters")
+        scan=$(PROC_SCAN_ONLY=1 "$bench" "$iters" | awk '$1 == "full_scan" { print $5 }')
+        after=$("$floor" "$iters")
+        for set in floor_status+cmdline floor_scan floor_scan_at; do
+            awk -v set="$set" -v scan="$scan" -v n="$n" -v pair="$pair" '
+                $1 == set { sum += $5; k++ }
+                END { printf "pair extra=%s pair=%s full_scan/%s=%.3f\n", n, pair, set, scan / (sum / k) }
+            ' <(echo "$before") <(echo "$after")
+        done
     done
 done

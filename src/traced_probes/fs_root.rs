@@ -155,6 +155,113 @@ pub fn open_at(dir: &File, rel: &str) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
+/// Appends to `ids` the positive decimal names of the subdirectories of
+/// `rel` below the open directory `dir` (pids in `/proc`, tids in
+/// `PID/task`), unsorted. Straight `getdents64` into the reused `buf`
+/// (grown to 32 KiB once): `std::fs::read_dir` allocates two strings per
+/// entry, thousands per /proc scan.
+pub fn list_numeric_dirs_at(
+    dir: &File,
+    rel: &str,
+    buf: &mut Vec<u8>,
+    ids: &mut Vec<i32>,
+) -> io::Result<()> {
+    use nix::fcntl::{openat, OFlag};
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let fd = openat(
+        Some(dir.as_raw_fd()),
+        rel,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: openat succeeded, so `fd` is a new descriptor nobody else owns.
+    let listed = unsafe { File::from_raw_fd(fd) };
+    if buf.len() < 32 * 1024 {
+        buf.resize(32 * 1024, 0);
+    }
+    loop {
+        // SAFETY: getdents64 writes at most `buf.len()` bytes into `buf`,
+        // which is valid and writable for that long.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                listed.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        let n = match usize::try_from(n) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n.min(buf.len()),
+            Err(_) => {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+        };
+        for (name, d_type) in dirents(&buf[..n]) {
+            let Some(id) = positive_decimal(name) else {
+                continue;
+            };
+            let is_dir = match d_type {
+                libc::DT_DIR => true,
+                // Filesystems without d_type (some fixture roots): ask.
+                libc::DT_UNKNOWN => is_dir_at(&listed, name),
+                _ => false,
+            };
+            if is_dir {
+                ids.push(id);
+            }
+        }
+    }
+}
+
+/// The (name, d_type) of each `linux_dirent64` record in `buf`; stops at
+/// the first record that does not fit.
+fn dirents(buf: &[u8]) -> impl Iterator<Item = (&[u8], u8)> {
+    // d_ino u64, d_off i64, d_reclen u16, d_type u8, then the name + NUL.
+    const NAME_AT: usize = 19;
+    let mut rest = buf;
+    std::iter::from_fn(move || {
+        let reclen = usize::from(u16::from_ne_bytes([*rest.get(16)?, *rest.get(17)?]));
+        if reclen <= NAME_AT || reclen > rest.len() {
+            return None;
+        }
+        let (rec, tail) = rest.split_at(reclen);
+        rest = tail;
+        let name = &rec[NAME_AT..];
+        let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        Some((&name[..len], rec[18]))
+    })
+}
+
+/// `name` as a decimal number > 0 that fits an i32 (no sign, no blanks).
+fn positive_decimal(name: &[u8]) -> Option<i32> {
+    if name.is_empty() || name.len() > 10 {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &b in name {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i64::from(b - b'0');
+    }
+    i32::try_from(v).ok().filter(|&v| v > 0)
+}
+
+fn is_dir_at(dir: &File, name: &[u8]) -> bool {
+    use nix::fcntl::AtFlags;
+    use nix::sys::stat::{fstatat, SFlag};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::OsStr::from_bytes(name);
+    fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR)
+}
+
 /// [`read_file_into`] of a file already open.
 pub fn read_open_into(f: File, buf: &mut Vec<u8>, short_read_is_eof: bool) -> io::Result<usize> {
     let n = read_open_scratch(f, buf, short_read_is_eof)?;
@@ -244,6 +351,60 @@ mod tests {
         assert_eq!(leading_u64(b"99999999999999999999999"), None);
         assert_eq!(leading_i64(b" -1000\n"), Some(-1000));
         assert_eq!(leading_i64(b"-"), None);
+    }
+
+    #[test]
+    fn numeric_dirs_are_listed_without_files_links_or_odd_names() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in [
+            "1",
+            "42",
+            "007",
+            "2147483647",
+            "2147483648",
+            "0",
+            "-3",
+            "+4",
+            "x1",
+            "self",
+        ] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        std::fs::write(dir.path().join("5"), "a file").unwrap();
+        std::os::unix::fs::symlink("42", dir.path().join("6")).unwrap();
+        // Enough entries that getdents64 needs several calls.
+        for i in 1000..3000 {
+            std::fs::create_dir(dir.path().join(format!("{i}"))).unwrap();
+        }
+        let root = File::open(dir.path()).unwrap();
+        let (mut buf, mut ids) = (Vec::new(), Vec::new());
+        list_numeric_dirs_at(&root, ".", &mut buf, &mut ids).unwrap();
+        ids.sort_unstable();
+        let mut want = vec![1, 7, 42];
+        want.extend(1000..3000);
+        want.push(i32::MAX);
+        assert_eq!(ids, want);
+        let err = list_numeric_dirs_at(&root, "absent", &mut buf, &mut ids).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        let err = list_numeric_dirs_at(&root, "5", &mut buf, &mut ids).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotADirectory);
+    }
+
+    #[test]
+    fn dirent_records_that_do_not_fit_end_the_listing() {
+        let mut rec = vec![0u8; 24];
+        rec[16] = 24; // d_reclen
+        rec[18] = libc::DT_DIR;
+        rec[19..21].copy_from_slice(b"12");
+        let mut buf = rec.clone();
+        buf.extend_from_slice(&rec[..20]); // a torn second record
+        assert_eq!(
+            dirents(&buf).collect::<Vec<_>>(),
+            vec![(&b"12"[..], libc::DT_DIR)]
+        );
+        rec[16] = 3; // shorter than its own header
+        assert_eq!(dirents(&rec).count(), 0);
+        assert_eq!(dirents(&[]).count(), 0);
     }
 
     #[test]

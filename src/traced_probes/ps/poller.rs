@@ -79,6 +79,32 @@ pub enum ScanSource {
     Pidfd,
 }
 
+/// A map keyed by pid or tid. Ids come from the kernel (bounded by
+/// pid_max), so a multiplicative hash is enough; SipHash cost ~2 % of a
+/// full /proc scan, which inserts every task.
+pub(super) type PidMap<V> = HashMap<i32, V, std::hash::BuildHasherDefault<PidHasher>>;
+
+/// Fibonacci hashing of an id: the multiplication spreads consecutive pids
+/// over the high bits hashbrown tags buckets with.
+#[derive(Default)]
+pub(super) struct PidHasher(u64);
+
+impl std::hash::Hasher for PidHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_i32(&mut self, v: i32) {
+        self.0 = (self.0 ^ u64::from(v as u32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Clock returning BOOTTIME nanoseconds (injected for tests).
 pub type Clock = Box<dyn FnMut() -> u64 + Send>;
 
@@ -90,7 +116,7 @@ pub struct ProcessStatsPoller {
     pub(super) clock: Clock,
     pub(super) ns_per_tick: u64,
     /// tid -> tgid of every task already written to a process tree.
-    pub(super) seen: HashMap<i32, i32>,
+    pub(super) seen: PidMap<i32>,
     pub(super) cache: HashMap<i32, CachedStats>,
     /// Pids whose status has no memory counters (kernel threads).
     pub(super) skip_mem: HashSet<i32>,
@@ -132,7 +158,7 @@ impl ProcessStatsPoller {
             procfs,
             clock,
             ns_per_tick: ns_per_clock_tick(),
-            seen: HashMap::new(),
+            seen: PidMap::default(),
             cache: HashMap::new(),
             skip_mem: HashSet::new(),
             cache_ticks: 0,

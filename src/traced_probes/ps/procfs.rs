@@ -1,12 +1,13 @@
 //! Per-pid file access below an injectable root, with reused buffers so a
 //! full scan does not allocate per file.
 
-use std::fmt::Write as _;
 use std::io;
 use std::path::PathBuf;
 
 use super::kept::{fd_budget, pread_all, KeptFiles};
-use crate::traced_probes::fs_root::{open_at, read_open_scratch, FsRoot, ReadErrors};
+use crate::traced_probes::fs_root::{
+    list_numeric_dirs_at, open_at, read_open_scratch, FsRoot, ReadErrors,
+};
 
 /// Reads `<root>/proc/<pid>/<file>`.
 #[derive(Debug)]
@@ -19,6 +20,8 @@ pub struct ProcFs {
     proc_prefix: String,
     path: String,
     buf: Vec<u8>,
+    /// `getdents64` buffer of the pid and tid listings.
+    dir_buf: Vec<u8>,
     /// Failures other than a process vanishing mid-scan.
     pub errors: ReadErrors,
     /// Pid files that disappeared because the task exited (not an error).
@@ -44,6 +47,7 @@ impl ProcFs {
             proc_dir,
             path: String::with_capacity(256),
             buf: Vec::with_capacity(4096),
+            dir_buf: Vec::new(),
             errors: ReadErrors::default(),
             vanished: 0,
         }
@@ -52,37 +56,39 @@ impl ProcFs {
     fn set_path(&mut self, pid: i32, file: &str) {
         self.path.clear();
         self.path.push_str(&self.proc_prefix);
-        let _ = write!(self.path, "/{pid}/{file}");
+        self.path.push('/');
+        push_i32(&mut self.path, pid);
+        self.path.push('/');
+        self.path.push_str(file);
     }
 
-    /// Opens `<pid>/<rel>` below the proc directory.
-    fn open_pid_file(
-        &mut self,
-        pid: i32,
-        rel: std::fmt::Arguments<'_>,
-    ) -> io::Result<std::fs::File> {
-        self.path.clear();
+    /// Opens `self.path`, a path relative to the proc directory.
+    fn open_rel(&mut self) -> io::Result<std::fs::File> {
         match &self.proc_dir_fd {
-            Some(dir) => {
-                let _ = write!(self.path, "{pid}/{rel}");
-                open_at(dir, &self.path)
-            }
+            Some(dir) => open_at(dir, &self.path),
             None => {
-                self.path.push_str(&self.proc_prefix);
-                let _ = write!(self.path, "/{pid}/{rel}");
+                self.path.insert(0, '/');
+                self.path.insert_str(0, &self.proc_prefix);
                 std::fs::File::open(&self.path)
             }
         }
+    }
+
+    /// Reads the open file into the scratch buffer; its length.
+    fn read_rel(&mut self) -> io::Result<usize> {
+        self.open_rel()
+            .and_then(|f| read_open_scratch(f, &mut self.buf, true))
     }
 
     /// Contents of `/proc/<pid>/<file>`, or `None` if it cannot be read. A
     /// missing file or ESRCH means the task is gone and is only tallied in
     /// `vanished`; anything else is counted as an error.
     pub fn read(&mut self, pid: i32, file: &str) -> Option<&[u8]> {
-        let res = self
-            .open_pid_file(pid, format_args!("{file}"))
-            .and_then(|f| read_open_scratch(f, &mut self.buf, true));
-        match res {
+        self.path.clear();
+        push_i32(&mut self.path, pid);
+        self.path.push('/');
+        self.path.push_str(file);
+        match self.read_rel() {
             Ok(n) => Some(&self.buf[..n]),
             Err(e) if is_gone(&e) => {
                 self.vanished += 1;
@@ -152,10 +158,12 @@ impl ProcFs {
     }
 
     pub fn read_task_comm(&mut self, pid: i32, tid: i32) -> Option<String> {
-        let res = self
-            .open_pid_file(pid, format_args!("task/{tid}/comm"))
-            .and_then(|f| read_open_scratch(f, &mut self.buf, true));
-        match res {
+        self.path.clear();
+        push_i32(&mut self.path, pid);
+        self.path.push_str("/task/");
+        push_i32(&mut self.path, tid);
+        self.path.push_str("/comm");
+        match self.read_rel() {
             Ok(n) => Some(comm_text(&self.buf[..n])),
             Err(e) => {
                 self.note_dir_error(&e);
@@ -195,18 +203,49 @@ impl ProcFs {
         nlink.checked_sub(2).filter(|&n| n > 0)
     }
 
+    /// The proc directory, open; opened again if that failed at start.
+    fn proc_dir_fd(&mut self) -> io::Result<&std::fs::File> {
+        if self.proc_dir_fd.is_none() {
+            self.proc_dir_fd = Some(std::fs::File::open(&self.proc_dir)?);
+        }
+        Ok(self.proc_dir_fd.as_ref().expect("opened above"))
+    }
+
     /// Numeric entries of `/proc` (pids), ascending. Empty if `/proc` is
     /// unreadable (counted).
     pub fn list_pids(&mut self) -> Vec<i32> {
-        let dir = self.proc_dir.clone();
-        self.numeric_dirs(dir, true)
+        let mut ids = Vec::new();
+        let mut dir_buf = std::mem::take(&mut self.dir_buf);
+        let res = self
+            .proc_dir_fd()
+            .and_then(|dir| list_numeric_dirs_at(dir, ".", &mut dir_buf, &mut ids));
+        self.dir_buf = dir_buf;
+        if let Err(e) = res {
+            self.errors.count_io(&e);
+            ids.clear();
+        }
+        ids.sort_unstable();
+        ids
     }
 
     /// Thread ids of `pid` (`/proc/<pid>/task`), ascending.
     pub fn list_tids(&mut self, pid: i32) -> Vec<i32> {
-        self.set_path(pid, "task");
-        let dir = PathBuf::from(&self.path);
-        self.numeric_dirs(dir, false)
+        let mut ids = Vec::new();
+        let mut dir_buf = std::mem::take(&mut self.dir_buf);
+        let mut rel = std::mem::take(&mut self.path);
+        rel.clear();
+        push_i32(&mut rel, pid);
+        rel.push_str("/task");
+        let res = self
+            .proc_dir_fd()
+            .and_then(|dir| list_numeric_dirs_at(dir, &rel, &mut dir_buf, &mut ids));
+        (self.dir_buf, self.path) = (dir_buf, rel);
+        if let Err(e) = res {
+            self.note_dir_error(&e);
+            ids.clear();
+        }
+        ids.sort_unstable();
+        ids
     }
 
     /// Open fd numbers of `pid` with their link targets.
@@ -238,33 +277,26 @@ impl ProcFs {
             self.errors.count_io(e);
         }
     }
+}
 
-    fn numeric_dirs(&mut self, dir: PathBuf, is_proc_root: bool) -> Vec<i32> {
-        let rd = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) => {
-                if is_proc_root {
-                    self.errors.count_io(&e);
-                } else {
-                    self.note_dir_error(&e);
-                }
-                return Vec::new();
-            }
-        };
-        let mut ids: Vec<i32> = rd
-            .filter_map(|e| {
-                let e = e.ok()?;
-                // d_type is available from readdir on procfs; no stat needed.
-                if !e.file_type().ok()?.is_dir() {
-                    return None;
-                }
-                let id = e.file_name().to_str()?.parse::<i32>().ok()?;
-                (id > 0).then_some(id)
-            })
-            .collect();
-        ids.sort_unstable();
-        ids
+/// Appends `v` in decimal (paths are built per file on the scan's hot
+/// path; `write!` costs a formatting call per number).
+fn push_i32(s: &mut String, v: i32) {
+    if v < 0 {
+        s.push('-');
     }
+    let mut digits = [0u8; 10];
+    let mut n = v.unsigned_abs();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 fn is_gone(e: &io::Error) -> bool {
@@ -275,4 +307,18 @@ fn is_gone(e: &io::Error) -> bool {
 fn comm_text(buf: &[u8]) -> String {
     let name = buf.strip_suffix(b"\n").unwrap_or(buf);
     String::from_utf8_lossy(name).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_i32;
+
+    #[test]
+    fn decimal_paths() {
+        for v in [0, 7, 10, 1234, -5, i32::MAX, i32::MIN] {
+            let mut s = String::from("x/");
+            push_i32(&mut s, v);
+            assert_eq!(s, format!("x/{v}"));
+        }
+    }
 }

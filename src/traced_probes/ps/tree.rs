@@ -5,7 +5,7 @@
 //! thread-group leaders are listed, so on-demand scans of a tid work.
 
 use super::model::{ProcessTreePacket, TreeProcess, TreeThread};
-use super::parse::{parse_stat_times, parse_status, split_cmdline, Status};
+use super::parse::{parse_stat_times, parse_status_ids, split_cmdline, Status};
 use super::poller::ProcessStatsPoller;
 
 impl ProcessStatsPoller {
@@ -36,6 +36,9 @@ impl ProcessStatsPoller {
     ) {
         let mut tree = self.new_tree();
         let pids = self.procfs.list_pids();
+        tree.processes.reserve(pids.len());
+        tree.threads.reserve(pids.len());
+        self.seen.reserve(pids.len());
         let pidfd = self.uses_pidfd_scan();
         for &pid in &pids {
             if pidfd && self.write_process_from_pidfd(&mut tree, pid) {
@@ -49,8 +52,9 @@ impl ProcessStatsPoller {
                 // fixture listing threads): described via its leader.
                 continue;
             }
-            let namespaced = self.write_process(&mut tree, pid, &status);
-            if status.threads == Some(1) {
+            let single_threaded = status.threads == Some(1);
+            let namespaced = self.write_process(&mut tree, pid, status);
+            if single_threaded {
                 // Only the main thread: skip listing task/ (most processes;
                 // a thread born right now is caught by on-demand scans).
                 continue;
@@ -120,7 +124,7 @@ impl ProcessStatsPoller {
 
     fn read_status(&mut self, pid: i32) -> Option<Status> {
         let buf = self.procfs.read(pid, "status")?;
-        let st = parse_status(buf);
+        let st = parse_status_ids(buf);
         if st.pid.is_none() || st.tgid.is_none() {
             self.procfs.errors.malformed += 1;
             return None;
@@ -141,10 +145,13 @@ impl ProcessStatsPoller {
             return;
         }
         if !self.seen.contains_key(&tgid) {
-            if tgid == tid {
-                self.write_process(tree, tgid, &status);
+            if tgid == tid && pid == tgid {
+                self.write_process(tree, tgid, status);
+                return;
+            } else if tgid == tid {
+                self.write_process(tree, tgid, status.clone());
             } else if let Some(leader) = self.read_status(tgid) {
-                self.write_process(tree, tgid, &leader);
+                self.write_process(tree, tgid, leader);
             }
         }
         if pid != tgid {
@@ -154,7 +161,7 @@ impl ProcessStatsPoller {
 
     /// Adds `pid` as a process. Returns whether it lives in a nested pid
     /// namespace (its threads then need their namespaced ids too).
-    fn write_process(&mut self, tree: &mut ProcessTreePacket, pid: i32, status: &Status) -> bool {
+    fn write_process(&mut self, tree: &mut ProcessTreePacket, pid: i32, status: Status) -> bool {
         // The pid may have been reused by a non-leader thread meanwhile.
         if status.tgid != Some(pid) || status.pid != Some(pid) {
             return false;
@@ -184,9 +191,10 @@ impl ProcessStatsPoller {
         let namespaced = !p.nspid.is_empty();
         tree.processes.push(p);
         if !self.settings.skip_main_thread_message {
-            self.write_detailed_thread(tree, pid, pid, status);
+            self.write_owned_thread(tree, pid, pid, status);
+        } else {
+            self.seen.insert(pid, pid);
         }
-        self.seen.insert(pid, pid);
         namespaced
     }
 
@@ -211,7 +219,7 @@ impl ProcessStatsPoller {
         let tgid = own_threads::own_pid();
         if !self.seen.contains_key(&tgid) {
             if let Some(leader) = self.read_status(tgid) {
-                self.write_process(tree, tgid, &leader);
+                self.write_process(tree, tgid, leader);
             }
         }
         tree.threads.push(TreeThread {
@@ -230,12 +238,24 @@ impl ProcessStatsPoller {
         tgid: i32,
         status: &Status,
     ) {
+        self.write_owned_thread(tree, tid, tgid, status.clone());
+    }
+
+    /// [`Self::write_detailed_thread`] of a status not needed afterwards:
+    /// its name and namespaced ids move into the packet.
+    fn write_owned_thread(
+        &mut self,
+        tree: &mut ProcessTreePacket,
+        tid: i32,
+        tgid: i32,
+        status: Status,
+    ) {
         tree.threads.push(TreeThread {
             tid,
             tgid,
-            nstid: status.ns_ids.clone(),
+            nstid: status.ns_ids,
             name: if self.settings.record_thread_names {
-                status.name.clone()
+                status.name
             } else {
                 None
             },
