@@ -224,7 +224,7 @@ fn runs_from_a_copy_of_scripts_over_the_binary_in_place() {
         .unwrap();
     assert!(o.success());
     let placed = root.join("usr/bin/tracebox");
-    std::fs::copy(BIN, &placed).unwrap();
+    crate::support::exec_file::copy_executable(Path::new(BIN), &placed);
     let mut c = Command::new(shell());
     if shell() == "busybox" {
         c.arg("sh");
@@ -298,10 +298,7 @@ fn build_static_honours_cargo_target_dir() {
     )
     .unwrap();
     let write_exe = |name: &str, body: &str| {
-        use std::os::unix::fs::PermissionsExt;
-        let p = fake.join(name);
-        std::fs::write(&p, body).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        crate::support::exec_file::write_executable(&fake.join(name), body);
     };
     write_exe(
         "rustup",

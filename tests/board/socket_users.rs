@@ -28,8 +28,7 @@ struct Board {
 /// private build tree holds is out of another user's reach).
 fn reachable_copy(dir: &Path, bin: &Path) -> PathBuf {
     let to = dir.join(bin.file_name().unwrap());
-    std::fs::copy(bin, &to).unwrap_or_else(|e| panic!("copy {}: {e}", bin.display()));
-    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    crate::support::exec_file::copy_executable(bin, &to);
     to
 }
 

@@ -18,8 +18,10 @@ fn as_nobody(args: &[&str]) -> Command {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let bin = dir.path().join("tracebox");
-        std::fs::copy(env!("CARGO_BIN_EXE_tracebox"), &bin).unwrap();
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        crate::support::exec_file::copy_executable(
+            std::path::Path::new(env!("CARGO_BIN_EXE_tracebox")),
+            &bin,
+        );
         (dir, bin)
     });
     let mut c = Command::new("setpriv");

@@ -11,7 +11,6 @@
 use crate::support::probes as traced_probes_common;
 
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -159,12 +158,10 @@ fn start_probes_with_atrace(producer: &str, dir: &Path, atrace: &Path) -> Proc {
 fn atrace_script(dir: &Path, tail: &str) -> PathBuf {
     let p = dir.join("atrace");
     let argv = dir.join("argv");
-    std::fs::write(
+    crate::support::exec_file::write_executable(
         &p,
-        format!("#!/bin/sh\necho \"$*\" >>'{}'\n{tail}\n", argv.display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        &format!("#!/bin/sh\necho \"$*\" >>'{}'\n{tail}\n", argv.display()),
+    );
     p
 }
 

@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod common;
 pub mod eio_fs;
+pub mod exec_file;
 pub mod ftrace;
 pub mod ipc_peer;
 pub mod probes;
