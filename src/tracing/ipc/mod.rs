@@ -16,7 +16,6 @@ pub mod consumer_port;
 pub mod env;
 pub mod producer_port;
 pub mod relay_port;
-pub mod small_map;
 pub mod trace_file;
 pub mod traced_state;
 

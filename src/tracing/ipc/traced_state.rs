@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::small_map::SmallMap;
+use crate::mem::small_map::SmallMap;
 use std::fs::File;
 
 use crate::base::shm::Shm;

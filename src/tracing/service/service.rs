@@ -3,6 +3,7 @@
 //! `commit`, `triggers`, `read_pass`, `consumer_ops`), each an `impl` block
 //! on [`TracingService`].
 
+use crate::mem::small_map::SmallMap;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -37,9 +38,9 @@ pub struct TracingService {
     pub(super) env: Box<dyn ServiceEnv>,
     /// Uid stamped on the service's own packets.
     pub(super) service_uid: u32,
-    pub(super) producers: BTreeMap<ProducerId, Producer>,
-    pub(super) consumers: BTreeMap<ConsumerId, Consumer>,
-    pub(super) sessions: BTreeMap<SessionId, Session>,
+    pub(super) producers: SmallMap<ProducerId, Producer>,
+    pub(super) consumers: SmallMap<ConsumerId, Consumer>,
+    pub(super) sessions: SmallMap<SessionId, Session>,
     pub(super) buffers: BTreeMap<BufferId, TraceBuffer>,
     pub(super) flushes: BTreeMap<FlushRequestId, PendingFlush>,
     pub(super) outputs: VecDeque<Output>,
@@ -76,9 +77,9 @@ impl TracingService {
         TracingService {
             env,
             service_uid,
-            producers: BTreeMap::new(),
-            consumers: BTreeMap::new(),
-            sessions: BTreeMap::new(),
+            producers: SmallMap::new(),
+            consumers: SmallMap::new(),
+            sessions: SmallMap::new(),
             buffers: BTreeMap::new(),
             flushes: BTreeMap::new(),
             outputs: VecDeque::new(),
