@@ -41,6 +41,19 @@ impl<K: Ord, V> SmallMap<K, V> {
         }
     }
 
+    /// The value at `k`, made by `make` first if there is none (what
+    /// `BTreeMap::entry(k).or_insert_with(make)` does).
+    pub fn get_or_insert_with(&mut self, k: K, make: impl FnOnce() -> V) -> &mut V {
+        let i = match self.find(&k) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (k, make()));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+
     pub fn get<Q: Ord + ?Sized>(&self, k: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
@@ -157,5 +170,8 @@ mod tests {
         m.values_mut().for_each(|v| *v += 1);
         m.iter_mut().for_each(|(_, v)| *v += 1);
         assert_eq!(m.values().copied().collect::<Vec<_>>(), [35, 93]);
+        *m.get_or_insert_with(4, || 0) += 7;
+        *m.get_or_insert_with(4, || 100) += 1;
+        assert_eq!(m.get(&4), Some(&8));
     }
 }

@@ -4,7 +4,7 @@
 //! on [`TracingService`].
 
 use crate::mem::small_map::SmallMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::pb::protos::DataSourceDescriptor;
@@ -42,7 +42,7 @@ pub struct TracingService {
     pub(super) consumers: SmallMap<ConsumerId, Consumer>,
     pub(super) sessions: SmallMap<SessionId, Session>,
     pub(super) buffers: SmallMap<BufferId, TraceBuffer>,
-    pub(super) flushes: BTreeMap<FlushRequestId, PendingFlush>,
+    pub(super) flushes: SmallMap<FlushRequestId, PendingFlush>,
     pub(super) outputs: VecDeque<Output>,
     pub(super) timers: Timers,
     last_producer_id: ProducerId,
@@ -81,7 +81,7 @@ impl TracingService {
             consumers: SmallMap::new(),
             sessions: SmallMap::new(),
             buffers: SmallMap::new(),
-            flushes: BTreeMap::new(),
+            flushes: SmallMap::new(),
             outputs: VecDeque::new(),
             timers: Timers::default(),
             last_producer_id: 0,
