@@ -393,7 +393,8 @@ impl Profile {
                 .into_iter()
                 .map(|(id, c)| (c, self.names[id as usize].clone()))
                 .collect();
-            v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            // Equal elements are equal values: unstable prints the same.
+            v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
             v.truncate(top);
             v
         };
@@ -411,7 +412,7 @@ impl Profile {
                 )
             })
             .collect();
-        heavy.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        heavy.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         heavy.truncate(top);
         Summary {
             samples: n,

@@ -9,7 +9,8 @@
 //! failed, comes back as that source's `atrace_errors`. Failures are
 //! logged and reported, never fatal.
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::mem::small_map::SmallMap;
+use std::collections::BTreeSet;
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
@@ -185,7 +186,7 @@ pub struct AtraceRunner {
     pending: BTreeSet<u64>,
     /// Sources handed to the worker.
     added: BTreeSet<u64>,
-    errors: BTreeMap<u64, String>,
+    errors: SmallMap<u64, String>,
 }
 
 impl std::fmt::Debug for AtraceRunner {
@@ -204,7 +205,7 @@ impl AtraceRunner {
             worker: None,
             pending: BTreeSet::new(),
             added: BTreeSet::new(),
-            errors: BTreeMap::new(),
+            errors: SmallMap::new(),
         }
     }
 
@@ -262,7 +263,9 @@ impl AtraceRunner {
                     Ok((from, text)) => {
                         self.pending.remove(&from);
                         if self.added.contains(&from) && !text.is_empty() {
-                            self.errors.entry(from).or_default().push_str(&text);
+                            self.errors
+                                .get_or_insert_with(from, String::new)
+                                .push_str(&text);
                         }
                     }
                     Err(_) => break,

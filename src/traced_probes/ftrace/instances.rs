@@ -5,7 +5,7 @@
 //! Every change of the set is recorded in the crash state file before
 //! kernel state changes, so a crash is undone later.
 
-use std::collections::BTreeMap;
+use crate::mem::small_map::SmallMap;
 use std::path::PathBuf;
 
 use super::crash_state::{self, Touched};
@@ -21,14 +21,14 @@ pub const MAX_INSTANCES: usize = 8;
 
 pub struct Instances {
     root: Option<Tracefs>,
-    map: BTreeMap<String, KInstance>,
+    map: SmallMap<String, KInstance>,
     /// Held for as long as the instance is in `map` (and a bit longer:
     /// until it is restored).
-    claims: BTreeMap<String, Claim>,
+    claims: SmallMap<String, Claim>,
     /// Instances we created and could not remove when their last user
     /// left (a file of theirs open elsewhere): still claimed and in the
     /// state file, removed at a later release or by the next start.
-    left_behind: BTreeMap<String, Claim>,
+    left_behind: SmallMap<String, Claim>,
     state_file: PathBuf,
     /// The kprobe events we made, and which instances use them.
     kprobes: Kprobes,
@@ -38,9 +38,9 @@ impl Instances {
     pub fn new(state_file: PathBuf) -> Instances {
         Instances {
             root: None,
-            map: BTreeMap::new(),
-            claims: BTreeMap::new(),
-            left_behind: BTreeMap::new(),
+            map: SmallMap::new(),
+            claims: SmallMap::new(),
+            left_behind: SmallMap::new(),
             state_file,
             kprobes: Kprobes::default(),
         }

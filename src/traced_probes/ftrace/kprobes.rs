@@ -10,7 +10,8 @@
 //! while we hold probes: no other daemon touches them, and the crash state
 //! lists them so a successor removes them if we die.
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::mem::small_map::SmallMap;
+use std::collections::BTreeSet;
 use std::io;
 
 use super::instance::KInstance;
@@ -31,7 +32,7 @@ pub struct Kprobes {
     claim: Option<Claim>,
     /// Each probe and the instances (keys) using it; a probe with no users
     /// is one the kernel would not remove yet (tried again later).
-    installed: BTreeMap<ProbeName, BTreeSet<String>>,
+    installed: SmallMap<ProbeName, BTreeSet<String>>,
 }
 
 impl Default for Kprobes {
@@ -39,7 +40,7 @@ impl Default for Kprobes {
         Kprobes {
             tag: std::process::id().to_string(),
             claim: None,
-            installed: BTreeMap::new(),
+            installed: SmallMap::new(),
         }
     }
 }
@@ -92,8 +93,7 @@ impl Kprobes {
                 return false;
             }
             self.installed
-                .entry(name)
-                .or_default()
+                .get_or_insert_with(name, BTreeSet::new)
                 .insert(key.to_string());
             true
         });

@@ -10,7 +10,7 @@
 //!
 //! Tracing is on while any source of an instance is started.
 
-use std::collections::BTreeMap;
+use crate::mem::small_map::SmallMap;
 use std::path::PathBuf;
 use std::rc::{Rc, Weak};
 use std::time::Duration;
@@ -55,13 +55,13 @@ struct Failed {
 /// All ftrace state of the producer.
 pub struct FtraceMux {
     instances: Instances,
-    sources: BTreeMap<u64, Source>,
+    sources: SmallMap<u64, Source>,
     /// kallsyms, shared by the sources that symbolize while any holds it.
     ksyms: Weak<LazySymbols>,
     reading: Reading,
     /// Sources whose setup failed: they write only an ftrace_stats that
     /// says why, so the consumer learns it from the trace.
-    failed: BTreeMap<u64, Failed>,
+    failed: SmallMap<u64, Failed>,
     /// Android's atrace (when its binary exists).
     atrace: AtraceRunner,
     /// Wakes the producer's loop when pages arrive while it sleeps long.
@@ -84,10 +84,10 @@ impl FtraceMux {
     pub fn new(state_file: PathBuf) -> FtraceMux {
         FtraceMux {
             instances: Instances::new(state_file),
-            sources: BTreeMap::new(),
+            sources: SmallMap::new(),
             ksyms: Weak::new(),
             reading: Reading::default(),
-            failed: BTreeMap::new(),
+            failed: SmallMap::new(),
             atrace: AtraceRunner::new(atrace_runner::configured_path()),
             notify: None,
             stopped: Vec::new(),

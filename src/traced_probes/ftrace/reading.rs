@@ -2,7 +2,7 @@
 //! sources (pages read once per instance, parsed once per source with its
 //! own filter), and the adaptive drain period between passes.
 
-use std::collections::BTreeMap;
+use crate::mem::small_map::SmallMap;
 use std::time::{Duration, Instant};
 
 use super::drain_pace::DrainPace;
@@ -100,7 +100,7 @@ pub fn open_reader(
 }
 
 /// The drain period: the smallest of the started sources, if any.
-pub fn drain_period(sources: &BTreeMap<u64, Source>) -> Option<Duration> {
+pub fn drain_period(sources: &SmallMap<u64, Source>) -> Option<Duration> {
     sources
         .values()
         .filter(|s| s.started)
@@ -114,7 +114,7 @@ pub fn drain_period(sources: &BTreeMap<u64, Source>) -> Option<Duration> {
 /// holds. Returns the most pages one cpu handed out.
 pub fn read_pass(
     instances: &mut Instances,
-    sources: &mut BTreeMap<u64, Source>,
+    sources: &mut SmallMap<u64, Source>,
     drain_max: Option<usize>,
 ) -> usize {
     let mut busiest = 0;
@@ -181,7 +181,7 @@ pub fn read_pass(
 /// Lets the workers of each started instance sleep long while quiet unless
 /// one of its started sources set its own drain period. Returns whether
 /// any did (main then keeps that period too).
-fn allow_quiet(instances: &Instances, sources: &BTreeMap<u64, Source>) -> bool {
+fn allow_quiet(instances: &Instances, sources: &SmallMap<u64, Source>) -> bool {
     let mut any = false;
     for (key, inst) in instances.iter().filter(|(_, i)| i.started > 0) {
         let explicit = sources
@@ -234,7 +234,7 @@ impl Reading {
     pub fn tick(
         &mut self,
         instances: &mut Instances,
-        sources: &mut BTreeMap<u64, Source>,
+        sources: &mut SmallMap<u64, Source>,
     ) -> Option<Duration> {
         // Awake now (a worker's notify, or the timer): no notify needed.
         set_main_idle(instances, false);

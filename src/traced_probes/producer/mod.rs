@@ -19,7 +19,8 @@
 
 mod commands;
 
-use std::collections::{BTreeMap, HashMap};
+use crate::mem::small_map::SmallMap;
+use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +90,7 @@ pub trait Daemon {
     fn teardown(&mut self, _ctl: &mut Ctl<'_>) {}
 }
 
-pub type Instances<S> = BTreeMap<u64, Instance<S>>;
+pub type Instances<S> = SmallMap<u64, Instance<S>>;
 
 /// Counters, for logs and tests.
 #[derive(Debug, Default, Clone, Copy)]
@@ -161,7 +162,7 @@ impl<D: Daemon> Producer<D> {
             shmem_emulation: false,
             arbiter: None,
             shm: None,
-            instances: BTreeMap::new(),
+            instances: SmallMap::new(),
             timers: HashMap::new(),
             watchdogs: HashMap::new(),
             signals: None,

@@ -1,7 +1,7 @@
 //! The real [`ServiceEnv`]: OS clocks, randomness, uname, sealed memfd SMBs.
 
+use crate::mem::small_map::SmallMap;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -14,7 +14,7 @@ use crate::protozero::{begin_nested, end_nested, put_str, put_varint, VecStream}
 use crate::tracing::service::types::*;
 
 /// SMBs the service created, by producer; the adapter sends their fds.
-pub type SmbTable = Rc<RefCell<BTreeMap<ProducerId, Shm>>>;
+pub type SmbTable = Rc<RefCell<SmallMap<ProducerId, Shm>>>;
 
 pub struct RealEnv {
     pub smbs: SmbTable,

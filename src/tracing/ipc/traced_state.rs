@@ -2,7 +2,9 @@
 //! is which producer/consumer, pending deferred replies, SMB fds, output
 //! files, and turning core [`Output`]s into IPC replies and file writes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+
+use crate::mem::small_map::SmallMap;
 use std::fs::File;
 
 use crate::base::shm::Shm;
@@ -42,24 +44,24 @@ pub struct TracedState {
     pub core: TracingService,
     pub smbs: SmbTable,
     pub producers: HashMap<ClientId, ProducerConn>,
-    pub producer_clients: BTreeMap<ProducerId, ClientId>,
+    pub producer_clients: SmallMap<ProducerId, ClientId>,
     pub consumers: HashMap<ClientId, ConsumerConn>,
-    pub consumer_clients: BTreeMap<ConsumerId, ClientId>,
+    pub consumer_clients: SmallMap<ConsumerId, ClientId>,
     /// Deferred Flush / CloneSession replies by token.
-    pub pending: BTreeMap<RequestToken, ReplyTo>,
+    pub pending: SmallMap<RequestToken, ReplyTo>,
     next_token: RequestToken,
-    pub files: BTreeMap<SessionId, TraceFile>,
+    pub files: SmallMap<SessionId, TraceFile>,
     /// The finished output files of sessions that still exist, so a
     /// consumer that attaches later can read its trace back for the end
     /// line (one fd per live session at most).
-    pub finished_files: BTreeMap<SessionId, File>,
+    pub finished_files: SmallMap<SessionId, File>,
     /// Output files sent with CloneSession requests, by token, and why
     /// copying into one failed.
-    pub clone_files: BTreeMap<RequestToken, File>,
-    clone_errors: BTreeMap<RequestToken, String>,
+    pub clone_files: SmallMap<RequestToken, File>,
+    clone_errors: SmallMap<RequestToken, String>,
     /// Files sent with RotateOutputFile requests, by token.
-    pub rotate_files: BTreeMap<RequestToken, File>,
-    rotate_errors: BTreeMap<RequestToken, String>,
+    pub rotate_files: SmallMap<RequestToken, File>,
+    rotate_errors: SmallMap<RequestToken, String>,
     /// ReadBuffers streams in progress, fed as the consumer drains them.
     pub pending_reads: Vec<PendingRead>,
     /// RelayPort's id on the producer host, when exposed.
@@ -140,17 +142,17 @@ impl TracedState {
             core: TracingService::new(Box::new(env), service_uid),
             smbs,
             producers: HashMap::new(),
-            producer_clients: BTreeMap::new(),
+            producer_clients: SmallMap::new(),
             consumers: HashMap::new(),
-            consumer_clients: BTreeMap::new(),
-            pending: BTreeMap::new(),
+            consumer_clients: SmallMap::new(),
+            pending: SmallMap::new(),
             next_token: 1,
-            files: BTreeMap::new(),
-            finished_files: BTreeMap::new(),
-            clone_files: BTreeMap::new(),
-            clone_errors: BTreeMap::new(),
-            rotate_files: BTreeMap::new(),
-            rotate_errors: BTreeMap::new(),
+            files: SmallMap::new(),
+            finished_files: SmallMap::new(),
+            clone_files: SmallMap::new(),
+            clone_errors: SmallMap::new(),
+            rotate_files: SmallMap::new(),
+            rotate_errors: SmallMap::new(),
             pending_reads: Vec::new(),
             relay_service: None,
             machine_name: super::env::machine_name(),

@@ -129,7 +129,8 @@ impl TracingService {
     /// for this producer.
     pub(super) fn on_flush_ack(&mut self, now: u64, producer: ProducerId, ack: FlushRequestId) {
         let mut done = Vec::new();
-        for (id, f) in self.flushes.range_mut(..=ack) {
+        // Sorted by id: the ones up to `ack`.
+        for (id, f) in self.flushes.iter_mut().take_while(|(id, _)| **id <= ack) {
             if f.pending.remove(&producer) && f.pending.is_empty() {
                 done.push(*id);
             }

@@ -3,7 +3,8 @@
 //! exchanges (SyncClock), written into traces stamped with the machine's
 //! id, as upstream's RelayPort does.
 
-use std::collections::{BTreeMap, VecDeque};
+use crate::mem::small_map::SmallMap;
+use std::collections::VecDeque;
 
 use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint, VecStream};
 
@@ -34,7 +35,7 @@ pub struct Machine {
 /// Machines by hint (the relay's boot id).
 #[derive(Debug, Default)]
 pub struct Machines {
-    by_hint: BTreeMap<String, Machine>,
+    by_hint: SmallMap<String, Machine>,
 }
 
 impl Machines {
@@ -45,10 +46,12 @@ impl Machines {
         if !self.by_hint.contains_key(hint) && self.by_hint.len() >= MAX_MACHINES {
             return Err(format!("more than {MAX_MACHINES} machines"));
         }
-        let m = self.by_hint.entry(hint.to_string()).or_insert(Machine {
-            id: next,
-            ..Default::default()
-        });
+        let m = self
+            .by_hint
+            .get_or_insert_with(hint.to_string(), || Machine {
+                id: next,
+                ..Default::default()
+            });
         if !name.is_empty() {
             m.name = name.to_string();
         }
@@ -121,7 +124,7 @@ impl TracingService {
     ) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         for m in self.machines.iter() {
-            let seen = seen.by_id.entry(m.id).or_default();
+            let seen = seen.by_id.get_or_insert_with(m.id, Seen::default);
             if system_info && !seen.system_info && !m.system_info.is_empty() {
                 seen.system_info = true;
                 out.push(machine_packet(uid, m.id, |s| {
@@ -140,7 +143,7 @@ impl TracingService {
 /// What one session already wrote about each machine.
 #[derive(Debug, Default, Clone)]
 pub struct MachinesSeen {
-    by_id: BTreeMap<u32, Seen>,
+    by_id: SmallMap<u32, Seen>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]

@@ -1,6 +1,7 @@
 //! Per-producer connection state kept by the service.
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::mem::small_map::SmallMap;
+use std::collections::BTreeSet;
 
 use crate::pb::protos::DataSourceDescriptor;
 use crate::tracing::core::smb_abi::SmbAbi;
@@ -15,7 +16,7 @@ pub struct Producer {
     pub machine_id: u32,
     /// Registered data sources by name (a name registered twice keeps the
     /// latest descriptor).
-    pub data_sources: BTreeMap<String, DataSourceDescriptor>,
+    pub data_sources: SmallMap<String, DataSourceDescriptor>,
     pub smb: Option<SmbAbi>,
     /// The SMB came from the producer (InitializeConnection fd).
     pub smb_provided: bool,
@@ -25,12 +26,12 @@ pub struct Producer {
     /// has a data source instance.
     pub allowed_buffers: BTreeSet<BufferId>,
     /// RegisterTraceWriter bindings: writer id -> buffer.
-    pub writers: BTreeMap<u16, BufferId>,
+    pub writers: SmallMap<u16, BufferId>,
     /// Protocol misuse not tied to a buffer (bad writer registration).
     pub abi_violations: u64,
     /// Shared-memory emulation: the last chunk id seen per writer, to
     /// notice chunks that never arrived.
-    pub inline_chunk_ids: BTreeMap<u16, u32>,
+    pub inline_chunk_ids: SmallMap<u16, u32>,
 }
 
 impl Producer {
@@ -38,14 +39,14 @@ impl Producer {
         Producer {
             info,
             machine_id: 0,
-            data_sources: BTreeMap::new(),
+            data_sources: SmallMap::new(),
             smb: None,
             smb_provided: false,
             setup_tracing_sent: false,
             allowed_buffers: BTreeSet::new(),
-            writers: BTreeMap::new(),
+            writers: SmallMap::new(),
             abi_violations: 0,
-            inline_chunk_ids: BTreeMap::new(),
+            inline_chunk_ids: SmallMap::new(),
         }
     }
 

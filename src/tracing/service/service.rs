@@ -3,7 +3,8 @@
 //! `commit`, `triggers`, `read_pass`, `consumer_ops`), each an `impl` block
 //! on [`TracingService`].
 
-use std::collections::{BTreeMap, VecDeque};
+use crate::mem::small_map::SmallMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::pb::protos::DataSourceDescriptor;
@@ -37,11 +38,11 @@ pub struct TracingService {
     pub(super) env: Box<dyn ServiceEnv>,
     /// Uid stamped on the service's own packets.
     pub(super) service_uid: u32,
-    pub(super) producers: BTreeMap<ProducerId, Producer>,
-    pub(super) consumers: BTreeMap<ConsumerId, Consumer>,
-    pub(super) sessions: BTreeMap<SessionId, Session>,
-    pub(super) buffers: BTreeMap<BufferId, TraceBuffer>,
-    pub(super) flushes: BTreeMap<FlushRequestId, PendingFlush>,
+    pub(super) producers: SmallMap<ProducerId, Producer>,
+    pub(super) consumers: SmallMap<ConsumerId, Consumer>,
+    pub(super) sessions: SmallMap<SessionId, Session>,
+    pub(super) buffers: SmallMap<BufferId, TraceBuffer>,
+    pub(super) flushes: SmallMap<FlushRequestId, PendingFlush>,
     pub(super) outputs: VecDeque<Output>,
     pub(super) timers: Timers,
     last_producer_id: ProducerId,
@@ -76,11 +77,11 @@ impl TracingService {
         TracingService {
             env,
             service_uid,
-            producers: BTreeMap::new(),
-            consumers: BTreeMap::new(),
-            sessions: BTreeMap::new(),
-            buffers: BTreeMap::new(),
-            flushes: BTreeMap::new(),
+            producers: SmallMap::new(),
+            consumers: SmallMap::new(),
+            sessions: SmallMap::new(),
+            buffers: SmallMap::new(),
+            flushes: SmallMap::new(),
             outputs: VecDeque::new(),
             timers: Timers::default(),
             last_producer_id: 0,

@@ -117,7 +117,8 @@ impl TraceBuffer {
         if total * MAX_MOVED_SHARE > self.wptr || plan.moves.iter().any(|m| m.1 < total) {
             return None;
         }
-        plan.moves.sort_by_key(|m| m.1);
+        // Record offsets are unique: unstable is the same order.
+        plan.moves.sort_unstable_by_key(|m| m.1);
         Some(plan)
     }
 
