@@ -278,6 +278,7 @@ fn typed_process_events_and_compact_sched() {
         let mut exit = None;
         let mut rename = None;
         let mut compact_switches = 0u64;
+        let mut full_switches = 0u64;
         for b in &packets.done {
             let p = TracePacket::from_reader(&mut BytesReader::from_bytes(b), b).unwrap();
             let OneOfdata::ftrace_events(bundle) = p.data else {
@@ -296,9 +297,12 @@ fn typed_process_events_and_compact_sched() {
                     OneOfevent::sched_process_exec(x) if x.pid == Some(child_pid) => exec = Some(x),
                     OneOfevent::sched_process_exit(x) if x.pid == Some(child_pid) => exit = Some(x),
                     OneOfevent::task_rename(r) if r.pid == Some(renamed_tid) => rename = Some(r),
-                    OneOfevent::sched_switch(_) | OneOfevent::sched_waking(_) => {
-                        panic!("sched events must be compact")
-                    }
+                    // A switch that does not follow the cpu's last one (the
+                    // kernel left one unrecorded: frequent on this machine's
+                    // kernel under load) is written in full on purpose, so
+                    // the gap shows; every other sched event is compact.
+                    OneOfevent::sched_switch(_) => full_switches += 1,
+                    OneOfevent::sched_waking(_) => panic!("sched_waking must be compact"),
                     _ => {}
                 }
             }
@@ -311,7 +315,10 @@ fn typed_process_events_and_compact_sched() {
         assert!(exit.is_some());
         let rename = rename.expect("task_rename");
         assert_eq!(rename.newcomm.as_deref(), Some("tbx-renamed"));
-        assert!(compact_switches > 0);
+        assert!(
+            compact_switches > 0,
+            "{compact_switches} compact switches, {full_switches} in full"
+        );
         let stats: u64 = (0..ncpu).map(|c| t.cpu_stats(c).unwrap().read_events).sum();
         let full: u64 = packets
             .done
