@@ -25,6 +25,7 @@ pub fn run(data: &[u8]) {
             // The stop's header-only count, from an offset that wraps.
             let start = u64::from(sel) * 8;
             let _ = records::count_unread(rest, start, start + head);
+            records::exec_comms_in(rest, start, start + head, |_, _| {});
         }
         1 => drop(config::parse(rest)),
         2 => {

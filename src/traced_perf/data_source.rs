@@ -407,6 +407,18 @@ impl PerfSource {
     /// CPU for the cost per sample.
     fn read_passes(&mut self, budget: usize) {
         let t0 = thread_cpu_ns();
+        if self.scope.needs_cmdline() {
+            // Execs first: a process gone before its samples are read is
+            // judged by the name it exec'd, though its exec record may sit
+            // in a ring read after them.
+            let scope = &mut self.scope;
+            for r in &self.rings {
+                let ring = &r.ring;
+                records::exec_comms_in(ring.data(), ring.tail(), ring.head(), |pid, comm| {
+                    scope.note_exec(pid, comm)
+                });
+            }
+        }
         for i in 0..self.rings.len() {
             self.read_ring(i, budget);
         }

@@ -110,37 +110,68 @@ pub fn record_size(header: &[u8]) -> Option<usize> {
     (size >= 8 && size.is_multiple_of(8)).then_some(size)
 }
 
-/// What the records between `tail` and `head` of a ring stand for, read
-/// from their headers alone: (samples, lost records the kernel counted).
-/// The stop counts what it could not read with this: it runs after the
-/// stop's reading time is spent, so it hops from header to header without
-/// copying or decoding records (a debug build counts a full 8 MiB ring in
-/// a few milliseconds). Stops at the first insane header.
-pub fn count_unread(data_untrusted: &[u8], mut tail: u64, head: u64) -> (u64, u64) {
+/// `N` bytes of a ring from byte counter `at`, wrapping its end.
+fn ring_bytes<const N: usize>(data: &[u8], at: u64) -> [u8; N] {
+    let size = data.len() as u64;
+    std::array::from_fn(|k| data[((at + k as u64) % size) as usize])
+}
+
+/// Calls `f(type, misc, start, len)` for each whole record between `tail`
+/// and `head` of a ring (byte counters), reading headers alone: no record
+/// is copied or decoded. Stops at the first insane header.
+fn walk_headers(
+    data_untrusted: &[u8],
+    mut tail: u64,
+    head: u64,
+    mut f: impl FnMut(u32, u16, u64, u64),
+) {
     let size = data_untrusted.len() as u64;
-    let (mut samples, mut lost) = (0u64, 0u64);
     if size == 0 || head < tail || head - tail > size {
-        return (0, 0);
+        return;
     }
-    let byte = |off: u64| data_untrusted[(off % size) as usize];
     while head - tail >= 8 {
-        let ty = u32::from_ne_bytes([byte(tail), byte(tail + 1), byte(tail + 2), byte(tail + 3)]);
-        let len = u16::from_ne_bytes([byte(tail + 6), byte(tail + 7)]) as u64;
+        let h: [u8; 8] = ring_bytes(data_untrusted, tail);
+        let ty = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+        let misc = u16::from_ne_bytes([h[4], h[5]]);
+        let len = u16::from_ne_bytes([h[6], h[7]]) as u64;
         if len < 8 || !len.is_multiple_of(8) || len > head - tail {
             break;
         }
+        f(ty, misc, tail, len);
+        tail += len;
+    }
+}
+
+/// What the records between `tail` and `head` of a ring stand for, read
+/// from their headers alone: (samples, lost records the kernel counted).
+/// The stop counts what it could not read with this: it runs after the
+/// stop's reading time is spent, so it hops from header to header (a
+/// debug build counts a full 8 MiB ring in a few milliseconds).
+pub fn count_unread(data_untrusted: &[u8], tail: u64, head: u64) -> (u64, u64) {
+    let (mut samples, mut lost) = (0u64, 0u64);
+    walk_headers(data_untrusted, tail, head, |ty, _, at, len| {
         if ty == RECORD_SAMPLE {
             samples += 1;
         } else if ty == RECORD_LOST && len >= 24 {
-            let mut v = [0u8; 8];
-            for (k, b) in v.iter_mut().enumerate() {
-                *b = byte(tail + 16 + k as u64);
-            }
-            lost += u64::from_ne_bytes(v);
+            lost += u64::from_ne_bytes(ring_bytes(data_untrusted, at + 16));
         }
-        tail += len;
-    }
+    });
     (samples, lost)
+}
+
+/// The exec COMM records between `tail` and `head` of a ring: `f(pid,
+/// comm)` for each, read before a pass decodes the ring's samples. A
+/// process gone by then is judged by the name it exec'd, even when its
+/// exec sits in a ring the pass reads after its samples.
+pub fn exec_comms_in(data_untrusted: &[u8], tail: u64, head: u64, mut f: impl FnMut(u32, &[u8])) {
+    walk_headers(data_untrusted, tail, head, |ty, misc, at, len| {
+        if ty == RECORD_COMM && misc & MISC_COMM_EXEC != 0 && len >= 32 {
+            let pid: [u8; 4] = ring_bytes(data_untrusted, at + 8);
+            let name: [u8; 16] = ring_bytes(data_untrusted, at + 16);
+            let n = name.iter().position(|&c| c == 0).unwrap_or(16).min(15);
+            f(u32::from_ne_bytes(pid), &name[..n]);
+        }
+    });
 }
 
 /// The leader's lost count in a group read (read_format GROUP | LOST:
@@ -541,5 +572,35 @@ mod tests {
         assert_eq!(count_unread(&data, tail, head), (1, 0));
         assert_eq!(count_unread(&data, tail, tail + size as u64 + 8), (0, 0));
         assert_eq!(count_unread(&[], 0, 64), (0, 0));
+    }
+
+    /// Exec records are found from their headers, one wrapping the
+    /// ring's end included; other records are passed over.
+    #[test]
+    fn exec_records_are_found_before_the_samples_are_read() {
+        let sample = sample_bytes(&[CONTEXT_USER, 0x1234]);
+        let mut comm = vec![0u8; 40];
+        comm[0..4].copy_from_slice(&RECORD_COMM.to_ne_bytes());
+        comm[4..6].copy_from_slice(&MISC_COMM_EXEC.to_ne_bytes());
+        comm[6..8].copy_from_slice(&40u16.to_ne_bytes());
+        comm[8..12].copy_from_slice(&42u32.to_ne_bytes());
+        comm[16..25].copy_from_slice(b"deep_prog");
+        let mut plain = comm.clone();
+        plain[4..6].copy_from_slice(&0u16.to_ne_bytes());
+        let mut ring = sample.clone();
+        ring.extend_from_slice(&comm);
+        ring.extend_from_slice(&plain);
+        let size = 256;
+        let mut data = vec![0u8; size];
+        let start = size - sample.len() - 16; // the exec record wraps
+        for (i, b) in ring.iter().enumerate() {
+            data[(start + i) % size] = *b;
+        }
+        let tail = (size * 3 + start) as u64;
+        let mut seen = Vec::new();
+        exec_comms_in(&data, tail, tail + ring.len() as u64, |pid, name| {
+            seen.push((pid, name.to_vec()))
+        });
+        assert_eq!(seen, [(42, b"deep_prog".to_vec())]);
     }
 }

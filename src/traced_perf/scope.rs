@@ -111,6 +111,12 @@ impl ScopeFilter {
     /// its place unless its new command line is excluded.
     pub fn exec(&mut self, pid: u32, comm: &[u8]) {
         self.decided.remove(&pid);
+        self.note_exec(pid, comm);
+    }
+
+    /// `pid` exec'd `comm`, seen ahead of the records read in order: the
+    /// name judges it if it is gone when its first samples are read.
+    pub fn note_exec(&mut self, pid: u32, comm: &[u8]) {
         if self.open {
             return;
         }
@@ -123,7 +129,7 @@ impl ScopeFilter {
     }
 
     /// Whether a decision can depend on the command line.
-    fn needs_cmdline(&self) -> bool {
+    pub fn needs_cmdline(&self) -> bool {
         let s = &self.scope;
         !s.target_cmdlines.is_empty()
             || !s.exclude_cmdlines.is_empty()
@@ -212,6 +218,10 @@ mod tests {
         // Gone before its samples are read: decided by the exec's name.
         f.exec(999_999, b"hotloop\0");
         assert!(f.admits(999_999), "by its exec'd task name");
+        // Its exec seen ahead of the pass, in another ring: the same.
+        assert!(!f.admits(999_998), "gone, no exec seen: out for now");
+        f.note_exec(999_998, b"hotloop");
+        assert!(f.admits(999_998), "by the exec noted ahead");
         assert!(!f.decide(0, None));
     }
 
