@@ -22,6 +22,15 @@ command -v zstd >/dev/null || apt-get install -y -qq zstd >/dev/null
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 
+# write_markers INSTANCE N: N markers "tbx marker I" into the instance.
+write_markers() {
+    python3 -c "
+import os
+fd = os.open('/sys/kernel/tracing/instances/$1/trace_marker', os.O_WRONLY)
+for i in range($2):
+    os.write(fd, b'tbx marker %d' % i)"
+}
+
 run() {
     local tag=$1 extra=$2 inst=tbx_bench_z_$1_$$
     export PERFETTO_PRODUCER_SOCK_NAME=@tbx-bench-z-$tag-$$-p PERFETTO_CONSUMER_SOCK_NAME=@tbx-bench-z-$tag-$$-c
@@ -38,11 +47,7 @@ $extra
 CFG
     "$TB" perfetto --txt -c "$DIR/$tag.pbtx" -o "$DIR/$tag.pftrace" 2>"$DIR/$tag.log" & local c=$!
     sleep 2
-    python3 -c "
-import os, sys
-fd = os.open('/sys/kernel/tracing/instances/$inst/trace_marker', os.O_WRONLY)
-for i in range($N):
-    os.write(fd, b'tbx marker %d' % i)"
+    write_markers "$inst" "$N"
     sleep 1
     kill -TERM $c; wait $c || true
     kill $p $t; wait $p $t 2>/dev/null || true
@@ -81,11 +86,7 @@ tracecmd() {
         -e sched:sched_process_exec >"$DIR/tc.log" 2>&1 & local c=$!
     while [ ! -e "/sys/kernel/tracing/instances/$inst/trace_marker" ]; do sleep 0.1; done
     sleep 1
-    python3 -c "
-import os
-fd = os.open('/sys/kernel/tracing/instances/$inst/trace_marker', os.O_WRONLY)
-for i in range($n):
-    os.write(fd, b'tbx marker %d' % i)"
+    write_markers "$inst" "$n"
     sleep 1
     kill -INT $c; wait $c || true
     rmdir "/sys/kernel/tracing/instances/$inst" 2>/dev/null || true
