@@ -77,7 +77,10 @@ fn all_ids(t: &TranslationTable) -> EventFilter {
 }
 
 /// Full events only: no compact sched, boot clock, no symbols.
-fn plain_ctx<'a>(table: &'a TranslationTable, filter: &'a EventFilter) -> BundleContext<'a> {
+pub(crate) fn plain_ctx<'a>(
+    table: &'a TranslationTable,
+    filter: &'a EventFilter,
+) -> BundleContext<'a> {
     BundleContext {
         table,
         filter,

@@ -9,9 +9,7 @@ use tracebox::pb::protos::mod_FtraceEvent::OneOfevent;
 use tracebox::pb::protos::mod_KprobeEvent::KprobeType;
 use tracebox::pb::protos::mod_TracePacket::OneOfdata;
 use tracebox::pb::protos::{FtraceEvent, TracePacket};
-use tracebox::traced_probes::ftrace::parse::bundle::{
-    write_pages, BundleContext, CpuState, EventFilter,
-};
+use tracebox::traced_probes::ftrace::parse::bundle::{write_pages, CpuState, EventFilter};
 use tracebox::traced_probes::ftrace::parse::format::parse_header_page;
 use tracebox::traced_probes::ftrace::parse::kprobes::TraceType;
 use tracebox::traced_probes::ftrace::parse::translate::TranslationTable;
@@ -34,14 +32,7 @@ fn translate(
     let layout =
         parse_header_page(&std::fs::read_to_string(Path::new(DEBIAN).join("header_page")).unwrap())
             .unwrap();
-    let ctx = BundleContext {
-        table,
-        filter,
-        compact_sched: None,
-        sched_switch: None,
-        clock: None,
-        ksyms: None,
-    };
+    let ctx = crate::bundle::plain_ctx(table, filter);
     let mut out = Packets::default();
     let sum = write_pages(&mut out, 0, pages, &layout, &ctx, state);
     assert_eq!((sum.events, sum.errors), (2, 0));

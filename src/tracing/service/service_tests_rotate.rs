@@ -75,6 +75,23 @@ fn file_data_of(outs: &[Output], sid: SessionId) -> Vec<u8> {
         .collect()
 }
 
+/// A cut whose flush sees 3 and 4 (a cleared state) committed while it is
+/// pending: the old file's last bytes and what the new file got at the
+/// switch.
+fn cut_holding_three_and_four(
+    h: &mut H,
+    p: ProducerId,
+    c: ConsumerId,
+    sid: SessionId,
+    buf: u32,
+) -> (Vec<u8>, Vec<u8>) {
+    h.svc.rotate_file(h.now, c, 5).unwrap();
+    let flush = flush_request(&h.outputs(), p).unwrap();
+    h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
+    let (old, after) = ack_cut(h, p, sid, flush);
+    (old, file_data(&after))
+}
+
 /// Acks the cut's flush: the old file's bytes, and the outputs from the
 /// switch to the new file on.
 fn ack_cut(h: &mut H, p: ProducerId, sid: SessionId, flush_id: u64) -> (Vec<u8>, Vec<Output>) {
@@ -197,14 +214,7 @@ fn a_periodic_write_during_the_cut_holds_cleared_packets_back() {
     let (mut h, p, c, sid, buf) = streaming_session();
     h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
     h.svc.rotate_file(h.now, c, 5).unwrap();
-    let cmds = cmds_for(&h.outputs(), p);
-    let request_id = cmds
-        .iter()
-        .find_map(|c| match c {
-            ProducerCommand::Flush { request_id, .. } => Some(*request_id),
-            _ => None,
-        })
-        .unwrap();
+    let request_id = flush_request(&h.outputs(), p).unwrap();
     h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
     h.svc.write_file_period(h.now, sid);
     let mut old_bytes = file_data(&h.outputs());
@@ -330,11 +340,7 @@ fn held_packets_are_compressed_in_a_deflate_trace() {
     });
     h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
     h.commit_packets(p, 2, buf, &[test_packet(10, 0)]);
-    h.svc.rotate_file(h.now, c, 5).unwrap();
-    let flush = flush_request(&h.outputs(), p).unwrap();
-    h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
-    let (old, after) = ack_cut(&mut h, p, sid, flush);
-    let mut new_bytes = file_data(&after);
+    let (old, mut new_bytes) = cut_holding_three_and_four(&mut h, p, c, sid, buf);
     h.commit_packets(p, 1, buf, &[flagged(5, NEEDS_STATE)]);
     h.commit_packets(p, 2, buf, &[test_packet(11, 0)]);
     h.svc.write_file_period(h.now, sid);
@@ -411,11 +417,7 @@ fn a_filtered_trace_holds_cleared_packets_for_the_new_file() {
         })
     });
     h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
-    h.svc.rotate_file(h.now, c, 5).unwrap();
-    let flush = flush_request(&h.outputs(), p).unwrap();
-    h.commit_packets(p, 1, buf, &[flagged(3, CLEARED), flagged(4, NEEDS_STATE)]);
-    let (old, after) = ack_cut(&mut h, p, sid, flush);
-    let mut new_bytes = file_data(&after);
+    let (old, mut new_bytes) = cut_holding_three_and_four(&mut h, p, c, sid, buf);
     h.commit_packets(p, 1, buf, &[flagged(5, NEEDS_STATE)]);
     h.svc.disable_tracing(h.now, c).unwrap();
     new_bytes.extend(file_data(&h.outputs()));
