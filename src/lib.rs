@@ -10,6 +10,7 @@
 pub mod applets;
 pub mod base;
 pub mod cmd;
+pub mod codec;
 pub mod ipc;
 pub mod mem;
 pub mod pb;

@@ -13,6 +13,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use super::trace_faults::{Missing, TraceFaults};
+use crate::codec;
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
 use crate::pb::protos::TraceConfig;
 use crate::protozero::decode::{
@@ -25,7 +26,9 @@ use crate::schema::trace_extensions::{self, service_event_from_extension};
 const TRACE_PACKET: u64 = 1;
 const TRUSTED_SEQUENCE_ID: u64 = 10;
 const FTRACE_STATS: u64 = 34;
-const COMPRESSED_PACKETS: u64 = 50;
+/// `compressed_packets` (deflate) and `zstd_compressed_packets`.
+const COMPRESSED_PACKETS: u64 = codec::COMPRESSED_PACKETS as u64;
+const ZSTD_COMPRESSED_PACKETS: u64 = codec::ZSTD_COMPRESSED_PACKETS as u64;
 /// `TracePacket.timestamp`, `.trigger`, `.service_event`.
 const TIMESTAMP: u64 = 8;
 const TRIGGER: u64 = 46;
@@ -38,7 +41,8 @@ const TRACEBOX_FTRACE_STATS: u64 = trace_extensions::TRACEBOX_FTRACE_STATS as u6
 const MACHINE_ID: u64 = 98;
 const REMOTE_CLOCK_SYNC: u64 = 107;
 
-/// Bounds on one `compressed_packets` (the service makes them from a read
+/// Bounds on one `compressed_packets` or `zstd_compressed_packets` (the
+/// service makes them from a read
 /// pass of about 1 MiB) and on what it inflates to.
 const MAX_COMPRESSED: usize = 16 << 20;
 const MAX_INFLATED: usize = 64 << 20;
@@ -163,17 +167,15 @@ impl KernelLoss {
         self.perf_unwind_errors += bits.perf_unwind_error as u64;
         self.perf_samples_skipped += bits.perf_skipped as u64;
         match bits.compressed {
-            // Packets compressed by the service (compression_type:
-            // DEFLATE); never nested in the trace format.
-            Some(z) if outer => {
-                match miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&z, MAX_INFLATED) {
-                    Ok(raw) => {
-                        let len = raw.len() as u64;
-                        let _ = self.scan_inner(&mut raw.as_slice(), len, false);
-                    }
-                    Err(_) => self.malformed += 1,
+            // Packets compressed by the service (deflate or zstd); never
+            // nested in the trace format.
+            Some((field, z)) if outer => match codec::decompress_packets(field, &z, MAX_INFLATED) {
+                Some(raw) => {
+                    let len = raw.len() as u64;
+                    let _ = self.scan_inner(&mut raw.as_slice(), len, false);
                 }
-            }
+                None => self.malformed += 1,
+            },
             Some(_) => self.malformed += 1,
             None => {}
         }
@@ -635,8 +637,8 @@ struct PacketBits {
     /// `tracebox_ftrace_stats` (schema::trace_extensions).
     tracebox_ftrace: Option<Vec<u8>>,
     trigger: bool,
-    /// `compressed_packets` bytes.
-    compressed: Option<Vec<u8>>,
+    /// `compressed_packets` or `zstd_compressed_packets`: field, bytes.
+    compressed: Option<(u32, Vec<u8>)>,
     /// `PerfSample.kernel_records_lost`.
     perf_lost: u64,
     /// `PerfSample.producer_event` says the guardrail stopped the source.
@@ -697,8 +699,9 @@ fn stats_in_packet(b: &mut dyn TraceBytes, start: u64, end: u64) -> io::Result<P
                     }
                 }
             }
-            (COMPRESSED_PACKETS, 2) if len <= MAX_COMPRESSED as u64 => {
-                bits.compressed = Some(b.at(f.value_start, len as usize)?.to_vec());
+            (COMPRESSED_PACKETS | ZSTD_COMPRESSED_PACKETS, 2) if len <= MAX_COMPRESSED as u64 => {
+                let z = b.at(f.value_start, len as usize)?.to_vec();
+                bits.compressed = Some((f.number as u32, z));
             }
             _ => {}
         }
@@ -880,6 +883,28 @@ mod tests {
             data_packet(2, 50_000),
             stats_packet(2, P::EndOfTrace, &[(4, 0)]),
         ]
+    }
+
+    #[test]
+    fn zstd_compressed_packets_are_read_once_and_bombs_counted() {
+        let z = codec::zstd::compress(&trace_file(&two_sources()), 3);
+        let mut s = VecStream::new();
+        put_bytes(&mut s, ZSTD_COMPRESSED_PACKETS as u32, &z);
+        let packet = s.into_bytes();
+        let mut k = KernelLoss::default();
+        k.observe_packet(&[packet.as_slice()]);
+        assert_eq!((k.events_lost(), k.malformed), (Some(126), 0));
+        let mut k = KernelLoss::default();
+        k.scan_file(&tempfile_with(&trace_file(std::slice::from_ref(&packet))))
+            .unwrap();
+        assert_eq!((k.events_lost(), k.malformed), (Some(126), 0));
+        // Past MAX_INFLATED: refused while decompressing, counted.
+        let bomb = codec::zstd::compress(&vec![0u8; MAX_INFLATED + 1], 1);
+        let mut s = VecStream::new();
+        put_bytes(&mut s, ZSTD_COMPRESSED_PACKETS as u32, &bomb);
+        let mut k = KernelLoss::default();
+        k.observe_packet(&[s.into_bytes()]);
+        assert_eq!((k.events_lost(), k.malformed), (None, 1));
     }
 
     #[test]

@@ -76,7 +76,8 @@ pub struct Meta {
     pub malformed_packets: u64,
     /// Packets whose payload the report does not know: (field, count).
     pub unknown: Vec<(u32, u64)>,
-    /// `compressed_packets` inflated (their packets are read like the rest).
+    /// `compressed_packets` and `zstd_compressed_packets` decompressed
+    /// (their packets are read like the rest).
     pub compressed: u64,
     pub first_ts: Option<u64>,
     pub last_ts: u64,

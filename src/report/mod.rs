@@ -22,6 +22,7 @@ pub mod sorter;
 
 use std::io::Read;
 
+use crate::codec;
 use crate::protozero::decode::FieldIter;
 
 use analysis::Analysis;
@@ -50,35 +51,36 @@ impl Walk {
     }
 }
 
-/// `TracePacket.compressed_packets`: a zlib stream of `Trace` packets.
-const COMPRESSED_PACKETS: u32 = 50;
-/// What one `compressed_packets` may inflate to (the service makes them
+/// What one `compressed_packets` or `zstd_compressed_packets` may
+/// decompress to (the service makes them
 /// from read passes of about 1 MiB).
 const MAX_INFLATED: usize = 64 << 20;
 
 /// Reads the whole trace, handing every ftrace event to `sink` in time
 /// order. `keep_raw` keeps event payloads (for printing their fields).
-/// Packets compressed by the service are inflated and read like the rest.
+/// Packets compressed by the service (deflate or zstd) are decompressed
+/// and read like the rest.
 pub fn walk<R: Read>(src: R, keep_raw: bool, sink: &mut dyn FnMut(&Rec, &Walk)) -> Walk {
     let mut w = Walk::default();
     let mut rd = PacketReader::new(src);
     let mut sorter = Sorter::default();
     while let Some(p) = rd.next_packet() {
-        let z = FieldIter::new(p).find(|f| f.number == COMPRESSED_PACKETS && f.wire_type == 2);
+        let z =
+            FieldIter::new(p).find(|f| codec::is_compressed_packets(f.number) && f.wire_type == 2);
         let Some(z) = z else {
             take_packet(p, keep_raw, &mut w, &mut sorter, sink);
             continue;
         };
         w.meta.compressed += 1;
-        match miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(z.value, MAX_INFLATED) {
-            Ok(raw) => {
+        match codec::decompress_packets(z.number, z.value, MAX_INFLATED) {
+            Some(raw) => {
                 let mut inner = FieldIter::new(&raw);
                 for f in (&mut inner).filter(|f| f.number == 1 && f.wire_type == 2) {
                     take_packet(f.value, keep_raw, &mut w, &mut sorter, sink);
                 }
                 w.meta.malformed_packets += inner.error as u64;
             }
-            Err(_) => w.meta.malformed_packets += 1,
+            None => w.meta.malformed_packets += 1,
         }
     }
     sorter.finish(&mut |r| sink(&r, &w));
@@ -152,25 +154,46 @@ mod tests {
     use crate::protozero::{put_bytes, VecStream};
 
     /// A trace and the same trace with all its packets in one
-    /// `compressed_packets` (as traced writes with deflate) give the same
-    /// events in the same order.
+    /// `compressed_packets` (deflate) or `zstd_compressed_packets` (as
+    /// traced writes them) give the same events in the same order.
     #[test]
     fn compressed_packets_are_read_like_the_rest() {
         let plain = include_bytes!("../../fuzz/corpus/report/compact_sched");
-        let z = miniz_oxide::deflate::compress_to_vec_zlib(plain, 6);
-        let mut packet = VecStream::new();
-        put_bytes(&mut packet, COMPRESSED_PACKETS, &z);
-        let mut trace = VecStream::new();
-        put_bytes(&mut trace, 1, &packet.into_bytes());
         let events = |bytes: &[u8]| {
             let mut out = Vec::new();
             let w = walk(bytes, false, &mut |r, _| out.push((r.ts, r.cpu)));
-            (out, w.meta.compressed)
+            (out, w.meta.compressed, w.meta.malformed_packets)
         };
-        let (a, none) = events(plain);
-        let (b, one) = events(&trace.into_bytes());
+        let (a, none, _) = events(plain);
         assert!(a.len() > 100, "{}", a.len());
-        assert_eq!(a, b);
-        assert_eq!((none, one), (0, 1));
+        assert_eq!(none, 0);
+        let deflate = miniz_oxide::deflate::compress_to_vec_zlib(plain, 6);
+        let zstd = codec::zstd::compress(plain, 3);
+        for (field, z) in [
+            (codec::COMPRESSED_PACKETS, deflate),
+            (codec::ZSTD_COMPRESSED_PACKETS, zstd),
+        ] {
+            let mut packet = VecStream::new();
+            put_bytes(&mut packet, field, &z);
+            let mut trace = VecStream::new();
+            put_bytes(&mut trace, 1, &packet.into_bytes());
+            assert_eq!(
+                events(&trace.into_bytes()),
+                (a.clone(), 1, 0),
+                "field {field}"
+            );
+        }
+    }
+
+    /// A zstd bomb (past MAX_INFLATED) is refused and counted, not read.
+    #[test]
+    fn a_zstd_bomb_is_counted_malformed() {
+        let z = codec::zstd::compress(&vec![0u8; MAX_INFLATED + 1], 1);
+        let mut packet = VecStream::new();
+        put_bytes(&mut packet, codec::ZSTD_COMPRESSED_PACKETS, &z);
+        let mut trace = VecStream::new();
+        put_bytes(&mut trace, 1, &packet.into_bytes());
+        let w = walk(&trace.into_bytes()[..], false, &mut |_, _| {});
+        assert_eq!((w.meta.compressed, w.meta.malformed_packets), (1, 1));
     }
 }

@@ -2,7 +2,7 @@
 """Checks rotated trace files with Perfetto's official descriptors.
 
 Usage: check_rotation.py PREFIX FILE...
-For each file (deflate compressed_packets opened) prints one line of counts: trace_config, clock_snapshot,
+For each file (compressed_packets and zstd_compressed_packets opened) prints one line of counts: trace_config, clock_snapshot,
 system_info packets, processes in process_tree packets, sched_switch events
 (compact or not), markers (ftrace print buffers "PREFIX NNNNNN"),
 compressed_packets and the top-level packets that are not ("plain"), the cpus with ftrace data, their events, and "early": events before
@@ -13,17 +13,17 @@ two files is a duplicate; a number missing between lo and hi is a gap).
 Exit status 1 if a file does not parse.
 """
 import sys
-import zlib
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
-from no_unknown_fields import assert_known
+from no_unknown_fields import assert_known, decompressed
 
 
 def expand(packets):
-    """The packets, with deflate compressed_packets opened in place."""
+    """The packets, with compressed packets (zlib, zstd) opened in place."""
     for p in packets:
-        if p.HasField("compressed_packets"):
+        raw = decompressed(p)
+        if raw is not None:
             inner = pb.Trace()
-            inner.ParseFromString(zlib.decompress(p.compressed_packets))
+            inner.ParseFromString(raw)
             yield from expand(inner.packet)
         else:
             yield p
@@ -40,7 +40,7 @@ def main():
         t.ParseFromString(data)
         assert_known(data, name)
         c = dict(config=0, clocks=0, sysinfo=0, procs=0, sched=0, markers=0,
-                 zipped=sum(p.HasField("compressed_packets") for p in t.packet))
+                 zipped=sum(decompressed(p) is not None for p in t.packet))
         c["plain"] = len(t.packet) - c["zipped"]
         # cpu -> previous_bundle_end_timestamp of its first bundle; every
         # event timestamp of the file.

@@ -2,12 +2,18 @@
 (PyPI perfetto's perfetto_trace_pb2) or declared by the trace's own
 extension_descriptor packets (TracePacket field 72), as trace_processor
 reads them. The trace_config packet (the user's config as given) and
-for_testing packets (test producers' payloads) are not checked.
+for_testing packets (test producers' payloads) are not checked. Packets
+inside compressed_packets (zlib) and zstd_compressed_packets are checked
+in their place, as trace_processor reads them.
 
-As a module: unknown_fields(trace_bytes) -> ["packet[i].path", ...].
+As a module: unknown_fields(trace_bytes) -> ["packet[i].path", ...];
+decompressed(packet) -> the Trace bytes inside a compressed packet.
 As a script: no_unknown_fields.py TRACE...; exit status 1 if any.
 """
 import sys
+import zlib
+
+import zstandard
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import FieldDescriptor
@@ -53,7 +59,47 @@ def _walk(msg, path, out):
             _walk(value, name, out)
 
 
+def decompressed(p):
+    """The Trace bytes inside a compressed_packets or zstd_compressed_packets
+    packet; None for any other packet."""
+    if p.HasField("compressed_packets"):
+        return zlib.decompress(p.compressed_packets)
+    if p.HasField("zstd_compressed_packets"):
+        # A stream: frames need not carry their size.
+        return zstandard.ZstdDecompressor().decompressobj().decompress(p.zstd_compressed_packets)
+    return None
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def flattened(data):
+    """`data` with every compressed packet replaced by the packets inside
+    it (Trace bytes)."""
+    trace = pb.Trace()
+    trace.ParseFromString(data)
+    if not any(decompressed(p) is not None for p in trace.packet):
+        return data
+    out = bytearray()
+    for p in trace.packet:
+        raw = decompressed(p)
+        if raw is not None:
+            out += flattened(raw)
+        else:
+            body = p.SerializeToString()
+            out += b"\x0a" + _varint(len(body)) + body
+    return bytes(out)
+
+
 def unknown_fields(data):
+    data = flattened(data)
     trace = pb.Trace()
     trace.ParseFromString(data)
     if register_extensions(trace):

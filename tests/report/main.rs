@@ -11,3 +11,4 @@ mod report_kernel_counts;
 mod report_memory;
 mod report_names_clocks;
 mod report_synthetic;
+mod report_zstd;

@@ -52,10 +52,11 @@ pub fn ignored_config_fields(cfg: &TraceConfig) -> Vec<&'static str> {
             out.push(name);
         }
     };
-    // Deflate is honoured (`compress`); any other compression is not.
+    // Deflate and zstd are honoured (`compress`); a `compression` naming
+    // neither (a codec this service does not know) is not.
     flag(
-        cfg.compression.is_some() && !super::compress::wants_deflate(cfg),
-        "compression (only deflate is built)",
+        cfg.compression.is_some() && super::compress::codec(cfg).is_none(),
+        "compression (only deflate and zstd are built)",
     );
     flag(!cfg.session_semaphores.is_empty(), "session_semaphores");
     flag(cfg.exclusive_prio.is_some(), "exclusive_prio");

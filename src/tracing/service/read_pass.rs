@@ -186,7 +186,7 @@ impl TracingService {
     }
 
     /// One read pass into `sink`; returns whether more data is left. With
-    /// deflate the pass's packets reach `sink` as one compressed packet.
+    /// compression the pass's packets reach `sink` as one compressed packet.
     pub(super) fn read_pass(
         &mut self,
         now: u64,
@@ -194,14 +194,14 @@ impl TracingService {
         max_bytes: usize,
         sink: &mut dyn PacketSink,
     ) -> bool {
-        if !self
+        let codec = self
             .sessions
             .get(&sid)
-            .is_some_and(|s| compress::wants_deflate(&s.config))
-        {
+            .and_then(|s| compress::codec(&s.config));
+        let Some(codec) = codec else {
             return self.read_pass_plain(now, sid, max_bytes, sink);
-        }
-        let mut z = compress::DeflateSink::default();
+        };
+        let mut z = compress::CompressSink::new(codec);
         // A cut's packets for the new file are held before compression
         // (the compressed packet has no sequence to route by).
         z.divert = sink.divert().and_then(Option::take);

@@ -311,14 +311,18 @@ fn a_clone_during_a_pending_cut_has_the_held_packets() {
     assert_eq!(producer_markers(&packets(&new_bytes)), vec![3, 4, 5]);
 }
 
-/// The packets of `Trace`-framed bytes, each `compressed_packets` opened;
-/// and how many top-level packets were not compressed.
-fn inflated(data: &[u8]) -> (Vec<Vec<u8>>, usize) {
+/// The packets of `Trace`-framed bytes, each `compressed_packets` or
+/// `zstd_compressed_packets` opened (only `field`'s are expected); and how
+/// many top-level packets were not compressed.
+fn inflated(data: &[u8], field: u32) -> (Vec<Vec<u8>>, usize) {
+    use crate::codec;
     let (mut out, mut plain) = (Vec::new(), 0);
     for p in packets(data) {
-        match FieldIter::new(&p).find(|f| f.number == 50 && f.wire_type == 2) {
+        let z = FieldIter::new(&p).find(|f| codec::is_compressed_packets(f.number));
+        match z {
             Some(z) => {
-                let raw = miniz_oxide::inflate::decompress_to_vec_zlib(z.value).unwrap();
+                assert_eq!((z.number, z.wire_type), (field, 2));
+                let raw = codec::decompress_packets(field, z.value, 64 << 20).unwrap();
                 out.extend(packets(&raw));
             }
             None => {
@@ -335,9 +339,28 @@ fn inflated(data: &[u8]) -> (Vec<Vec<u8>>, usize) {
 #[test]
 fn held_packets_are_compressed_in_a_deflate_trace() {
     use crate::pb::protos::mod_TraceConfig::CompressionType;
-    let (mut h, p, c, sid, buf) = streaming_session_with(|cfg| {
+    held_packets_are_compressed(50, |cfg| {
         cfg.compression_type = Some(CompressionType::COMPRESSION_TYPE_DEFLATE)
     });
+}
+
+/// The same with zstd: each file's passes are `zstd_compressed_packets`.
+#[test]
+fn held_packets_are_compressed_in_a_zstd_trace() {
+    held_packets_are_compressed(133, |cfg| {
+        let z = crate::pb::protos::mod_TraceConfig::mod_CompressionConfig::Zstd { level: Some(1) };
+        cfg.compression = Some(crate::pb::protos::mod_TraceConfig::CompressionConfig {
+            zstd: Some(z),
+            deflate: Some(Default::default()),
+        })
+    });
+}
+
+fn held_packets_are_compressed(
+    field: u32,
+    config: impl FnOnce(&mut crate::pb::protos::TraceConfig),
+) {
+    let (mut h, p, c, sid, buf) = streaming_session_with(config);
     h.commit_packets(p, 1, buf, &[flagged(1, CLEARED), flagged(2, NEEDS_STATE)]);
     h.commit_packets(p, 2, buf, &[test_packet(10, 0)]);
     let (old, mut new_bytes) = cut_holding_three_and_four(&mut h, p, c, sid, buf);
@@ -347,7 +370,8 @@ fn held_packets_are_compressed_in_a_deflate_trace() {
     new_bytes.extend(file_data(&h.outputs()));
     h.svc.disable_tracing(h.now, c).unwrap();
     new_bytes.extend(file_data(&h.outputs()));
-    let ((old, old_plain), (new, new_plain)) = (inflated(&old), inflated(&new_bytes));
+    let (old, old_plain) = inflated(&old, field);
+    let (new, new_plain) = inflated(&new_bytes, field);
     assert_eq!((old_plain, new_plain), (0, 0));
     assert_eq!(producer_markers(&old), vec![1, 2, 10]);
     assert_eq!(producer_markers(&new), vec![3, 4, 5, 11]);
