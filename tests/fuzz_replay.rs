@@ -204,4 +204,5 @@ replay_tests!(
     trace_buffer,
     trace_filter,
     websocket_wire,
+    zstd_frame,
 );

@@ -21,3 +21,4 @@ pub mod smb_chunk_reader;
 pub mod trace_buffer;
 pub mod trace_filter;
 pub mod websocket_wire;
+pub mod zstd_frame;

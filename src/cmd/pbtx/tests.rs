@@ -250,3 +250,22 @@ fn raw_bytes_input() {
         "{e}"
     );
 }
+
+#[test]
+fn compression_parses_zstd_levels_deflate_and_the_legacy_enum() {
+    let c = decode(&tc("compression { zstd { level: 9 } deflate {} }").unwrap());
+    let z = c.compression.as_ref().unwrap();
+    assert_eq!(z.zstd.as_ref().unwrap().level, Some(9));
+    assert!(z.deflate.is_some());
+    let c = decode(&tc("compression { zstd { level: -5 } }").unwrap());
+    assert_eq!(c.compression.unwrap().zstd.unwrap().level, Some(-5));
+    let c = decode(&tc("compression { zstd {} }").unwrap());
+    assert_eq!(c.compression.unwrap().zstd.unwrap().level, None);
+    let c = decode(&tc("compression_type: COMPRESSION_TYPE_DEFLATE").unwrap());
+    assert!(c.compression_type.is_some());
+    // A level that is no int32 is the parser's clear error.
+    let e = error("compression { zstd { level: 99999999999 } }").to_string();
+    assert!(e.contains("level"), "{e}");
+    let e = error("compression { lz4 {} }").to_string();
+    assert!(e.contains("lz4"), "{e}");
+}
