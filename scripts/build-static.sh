@@ -5,8 +5,10 @@
 #         aarch64-unknown-linux-musl, armv7-unknown-linux-gnueabihf,
 #         armv7-unknown-linux-musleabihf (falls back to gnueabihf when rustup
 #         serves no armv7 musl std; see cross/README.md).
-# Installs what it needs (rustup target, Debian's ARM cross gcc), checks the
-# result is static (no PT_INTERP, no DT_NEEDED) and prints its size.
+# Installs what it needs (rustup target, Debian's gcc for the target: libzstd
+# is C, see cross/config.toml), checks the result is static (no PT_INTERP, no
+# DT_NEEDED), that the C code asks libc for nothing musl lacks, and prints
+# its size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,11 +48,31 @@ armv7-unknown-linux-gnueabihf) ;;
 esac
 if [ "$built_as" = armv7-unknown-linux-gnueabihf ]; then
     add_target "$built_as" || { echo "build-static: rustup cannot add $built_as" >&2; exit 1; }
-    apt_install gcc-arm-linux-gnueabihf libc6-dev-armhf-cross
 fi
+# The C compiler cross/config.toml names for the target (libzstd).
+case "$built_as" in
+x86_64-*) cross=x86_64-linux-gnu; apt_install gcc libc6-dev ;;
+i686-*) cross=i686-linux-gnu; apt_install gcc-i686-linux-gnu libc6-dev-i386-cross ;;
+aarch64-*) cross=aarch64-linux-gnu; apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross ;;
+armv7-*) cross=arm-linux-gnueabihf; apt_install gcc-arm-linux-gnueabihf libc6-dev-armhf-cross ;;
+esac
 command -v file >/dev/null || apt_install file
 
 cargo build --locked --release --config cross/config.toml --target "$built_as" --bin tracebox
+# libzstd was compiled against glibc's headers: what it leaves undefined
+# must be plain C library calls musl has (no __*_chk fortify wrappers, no
+# glibc internals), or the compiler's own helpers that Rust's
+# compiler_builtins provides.
+zstd_a=$(ls -t "${CARGO_TARGET_DIR:-target}/$built_as"/release/build/zstd-sys-*/out/libzstd.a | head -1)
+extra=$("$cross-nm" -u "$zstd_a" | awk 'NF == 2 {print $2}' | sort -u |
+    grep -vxE 'memcpy|memmove|memset|malloc|calloc|free|__aeabi_[a-z0-9]+|__(u?(div|mod)di3|popcount[sd]i2)' || true)
+defined=$("$cross-nm" --defined-only "$zstd_a" | awk 'NF == 3 {print $3}' | sort -u)
+extra=$(comm -23 <(printf '%s\n' "$extra" | sed '/^$/d') <(printf '%s\n' "$defined"))
+if [ -n "$extra" ]; then
+    echo "build-static: libzstd needs symbols musl may lack: $extra" >&2
+    exit 1
+fi
+
 mkdir -p dist
 out="dist/tracebox-$built_as"
 cp "${CARGO_TARGET_DIR:-target}/$built_as/release/tracebox" "$out"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Bytes per ftrace marker event in a write_into_file trace, plain and with
-# compression_type: COMPRESSION_TYPE_DEFLATE, on one marker load (as root),
-# against trace-cmd's zstd file of the same number of markers.
+# Bytes per ftrace marker event in a write_into_file trace, plain, with
+# compression_type: COMPRESSION_TYPE_DEFLATE and with compression { zstd {} }
+# at ZSTD_WRITER_LEVELS (default "0 1": libzstd's default 3, and 1), on one
+# marker load (as root), against trace-cmd's zstd file of the same number of
+# markers; and traced's CPU time (user + system, from /proc) for each.
 #   scripts/bench/compression.sh [MARKERS]      (default 100000)
 # Uses target/release/tracebox (else target/debug), private sockets and a
 # private tracefs instance per run; counts markers with perfetto_trace_pb2.
@@ -18,6 +20,7 @@ TB=$PWD/target/release/tracebox
 [ -x "$TB" ] || TB=$PWD/target/debug/tracebox
 PY=${TRACEBOX_PYTHON:-$PWD/.venv/bin/python}
 ZSTD_LEVELS=${ZSTD_LEVELS:-1 3}
+ZSTD_WRITER_LEVELS=${ZSTD_WRITER_LEVELS:-0 1}
 command -v zstd >/dev/null || apt-get install -y -qq zstd >/dev/null
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
@@ -50,10 +53,15 @@ CFG
     write_markers "$inst" "$N"
     sleep 1
     kill -TERM $c; wait $c || true
+    # traced's CPU over the whole session (utime + stime, clock ticks).
+    local ticks
+    ticks=$(awk '{print $14 + $15}' "/proc/$t/stat")
     kill $p $t; wait $p $t 2>/dev/null || true
     rmdir "/sys/kernel/tracing/instances/$inst" 2>/dev/null || true
+    echo "$tag: traced CPU $((ticks * 1000 / $(getconf CLK_TCK))) ms"
     ZSTD_LEVELS="$ZSTD_LEVELS" "$PY" - "$DIR/$tag.pftrace" "$tag" <<'PY'
 import os, subprocess, sys, zlib
+import zstandard
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 t = pb.Trace(); t.ParseFromString(open(sys.argv[1], "rb").read())
 pk = list(t.packet)
@@ -62,6 +70,9 @@ for p in t.packet:
     if p.HasField("compressed_packets"):
         raw = zlib.decompress(p.compressed_packets)
         passes.append((len(p.compressed_packets), raw))
+        x = pb.Trace(); x.ParseFromString(raw); pk += list(x.packet)
+    if p.HasField("zstd_compressed_packets"):
+        raw = zstandard.ZstdDecompressor().decompressobj().decompress(p.zstd_compressed_packets)
         x = pb.Trace(); x.ParseFromString(raw); pk += list(x.packet)
 n = sum(1 for p in pk if p.HasField("ftrace_events")
         for e in p.ftrace_events.event if e.HasField("print") and "tbx marker" in e.print.buf)
@@ -98,6 +109,9 @@ tracecmd() {
 
 run plain ""
 run deflate "compression_type: COMPRESSION_TYPE_DEFLATE"
+for level in $ZSTD_WRITER_LEVELS; do
+    run "zstd$level" "compression { zstd { level: $level } }"
+done
 read -r tc_size tc_n < <(tracecmd "$N")
 read -r tc_empty _ < <(tracecmd 0)
 awk -v s="$tc_size" -v n="$tc_n" -v e="$tc_empty" 'BEGIN {
