@@ -211,6 +211,19 @@ fn ignored_config_fields_are_listed_and_plain_configs_have_none() {
     cfg.statsd_logging = Some(StatsdLogging::STATSD_LOGGING_DISABLED);
     cfg.experimental_trace_buffer_v2_compaction = Some(false);
     assert!(ignored_config_fields(&cfg).is_empty());
+    // zstd and deflate are honoured; a `compression {}` naming neither
+    // (a codec newer than this build) is listed.
+    use crate::pb::protos::mod_TraceConfig::{mod_CompressionConfig::Zstd, CompressionConfig};
+    cfg.compression = Some(CompressionConfig {
+        zstd: Some(Zstd { level: Some(5) }),
+        ..Default::default()
+    });
+    assert!(ignored_config_fields(&cfg).is_empty());
+    cfg.compression = Some(CompressionConfig::default());
+    assert_eq!(
+        ignored_config_fields(&cfg),
+        ["compression (only deflate and zstd are built)"]
+    );
 }
 
 /// A clone of a running session names what the session did not get so
