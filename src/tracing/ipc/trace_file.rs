@@ -4,15 +4,23 @@
 //! file opened with O_APPEND (where pwrite cannot place bytes) gets plain
 //! sequential writes cut back to whole packets on error.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, IoSlice, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+use std::rc::Rc;
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
+use crate::mem::small_map::SmallMap;
 use crate::protozero::commit_append::{CommitAppender, WriteAt};
 use crate::protozero::decode::read_varint;
+use crate::tracing::service::types::SessionId;
+
+/// The open output files by session, shared by the adapter and the
+/// service's [`FileOutput`](crate::tracing::service::types::FileOutput).
+pub type TraceFiles = Rc<RefCell<SmallMap<SessionId, TraceFile>>>;
 
 pub struct TraceFile {
     file: File,

@@ -63,6 +63,7 @@ pub mod session;
 mod stats;
 mod stop;
 pub mod timers;
+mod to_file;
 mod triggers;
 pub mod types;
 
