@@ -320,3 +320,32 @@ fn first_packet_reads_the_header() {
     assert_eq!(first_packet(&[0x12, 0]), None);
     assert_eq!(first_packet(&[PACKET_TAG, 0x80]), None);
 }
+
+/// Why the padding ahead of a batch is written, not made by extending the
+/// file (ftruncate, fallocate): a zero byte is no protobuf tag, and the
+/// file's size and a header claiming the new bytes cannot change in one
+/// step, so a kill between the two leaves a file that does not parse,
+/// whichever comes first.
+#[test]
+fn a_file_extended_with_zeros_parses_in_neither_order() {
+    let mut number = 0;
+    let (whole, _) = batch(&[100, 200], &mut number);
+    let at = whole.len();
+    // Extended first: zeros follow the last packet.
+    let mut extended = whole.clone();
+    extended.resize(at + 2 * PAGE as usize, 0);
+    assert_eq!(
+        packets(&extended).unwrap_err(),
+        format!("unexpected tag 0x0 at {at}")
+    );
+    // The padding's header first: it claims bytes the file lacks.
+    let mut claimed = whole.clone();
+    push_pad_header(&mut claimed, 2 * PAGE - HDR);
+    assert_eq!(
+        packets(&claimed).unwrap_err(),
+        format!("field at {at} runs {} bytes past the end", 2 * PAGE - HDR)
+    );
+    // Once both are done it parses: the state between is what a kill keeps.
+    extended[at..at + HDR as usize].copy_from_slice(&claimed[at..]);
+    assert_eq!(packets(&extended).unwrap().len(), 2);
+}

@@ -74,6 +74,8 @@ mod service_tests_acl;
 #[cfg(test)]
 mod service_tests_faults;
 #[cfg(test)]
+mod service_tests_file_output;
+#[cfg(test)]
 mod service_tests_filter;
 #[cfg(test)]
 mod service_tests_machines;
