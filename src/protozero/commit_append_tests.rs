@@ -17,6 +17,10 @@ impl WriteAt for MemFile {
         self.writes.push((at, buf.to_vec()));
         Ok(())
     }
+    /// One write of the concatenation, as one pwritev is cut by a kill.
+    fn write_all_vectored_at(&mut self, parts: &[&[u8]], at: u64) -> Result<(), ()> {
+        self.write_all_at(&parts.concat(), at)
+    }
 }
 
 fn apply(image: &mut Vec<u8>, at: u64, buf: &[u8]) {
@@ -138,6 +142,32 @@ fn run(start_len: usize, rounds: usize, seed: u64, max_packet: usize, per_batch:
 
 /// Appends batches of packets of `sizes`, checking every kill point.
 fn check(start_len: usize, sizes: &[Vec<usize>]) {
+    check_split(start_len, sizes, 0);
+}
+
+/// `bytes` cut into parts at pseudo-random points (`seed` 0: one part).
+fn split(bytes: &[u8], seed: u64) -> Vec<&[u8]> {
+    let mut rng = seed;
+    let mut parts = Vec::new();
+    let mut at = 0;
+    while seed != 0 && at < bytes.len() {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        // Empty parts and 1-byte parts (a header across parts) too.
+        let n = (rng % 7) as usize * (rng as usize >> 8) % 300;
+        let end = (at + n).min(bytes.len());
+        parts.push(&bytes[at..end]);
+        at = end;
+    }
+    if parts.is_empty() || at < bytes.len() {
+        parts.push(&bytes[at..]);
+    }
+    parts
+}
+
+/// [`check`] with each batch handed over in parts cut by `seed`.
+fn check_split(start_len: usize, sizes: &[Vec<usize>], seed: u64) {
     let rounds = sizes.len();
     let mut f = MemFile::default();
     // Whatever the file held before: whole packets.
@@ -159,7 +189,8 @@ fn check(start_len: usize, sizes: &[Vec<usize>]) {
         let (bytes, list) = batch(sizes, &mut number);
         let before = f.bytes.clone();
         f.writes.clear();
-        app.append(&mut f, &bytes).unwrap();
+        app.append_parts(&mut f, &split(&bytes, seed.wrapping_add(round as u64)))
+            .unwrap();
         let old = all.len();
         all.extend(list);
         for (k, image) in kill_points(&before, &f.writes).iter().enumerate() {
@@ -245,9 +276,76 @@ fn a_batch_not_starting_with_a_packet_keeps_its_first_field() {
 }
 
 #[test]
+fn a_batch_in_parts_writes_what_the_whole_batch_writes() {
+    for seed in 1..30 {
+        let sizes = random_sizes(12, seed * 31, 3000, 6);
+        let (mut a, mut b) = (MemFile::default(), MemFile::default());
+        let (mut app_a, mut app_b) = (CommitAppender::new(0), CommitAppender::new(0));
+        let mut number = 0;
+        for (round, s) in sizes.iter().enumerate() {
+            let (bytes, _) = batch(s, &mut number);
+            app_a.append(&mut a, &bytes).unwrap();
+            let parts = split(&bytes, seed * 1000 + round as u64);
+            app_b.append_parts(&mut b, &parts).unwrap();
+        }
+        assert_eq!(a.bytes, b.bytes, "seed {seed}");
+        assert_eq!(app_a.committed(), app_b.committed());
+    }
+}
+
+#[test]
+fn every_kill_point_parses_with_batches_in_parts() {
+    for seed in 1..8 {
+        check_split(0, &random_sizes(40, seed * 7, 5000, 5), seed);
+        check_split(100, &random_sizes(20, seed * 3, 200, 9), seed + 50);
+    }
+}
+
+#[test]
+fn gather_prefix_reads_a_header_across_parts() {
+    let parts: [&[u8]; 4] = [&[PACKET_TAG], &[], &[0x80], &[0x01, 9, 9]];
+    let mut head = [0u8; 11];
+    assert_eq!(
+        first_packet(gather_prefix(&parts, &mut head)),
+        Some((3, 128))
+    );
+    let body = skip_prefix(&parts, 3);
+    assert_eq!(body, [&[9u8, 9][..]]);
+}
+
+#[test]
 fn first_packet_reads_the_header() {
     assert_eq!(first_packet(&[PACKET_TAG, 3, 1, 2, 3]), Some((2, 3)));
     assert_eq!(first_packet(&[PACKET_TAG, 0x80, 0x01]), Some((3, 128)));
     assert_eq!(first_packet(&[0x12, 0]), None);
     assert_eq!(first_packet(&[PACKET_TAG, 0x80]), None);
+}
+
+/// Why the padding ahead of a batch is written, not made by extending the
+/// file (ftruncate, fallocate): a zero byte is no protobuf tag, and the
+/// file's size and a header claiming the new bytes cannot change in one
+/// step, so a kill between the two leaves a file that does not parse,
+/// whichever comes first.
+#[test]
+fn a_file_extended_with_zeros_parses_in_neither_order() {
+    let mut number = 0;
+    let (whole, _) = batch(&[100, 200], &mut number);
+    let at = whole.len();
+    // Extended first: zeros follow the last packet.
+    let mut extended = whole.clone();
+    extended.resize(at + 2 * PAGE as usize, 0);
+    assert_eq!(
+        packets(&extended).unwrap_err(),
+        format!("unexpected tag 0x0 at {at}")
+    );
+    // The padding's header first: it claims bytes the file lacks.
+    let mut claimed = whole.clone();
+    push_pad_header(&mut claimed, 2 * PAGE - HDR);
+    assert_eq!(
+        packets(&claimed).unwrap_err(),
+        format!("field at {at} runs {} bytes past the end", 2 * PAGE - HDR)
+    );
+    // Once both are done it parses: the state between is what a kill keeps.
+    extended[at..at + HDR as usize].copy_from_slice(&claimed[at..]);
+    assert_eq!(packets(&extended).unwrap().len(), 2);
 }

@@ -15,7 +15,7 @@ use crate::tracing::service::types::*;
 use crate::tracing::service::{FrameSink, FrameWriter, TracingService, FRAME_HEAD_ROOM};
 
 use super::env::{boot_time_ns, RealEnv, SmbTable};
-use super::trace_file::TraceFile;
+use super::trace_file::{TraceFile, TraceFiles};
 
 /// A producer connection.
 #[derive(Default)]
@@ -50,7 +50,8 @@ pub struct TracedState {
     /// Deferred Flush / CloneSession replies by token.
     pub pending: SmallMap<RequestToken, ReplyTo>,
     next_token: RequestToken,
-    pub files: SmallMap<SessionId, TraceFile>,
+    /// Shared with the service's env, which writes them during passes.
+    pub files: TraceFiles,
     /// The finished output files of sessions that still exist, so a
     /// consumer that attaches later can read its trace back for the end
     /// line (one fd per live session at most).
@@ -112,6 +113,25 @@ impl FrameSink for ToHost<'_> {
 }
 
 impl TracedState {
+    /// A write into `session`'s file failed: the file closes with what it
+    /// holds, and the session stops with the error (carried by a
+    /// TracingDisabled already queued in `late_errors`' batch).
+    fn file_write_failed(
+        &mut self,
+        session: SessionId,
+        e: String,
+        late_errors: &mut Vec<(ConsumerId, String)>,
+    ) {
+        log_warn!("traced: writing the trace file failed: {e}");
+        let failed = self.files.borrow_mut().remove(&session);
+        if let Some(f) = failed {
+            self.keep_finished_file(session, &f);
+        }
+        if let Some(c) = self.core.file_write_failed(Self::now(), session, e.clone()) {
+            late_errors.push((c, e));
+        }
+    }
+
     /// Keeps a copy of a detached session's output file past its end,
     /// for the Attach to come; forgets the files of sessions that are gone.
     fn keep_finished_file(&mut self, sid: SessionId, f: &TraceFile) {
@@ -130,14 +150,16 @@ impl TracedState {
     /// one being written, or the finished one (kept while the session
     /// lives: `--is_detached` attaches and detaches again).
     pub fn attached_file(&self, sid: SessionId) -> Option<File> {
-        let open = self.files.get(&sid).map(TraceFile::file);
-        let f = open.or_else(|| self.finished_files.get(&sid))?;
-        f.try_clone().ok()
+        if let Some(f) = self.files.borrow().get(&sid) {
+            return f.file().try_clone().ok();
+        }
+        self.finished_files.get(&sid)?.try_clone().ok()
     }
 
     pub fn new(service_uid: u32) -> TracedState {
         let smbs = SmbTable::default();
-        let env = RealEnv::new(smbs.clone());
+        let files = TraceFiles::default();
+        let env = RealEnv::new(smbs.clone(), files.clone());
         TracedState {
             core: TracingService::new(Box::new(env), service_uid),
             smbs,
@@ -147,7 +169,7 @@ impl TracedState {
             consumer_clients: SmallMap::new(),
             pending: SmallMap::new(),
             next_token: 1,
-            files: SmallMap::new(),
+            files,
             finished_files: SmallMap::new(),
             clone_files: SmallMap::new(),
             clone_errors: SmallMap::new(),
@@ -274,12 +296,14 @@ impl TracedState {
                     }
                 }
                 Output::SyncFile { session } => {
-                    if let Some(Err(e)) = self.files.get(&session).map(TraceFile::sync_data) {
+                    let synced = self.files.borrow().get(&session).map(TraceFile::sync_data);
+                    if let Some(Err(e)) = synced {
                         log_warn!("traced: syncing the trace file failed: {e}");
                     }
                 }
                 Output::CopyFileForClone { token, from, to } => {
-                    let copied = match (self.files.get(&from), self.clone_files.remove(&token)) {
+                    let files = self.files.borrow();
+                    let copied = match (files.get(&from), self.clone_files.remove(&token)) {
                         (Some(src), Some(mut dst)) => {
                             super::clone_file::copy_contents(src.file(), src.committed(), &mut dst)
                                 .map(|()| TraceFile::new(dst))
@@ -288,9 +312,10 @@ impl TracedState {
                         (None, _) => Err("the session's file is already closed".into()),
                         (_, None) => Err("no file descriptor".into()),
                     };
+                    drop(files);
                     match copied {
                         Ok(dst) => {
-                            self.files.insert(to, dst);
+                            self.files.borrow_mut().insert(to, dst);
                         }
                         Err(e) => {
                             let e = format!(
@@ -302,22 +327,22 @@ impl TracedState {
                     }
                 }
                 Output::WriteToFile { session, data } => {
-                    if let Some(f) = self.files.get_mut(&session) {
-                        if let Err(e) = f.append(&data) {
-                            log_warn!("traced: writing the trace file failed: {e}");
-                            if let Some(f) = self.files.remove(&session) {
-                                self.keep_finished_file(session, &f);
-                            }
-                            let now = Self::now();
-                            if let Some(c) = self.core.file_write_failed(now, session, e.clone()) {
-                                late_errors.push((c, e));
-                            }
-                        }
+                    let written = self
+                        .files
+                        .borrow_mut()
+                        .get_mut(&session)
+                        .map(|f| f.append(&data));
+                    if let Some(Err(e)) = written {
+                        self.file_write_failed(session, e, &mut late_errors);
                     }
                     self.core.recycle_file_buffer(data);
                 }
+                Output::FileWriteFailed { session, error } => {
+                    self.file_write_failed(session, error, &mut late_errors);
+                }
                 Output::CloseFile { session } => {
-                    if let Some(f) = self.files.remove(&session) {
+                    let closed = self.files.borrow_mut().remove(&session);
+                    if let Some(f) = closed {
                         self.keep_finished_file(session, &f);
                         let _ = f.finish();
                     }
@@ -329,7 +354,8 @@ impl TracedState {
                         continue;
                     };
                     let sync = self.core.session_syncs_file(session);
-                    if let Some(old) = self.files.insert(session, TraceFile::new(new)) {
+                    let old = self.files.borrow_mut().insert(session, TraceFile::new(new));
+                    if let Some(old) = old {
                         if sync {
                             if let Err(e) = old.finish() {
                                 log_warn!("traced: syncing the rotated-out file failed: {e}");
