@@ -257,18 +257,6 @@ pub fn parse_stat_times(buf: &[u8], ns_per_tick: u64) -> Option<StatTimes> {
     })
 }
 
-/// Splits `/proc/<pid>/cmdline` on NUL. A missing final NUL (seen on some
-/// kernels) is tolerated. Empty input gives no arguments.
-pub fn split_cmdline(buf: &[u8]) -> Vec<String> {
-    let body = buf.strip_suffix(b"\0").unwrap_or(buf);
-    if buf.is_empty() {
-        return Vec::new();
-    }
-    body.split(|&b| b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,17 +431,6 @@ RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3
         assert_eq!(t.start_from_boot_ns, 7_770_000_000);
         assert_eq!(parse_stat_times(b"42 (x) S 1 2", 1), None);
         assert_eq!(parse_stat_times(b"", 1), None);
-    }
-
-    #[test]
-    fn cmdline_splitting() {
-        assert_eq!(
-            split_cmdline(b"/bin/sh\0-c\0echo hi\0"),
-            vec!["/bin/sh", "-c", "echo hi"]
-        );
-        assert_eq!(split_cmdline(b"/bin/sh\0-c"), vec!["/bin/sh", "-c"]);
-        assert_eq!(split_cmdline(b"a\0\0b\0"), vec!["a", "", "b"]);
-        assert!(split_cmdline(b"").is_empty());
     }
 
     #[test]
