@@ -24,7 +24,10 @@
 # back to back inside one process, milliseconds apart: the steadiest ratio
 # on a shared machine ("alternate" line: quartiles of the per-turn ratios).
 #
-# Usage: [ROUNDS=N] [PAIRS=N] [ALTERNATE=N] scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
+# BENCH=PATH runs that bench_proc_scan binary instead of building one (a
+# build of another commit, to take turns with this one).
+#
+# Usage: [ROUNDS=N] [PAIRS=N] [ALTERNATE=N] [BENCH=PATH] scripts/bench/proc-scan.sh [ITERATIONS] [COUNTS...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters=${1:-20}
@@ -34,12 +37,14 @@ counts=("${@:-0 100 500 1000}")
 read -r -a counts <<<"${counts[*]}"
 
 # Optimized, but without the slow fat LTO of the shipping profile.
-if ! CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+if [ -n "${BENCH:-}" ]; then
+    :
+elif ! CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
     cargo build -q --release --example bench_proc_scan 2>/tmp/bench-proc-scan-build.log; then
     cat /tmp/bench-proc-scan-build.log >&2
     exit 1
 fi
-bench=${CARGO_TARGET_DIR:-target}/release/examples/bench_proc_scan
+bench=${BENCH:-${CARGO_TARGET_DIR:-target}/release/examples/bench_proc_scan}
 # Optional syscall floors (per syscall set, no parsing) in C.
 floor=""
 if command -v cc >/dev/null && cc -O2 -o target/bench-proc-floor scripts/bench/proc-floor.c 2>/dev/null; then

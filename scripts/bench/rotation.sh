@@ -8,13 +8,16 @@
 # bytes each file spends on its own header (trace config, first clock
 # snapshot, system info, uuid, sync markers, the full process tree scan and
 # the trace stats).
-# Uses target/release/tracebox (else target/debug), private sockets and a
-# private tracefs instance per mode; reads the traces with perfetto_trace_pb2.
+# Also prints the full /proc scans each file holds (process_tree packets
+# listing pid 1): one per file when a cut clears the data sources once.
+# Uses $BIN, else target/release/tracebox (else target/debug), private
+# sockets and a private tracefs instance per mode; reads the traces with
+# perfetto_trace_pb2.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-300000}
 SIZE=${2:-1mb}
-TB=$PWD/target/release/tracebox
+TB=${BIN:-$PWD/target/release/tracebox}
 [ -x "$TB" ] || TB=$PWD/target/debug/tracebox
 PY=${TRACEBOX_PYTHON:-$PWD/.venv/bin/python}
 DIR=$(mktemp -d)
@@ -40,11 +43,17 @@ HEADER = ("trace_config", "system_info", "trace_stats",
 
 def read(files):
     markers = header = total = 0
+    scans = []
     for name in files:
         t = pb.Trace(); t.ParseFromString(open(name, "rb").read())
         clocks = 0
+        scans.append(0)
         for p in t.packet:
-            full_scan = p.HasField("process_tree") and len(p.process_tree.processes) >= 20
+            # An on-demand dump describes pids not described since the last
+            # clear: never pid 1, which every full scan lists.
+            full_scan = p.HasField("process_tree") and any(
+                q.pid == 1 for q in p.process_tree.processes)
+            scans[-1] += full_scan
             first_clock = p.HasField("clock_snapshot") and clocks == 0
             clocks += p.HasField("clock_snapshot")
             if full_scan or first_clock or any(p.HasField(h) for h in HEADER):
@@ -52,7 +61,7 @@ def read(files):
             for e in p.ftrace_events.event:
                 markers += e.HasField("print") and e.print.buf.startswith("tbx rot ")
         total += os.path.getsize(name)
-    return markers, header, total
+    return markers, header, total, scans
 
 def run(tag, extra):
     d = os.path.join(top, tag); os.mkdir(d)
@@ -102,8 +111,9 @@ data_sources {{ config {{ name: "linux.process_stats"
     except OSError:
         pass
     files = sorted(glob.glob(f"{d}/t.[0-9]*")) or [f"{d}/t"]
-    markers, header, total = read(files)
-    return dict(cpu=cpu, markers=markers, files=len(files), header=header, total=total)
+    markers, header, total, scans = read(files)
+    return dict(cpu=cpu, markers=markers, files=len(files), header=header, total=total,
+                scans=scans)
 
 plain = run("plain", [])
 rot = run("rotate", ["--rotate-size", size])
@@ -111,7 +121,8 @@ for tag, r in (("plain", plain), ("rotate", rot)):
     print(f"{tag}: {r['markers']} markers in {r['files']} file(s), "
           f"{r['cpu'] * 1e9 / max(r['markers'], 1):.0f} ns CPU/event, "
           f"{r['total'] / max(r['markers'], 1):.2f} B/event, "
-          f"header {r['header'] / r['files']:.0f} B/file")
+          f"header {r['header'] / r['files']:.0f} B/file, "
+          f"full /proc scans per file {r['scans']}")
 print(f"cpu_ratio (rotate/plain, per event): {rot['cpu'] / max(rot['markers'], 1) / (plain['cpu'] / max(plain['markers'], 1)):.2f}")
 cuts = rot['files'] - 1
 if cuts:

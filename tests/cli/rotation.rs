@@ -114,7 +114,8 @@ fn rotate_keep_leaves_only_the_newest_files() {
     assert!(log.contains("older removed by --rotate-keep"), "{log}");
     assert!(says_nothing_lost(&log), "{log}");
     // The survivors still open on their own.
-    check_files(&files, "tbx-rotk");
+    let (_, per_file) = check_files(&files, "tbx-rotk");
+    one_full_scan_each(&files, &per_file);
 }
 
 #[test]
@@ -228,6 +229,8 @@ fn a_cut_that_cannot_happen_is_named_in_the_trace_and_on_the_end_line() {
     let dir = tmp.path();
     eprintln!("{log}");
     assert_eq!(files.len(), 1, "{log}");
+    // The client could not open the next file, so it never asked traced
+    // to cut: the data sources were not cleared, one /proc scan.
     check_union(&files, "tbx-rots");
     let t = dir.join("t");
     let (first, next) = (
@@ -325,7 +328,7 @@ fn rotated_files_stay_within_one_write_period_of_the_size() {
             (files, log, took)
         });
         let late = starved.stop();
-        check_union_of(&files, &prefix, MEGABYTE_A_SECOND.count);
+        check_cuts(&files, &prefix, MEGABYTE_A_SECOND.count);
         assert!(says_nothing_lost(&log), "{log}");
         let sizes: Vec<u64> = files
             .iter()
@@ -641,7 +644,22 @@ fn check_files(files: &[PathBuf], prefix: &str) -> (Counts, Vec<Counts>) {
 }
 
 fn check_union(files: &[PathBuf], prefix: &str) -> Vec<Counts> {
-    check_union_of(files, prefix, MARKERS)
+    check_cuts(files, prefix, MARKERS)
+}
+
+/// [`check_union_of`] of a recording whose every cut happened: each file
+/// holds exactly one full /proc scan (a cut clears the data sources once;
+/// a second clear would scan again into the same file).
+fn check_cuts(files: &[PathBuf], prefix: &str, count: u64) -> Vec<Counts> {
+    let per_file = check_union_of(files, prefix, count);
+    one_full_scan_each(files, &per_file);
+    per_file
+}
+
+fn one_full_scan_each(files: &[PathBuf], per_file: &[Counts]) {
+    for (f, counts) in files.iter().zip(per_file) {
+        assert_eq!(counts["scans"], 1, "{}: {counts:?}", f.display());
+    }
 }
 
 /// [`check_union`] of a flood of `count` markers.

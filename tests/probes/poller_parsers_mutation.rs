@@ -3,9 +3,8 @@
 //! bytes must never panic.
 
 use tracebox::traced_probes::fs_root::ReadErrors;
-use tracebox::traced_probes::ps::parse::{
-    parse_smaps_rollup, parse_stat_times, parse_status, split_cmdline,
-};
+use tracebox::traced_probes::ps::parse::{parse_smaps_rollup, parse_stat_times, parse_status};
+use tracebox::traced_probes::ps::Argv;
 use tracebox::traced_probes::sys_stats::counters::{build_lookup, meminfo_entries, vmstat_entries};
 use tracebox::traced_probes::sys_stats::parse::*;
 use tracebox::traced_probes::sys_stats::{StatFields, SysStatsPacket};
@@ -66,7 +65,7 @@ fn mutated_proc_files_never_panic() {
         let data = mutate(&mut rng, &seeds[i % seeds.len()]);
         let _ = parse_status(&data);
         let _ = parse_stat_times(&data, u64::MAX);
-        let _ = split_cmdline(&data);
+        let _ = Argv::from_cmdline(&data);
         let _ = parse_smaps_rollup(&data);
         let text = String::from_utf8_lossy(&data);
         let mut p = SysStatsPacket::default();

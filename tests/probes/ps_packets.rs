@@ -4,8 +4,8 @@ use quick_protobuf::{BytesReader, MessageRead};
 use tracebox::pb::protos::{mod_TracePacket::OneOfdata, TracePacket};
 use tracebox::protozero::VecStream;
 use tracebox::traced_probes::ps::{
-    write_process_stats_packet, write_process_tree_packet, ProcStatsSample, ProcessStatsPacket,
-    ProcessTreePacket, TreeProcess, TreeThread,
+    write_process_stats_packet, write_process_tree_packet, Argv, ProcStatsSample,
+    ProcessStatsPacket, ProcessTreePacket, TreeProcess, TreeThread,
 };
 
 fn decode(bytes: &[u8]) -> TracePacket {
@@ -23,7 +23,7 @@ fn process_tree_round_trip() {
                 pid: 10,
                 ppid: 1,
                 uid: -2,
-                cmdline: vec!["/bin/app".into(), "--flag".into(), "".into()],
+                cmdline: Argv::from_args(["/bin/app", "--flag", ""]),
                 nspid: vec![3],
                 start_from_boot_ns: Some(99),
                 is_kthread: Some(false),
@@ -31,7 +31,7 @@ fn process_tree_round_trip() {
             },
             TreeProcess {
                 pid: 2,
-                cmdline: vec!["kthreadd".into()],
+                cmdline: Argv::from_args(["kthreadd"]),
                 cmdline_is_comm: true,
                 is_kthread: Some(true),
                 ..Default::default()

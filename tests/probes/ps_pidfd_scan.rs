@@ -117,12 +117,12 @@ fn pidfd_and_status_paths_agree() {
             assert_eq!(f, s, "pid {pid}, names {names}");
         }
         let c = find(&fast, child.0.id() as i32).unwrap();
-        assert_eq!(c.cmdline, ["sleep", "3599", "1"]);
+        assert_eq!(c.cmdline.to_vec(), ["sleep", "3599", "1"]);
         assert_eq!(c.ppid, me);
         assert_eq!(c.uid as u32, nix::unistd::getuid().as_raw());
         assert_eq!(c.is_kthread, find(&slow, me).unwrap().is_kthread);
         if let Some(k) = find(&fast, 2) {
-            assert!(k.cmdline_is_comm && k.cmdline == ["kthreadd"]);
+            assert!(k.cmdline_is_comm && k.cmdline.to_vec() == ["kthreadd"]);
         }
         if let Some(pid) = nested_pid {
             assert_eq!(find(&fast, pid).unwrap().nspid, [1]);

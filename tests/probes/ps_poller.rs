@@ -114,7 +114,7 @@ fn full_scan_of_fixture() {
     assert_eq!(pids, vec![1, 2, 12]);
 
     let init = &tree.processes[0];
-    assert_eq!(init.cmdline, vec!["/sbin/init", "--verbose"]);
+    assert_eq!(init.cmdline.to_vec(), ["/sbin/init", "--verbose"]);
     assert!(!init.cmdline_is_comm);
     assert_eq!(
         (init.ppid, init.uid, init.is_kthread),
@@ -124,12 +124,16 @@ fn full_scan_of_fixture() {
     assert!(init.nspid.is_empty());
 
     let kthreadd = &tree.processes[1];
-    assert_eq!(kthreadd.cmdline, vec!["kthreadd"]);
+    assert_eq!(kthreadd.cmdline.to_vec(), ["kthreadd"]);
     assert!(kthreadd.cmdline_is_comm);
     assert_eq!(kthreadd.is_kthread, Some(true));
 
     let inner = &tree.processes[2];
-    assert_eq!(inner.cmdline, vec!["inner"], "missing final NUL tolerated");
+    assert_eq!(
+        inner.cmdline.to_vec(),
+        ["inner"],
+        "missing final NUL tolerated"
+    );
     assert_eq!(inner.nspid, vec![1]);
 
     // Main threads (upstream v58+) plus other threads; names only on request.
@@ -315,3 +319,51 @@ fn fds_are_resolved_once() {
         .unwrap();
     assert_eq!(init.fds, vec![(4, "/tmp/y".to_string())]);
 }
+
+/// The bytes of a full scan's encoded packet, pinned: the scan and its
+/// encoding are tuned for speed (argv, names and the packet written with
+/// as little copying as they can), and none of that may change a byte.
+/// The fixture adds argv with empty and invalid UTF-8 arguments, a
+/// zombie (empty cmdline: comm stands in), and thread names read from
+/// `comm` and from `status`.
+#[test]
+fn full_scan_encoding_is_pinned() {
+    let dir = fixture();
+    let r = dir.path();
+    write(r, "proc/1/task/5/comm", b"worker\n");
+    write(
+        r,
+        "proc/20/status",
+        &status("odd\u{e9}", 20, 20, 1, "Kthread:\t0\nThreads:\t1\n"),
+    );
+    write(
+        r,
+        "proc/20/cmdline",
+        b"a\0\0\xff\xfeb\0c\xe2\x82\0\xe2\x82\xac\0",
+    );
+    write(
+        r,
+        "proc/21/status",
+        &status("zombie", 21, 21, 20, "Kthread:\t0\nThreads:\t1\n"),
+    );
+    write(r, "proc/21/cmdline", b"");
+    for names in [true, false] {
+        let mut p = poller(
+            r,
+            ProcessStatsSettings {
+                record_thread_names: names,
+                record_process_age: true,
+                ..Default::default()
+            },
+        );
+        let (tree, _) = p.scan_all();
+        let mut s = tracebox::protozero::VecStream::new();
+        tracebox::traced_probes::ps::write_process_tree_packet(&mut s, &tree.unwrap());
+        let hex: String = s.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        let want = if names { PINNED_NAMES } else { PINNED_NO_NAMES };
+        assert_eq!(hex, want, "names {names}");
+    }
+}
+
+const PINNED_NAMES: &str = "40e80712a08280000aa6808000080110001a0a2f7362696e2f696e69741a092d2d766572626f736528e8073880e2a2c80140000a9a808000080210001a086b74687265616464480128e8073880ade20440010a95808000080c10011a05696e6e657228e80730013880bbb0210aa2808000081410011a01611a001a07efbfbdefbfbd621a0463efbfbd1a03e282ac28e80740000a93808000081510141a067a6f6d626965480128e8074000128a808000080118011204696e6974128c808000080518011206776f726b6572128e8080000802180212086b74687265616464128d808000080c180c20011205696e6e6572128f808000080d180c20021207696e6e65722d74128b8080000814181412056f6464c3a9128c8080000815181512067a6f6d62696518e907";
+const PINNED_NO_NAMES: &str = "40e80712e98180000aa6808000080110001a0a2f7362696e2f696e69741a092d2d766572626f736528e8073880e2a2c80140000a9a808000080210001a086b74687265616464480128e8073880ade20440010a95808000080c10011a05696e6e657228e80730013880bbb0210aa2808000081410011a01611a001a07efbfbdefbfbd621a0463efbfbd1a03e282ac28e80740000a93808000081510141a067a6f6d626965480128e80740001284808000080118011284808000080518011284808000080218021286808000080c180c20011286808000080d180c200212848080000814181412848080000815181518e907";

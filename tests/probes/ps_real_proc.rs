@@ -59,7 +59,7 @@ fn full_scan_finds_this_process_and_its_named_thread() {
             .iter()
             .find(|p| p.pid == me)
             .expect("own pid in tree");
-        assert_eq!(proc_.cmdline, argv);
+        assert_eq!(proc_.cmdline.to_vec(), argv);
         assert!(!proc_.cmdline_is_comm);
         assert_eq!(proc_.ppid, nix::unistd::getppid().as_raw());
         assert_eq!(proc_.uid as u32, nix::unistd::getuid().as_raw());

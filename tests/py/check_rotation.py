@@ -3,7 +3,9 @@
 
 Usage: check_rotation.py PREFIX FILE...
 For each file (compressed_packets and zstd_compressed_packets opened) prints one line of counts: trace_config, clock_snapshot,
-system_info packets, processes in process_tree packets, sched_switch events
+system_info packets, processes in process_tree packets, full /proc scans
+(process_tree packets that list pid 1: an on-demand dump describes only
+pids not described since the last clear, and pid 1 never is one), sched_switch events
 (compact or not), markers (ftrace print buffers "PREFIX NNNNNN"),
 compressed_packets and the top-level packets that are not ("plain"), the cpus with ftrace data, their events, and "early": events before
 trace_processor's ftrace_latest_data_start_ns (the latest first bundle's
@@ -39,7 +41,7 @@ def main():
             data = f.read()
         t.ParseFromString(data)
         assert_known(data, name)
-        c = dict(config=0, clocks=0, sysinfo=0, procs=0, sched=0, markers=0,
+        c = dict(config=0, clocks=0, sysinfo=0, procs=0, scans=0, sched=0, markers=0,
                  zipped=sum(decompressed(p) is not None for p in t.packet))
         c["plain"] = len(t.packet) - c["zipped"]
         # cpu -> previous_bundle_end_timestamp of its first bundle; every
@@ -54,6 +56,7 @@ def main():
                 c["sysinfo"] += 1
             if p.HasField("process_tree"):
                 c["procs"] += len(p.process_tree.processes)
+                c["scans"] += any(q.pid == 1 for q in p.process_tree.processes)
             if not p.HasField("ftrace_events"):
                 continue
             b = p.ftrace_events

@@ -85,7 +85,7 @@ pub fn write_process_tree_packet<S: Stream + ?Sized>(s: &mut S, p: &ProcessTreeP
         let n = begin_nested(s, tree::PROCESSES);
         put_i32(s, tree::P_PID, proc_.pid);
         put_i32(s, tree::P_PPID, proc_.ppid);
-        for arg in &proc_.cmdline {
+        for arg in proc_.cmdline.args() {
             put_str(s, tree::P_CMDLINE, arg);
         }
         if proc_.cmdline_is_comm {

@@ -18,7 +18,9 @@ mod stats;
 mod tree;
 
 pub use encode::{write_process_stats_packet, write_process_tree_packet};
-pub use model::{ProcStatsSample, ProcessStatsPacket, ProcessTreePacket, TreeProcess, TreeThread};
+pub use model::{
+    Argv, ProcStatsSample, ProcessStatsPacket, ProcessTreePacket, TreeProcess, TreeThread,
+};
 pub use poller::{
     cache_ttl_ticks, clamp_poll_ms, next_poll_delay_ms, Clock, ProcessStatsPoller,
     ProcessStatsSettings, ScanSource, MIN_POLL_MS,

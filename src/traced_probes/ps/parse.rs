@@ -109,7 +109,10 @@ pub fn parse_status(buf: &[u8]) -> Status {
 }
 
 /// [`parse_status`] without the memory counters (`mem` stays empty): what
-/// a process tree needs. Their eight lines are skipped unparsed.
+/// a process tree needs. After `Kthread:` it looks only for `Threads:`:
+/// the kernel writes the task's ids with `Kthread:` last (6.4+), then the
+/// ~19 lines of memory, core dump and THP state, then `Threads:` just
+/// before `SigQ:`; those lines are skipped unsplit.
 pub fn parse_status_ids(buf: &[u8]) -> Status {
     parse_status_fields(buf, false)
 }
@@ -164,6 +167,9 @@ fn parse_status_fields(buf: &[u8], mem: bool) -> Status {
                         Some(1) => Some(true),
                         _ => None,
                     };
+                    if !mem {
+                        rest = from_line_starting(rest, b"Threads:");
+                    }
                 }
             }
             Some(b'S') if field(line, b"SigQ").is_some() => break,
@@ -190,6 +196,21 @@ fn parse_status_fields(buf: &[u8], mem: bool) -> Status {
         }
     }
     st
+}
+
+/// `rest` from its first line that starts with `prefix` (empty if none).
+/// Hops over the bytes that cannot start one (`find_byte` of its first
+/// byte) instead of over every line.
+fn from_line_starting<'a>(rest: &'a [u8], prefix: &[u8]) -> &'a [u8] {
+    let mut at = 0;
+    while let Some(i) = prefix.first().and_then(|&b| find_byte(&rest[at..], b)) {
+        let start = at + i;
+        if (start == 0 || rest[start - 1] == b'\n') && rest[start..].starts_with(prefix) {
+            return &rest[start..];
+        }
+        at = start + 1;
+    }
+    &[]
 }
 
 /// The value of `line` if its key (the text before its first colon) is
@@ -255,18 +276,6 @@ pub fn parse_stat_times(buf: &[u8], ns_per_tick: u64) -> Option<StatTimes> {
         stime_ns: stime.saturating_mul(ns_per_tick),
         start_from_boot_ns: start.saturating_mul(ns_per_tick),
     })
-}
-
-/// Splits `/proc/<pid>/cmdline` on NUL. A missing final NUL (seen on some
-/// kernels) is tolerated. Empty input gives no arguments.
-pub fn split_cmdline(buf: &[u8]) -> Vec<String> {
-    let body = buf.strip_suffix(b"\0").unwrap_or(buf);
-    if buf.is_empty() {
-        return Vec::new();
-    }
-    body.split(|&b| b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect()
 }
 
 #[cfg(test)]
@@ -397,10 +406,59 @@ RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3
             );
             let ids = Status {
                 mem: StatusMem::default(),
-                ..want
+                ..status_by_key_values(&without_lines_after_kthread(input))
             };
             assert_eq!(parse_status_ids(input), ids);
         }
+    }
+
+    /// `buf` without the lines from each `Kthread:` line to the next line
+    /// that starts with `Threads:` (to the end if none): what
+    /// `parse_status_ids` does not look at.
+    fn without_lines_after_kthread(buf: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut skipping = false;
+        for line in buf.split_inclusive(|&b| b == b'\n') {
+            skipping &= !line.starts_with(b"Threads:");
+            if !skipping {
+                out.extend_from_slice(line);
+            }
+            skipping |= line.starts_with(b"Kthread:");
+        }
+        out
+    }
+
+    #[test]
+    fn ids_skip_what_a_kernel_writes_between_kthread_and_threads() {
+        let st = parse_status_ids(
+            b"Kthread:\t0\nPid:\t3\nSigQ:\t0\nThreads:\t4\nPid:\t5\nSigQ:\t0\nPid:\t6",
+        );
+        assert_eq!(
+            (st.kthread, st.threads, st.pid),
+            (Some(false), Some(4), Some(5))
+        );
+        let st = parse_status_ids(b"Kthread:\t1\nxThreads:\t2\nThreadsX:\t3\n");
+        assert_eq!((st.kthread, st.threads), (Some(true), None));
+    }
+
+    /// On every status this machine has, the ids parser and the full one
+    /// agree: the kernel's order is as `parse_status_ids` expects.
+    #[test]
+    fn ids_of_every_live_status_match_the_full_parse() {
+        let mut n = 0;
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(buf) = std::fs::read(e.path().join("status")) else {
+                continue;
+            };
+            let full = parse_status(&buf);
+            let ids = Status {
+                mem: StatusMem::default(),
+                ..full
+            };
+            assert_eq!(parse_status_ids(&buf), ids, "{}", e.path().display());
+            n += 1;
+        }
+        assert!(n > 1);
     }
 
     #[test]
@@ -443,17 +501,6 @@ RssFile:\t    1800 kB\nRssShmem:\t     100 kB\nVmSwap:\t      12 kB\nThreads:\t3
         assert_eq!(t.start_from_boot_ns, 7_770_000_000);
         assert_eq!(parse_stat_times(b"42 (x) S 1 2", 1), None);
         assert_eq!(parse_stat_times(b"", 1), None);
-    }
-
-    #[test]
-    fn cmdline_splitting() {
-        assert_eq!(
-            split_cmdline(b"/bin/sh\0-c\0echo hi\0"),
-            vec!["/bin/sh", "-c", "echo hi"]
-        );
-        assert_eq!(split_cmdline(b"/bin/sh\0-c"), vec!["/bin/sh", "-c"]);
-        assert_eq!(split_cmdline(b"a\0\0b\0"), vec!["a", "", "b"]);
-        assert!(split_cmdline(b"").is_empty());
     }
 
     #[test]

@@ -8,8 +8,7 @@
 //! status), processes in other pid namespaces (their namespaced ids are
 //! only in status), non-leaders, unreadable links.
 
-use super::model::{ProcessTreePacket, TreeProcess, TreeThread};
-use super::parse::split_cmdline;
+use super::model::{Argv, ProcessTreePacket, TreeProcess, TreeThread};
 use super::poller::ProcessStatsPoller;
 use crate::base::pidfd::{pid_info, PidInfoError};
 
@@ -39,7 +38,7 @@ impl ProcessStatsPoller {
         if ns.is_none() || ns != self.own_pid_ns {
             return false;
         }
-        let cmdline = self.procfs.read(pid, "cmdline").map(split_cmdline);
+        let cmdline = self.procfs.read(pid, "cmdline").map(Argv::from_cmdline);
         let names = self.settings.record_thread_names;
         let main_thread = !self.settings.skip_main_thread_message;
         let mut comm = None;
@@ -52,7 +51,7 @@ impl ProcessStatsPoller {
         }
         let cmdline = match cmdline {
             Some(c) if !c.is_empty() => c,
-            _ => vec![comm.clone().unwrap_or_default()],
+            _ => Argv::from_args([comm.as_deref().unwrap_or_default()]),
         };
         let threads = self.procfs.thread_count(pid);
         let start_from_boot_ns = if self.settings.record_process_age {

@@ -4,8 +4,8 @@
 //! In /proc, a thread id is also a valid `/proc/<tid>` path even though only
 //! thread-group leaders are listed, so on-demand scans of a tid work.
 
-use super::model::{ProcessTreePacket, TreeProcess, TreeThread};
-use super::parse::{parse_stat_times, parse_status_ids, split_cmdline, Status};
+use super::model::{Argv, ProcessTreePacket, TreeProcess, TreeThread};
+use super::parse::{parse_stat_times, parse_status_ids, Status};
 use super::poller::ProcessStatsPoller;
 
 impl ProcessStatsPoller {
@@ -177,12 +177,12 @@ impl ProcessStatsPoller {
         // Kernel threads have no mm, hence never an argv: skip the read.
         if status.kthread != Some(true) {
             if let Some(buf) = self.procfs.read(pid, "cmdline") {
-                p.cmdline = split_cmdline(buf);
+                p.cmdline = Argv::from_cmdline(buf);
             }
         }
         if p.cmdline.is_empty() {
             // Zombies and kernel threads have no argv: use comm.
-            p.cmdline = vec![status.name.clone().unwrap_or_default()];
+            p.cmdline = Argv::from_args([status.name.as_deref().unwrap_or_default()]);
             p.cmdline_is_comm = true;
         }
         if self.settings.record_process_age {
