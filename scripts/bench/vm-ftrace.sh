@@ -35,34 +35,12 @@ repo="$PWD"
 if [ "${1:-}" = --image ]; then
     t="$2" root="$3" cache="$4"
     case "$t" in
-    aarch64) debarch=arm64 multiarch=aarch64-linux-gnu cc=aarch64-linux-gnu-gcc ;;
-    x86_64 | x86_64-rt) debarch=amd64 multiarch=x86_64-linux-gnu cc=gcc ;;
+    aarch64) debarch=arm64 cc=aarch64-linux-gnu-gcc ;;
+    x86_64 | x86_64-rt) debarch=amd64 cc=gcc ;;
     *) echo "vm-ftrace: no trace-cmd image for $t" >&2; exit 1 ;;
     esac
-    debs="$cache/bench-debs/$debarch" ex="$cache/bench-root/$debarch"
-    mkdir -p "$debs"
-    for p in trace-cmd libtracefs1 libtraceevent1 libzstd1 libc6; do
-        ls "$debs/${p}_"*.deb >/dev/null 2>&1 ||
-            (cd "$debs" && apt-get download -qq "$p:$debarch" >/dev/null 2>"$debs/download.err") ||
-            { cat "$debs/download.err" >&2; echo "vm-ftrace: download failed: $p:$debarch through apt" >&2; exit 1; }
-    done
-    if [ ! -e "$ex/.extracted" ]; then
-        rm -rf "$ex" && mkdir -p "$ex"
-        for d in "$debs"/*.deb; do dpkg-deb -x "$d" "$ex"; done
-        touch "$ex/.extracted"
-    fi
-    mkdir -p "$root/usr/bin" "$root/lib/$multiarch" "$root/usr/lib/$multiarch" "$root/vm/bin"
-    cp "$ex/usr/bin/trace-cmd" "$root/usr/bin/trace-cmd"
-    # The loader at the path trace-cmd names, and the libraries (not the
-    # subdirectories: gconv, plugins).
-    interp=$(readelf -lW "$ex/usr/bin/trace-cmd" | sed -n 's/.*interpreter: \(.*\)]/\1/p')
-    for d in lib usr/lib; do
-        [ ! -d "$ex/$d/$multiarch" ] || find "$ex/$d/$multiarch" -maxdepth 1 -name '*.so*' \
-            -exec cp -a {} "$root/$d/$multiarch/" \;
-    done
-    mkdir -p "$root$(dirname "$interp")"
-    cp -L "$ex/lib/$multiarch/$(basename "$interp")" "$root$interp"
-    echo "$multiarch" >"$root/vm/multiarch"
+    tests/vm/guest-debs.sh "$debarch" "$cache" "$root" trace-cmd -- usr/bin/trace-cmd
+    mkdir -p "$root/vm/bin"
     "$cc" -O2 -static -pthread -o "$root/vm/bin/vm-load" scripts/bench/vm-load.c
     {
         echo "LOAD_S=${LOAD_S:-10}"

@@ -11,12 +11,14 @@
 # knows its frames (the DWARF scenario); /vm/bin/deep_dyn: the same with
 # deep_lib.c as /vm/lib/libdeep.so, and the C library it runs on (the
 # cross toolchain's, or this host's) with its loader, also in /vm/lib.
-# /vm/bin/deep_clang (x86_64): /vm/bin/deep built by Debian's clang.
+# /vm/bin/deep_clang (x86_64, aarch64): /vm/bin/deep built by Debian's
+# clang; aarch64 also /vm/bin/deep_clang_dyn, deep_dyn built by clang on
+# /vm/lib/clang/libdeep.so, and Debian's perf (tests/vm/guest-debs.sh).
 # The hostile targets (aarch64): /vm/lib/libdeep_copy.so (the library
 # `deep_dyn hostile` maps and unmaps between rounds) and /vm/bin/deep_bad,
 # deep_dyn on /vm/bad/libdeep.so, whose .eh_frame is scrambled.
 set -euo pipefail
-t="$1" dest="$3"
+t="$1" dest="$3" cache="$4"
 case "$t" in
 x86_64 | x86_64-rt) cc=gcc pkgs=(gcc libc6-dev) flags=() ;;
 aarch64) cc=aarch64-linux-gnu-gcc pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross) flags=(-mno-omit-leaf-frame-pointer) ;;
@@ -77,12 +79,15 @@ PY
         -L"$dest/vm/bad" -Wl,-rpath,/vm/bad:/vm/lib -Wl,--dynamic-linker=/vm/lib/"$ld_so" -ldeep -ldl
 fi
 case "$t" in
-x86_64 | x86_64-rt)
+x86_64 | x86_64-rt | aarch64)
     if ! command -v clang >/dev/null; then
         apt-get update -qq || true
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang >/dev/null
     fi
-    clang -O2 -fomit-frame-pointer -g0 -static -o "$dest/vm/bin/deep_clang" \
+    # aarch64: Debian's clang with the cross gcc's sysroot and linker.
+    clang=(clang)
+    [ "$t" != aarch64 ] || clang=(clang --target=aarch64-linux-gnu)
+    "${clang[@]}" -O2 -fomit-frame-pointer -g0 -static -o "$dest/vm/bin/deep_clang" \
         tests/data/perf/deep.c tests/data/perf/deep_lib.c -ldl 2>"$dest/deep.warn" || {
         cat "$dest/deep.warn" >&2
         exit 1
@@ -90,3 +95,13 @@ x86_64 | x86_64-rt)
     rm -f "$dest/deep.warn"
     ;;
 esac
+if [ "$t" = aarch64 ]; then
+    mkdir -p "$dest/vm/lib/clang"
+    "${clang[@]}" -O2 -fomit-frame-pointer -g0 -fPIC -shared -o "$dest/vm/lib/clang/libdeep.so" \
+        tests/data/perf/deep_lib.c
+    "${clang[@]}" -O2 -fomit-frame-pointer -g0 -o "$dest/vm/bin/deep_clang_dyn" tests/data/perf/deep.c \
+        -L"$dest/vm/lib/clang" -Wl,-rpath,/vm/lib/clang:/vm/lib -Wl,--dynamic-linker=/vm/lib/"$ld_so" -ldeep -ldl
+    # Debian's perf of the guest's kernel version, for 45-perf-dwarf's
+    # comparison with `perf record --call-graph dwarf`.
+    tests/vm/guest-debs.sh arm64 "$cache" "$dest" linux-perf -- usr/bin/perf
+fi
