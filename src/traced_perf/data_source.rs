@@ -414,12 +414,15 @@ impl PerfSource {
             // Execs first: a process gone before its samples are read is
             // judged by the name it exec'd, though its exec record may sit
             // in a ring read after them.
+            // Each record once: a pass may leave some for the next.
             let scope = &mut self.scope;
-            for r in &self.rings {
-                let ring = &r.ring;
-                records::exec_comms_in(ring.data(), ring.tail(), ring.head(), |pid, comm| {
+            for r in &mut self.rings {
+                let (ring, head) = (&r.ring, r.ring.head());
+                let from = r.execs_seen_to.max(ring.tail());
+                records::exec_comms_in(ring.data(), from, head, |pid, comm| {
                     scope.note_exec(pid, comm)
                 });
+                r.execs_seen_to = head;
             }
         }
         for i in 0..self.rings.len() {
