@@ -7,8 +7,8 @@
 #   fp (default): the load keeps frame pointers; the kernel walks them for
 #     both (user_frames: UNWIND_KERNEL_FRAME_POINTER against `perf record -g`).
 #   dwarf: the load is built -O2 -fomit-frame-pointer; traced_perf unwinds
-#     each sample's copied stack on the device (UNWIND_DWARF, 2048-page
-#     rings read every 20 ms) against `perf record --call-graph dwarf`,
+#     each sample's copied stack on the device (UNWIND_DWARF, rings sized
+#     from the stack copies, read every 20 ms) against `perf record --call-graph dwarf`,
 #     which only copies stacks and unwinds in `perf report` afterwards: its
 #     CPU is record plus report. Both profile the load's processes only
 #     (scope target_cmdline "hot"; perf record of the load's command), so
@@ -20,6 +20,8 @@
 # profiler against a run without one (runs of the load completed), which
 # says whether profiling starves the workload.
 # Run as root with a release build (cargo build --release).
+# PERF_BENCH_KEEP=DIR keeps our trace and traced_perf's log there
+# (ours.pftrace, perf.log) for a look at when samples were lost.
 set -euo pipefail
 secs="${1:-10}"
 freq="${2:-1000}"
@@ -32,8 +34,10 @@ fp)
     ;;
 dwarf)
     cflags="-O2 -fomit-frame-pointer"
+    # ring_buffer_pages unset: sized from the stack copies for the rate
+    # (16 MiB per CPU at 1 kHz with 20 ms reads).
     ours_cfg="callstack_sampling { scope { target_cmdline: \"hot\" } kernel_frames: true }
-  ring_buffer_pages: 2048 ring_buffer_read_period_ms: 20"
+  ring_buffer_read_period_ms: 20"
     perf_cg=(--call-graph dwarf)
     ;;
 *) echo "mode is fp or dwarf" >&2; exit 1 ;;
@@ -99,6 +103,10 @@ ours_bytes="$(stat -c %s "$tmp/ours.pftrace")"
 ours_cpu="$(echo "$after - $before" | bc -l)"
 all_cpu="$(echo "$ours_cpu + $after_traced - $before_traced" | bc -l)"
 grep '^Trace stats' "$tmp/client.err" || true
+if [ -n "${PERF_BENCH_KEEP:-}" ]; then
+    mkdir -p "$PERF_BENCH_KEEP"
+    cp "$tmp/ours.pftrace" "$tmp/perf.log" "$PERF_BENCH_KEEP/"
+fi
 
 echo "== perf record ${perf_cg[*]} ($secs s, $freq Hz, every CPU)"
 if [ "$mode" = dwarf ]; then

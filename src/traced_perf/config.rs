@@ -124,8 +124,12 @@ pub struct PerfConfig {
 
 pub const DEFAULT_FREQUENCY: u64 = 10;
 pub const DEFAULT_RING_PAGES: usize = 256;
-/// Bound on one CPU's ring: 8 MiB of 4 KiB pages.
-pub const MAX_RING_PAGES: usize = 2048;
+/// Bound on one CPU's ring: 16 MiB of 4 KiB pages.
+pub const MAX_RING_PAGES: usize = 4096;
+/// How long the daemon may go unscheduled past its read period before a
+/// ring sized by [`default_ring_pages`] overruns (a loaded 2-core
+/// machine left traced_perf off the CPU for ~130 ms).
+pub const RING_GAP_MS: u64 = 250;
 pub const DEFAULT_READ_PERIOD_MS: u32 = 100;
 /// Work budget of one read pass: records this big at most, per CPU.
 pub const DEFAULT_FOOTPRINT_KB: u64 = 4 * 1024;
@@ -296,7 +300,7 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
         unwind: UnwindMode::Skip,
         scope: Scope::default(),
         target_cpus: Vec::new(),
-        ring_buffer_pages: DEFAULT_RING_PAGES,
+        ring_buffer_pages: 0,
         read_period_ms: DEFAULT_READ_PERIOD_MS,
         max_enqueued_footprint_kb: DEFAULT_FOOTPRINT_KB,
         max_daemon_memory_kb: 0,
@@ -435,8 +439,12 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
         }
         _ => {}
     }
+    if c.read_period_ms == 0 {
+        c.read_period_ms = DEFAULT_READ_PERIOD_MS;
+    }
+    c.read_period_ms = c.read_period_ms.clamp(1, 60_000);
     let pages = if c.ring_buffer_pages == 0 {
-        DEFAULT_RING_PAGES
+        default_ring_pages(&c)
     } else {
         c.ring_buffer_pages
     };
@@ -446,15 +454,33 @@ pub fn parse(config_untrusted: &[u8]) -> Result<PerfConfig, String> {
         ));
     }
     c.ring_buffer_pages = pages;
-    if c.read_period_ms == 0 {
-        c.read_period_ms = DEFAULT_READ_PERIOD_MS;
-    }
-    c.read_period_ms = c.read_period_ms.clamp(1, 60_000);
     if c.max_enqueued_footprint_kb == 0 {
         c.max_enqueued_footprint_kb = DEFAULT_FOOTPRINT_KB;
     }
     c.max_enqueued_footprint_kb = c.max_enqueued_footprint_kb.clamp(64, 256 * 1024);
     Ok(c)
+}
+
+/// Pages of a ring the config leaves unsized: upstream's 256, or, when
+/// samples copy the user stack (every record carries the whole copy,
+/// however shallow the stack), room for a read period plus
+/// [`RING_GAP_MS`] of samples at the timebase's frequency (1 kHz when it
+/// counts by period), up to [`MAX_RING_PAGES`].
+fn default_ring_pages(c: &PerfConfig) -> usize {
+    if !(c.callstacks && c.unwind.copies_stack()) {
+        return DEFAULT_RING_PAGES;
+    }
+    let hz = match c.interval {
+        Interval::Frequency(f) => f,
+        Interval::Period(_) => 1000,
+    };
+    let record = STACK_SAMPLE_BYTES as u64 + 512;
+    let ms = c.read_period_ms as u64 + RING_GAP_MS;
+    let pages = (hz.saturating_mul(record).saturating_mul(ms) / 1000 / 4096) as usize;
+    pages
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_RING_PAGES)
+        .clamp(DEFAULT_RING_PAGES, MAX_RING_PAGES)
 }
 
 /// `(type, config)` of a PerfEvents.Counter, with its name for errors.
@@ -535,6 +561,39 @@ mod tests {
             end_nested(s, tb);
         });
         assert_eq!(parse(&b).unwrap().unwind, UnwindMode::Skip);
+    }
+
+    /// Unset ring_buffer_pages: stack copies size the ring for a read
+    /// period and a gap at the timebase's rate; other modes keep 256.
+    #[test]
+    fn rings_of_stack_copies_are_sized_for_the_rate() {
+        let pages = |hz: u64, mode: u64, period_ms: Option<u64>, pages: Option<u64>| {
+            let b = cfg(|s| {
+                let tb = begin_nested(s, 15);
+                put_varint(s, 2, hz);
+                end_nested(s, tb);
+                let cs = begin_nested(s, 16);
+                put_varint(s, 3, mode);
+                end_nested(s, cs);
+                if let Some(ms) = period_ms {
+                    put_varint(s, 8, ms);
+                }
+                if let Some(p) = pages {
+                    put_varint(s, 3, p);
+                }
+            });
+            parse(&b).unwrap().ring_buffer_pages
+        };
+        // 1 kHz, 20 ms reads: 270 ms of 65.8 KB records is 17 MiB: capped.
+        assert_eq!(pages(1000, 2, Some(20), None), MAX_RING_PAGES);
+        // 100 Hz, 100 ms reads: 350 ms is 2.3 MB, 1024 pages.
+        assert_eq!(pages(100, 2, None, None), 1024);
+        assert_eq!(pages(100, 3, None, None), 1024);
+        assert_eq!(pages(10, 2, None, None), DEFAULT_RING_PAGES);
+        // No stack copy, or sized by the config: as asked.
+        assert_eq!(pages(1000, 4, Some(20), None), DEFAULT_RING_PAGES);
+        assert_eq!(pages(1000, 1, Some(20), None), DEFAULT_RING_PAGES);
+        assert_eq!(pages(1000, 2, Some(20), Some(64)), 64);
     }
 
     #[test]

@@ -4,16 +4,15 @@
 
 use std::time::{Duration, Instant};
 
-use std::collections::VecDeque;
-
 use super::config::{self, Event, Interval, PerfConfig, SampleClock, UnwindMode};
 use super::events::{attr_for, event_attr, open_ring, CpuRing};
 use super::intern::{Interner, MappingKey};
 use super::records::{self, Layout, Record, Sample};
-use super::resolver::{self, Resolver};
+use super::resolver::{self, Resolver, TablesLoading};
 use super::scope::ScopeFilter;
 use super::sys;
 use super::unwind::{self, StackCopy, UnwindError};
+use super::unwind_queue::UnwindQueue;
 use crate::protozero::{begin_nested, end_nested, put_bytes, put_varint};
 use crate::tracing::core::trace_writer::TraceWriter;
 
@@ -81,6 +80,9 @@ pub struct PerfStats {
     pub skipped_unwind: u64,
     /// Read passes whose unwinding time ran out with samples queued.
     pub unwind_budget_hits: u64,
+    /// Times a sample was held in the queue for its process's unwind
+    /// tables, read on the helper thread (a sample may be held again).
+    pub held_for_tables: u64,
 }
 
 impl PerfStats {
@@ -118,10 +120,8 @@ pub struct PerfSource {
     sample: Sample,
     scratch: Vec<u8>,
     frames: Vec<u64>,
-    /// Samples waiting for their user stack to be unwound, and the stack
-    /// bytes they hold.
-    queue: VecDeque<Sample>,
-    queued_bytes: usize,
+    /// Samples waiting for their user stack to be unwound.
+    queue: UnwindQueue,
     /// Spare samples (their buffers reused).
     spare: Vec<Sample>,
     since_maps_refresh: Duration,
@@ -214,6 +214,7 @@ impl PerfSource {
         if copies_stack && cfg.unwind == UnwindMode::Dwarf && !super::dwarf::HAS_DWARF {
             crate::log_info!("linux.perf: this CPU has no .eh_frame unwinding; UNWIND_DWARF walks frame pointers");
         }
+        let queue = UnwindQueue::new((cfg.max_enqueued_footprint_kb * 1024) as usize);
         Ok(PerfSource {
             scope: ScopeFilter::new(cfg.scope.clone(), now_on(cfg.clock)),
             cfg,
@@ -227,8 +228,7 @@ impl PerfSource {
                 layout,
                 ..Default::default()
             },
-            queue: VecDeque::new(),
-            queued_bytes: 0,
+            queue,
             spare: Vec::new(),
             scratch: Vec::new(),
             frames: Vec::new(),
@@ -372,7 +372,8 @@ impl PerfSource {
             line.push_str(&format!(
                 "; {} unwound, {} unwind errors, {} stack copies cut, {} skipped at enqueue, \
                  {} skipped at unwind, {} unwind budget hits, {} walks past the copy \
-                 ({} pages of /proc/PID/mem, {} refused)",
+                 ({} pages of /proc/PID/mem, {} refused), {} unwind tables read in the \
+                 background ({} holds of samples waiting for them)",
                 s.unwound,
                 s.unwind_errors,
                 s.stack_copies_cut,
@@ -381,7 +382,9 @@ impl PerfSource {
                 s.unwind_budget_hits,
                 r.far_samples,
                 r.far_pages,
-                r.far_refused
+                r.far_refused,
+                r.unwind_tables_background,
+                s.held_for_tables
             ));
         }
         if s.stopped_at_kb > 0 {
@@ -411,12 +414,15 @@ impl PerfSource {
             // Execs first: a process gone before its samples are read is
             // judged by the name it exec'd, though its exec record may sit
             // in a ring read after them.
+            // Each record once: a pass may leave some for the next.
             let scope = &mut self.scope;
-            for r in &self.rings {
-                let ring = &r.ring;
-                records::exec_comms_in(ring.data(), ring.tail(), ring.head(), |pid, comm| {
+            for r in &mut self.rings {
+                let (ring, head) = (&r.ring, r.ring.head());
+                let from = r.execs_seen_to.max(ring.tail());
+                records::exec_comms_in(ring.data(), from, head, |pid, comm| {
                     scope.note_exec(pid, comm)
                 });
+                r.execs_seen_to = head;
             }
         }
         for i in 0..self.rings.len() {
@@ -572,17 +578,16 @@ impl PerfSource {
             return;
         }
         let bytes = self.sample.stack.len();
-        let footprint = (self.cfg.max_enqueued_footprint_kb * 1024) as usize;
-        let full = |q: &PerfSource| {
-            q.queue.len() >= config::UNWIND_QUEUE_CAPACITY || q.queued_bytes + bytes >= footprint
-        };
         // A full queue is unwound from its oldest while the pass's
         // unwinding time lasts (the rings' read budget still holds), so
         // no CPU's samples are skipped for being read after another's.
-        while full(self) && !self.queue.is_empty() && Instant::now() < self.unwind_until {
+        while !self.queue.has_room(bytes)
+            && self.queue.has_ready()
+            && Instant::now() < self.unwind_until
+        {
             self.unwind_one();
         }
-        if full(self) {
+        if !self.queue.has_room(bytes) {
             self.stats.skipped_enqueue += 1;
             let s = std::mem::take(&mut self.sample);
             self.emit_skipped(&s, SKIP_UNWIND_ENQUEUE);
@@ -593,32 +598,50 @@ impl PerfSource {
         let mut next = self.spare.pop().unwrap_or_default();
         next.group = self.sample.group;
         next.layout = self.sample.layout;
-        self.queued_bytes += bytes;
-        self.queue
-            .push_back(std::mem::replace(&mut self.sample, next));
+        self.queue.push(std::mem::replace(&mut self.sample, next));
     }
 
     /// Unwinds queued samples until `deadline`, writing each; the rest
-    /// wait for the next pass.
+    /// wait for the next pass. Samples held for unwind tables the helper
+    /// thread reads are retried once tables come in, waited for while the
+    /// time lasts (upstream's unwinder defers such samples the same way).
     fn unwind_queued(&mut self, deadline: Instant) {
         let t0 = thread_cpu_ns();
-        while !self.queue.is_empty() {
-            if Instant::now() >= deadline {
-                self.stats.unwind_budget_hits += 1;
+        if self.resolver.take_tables_arrived() {
+            self.queue.release_held();
+        }
+        loop {
+            while self.queue.has_ready() {
+                if Instant::now() >= deadline {
+                    self.stats.unwind_budget_hits += 1;
+                    break;
+                }
+                self.unwind_one();
+            }
+            if self.queue.has_ready() || !self.queue.has_held() {
                 break;
             }
-            self.unwind_one();
+            // Only samples waiting for tables: idle until some arrive.
+            if !self.resolver.wait_for_tables(deadline) {
+                break;
+            }
+            self.resolver.take_tables_arrived();
+            self.queue.release_held();
         }
         self.stats.read_cpu_ns += thread_cpu_ns().saturating_sub(t0);
     }
 
-    /// Unwinds and writes the oldest queued sample.
+    /// Unwinds and writes the oldest queued sample, or holds it while its
+    /// process's unwind tables load.
     fn unwind_one(&mut self) {
-        let Some(mut s) = self.queue.pop_front() else {
+        let Some(mut s) = self.queue.pop() else {
             return;
         };
-        self.queued_bytes -= s.stack.len();
-        let err = self.unwind_user(&mut s);
+        let Ok(err) = self.unwind_user(&mut s) else {
+            self.stats.held_for_tables += 1;
+            self.queue.hold(s);
+            return;
+        };
         self.emit(&s, err);
         if self.spare.len() < 64 {
             self.spare.push(s);
@@ -627,33 +650,35 @@ impl PerfSource {
 
     /// Writes every queued sample as skipped at the unwind stage.
     fn skip_queued(&mut self) {
-        while let Some(s) = self.queue.pop_front() {
+        let queued: Vec<Sample> = self.queue.drain().collect();
+        for s in &queued {
             self.stats.skipped_unwind += 1;
-            self.emit_skipped(&s, SKIP_UNWIND_STAGE);
+            self.emit_skipped(s, SKIP_UNWIND_STAGE);
         }
-        self.queued_bytes = 0;
     }
 
     /// The user frames of a sample from its registers and stack copy.
-    fn unwind_user(&mut self, s: &mut Sample) -> Option<UnwindError> {
-        let regs = unwind::user_regs(&s.user_regs)?;
-        self.stats.unwound += 1;
+    fn unwind_user(&mut self, s: &mut Sample) -> Result<Option<UnwindError>, TablesLoading> {
+        let Some(regs) = unwind::user_regs(&s.user_regs) else {
+            return Ok(None);
+        };
         let stack = StackCopy {
             sp: regs.sp,
             bytes: &s.stack,
         };
         s.user_ips.clear();
         let err = match self.cfg.unwind {
-            UnwindMode::Dwarf => self.resolver.unwind(s.pid, regs, stack, &mut s.user_ips),
+            UnwindMode::Dwarf => self.resolver.unwind(s.pid, regs, stack, &mut s.user_ips)?,
             _ => unwind::frame_pointer_walk(regs, stack, &mut s.user_ips),
         };
+        self.stats.unwound += 1;
         if err.is_some() {
             self.stats.unwind_errors += 1;
             if s.stack_cut {
                 self.stats.stack_copies_cut += 1;
             }
         }
-        err
+        Ok(err)
     }
 
     /// A sample without a callstack, as upstream writes one it skipped.

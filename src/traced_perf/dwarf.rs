@@ -20,7 +20,7 @@ pub struct ModuleSpec<'a> {
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod imp {
-    use std::rc::Rc;
+    use std::sync::Arc;
 
     use framehop::{
         CacheNative, ExplicitModuleSectionInfo, FrameAddress, MayAllocateDuringUnwind, Module,
@@ -41,7 +41,7 @@ mod imp {
     }
 
     pub struct ProcessUnwinder {
-        unwinder: UnwinderNative<Rc<[u8]>, MayAllocateDuringUnwind>,
+        unwinder: UnwinderNative<Arc<[u8]>, MayAllocateDuringUnwind>,
     }
 
     impl ProcessUnwinder {

@@ -352,13 +352,17 @@ mod tests {
 
 /// What DWARF unwinding needs from one file: `.eh_frame` (and its
 /// `.eh_frame_hdr` index) with their addresses, and the `.text` / `.got`
-/// ranges CFI may refer to.
+/// ranges CFI may refer to. Sendable: the symbol loader's thread reads
+/// big ones.
 #[derive(Debug, Default, Clone)]
 pub struct UnwindSections {
-    pub eh_frame: Option<(std::ops::Range<u64>, std::rc::Rc<[u8]>)>,
-    pub eh_frame_hdr: Option<(std::ops::Range<u64>, std::rc::Rc<[u8]>)>,
+    pub eh_frame: Option<(std::ops::Range<u64>, std::sync::Arc<[u8]>)>,
+    pub eh_frame_hdr: Option<(std::ops::Range<u64>, std::sync::Arc<[u8]>)>,
     pub text: Option<std::ops::Range<u64>>,
     pub got: Option<std::ops::Range<u64>>,
+    /// The two tables' sizes as the headers give them, read or not (a
+    /// `max_bytes` of 0 reads the headers only).
+    pub table_bytes: u64,
 }
 
 impl UnwindSections {
@@ -410,8 +414,11 @@ pub fn unwind_sections(f: &(impl ReadAt + ?Sized), max_bytes: usize) -> Option<U
         };
         let data = || {
             let n = usize::try_from(size).ok().filter(|&n| n <= max_bytes)?;
-            f.read_at(off, n).map(std::rc::Rc::from)
+            f.read_at(off, n).map(std::sync::Arc::from)
         };
+        if matches!(name, b".eh_frame" | b".eh_frame_hdr") {
+            out.table_bytes = out.table_bytes.saturating_add(size);
+        }
         match name {
             b".eh_frame" => out.eh_frame = data().map(|d| (range, d)),
             b".eh_frame_hdr" => out.eh_frame_hdr = data().map(|d| (range, d)),

@@ -7,7 +7,7 @@
 //! only unsafe code), reads the kernel's mmap rings on a timer
 //! ([`records`]), keeps the
 //! samples of processes in scope ([`scope`]), unwinds their user stacks
-//! ([`unwind`]: frame pointers through the copied stack; [`dwarf`]:
+//! ([`unwind_queue`] holds them meanwhile; [`unwind`]: frame pointers through the copied stack; [`dwarf`]:
 //! `.eh_frame` via framehop) or takes the kernel's callchain, resolves
 //! the frames to mappings, build ids and function names ([`resolver`], [`maps`],
 //! [`elf`] parsed by [`symbol_loader`], kallsyms), and writes PerfSample packets with interned
@@ -29,6 +29,7 @@ pub mod scope;
 pub mod symbol_loader;
 pub mod sys;
 pub mod unwind;
+pub mod unwind_queue;
 
 use crate::base::event_loop::EventLoop;
 pub use producer::{Producer, NOTIFY_ENV};

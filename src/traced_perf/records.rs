@@ -110,10 +110,15 @@ pub fn record_size(header: &[u8]) -> Option<usize> {
     (size >= 8 && size.is_multiple_of(8)).then_some(size)
 }
 
-/// `N` bytes of a ring from byte counter `at`, wrapping its end.
+/// `N` bytes of a ring from byte counter `at`, wrapping its end (the
+/// one division per call matters: a pass reads every record's header).
 fn ring_bytes<const N: usize>(data: &[u8], at: u64) -> [u8; N] {
-    let size = data.len() as u64;
-    std::array::from_fn(|k| data[((at + k as u64) % size) as usize])
+    let size = data.len();
+    let pos = (at % size as u64) as usize;
+    match data.get(pos..pos + N) {
+        Some(b) => std::array::from_fn(|k| b[k]),
+        None => std::array::from_fn(|k| data[(pos + k) % size]),
+    }
 }
 
 /// Calls `f(type, misc, start, len)` for each whole record between `tail`

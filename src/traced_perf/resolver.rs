@@ -4,19 +4,22 @@
 //! cached with a byte budget; past it the caches start over. Symbol tables
 //! load on a helper thread ([`SymbolLoader`]) and a pass waits for them
 //! only until its deadline: a file late for it has its frames written
-//! mapped but unnamed until a later pass finds it loaded.
+//! mapped but unnamed until a later pass finds it loaded. Big unwind
+//! tables load there too; a process's samples wait in the unwind queue
+//! until its tables are in ([`TablesLoading`]).
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::dwarf::{self, ModuleSpec, ProcessUnwinder};
 use super::elf::{self, ElfInfo, UnwindSections};
 use super::far_stack::FarStack;
 use super::maps::{self, Map};
-use super::symbol_loader::{FileReader, SymbolLoader};
+use super::symbol_loader::{FileReader, Loaded, SymbolLoader, Want};
 use super::unwind::{StackCopy, UnwindError, UserRegs};
 use crate::traced_probes::ftrace::ksyms_load;
 use crate::traced_probes::ftrace::parse::ksyms::LazySymbols;
@@ -32,7 +35,10 @@ const MAX_FILE_BYTES: u64 = 2 << 30;
 const UNWIND_CACHE_BUDGET: usize = 64 << 20;
 /// Biggest unwind section read from one file (a bigger one is left out:
 /// that file's frames fall back to frame pointers).
-const MAX_UNWIND_SECTION: usize = 16 << 20;
+pub const MAX_UNWIND_SECTION: usize = 16 << 20;
+/// Files with up to this many bytes of unwind tables (a libc has ~0.1
+/// MiB) are read on the spot; bigger ones on the helper thread.
+const INLINE_UNWIND_BYTES: u64 = 1 << 20;
 /// The longest a pass waits for one file's symbols; any pass may wait
 /// that long, even one that starts past its deadline (a small file parses
 /// in a millisecond or two: its first frames stay named on a busy
@@ -90,14 +96,17 @@ pub struct Resolver {
     /// Files whose symbols the loader has not sent back yet, with the
     /// headers read here (build id, load bias) for their frames meanwhile.
     loading: HashMap<String, Rc<ElfInfo>>,
-    /// Of those, files not handed over yet (the helper's queue was full),
-    /// with the process they were found in.
-    waiting: Vec<(String, u32)>,
+    /// Files not handed over yet (the helper's queue was full), with the
+    /// process they were found in and what is wanted of them.
+    waiting: Vec<(String, u32, Want)>,
     loader: SymbolLoader,
     /// Until when this pass waits for a file's symbols.
     load_until: Option<Instant>,
-    unwind_files: HashMap<String, Rc<UnwindSections>>,
+    /// Each file's unwind sections; `None` while the helper reads them.
+    unwind_files: HashMap<String, Option<Arc<UnwindSections>>>,
     unwind_bytes: usize,
+    /// Unwind tables came in since [`Resolver::take_tables_arrived`].
+    tables_arrived: bool,
     unwind_cache: dwarf::Cache,
     far: FarStack,
     kernel: Option<LazySymbols>,
@@ -105,13 +114,20 @@ pub struct Resolver {
     pub stats: ResolverStats,
 }
 
+/// A sample's process has unwind tables still loading on the helper
+/// thread: the sample waits in the unwind queue.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TablesLoading;
+
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ResolverStats {
     pub maps_reads: u64,
     pub elf_reads: u64,
     pub cache_resets: u64,
-    /// Files whose unwind sections were read.
+    /// Files whose unwind sections were read, and of those, the ones read
+    /// on the helper thread (their samples waited in the unwind queue).
     pub unwind_reads: u64,
+    pub unwind_tables_background: u64,
     /// Samples whose walk read their stack past the copy, and the pages
     /// it read from `/proc/PID/mem`.
     pub far_samples: u64,
@@ -151,11 +167,15 @@ impl Resolver {
         self.load_until = Some(deadline.max(Instant::now() + LOAD_WAIT));
         self.take_loaded(Instant::now(), None);
         while self.loader.in_flight() < MAX_QUEUED_LOADS {
-            let Some((path, pid)) = self.waiting.pop() else {
+            let Some((path, pid, want)) = self.waiting.pop() else {
                 break;
             };
-            let queued = open_in(pid, &path).is_some_and(|f| self.loader.submit(&path, f));
-            if !queued {
+            let queued =
+                open_in(pid, &path).is_some_and(|f| self.loader.submit(&path, f, want).is_ok());
+            if !queued && want == Want::UnwindTables {
+                // Gone: its frames fall back to frame pointers.
+                self.insert_unwind(&path, UnwindSections::default());
+            } else if !queued {
                 // Gone: its frames keep the headers' facts, without names.
                 if let Some(h) = self.loading.remove(&path) {
                     let info = ElfInfo {
@@ -169,17 +189,38 @@ impl Resolver {
         }
     }
 
-    /// Takes the loader's parsed files until `until` or until `want`
-    /// arrives; true if it did.
+    /// Takes the loader's parsed files until `until` or until the symbols
+    /// of `want` arrive (any unwind tables with `None`); true if they did.
     fn take_loaded(&mut self, until: Instant, want: Option<&str>) -> bool {
-        while let Some((path, info)) = self.loader.next(until) {
-            self.loading.remove(&path);
-            self.insert_file(&path, info);
-            if want == Some(path.as_str()) {
-                return true;
+        while let Some(loaded) = self.loader.next(until) {
+            match loaded {
+                Loaded::Symbols(path, info) => {
+                    self.loading.remove(&path);
+                    self.insert_file(&path, info);
+                    if want == Some(path.as_str()) {
+                        return true;
+                    }
+                }
+                Loaded::UnwindTables(path, sections) => {
+                    self.insert_unwind(&path, sections);
+                    if want.is_none() {
+                        return true;
+                    }
+                }
             }
         }
         false
+    }
+
+    /// Waits until `until` at most for unwind tables the helper reads;
+    /// true if some came in (since the last call).
+    pub fn wait_for_tables(&mut self, until: Instant) -> bool {
+        self.tables_arrived || self.take_loaded(until, None)
+    }
+
+    /// Whether unwind tables came in since the last call.
+    pub fn take_tables_arrived(&mut self) -> bool {
+        std::mem::take(&mut self.tables_arrived)
     }
 
     /// Forgets a process's maps (it may have exec'd or exited).
@@ -233,12 +274,12 @@ impl Resolver {
             let headers = Rc::new(elf::parse(&f, false).unwrap_or_default());
             self.stats.symbols_late += 1;
             self.loading.insert(path.to_string(), headers.clone());
-            self.waiting.push((path.to_string(), pid));
+            self.waiting.push((path.to_string(), pid, Want::Symbols));
             return (headers, true);
         }
         let mine = f.0.try_clone().ok().map(FileReader);
-        if !self.loader.submit(path, f.0) {
-            let info = mine.and_then(|f| elf::parse(&f, true)).unwrap_or_default();
+        if let Err(f) = self.loader.submit(path, f.0, Want::Symbols) {
+            let info = elf::parse(&FileReader(f), true).unwrap_or_default();
             return (self.insert_file(path, info), false);
         }
         let most = Instant::now() + LOAD_WAIT;
@@ -272,19 +313,47 @@ impl Resolver {
         info
     }
 
-    /// A file's unwind sections (empty when unreadable: remembered too).
-    fn unwind_file(&mut self, pid: u32, path: &str) -> Rc<UnwindSections> {
+    /// A file's unwind sections (empty when unreadable: remembered too);
+    /// `None` while the helper reads them (big tables go there).
+    fn unwind_file(&mut self, pid: u32, path: &str) -> Option<Arc<UnwindSections>> {
         if let Some(f) = self.unwind_files.get(path) {
             return f.clone();
         }
         self.stats.unwind_reads += 1;
-        let sections = open_in(pid, path)
-            .and_then(|f| elf::unwind_sections(&FileReader(f), MAX_UNWIND_SECTION))
-            .unwrap_or_default();
+        let Some(f) = open_in(pid, path) else {
+            return Some(self.insert_unwind(path, UnwindSections::default()));
+        };
+        let f = FileReader(f);
+        let big = elf::unwind_sections(&f, 0).is_some_and(|s| s.table_bytes > INLINE_UNWIND_BYTES);
+        let f = if !big {
+            f.0
+        } else if self.loader.in_flight() >= MAX_QUEUED_LOADS {
+            self.waiting
+                .push((path.to_string(), pid, Want::UnwindTables));
+            return self.unwind_loading(path);
+        } else {
+            match self.loader.submit(path, f.0, Want::UnwindTables) {
+                Ok(()) => return self.unwind_loading(path),
+                Err(f) => f,
+            }
+        };
+        let sections = elf::unwind_sections(&FileReader(f), MAX_UNWIND_SECTION);
+        Some(self.insert_unwind(path, sections.unwrap_or_default()))
+    }
+
+    fn unwind_loading(&mut self, path: &str) -> Option<Arc<UnwindSections>> {
+        self.stats.unwind_tables_background += 1;
+        self.unwind_files.insert(path.to_string(), None);
+        None
+    }
+
+    /// Caches a file's unwind sections within the cache's byte budget.
+    fn insert_unwind(&mut self, path: &str, sections: UnwindSections) -> Arc<UnwindSections> {
         let bytes = sections.mem_bytes() + path.len() + 64;
         if self.unwind_bytes + bytes > UNWIND_CACHE_BUDGET {
             // The unwinders hold the sections too: they go with them.
-            self.unwind_files.clear();
+            // Files still loading stay marked (their samples wait).
+            self.unwind_files.retain(|_, s| s.is_none());
             self.unwind_bytes = 0;
             for p in self.processes.values_mut() {
                 p.unwinder = None;
@@ -292,39 +361,54 @@ impl Resolver {
             self.stats.cache_resets += 1;
         }
         self.unwind_bytes += bytes;
-        let sections = Rc::new(sections);
-        self.unwind_files.insert(path.to_string(), sections.clone());
+        self.tables_arrived = true;
+        let sections = Arc::new(sections);
+        self.unwind_files
+            .insert(path.to_string(), Some(sections.clone()));
         sections
     }
 
-    /// The process's unwinder over its current maps.
-    fn build_unwinder(&mut self, pid: u32) {
+    /// The process's unwinder over its current maps; false while some of
+    /// its files' unwind tables load (every such file is asked for).
+    fn build_unwinder(&mut self, pid: u32) -> bool {
         let maps = self.process(pid).maps.clone();
         let mut files = Vec::with_capacity(maps.len());
+        let mut loading = false;
         for m in &maps {
             if m.path.starts_with('/') && dwarf::HAS_DWARF {
-                let sections = self.unwind_file(pid, &m.path);
-                let bias = self.file(pid, &m.path).0.load_bias;
-                files.push((m, sections, bias));
+                match self.unwind_file(pid, &m.path) {
+                    Some(s) => files.push((m, s)),
+                    None => loading = true,
+                }
             }
         }
-        let unwinder = ProcessUnwinder::new(files.iter().map(|(m, s, bias)| ModuleSpec {
-            name: &m.path,
-            avma: m.start..m.end,
-            base_avma: m.start.wrapping_sub(m.pgoff).wrapping_sub(*bias),
-            sections: s,
-        }));
+        if loading {
+            return false;
+        }
+        let mut specs = Vec::with_capacity(files.len());
+        for (m, s) in &files {
+            let bias = self.file(pid, &m.path).0.load_bias;
+            specs.push(ModuleSpec {
+                name: &m.path,
+                avma: m.start..m.end,
+                base_avma: m.start.wrapping_sub(m.pgoff).wrapping_sub(bias),
+                sections: s,
+            });
+        }
+        let unwinder = ProcessUnwinder::new(specs.into_iter());
         self.process(pid).unwinder = Some(unwinder);
+        true
     }
 
-    /// UNWIND_DWARF of one sample of `pid`: pcs leaf first into `out`.
+    /// UNWIND_DWARF of one sample of `pid`: pcs leaf first into `out`;
+    /// nothing while the process's unwind tables load.
     pub fn unwind(
         &mut self,
         pid: u32,
         regs: UserRegs,
         stack: StackCopy<'_>,
         out: &mut Vec<u64>,
-    ) -> Option<UnwindError> {
+    ) -> Result<Option<UnwindError>, TablesLoading> {
         let p = self.process(pid);
         let mut mapped = maps::find_index(&p.maps, regs.pc).is_some();
         if !mapped && p.reread {
@@ -334,13 +418,15 @@ impl Resolver {
             self.stats.maps_reads += 1;
             mapped = maps::find_index(&self.process(pid).maps, regs.pc).is_some();
         }
-        if self.process(pid).unwinder.is_none() {
-            self.build_unwinder(pid);
+        if self.process(pid).unwinder.is_none() && !self.build_unwinder(pid) {
+            return Err(TablesLoading);
         }
         let Some(p) = self.processes.get_mut(&pid) else {
-            return Some(UnwindError::InvalidMap);
+            return Ok(Some(UnwindError::InvalidMap));
         };
-        let u = p.unwinder.as_ref()?;
+        let Some(u) = p.unwinder.as_ref() else {
+            return Ok(None);
+        };
         let far = &mut self.far;
         far.reset(stack.sp, stack.bytes.len());
         let mem = &mut p.mem;
@@ -356,7 +442,7 @@ impl Resolver {
             self.stats.far_pages += self.far.pages_read() as u64;
             self.stats.far_refused += self.far.refused as u64;
         }
-        err.or((!mapped).then_some(UnwindError::InvalidMap))
+        Ok(err.or((!mapped).then_some(UnwindError::InvalidMap)))
     }
 
     /// Resolves a user address of `pid`; `None` when no mapping has it.

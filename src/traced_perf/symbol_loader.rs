@@ -1,8 +1,9 @@
-//! Loads files' symbol tables on a helper thread, so that one huge ELF (a
-//! 100 MB library, 32 MiB of `.symtab`) cannot hold a read pass or the
-//! stop past its deadline: the pass waits for a file only until then, and
-//! a file that takes longer finishes in the background and is picked up
-//! by a later pass. One file at a time: memory stays that of one parse.
+//! Loads files' symbol tables and unwind tables on a helper thread, so
+//! that one huge ELF (a 100 MB library, 32 MiB of `.symtab`, 16 MiB of
+//! `.eh_frame`) cannot hold a read pass or the stop past its deadline:
+//! the pass waits for a file only until then, and a file that takes
+//! longer finishes in the background and is picked up by a later pass.
+//! One file at a time: memory stays that of one parse.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -10,7 +11,8 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::elf::{self, ElfInfo, ReadAt};
+use super::elf::{self, ElfInfo, ReadAt, UnwindSections};
+use super::resolver::MAX_UNWIND_SECTION;
 
 /// A file's bytes through positioned reads.
 pub struct FileReader(pub File);
@@ -23,14 +25,24 @@ impl ReadAt for FileReader {
     }
 }
 
-/// A path and its parsed file (empty when it is no ELF).
-pub type Loaded = (String, ElfInfo);
+/// What the helper reads of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    Symbols,
+    UnwindTables,
+}
+
+/// A path and what was read of it (empty when it is no ELF).
+pub enum Loaded {
+    Symbols(String, ElfInfo),
+    UnwindTables(String, UnwindSections),
+}
 
 /// What the data source and the helper share (one lock and one condition
 /// variable rather than two channels: less code in the binary).
 #[derive(Default)]
 struct Shared {
-    jobs: VecDeque<(String, File)>,
+    jobs: VecDeque<(String, File, Want)>,
     done: VecDeque<Loaded>,
     /// The data source is gone: the helper ends.
     closed: bool,
@@ -56,17 +68,19 @@ pub struct SymbolLoader {
 }
 
 impl SymbolLoader {
-    /// Queues `path` (open as `file`) for parsing. False if no thread could
-    /// be started (the caller parses it itself).
-    pub fn submit(&mut self, path: &str, file: File) -> bool {
+    /// Queues `path` (open as `file`) for reading what is wanted. The file
+    /// back if no thread could be started (the caller reads it itself).
+    pub fn submit(&mut self, path: &str, file: File, want: Want) -> Result<(), File> {
         if self.handoff.is_none() && !self.start() {
-            return false;
+            return Err(file);
         }
-        let Some(h) = &self.handoff else { return false };
-        h.lock().jobs.push_back((path.to_string(), file));
+        let Some(h) = &self.handoff else {
+            return Err(file);
+        };
+        h.lock().jobs.push_back((path.to_string(), file, want));
         h.changed.notify_all();
         self.in_flight += 1;
-        true
+        Ok(())
     }
 
     fn start(&mut self) -> bool {
@@ -127,21 +141,28 @@ impl Drop for SymbolLoader {
     }
 }
 
-/// The helper: parses queued files in order until the loader is dropped.
+/// The helper: reads queued files in order until the loader is dropped.
 fn work(h: &Handoff) {
     let mut s = h.lock();
     loop {
         if s.closed {
             return;
         }
-        let Some((path, f)) = s.jobs.pop_front() else {
+        let Some((path, f, want)) = s.jobs.pop_front() else {
             s = h.changed.wait(s).unwrap_or_else(|e| e.into_inner());
             continue;
         };
         drop(s);
-        let info = elf::parse(&FileReader(f), true).unwrap_or_default();
+        let f = FileReader(f);
+        let done = match want {
+            Want::Symbols => Loaded::Symbols(path, elf::parse(&f, true).unwrap_or_default()),
+            Want::UnwindTables => Loaded::UnwindTables(
+                path,
+                elf::unwind_sections(&f, MAX_UNWIND_SECTION).unwrap_or_default(),
+            ),
+        };
         s = h.lock();
-        s.done.push_back((path, info));
+        s.done.push_back(done);
         h.changed.notify_all();
     }
 }

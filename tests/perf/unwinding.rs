@@ -721,3 +721,105 @@ fn a_huge_symbol_table_loads_past_the_pass_without_holding_it() {
         "{log}"
     );
 }
+
+/// Grows the `.eh_frame` of the ELF64 at `path` by `extra` zero bytes:
+/// its table moves to the end of the file and its section header points
+/// there, at the same address (the loader maps segments, not sections, so
+/// the program runs as before). The CFI is unchanged: the zeros past its
+/// terminator are never reached through `.eh_frame_hdr`.
+fn bloat_eh_frame(path: &Path, extra: usize) {
+    let mut b = std::fs::read(path).unwrap();
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap()) as usize;
+    let (shoff, shentsize, shnum) = (u64_at(&b, 40), u16_at(&b, 58), u16_at(&b, 60));
+    let sh = |i: usize| shoff + i * shentsize;
+    let names = sh(u16_at(&b, 62));
+    let names_off = u64_at(&b, names + 24);
+    let eh = (0..shnum)
+        .map(sh)
+        .find(|&h| b[names_off + u32_at(&b, h)..].starts_with(b".eh_frame\0"))
+        .expect("an .eh_frame");
+    let (off, size) = (u64_at(&b, eh + 24), u64_at(&b, eh + 32));
+    let mut table = b[off..off + size].to_vec();
+    table.resize(size + extra, 0);
+    b.resize(b.len().next_multiple_of(8), 0);
+    let at = b.len() as u64;
+    b[eh + 24..eh + 32].copy_from_slice(&at.to_le_bytes());
+    b[eh + 32..eh + 40].copy_from_slice(&(table.len() as u64).to_le_bytes());
+    b.extend_from_slice(&table);
+    std::fs::write(path, b).unwrap();
+}
+
+/// A shared library with 12 MiB of `.eh_frame`: its table is read on the
+/// helper thread, not on the read path, and the samples that need it wait
+/// in the unwind queue (counted as held) until it is in; then they unwind
+/// to main. At the stop (the first pass, the program still running) the
+/// same: the service gets its ack, and every sample of the work is either
+/// unwound or written as skipped at the unwind stage (counted).
+#[test]
+fn a_huge_unwind_table_loads_off_the_read_path_and_its_samples_wait() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let bin = build_deep(dir, "deep_bigcfi", "gcc");
+    bloat_eh_frame(&dir.join("libdeep.so"), 12 << 20);
+
+    let (run, log) = profile(dir, &bin, &["600"], "");
+    let background = log_stat(&log, "unwind tables read in the background").unwrap();
+    let held = log_stat(&log, "holds of samples waiting for them").unwrap();
+    assert!(background >= 1 && held >= 1, "{log}");
+    let all = samples(&run);
+    let work = in_work(&all);
+    let whole = work.iter().filter(|s| reaches_main(s)).count();
+    eprintln!(
+        "passes: {background} tables in the background, {held} holds; {whole} of {} reach main",
+        work.len()
+    );
+    assert!(work.len() > 200, "{log}");
+    assert_eq!(whole, work.len(), "every held sample unwound whole\n{log}");
+    assert_eq!(log_stat(&log, "skipped at enqueue"), Some(0), "{log}");
+
+    let stop_dir = dir.join("stop");
+    std::fs::create_dir(&stop_dir).unwrap();
+    let mut running = None;
+    let run = crate::traced_perf::record_with(
+        &stop_dir,
+        "data_source_stop_timeout_ms: 600",
+        "timebase { frequency: 50 counter: SW_CPU_CLOCK } \
+         ring_buffer_pages: 2048 ring_buffer_read_period_ms: 60000 \
+         callstack_sampling { scope { target_cmdline: \"deep_bigcfi\" } }",
+        false,
+        || {
+            running = Some(run_load(&bin, &["100000"]));
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+        },
+    );
+    let mut c = running.unwrap();
+    let _ = c.kill();
+    let _ = c.wait();
+    let log = std::fs::read_to_string(stop_dir.join("perf.log")).unwrap();
+    assert!(
+        !run.end_line.contains("did not stop"),
+        "the stop was not acked in time: {}\n{log}",
+        run.end_line
+    );
+    assert!(
+        log_stat(&log, "unwind tables read in the background").unwrap() >= 1,
+        "{log}"
+    );
+    let all = samples(&run);
+    let unwound = all.iter().filter(|s| reaches_main(s)).count() as u64;
+    let skipped = log_stat(&log, "skipped at unwind").unwrap();
+    let lost = log_stat(&log, "lost").unwrap();
+    eprintln!(
+        "stop: {unwound} unwound, {skipped} skipped at unwind, {lost} lost of {}",
+        all.len()
+    );
+    // 75 samples of 64 KiB stacks fit the rings: none lost, none silent.
+    assert_eq!(lost, 0, "{log}");
+    assert!(unwound + skipped > 0, "{log}");
+    assert!(
+        in_work(&all).len() as u64 <= unwound,
+        "a work sample neither unwound whole nor skipped\n{log}"
+    );
+}
