@@ -1,6 +1,6 @@
 #!/bin/sh
 # targets: x86_64 aarch64
-# timeout: 300
+# timeout: 240
 # traced_perf's default user unwinding (UNWIND_DWARF: `callstack_sampling`
 # without `user_frames`) on two programs built -O2 -fomit-frame-pointer
 # from tests/data/perf/deep.c and deep_lib.c, running side by side:
