@@ -3,8 +3,9 @@
 # installed on this host:
 #   tests/vm/guest-debs.sh DEBARCH CACHE ROOT PACKAGE... -- FILE...
 # Fetches PACKAGEs (`apt-get download`, the candidate versions) with the
-# library packages they depend on, recursively (Depends and Pre-Depends
-# named lib* or zlib*: what their ELF files can need), into
+# shared-library packages they depend on, recursively (Depends and
+# Pre-Depends named as policy names those, after the soname: lib*N,
+# zlib1g; not libpython3.11-stdlib and such), into
 # CACHE/guest-debs/DEBARCH, once; extracts each there once. Then copies
 # each FILE (a path inside the packages, e.g. usr/bin/perf) to ROOT, with
 # the shared libraries its DT_NEEDED entries name, recursively, at their
@@ -31,36 +32,41 @@ dir="$cache/guest-debs/$debarch"
 mkdir -p "$dir/x"
 die() { echo "guest-debs: $*" >&2; exit 1; }
 
-# The dependency closure, resolved once per package set.
+# The dependency closure, resolved once per package set, a level of the
+# tree per apt call (each call loads apt's whole cache: seconds).
 list="$dir/closure-$(printf '%s+' "${pkgs[@]}").list"
 if [ ! -s "$list" ]; then
     declare -A seen=()
-    queue=("${pkgs[@]}")
-    while [ ${#queue[@]} -gt 0 ]; do
-        p="${queue[0]}"
-        queue=("${queue[@]:1}")
-        [ -z "${seen[$p]+x}" ] || continue
-        seen[$p]=1
+    level=("${pkgs[@]}")
+    while [ ${#level[@]} -gt 0 ]; do
+        for p in "${level[@]}"; do seen[$p]=1; done
         deps=$(apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks \
-            --no-replaces --no-enhances "$p:$debarch" 2>/dev/null) ||
-            die "apt knows no $p:$debarch (dpkg --add-architecture $debarch; apt-get update)"
-        for d in $(printf '%s\n' "$deps" | sed -n 's/^ *\(Pre\)\{0,1\}Depends: \([^ <]*\).*/\2/p'); do
+            --no-replaces --no-enhances "${level[@]/%/:$debarch}" 2>/dev/null) ||
+            die "apt knows not all of ${level[*]} for $debarch (dpkg --add-architecture $debarch; apt-get update)"
+        level=()
+        for d in $(printf '%s\n' "$deps" | sed -n 's/^ *\(Pre\)\{0,1\}Depends: \([^ <]*\).*/\2/p' | sort -u); do
             d="${d%%:*}"
-            case "$d" in lib* | zlib*) queue+=("$d") ;; esac
+            [ -z "${seen[$d]+x}" ] || continue
+            case "$d" in lib*[0-9] | lib*[0-9]t64 | zlib1g) level+=("$d") ;; esac
         done
     done
     printf '%s\n' "${!seen[@]}" | LC_ALL=C sort >"$list.new"
     mv "$list.new" "$list"
 fi
 
+# The packages not cached yet, in one download.
+missing=()
+for p in $(cat "$list"); do
+    ls "$dir/${p}_"*.deb >/dev/null 2>&1 || missing+=("$p:$debarch")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    (cd "$dir" && apt-get download -qq "${missing[@]}" >/dev/null 2>"$dir/download.err") || {
+        cat "$dir/download.err" >&2
+        die "download failed: ${missing[*]} through apt"
+    }
+fi
 xdirs=()
 for p in $(cat "$list"); do
-    if ! ls "$dir/${p}_"*.deb >/dev/null 2>&1; then
-        (cd "$dir" && apt-get download -qq "$p:$debarch" >/dev/null 2>"$dir/download.err") || {
-            cat "$dir/download.err" >&2
-            die "download failed: $p:$debarch through apt"
-        }
-    fi
     deb=$(ls "$dir/${p}_"*.deb | tail -1)
     x="$dir/x/$(basename "$deb" .deb)"
     if [ ! -e "$x/.extracted" ]; then
