@@ -265,15 +265,12 @@ impl TracingService {
             };
             sink.set_buffer(Some(index));
             buf.begin_read();
+            // Held reads: the buffer moves no byte until `end_read`, so a
+            // sink may write the buffer's packets from it (`end_buffer`).
             let held = sink.holds_buffer_bytes();
             let mut drained = false;
             loop {
-                let next = if held {
-                    buf.read_next_trace_packet_held()
-                } else {
-                    buf.read_next_trace_packet()
-                };
-                let Some((pkt, info)) = next else {
+                let Some((pkt, info)) = buf.read_next_trace_packet_held() else {
                     drained = true;
                     break;
                 };
@@ -305,9 +302,9 @@ impl TracingService {
             }
             if held {
                 sink.end_buffer(buf.bytes(), self.env.files());
-                if drained {
-                    buf.end_read();
-                }
+            }
+            if drained {
+                buf.end_read();
             }
             if has_more {
                 break 'buffers;
