@@ -74,6 +74,24 @@ fn rotation_of_a_deflate_trace_loses_and_repeats_nothing() {
     assert!(says_nothing_lost(&log), "{log}");
 }
 
+/// The same with zstd: every packet of every file inside a
+/// `zstd_compressed_packets` (the checker opens both kinds).
+#[test]
+fn rotation_of_a_zstd_trace_loses_and_repeats_nothing() {
+    let (_dir, files, log) = run(
+        "tbx_cli_rot_zstd",
+        "tbx-rotzs",
+        &["--rotate-time", "1s"],
+        "compression { zstd {} }",
+    );
+    assert!(files.len() >= 2, "only {} files: {log}", files.len());
+    for f in check_union(&files, "tbx-rotzs") {
+        assert!(f["zipped"] > 0 && f["plain"] == 0, "{f:?}");
+        assert!(f["early"] * 200 <= f["events"], "{f:?}");
+    }
+    assert!(says_nothing_lost(&log), "{log}");
+}
+
 const START_TRIGGER: &str = "tbx_rot_go";
 const START_TRIGGER_CONFIG: &str = r#"trigger_config {
     trigger_mode: START_TRACING
