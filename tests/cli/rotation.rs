@@ -57,35 +57,28 @@ fn rotation_by_time_loses_and_repeats_nothing() {
 
 #[test]
 fn rotation_of_a_deflate_trace_loses_and_repeats_nothing() {
-    let (_dir, files, log) = run(
+    rotate_compressed(
         "tbx_cli_rot_zip",
         "tbx-rotz",
-        &["--rotate-time", "1s"],
         "compression_type: COMPRESSION_TYPE_DEFLATE",
     );
-    assert!(files.len() >= 2, "only {} files: {log}", files.len());
-    // Every packet compressed, the ones held for the next file at a cut
-    // too (upstream's service compresses every packet it writes), and in
-    // their place after the header: each file's cpus start together.
-    for f in check_union(&files, "tbx-rotz") {
-        assert!(f["zipped"] > 0 && f["plain"] == 0, "{f:?}");
-        assert!(f["early"] * 200 <= f["events"], "{f:?}");
-    }
-    assert!(says_nothing_lost(&log), "{log}");
 }
 
-/// The same with zstd: every packet of every file inside a
-/// `zstd_compressed_packets` (the checker opens both kinds).
+/// The same with zstd (`zstd_compressed_packets`; the checker opens both
+/// kinds).
 #[test]
 fn rotation_of_a_zstd_trace_loses_and_repeats_nothing() {
-    let (_dir, files, log) = run(
-        "tbx_cli_rot_zstd",
-        "tbx-rotzs",
-        &["--rotate-time", "1s"],
-        "compression { zstd {} }",
-    );
+    rotate_compressed("tbx_cli_rot_zstd", "tbx-rotzs", "compression { zstd {} }");
+}
+
+/// A flood rotated every second with `compression`: every packet
+/// compressed, the ones held for the next file at a cut too (upstream's
+/// service compresses every packet it writes), and in their place after
+/// the header: each file's cpus start together.
+fn rotate_compressed(instance: &str, prefix: &str, compression: &str) {
+    let (_dir, files, log) = run(instance, prefix, &["--rotate-time", "1s"], compression);
     assert!(files.len() >= 2, "only {} files: {log}", files.len());
-    for f in check_union(&files, "tbx-rotzs") {
+    for f in check_union(&files, prefix) {
         assert!(f["zipped"] > 0 && f["plain"] == 0, "{f:?}");
         assert!(f["early"] * 200 <= f["events"], "{f:?}");
     }
