@@ -62,10 +62,11 @@ cargo build --locked --release --config cross/config.toml --target "$built_as" -
 # libzstd was compiled against glibc's headers: what it leaves undefined
 # must be plain C library calls musl has (no __*_chk fortify wrappers, no
 # glibc internals), or the compiler's own helpers that Rust's
-# compiler_builtins provides.
+# compiler_builtins provides, or the GOT the linker makes for PIC code.
 zstd_a=$(ls -t "${CARGO_TARGET_DIR:-target}/$built_as"/release/build/zstd-sys-*/out/libzstd.a | head -1)
-extra=$("$cross-nm" -u "$zstd_a" | awk 'NF == 2 {print $2}' | sort -u |
-    grep -vxE 'memcpy|memmove|memset|malloc|calloc|free|__aeabi_[a-z0-9]+|__(u?(div|mod)di3|popcount[sd]i2)' || true)
+# (Weak references, "w": libzstd's optional tracing hooks, stay null.)
+extra=$("$cross-nm" -u "$zstd_a" 2>/dev/null | awk 'NF == 2 && $1 == "U" {print $2}' | sort -u |
+    grep -vxE 'memcpy|memmove|memset|malloc|calloc|free|_GLOBAL_OFFSET_TABLE_|__aeabi_[a-z0-9]+|__(u?(div|mod)di3|popcount[sd]i2)' || true)
 defined=$("$cross-nm" --defined-only "$zstd_a" | awk 'NF == 3 {print $3}' | sort -u)
 extra=$(comm -23 <(printf '%s\n' "$extra" | sed '/^$/d') <(printf '%s\n' "$defined"))
 if [ -n "$extra" ]; then

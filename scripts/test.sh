@@ -14,8 +14,11 @@ scripts/setup-python.sh
 export TRACEBOX_PYTHON="$PWD/.venv/bin/python"
 # tests/report/report.rs compares `tracebox report --events` with `trace-cmd report`;
 # tests/perf/unwinding.rs profiles programs built by gcc and clang, and
-# compares with `perf record --call-graph dwarf` (linux-perf).
+# compares with `perf record --call-graph dwarf` (linux-perf). zstd-sys
+# compiles libzstd with the host's gcc (the static targets' gcc comes with
+# scripts/build-static.sh).
 missing=()
+command -v gcc >/dev/null || missing+=(gcc)
 command -v trace-cmd >/dev/null || missing+=(trace-cmd)
 command -v clang >/dev/null || missing+=(clang)
 command -v perf >/dev/null || missing+=(linux-perf)

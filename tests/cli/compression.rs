@@ -1,7 +1,8 @@
-//! `compression_type: COMPRESSION_TYPE_DEFLATE`: traced writes the
-//! packets as `compressed_packets` (zlib streams of `Trace.packet`), read
-//! back over IPC and written into the file; checked with zlib and
-//! perfetto_trace_pb2.
+//! `compression_type: COMPRESSION_TYPE_DEFLATE` and `compression { zstd {}
+//! }`: traced writes the packets as `compressed_packets` (zlib streams of
+//! `Trace.packet`) or `zstd_compressed_packets` (zstd frames of them), read
+//! back over IPC and written into the file; checked with zlib, zstandard
+//! and perfetto_trace_pb2.
 
 use crate::support::cli as cli_support;
 
@@ -15,21 +16,25 @@ const SDK_DS: &str = "data_sources { config { name: \"tbx.sdk_test\" } }\n";
 const PACKETS: u32 = 2000;
 
 /// Prints: compressed packets, plain for_testing packets outside them,
-/// for_testing inside them, trace_config inside them.
+/// for_testing inside them, trace_config inside them, zstd ones among the
+/// compressed packets.
 const CHECK: &str = r#"
-import sys, zlib
+import sys
+sys.path.insert(0, sys.argv[2])
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from no_unknown_fields import decompressed
 t = pb.Trace()
 t.ParseFromString(open(sys.argv[1], "rb").read())
-z = [p for p in t.packet if p.HasField("compressed_packets")]
+z = [p for p in t.packet if decompressed(p) is not None]
 plain = sum(1 for p in t.packet if p.HasField("for_testing"))
 inner = pb.Trace()
 for p in z:
     part = pb.Trace()
-    part.ParseFromString(zlib.decompress(p.compressed_packets))
+    part.ParseFromString(decompressed(p))
     inner.packet.extend(part.packet)
 print(len(z), plain, sum(1 for p in inner.packet if p.HasField("for_testing")),
-      sum(1 for p in inner.packet if p.HasField("trace_config")))
+      sum(1 for p in inner.packet if p.HasField("trace_config")),
+      sum(1 for p in z if p.HasField("zstd_compressed_packets")))
 "#;
 
 fn check(trace: &Path) -> Vec<u64> {
@@ -37,6 +42,7 @@ fn check(trace: &Path) -> Vec<u64> {
         .arg("-c")
         .arg(CHECK)
         .arg(trace)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py"))
         .output()
         .unwrap();
     assert!(
@@ -79,19 +85,29 @@ fn record(tag: &str, extra: &str) -> (Vec<u64>, u64, String) {
 }
 
 #[test]
-fn deflate_compresses_read_back_and_file_traces() {
+fn deflate_and_zstd_compress_read_back_and_file_traces() {
     let (plain, plain_size, _) = record("zplain", "");
-    assert_eq!(plain, [0, PACKETS as u64, 0, 0]);
-    for (tag, extra) in [
-        ("zread", "compression_type: COMPRESSION_TYPE_DEFLATE\n"),
+    assert_eq!(plain, [0, PACKETS as u64, 0, 0, 0]);
+    for (tag, extra, zstd) in [
+        ("zread", "compression_type: COMPRESSION_TYPE_DEFLATE\n", false),
         (
             "zfile",
             "compression { deflate {} }\nwrite_into_file: true\nfile_write_period_ms: 100\n",
+            false,
+        ),
+        ("zsread", "compression { zstd {} }\n", true),
+        // Both asked for: the higher-numbered (zstd) wins, as upstream's.
+        (
+            "zsfile",
+            "compression { deflate {} zstd { level: 1 } }\ncompression_type: COMPRESSION_TYPE_DEFLATE\nwrite_into_file: true\nfile_write_period_ms: 100\n",
+            true,
         ),
     ] {
         let (c, size, log) = record(tag, extra);
         assert!(c[0] >= 1, "{tag}: compressed packets {c:?}");
-        assert_eq!(&c[1..], [0, PACKETS as u64, 1], "{tag}: all inside, once");
+        assert_eq!(&c[1..4], [0, PACKETS as u64, 1], "{tag}: all inside, once");
+        let want_zstd = if zstd { c[0] } else { 0 };
+        assert_eq!(c[4], want_zstd, "{tag}: zstd packets among {}", c[0]);
         // The SDK producer's payloads are pseudo-random bytes: the gain
         // comes from the packet framing and trailers.
         assert!(size < plain_size, "{tag}: {size} >= {plain_size}");

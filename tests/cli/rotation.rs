@@ -57,17 +57,28 @@ fn rotation_by_time_loses_and_repeats_nothing() {
 
 #[test]
 fn rotation_of_a_deflate_trace_loses_and_repeats_nothing() {
-    let (_dir, files, log) = run(
+    rotate_compressed(
         "tbx_cli_rot_zip",
         "tbx-rotz",
-        &["--rotate-time", "1s"],
         "compression_type: COMPRESSION_TYPE_DEFLATE",
     );
+}
+
+/// The same with zstd (`zstd_compressed_packets`; the checker opens both
+/// kinds).
+#[test]
+fn rotation_of_a_zstd_trace_loses_and_repeats_nothing() {
+    rotate_compressed("tbx_cli_rot_zstd", "tbx-rotzs", "compression { zstd {} }");
+}
+
+/// A flood rotated every second with `compression`: every packet
+/// compressed, the ones held for the next file at a cut too (upstream's
+/// service compresses every packet it writes), and in their place after
+/// the header: each file's cpus start together.
+fn rotate_compressed(instance: &str, prefix: &str, compression: &str) {
+    let (_dir, files, log) = run(instance, prefix, &["--rotate-time", "1s"], compression);
     assert!(files.len() >= 2, "only {} files: {log}", files.len());
-    // Every packet compressed, the ones held for the next file at a cut
-    // too (upstream's service compresses every packet it writes), and in
-    // their place after the header: each file's cpus start together.
-    for f in check_union(&files, "tbx-rotz") {
+    for f in check_union(&files, prefix) {
         assert!(f["zipped"] > 0 && f["plain"] == 0, "{f:?}");
         assert!(f["early"] * 200 <= f["events"], "{f:?}");
     }
