@@ -701,10 +701,9 @@ impl PerfSource {
 
     /// Writes every queued sample as skipped at the unwind stage.
     fn skip_queued(&mut self) {
-        let queued: Vec<Sample> = self.queue.drain().collect();
-        for s in &queued {
+        while let Some(s) = self.queue.pop_any() {
             self.stats.skipped_unwind += 1;
-            self.emit_skipped(s, SKIP_UNWIND_STAGE);
+            self.emit_skipped(&s, SKIP_UNWIND_STAGE);
         }
     }
 
