@@ -56,7 +56,9 @@ impl UnwindQueue {
     /// The held samples are tried again, after the others (samples are
     /// written in any order: readers sort them by time).
     pub fn release_held(&mut self) {
-        self.ready.extend(self.held.drain(..));
+        while let Some(s) = self.held.pop() {
+            self.ready.push_back(s);
+        }
     }
 
     pub fn has_ready(&self) -> bool {
@@ -128,7 +130,7 @@ mod tests {
         q.release_held();
         assert!(!q.has_held());
         let order: Vec<u64> = std::iter::from_fn(|| q.pop()).map(|s| s.time).collect();
-        assert_eq!(order, vec![2, 3, 4, 0, 1]);
+        assert_eq!(order, vec![2, 3, 4, 1, 0]);
         assert!(!q.has_ready() && q.has_room(1 << 19));
     }
 }
