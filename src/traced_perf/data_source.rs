@@ -137,37 +137,6 @@ pub struct PerfSource {
     pub stats: PerfStats,
 }
 
-/// The user frames of `s` from its registers and `stack` (its copy, in
-/// the ring or taken out of it).
-fn unwind_stack(
-    mode: UnwindMode,
-    resolver: &mut Resolver,
-    stats: &mut PerfStats,
-    s: &mut Sample,
-    stack: &[u8],
-) -> Result<Option<UnwindError>, TablesLoading> {
-    let Some(regs) = unwind::user_regs(&s.user_regs) else {
-        return Ok(None);
-    };
-    let stack = StackCopy {
-        sp: regs.sp,
-        bytes: stack,
-    };
-    s.user_ips.clear();
-    let err = match mode {
-        UnwindMode::Dwarf => resolver.unwind(s.pid, regs, stack, &mut s.user_ips)?,
-        _ => unwind::frame_pointer_walk(regs, stack, &mut s.user_ips),
-    };
-    stats.unwound += 1;
-    if err.is_some() {
-        stats.unwind_errors += 1;
-        if s.stack_cut {
-            stats.stack_copies_cut += 1;
-        }
-    }
-    Ok(err)
-}
-
 /// The stop's read budget without a stop_timeout_ms from the service.
 const DEFAULT_STOP_BUDGET: Duration = Duration::from_millis(2500);
 
@@ -488,45 +457,25 @@ impl PerfSource {
                 let r = records::parse(bytes, &mut self.sample);
                 // Scope first: only kept samples copy their stack.
                 let kept = r == Some(Record::Sample) && self.scope.admits(self.sample.pid);
-                // With no backlog a sample unwinds from the ring itself
-                // (its ~64 KiB copy is the biggest cost of a sample); the
-                // ring's tail moves past it only after this ring's loop.
-                let s = &mut self.sample;
-                let mut unwound = None;
-                if kept
-                    && !s.user_regs.is_empty()
-                    && !self.queue.has_ready()
-                    && Instant::now() < self.unwind_until
-                {
-                    let span = s.stack_span.and_then(|(at, n)| bytes.get(at..at + n));
-                    let (mode, res) = (self.cfg.unwind, &mut self.resolver);
-                    unwound = unwind_stack(mode, res, &mut self.stats, s, span.unwrap_or(&[])).ok();
+                if kept {
+                    self.sample.take_stack(bytes);
                 }
-                if kept && unwound.is_none() {
-                    s.take_stack(bytes);
-                }
-                (r, kept, unwound)
+                (r, kept)
             };
             match rec {
-                (Some(Record::Sample), false, _) => self.stats.samples_out_of_scope += 1,
-                (Some(Record::Sample), true, Some(err)) => {
-                    self.stats.samples += 1;
-                    let s = std::mem::take(&mut self.sample);
-                    self.emit(&s, err);
-                    self.sample = s;
-                }
-                (Some(Record::Sample), true, None) => self.on_sample(),
-                (Some(Record::Lost { lost, time }), ..) => {
+                (Some(Record::Sample), false) => self.stats.samples_out_of_scope += 1,
+                (Some(Record::Sample), true) => self.on_sample(),
+                (Some(Record::Lost { lost, time }), _) => {
                     self.rings[i].lost_reported += lost;
                     self.on_lost(self.rings[i].cpu, lost, time)
                 }
-                (Some(Record::Throttle), ..) => self.stats.throttles += 1,
-                (Some(Record::Exec { pid, comm }), ..) => {
+                (Some(Record::Throttle), _) => self.stats.throttles += 1,
+                (Some(Record::Exec { pid, comm }), _) => {
                     self.scope.exec(pid, &comm);
                     self.resolver.forget_process(pid);
                 }
-                (Some(Record::Other), ..) => {}
-                (None, ..) => self.stats.malformed += 1,
+                (Some(Record::Other), _) => {}
+                (None, _) => self.stats.malformed += 1,
             }
         }
         self.rings[i].ring.set_tail(tail);
@@ -707,19 +656,28 @@ impl PerfSource {
         }
     }
 
-    /// The user frames of a queued sample from its registers and stack
-    /// copy.
+    /// The user frames of a sample from its registers and stack copy.
     fn unwind_user(&mut self, s: &mut Sample) -> Result<Option<UnwindError>, TablesLoading> {
-        let stack = std::mem::take(&mut s.stack);
-        let r = unwind_stack(
-            self.cfg.unwind,
-            &mut self.resolver,
-            &mut self.stats,
-            s,
-            &stack,
-        );
-        s.stack = stack;
-        r
+        let Some(regs) = unwind::user_regs(&s.user_regs) else {
+            return Ok(None);
+        };
+        let stack = StackCopy {
+            sp: regs.sp,
+            bytes: &s.stack,
+        };
+        s.user_ips.clear();
+        let err = match self.cfg.unwind {
+            UnwindMode::Dwarf => self.resolver.unwind(s.pid, regs, stack, &mut s.user_ips)?,
+            _ => unwind::frame_pointer_walk(regs, stack, &mut s.user_ips),
+        };
+        self.stats.unwound += 1;
+        if err.is_some() {
+            self.stats.unwind_errors += 1;
+            if s.stack_cut {
+                self.stats.stack_copies_cut += 1;
+            }
+        }
+        Ok(err)
     }
 
     /// A sample without a callstack, as upstream writes one it skipped.
