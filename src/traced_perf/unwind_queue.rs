@@ -68,12 +68,6 @@ impl UnwindQueue {
     pub fn has_held(&self) -> bool {
         !self.held.is_empty()
     }
-
-    /// Any sample, held or not (to empty the queue).
-    pub fn pop_any(&mut self) -> Option<Sample> {
-        self.release_held();
-        self.pop()
-    }
 }
 
 #[cfg(test)]
@@ -104,7 +98,8 @@ mod tests {
         q.hold(s);
         assert!(!q.has_room(3000));
         // Emptied: room again, for as many samples as the capacity.
-        assert_eq!(std::iter::from_fn(|| q.pop_any()).count(), 3);
+        q.release_held();
+        assert_eq!(std::iter::from_fn(|| q.pop()).count(), 3);
         assert!(q.has_room(9999));
         let mut q = UnwindQueue::new(usize::MAX);
         for t in 0..UNWIND_QUEUE_CAPACITY as u64 {
