@@ -474,13 +474,14 @@ fn default_ring_pages(c: &PerfConfig) -> usize {
         Interval::Frequency(f) => f,
         Interval::Period(_) => 1000,
     };
+    // No overflow: hz is at most 100,000 and the period a minute.
     let record = STACK_SAMPLE_BYTES as u64 + 512;
     let ms = c.read_period_ms as u64 + RING_GAP_MS;
-    let pages = (hz.saturating_mul(record).saturating_mul(ms) / 1000 / 4096) as usize;
+    let pages = (hz * record * ms / 1000 / 4096) as usize;
     pages
-        .checked_next_power_of_two()
-        .unwrap_or(MAX_RING_PAGES)
-        .clamp(DEFAULT_RING_PAGES, MAX_RING_PAGES)
+        .min(MAX_RING_PAGES)
+        .next_power_of_two()
+        .max(DEFAULT_RING_PAGES)
 }
 
 /// `(type, config)` of a PerfEvents.Counter, with its name for errors.

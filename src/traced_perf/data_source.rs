@@ -80,9 +80,6 @@ pub struct PerfStats {
     pub skipped_unwind: u64,
     /// Read passes whose unwinding time ran out with samples queued.
     pub unwind_budget_hits: u64,
-    /// Times a sample was held in the queue for its process's unwind
-    /// tables, read on the helper thread (a sample may be held again).
-    pub held_for_tables: u64,
 }
 
 impl PerfStats {
@@ -373,7 +370,7 @@ impl PerfSource {
                 "; {} unwound, {} unwind errors, {} stack copies cut, {} skipped at enqueue, \
                  {} skipped at unwind, {} unwind budget hits, {} walks past the copy \
                  ({} pages of /proc/PID/mem, {} refused), {} unwind tables read in the \
-                 background ({} holds of samples waiting for them)",
+                 background (their samples waited in the queue)",
                 s.unwound,
                 s.unwind_errors,
                 s.stack_copies_cut,
@@ -383,8 +380,7 @@ impl PerfSource {
                 r.far_samples,
                 r.far_pages,
                 r.far_refused,
-                r.unwind_tables_background,
-                s.held_for_tables
+                r.unwind_tables_background
             ));
         }
         if s.stopped_at_kb > 0 {
@@ -414,15 +410,12 @@ impl PerfSource {
             // Execs first: a process gone before its samples are read is
             // judged by the name it exec'd, though its exec record may sit
             // in a ring read after them.
-            // Each record once: a pass may leave some for the next.
             let scope = &mut self.scope;
-            for r in &mut self.rings {
-                let (ring, head) = (&r.ring, r.ring.head());
-                let from = r.execs_seen_to.max(ring.tail());
-                records::exec_comms_in(ring.data(), from, head, |pid, comm| {
+            for r in &self.rings {
+                let ring = &r.ring;
+                records::exec_comms_in(ring.data(), ring.tail(), ring.head(), |pid, comm| {
                     scope.note_exec(pid, comm)
                 });
-                r.execs_seen_to = head;
             }
         }
         for i in 0..self.rings.len() {
@@ -638,7 +631,6 @@ impl PerfSource {
             return;
         };
         let Ok(err) = self.unwind_user(&mut s) else {
-            self.stats.held_for_tables += 1;
             self.queue.hold(s);
             return;
         };
@@ -650,10 +642,10 @@ impl PerfSource {
 
     /// Writes every queued sample as skipped at the unwind stage.
     fn skip_queued(&mut self) {
-        let queued: Vec<Sample> = self.queue.drain().collect();
-        for s in &queued {
+        self.queue.release_held();
+        while let Some(s) = self.queue.pop() {
             self.stats.skipped_unwind += 1;
-            self.emit_skipped(s, SKIP_UNWIND_STAGE);
+            self.emit_skipped(&s, SKIP_UNWIND_STAGE);
         }
     }
 

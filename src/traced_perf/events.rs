@@ -22,9 +22,6 @@ pub(super) struct CpuRing {
     pub counts_lost: bool,
     /// Sum of the LOST records read from this ring.
     pub lost_reported: u64,
-    /// Up to where (byte counter) the ring was searched for exec records:
-    /// records a pass left unread are not searched again.
-    pub execs_seen_to: u64,
 }
 
 impl CpuRing {
@@ -230,6 +227,5 @@ pub(super) fn open_ring(
         _followers: members,
         counts_lost,
         lost_reported: 0,
-        execs_seen_to: 0,
     })
 }

@@ -352,8 +352,8 @@ impl Resolver {
         let bytes = sections.mem_bytes() + path.len() + 64;
         if self.unwind_bytes + bytes > UNWIND_CACHE_BUDGET {
             // The unwinders hold the sections too: they go with them.
-            // Files still loading stay marked (their samples wait).
-            self.unwind_files.retain(|_, s| s.is_none());
+            // (A file still loading is inserted when it comes back.)
+            self.unwind_files.clear();
             self.unwind_bytes = 0;
             for p in self.processes.values_mut() {
                 p.unwinder = None;

@@ -11,8 +11,8 @@ use super::records::Sample;
 
 pub struct UnwindQueue {
     ready: VecDeque<Sample>,
-    /// Waiting for unwind tables the helper thread reads; oldest first.
-    held: VecDeque<Sample>,
+    /// Waiting for unwind tables the helper thread reads.
+    held: Vec<Sample>,
     /// Stack bytes of both.
     bytes: usize,
     footprint: usize,
@@ -22,7 +22,7 @@ impl UnwindQueue {
     pub fn new(footprint_bytes: usize) -> UnwindQueue {
         UnwindQueue {
             ready: VecDeque::new(),
-            held: VecDeque::new(),
+            held: Vec::new(),
             bytes: 0,
             footprint: footprint_bytes,
         }
@@ -50,13 +50,14 @@ impl UnwindQueue {
     /// it had its room).
     pub fn hold(&mut self, s: Sample) {
         self.bytes += s.stack.len();
-        self.held.push_back(s);
+        self.held.push(s);
     }
 
-    /// The held samples go back ahead of the others, in their order.
+    /// The held samples are tried again, after the others (samples are
+    /// written in any order: readers sort them by time).
     pub fn release_held(&mut self) {
-        while let Some(s) = self.held.pop_back() {
-            self.ready.push_front(s);
+        while let Some(s) = self.held.pop() {
+            self.ready.push_back(s);
         }
     }
 
@@ -66,12 +67,6 @@ impl UnwindQueue {
 
     pub fn has_held(&self) -> bool {
         !self.held.is_empty()
-    }
-
-    /// Empties the queue, held samples first.
-    pub fn drain(&mut self) -> impl Iterator<Item = Sample> + '_ {
-        self.bytes = 0;
-        self.held.drain(..).chain(self.ready.drain(..))
     }
 }
 
@@ -103,7 +98,8 @@ mod tests {
         q.hold(s);
         assert!(!q.has_room(3000));
         // Emptied: room again, for as many samples as the capacity.
-        assert_eq!(q.drain().count(), 3);
+        q.release_held();
+        assert_eq!(std::iter::from_fn(|| q.pop()).count(), 3);
         assert!(q.has_room(9999));
         let mut q = UnwindQueue::new(usize::MAX);
         for t in 0..UNWIND_QUEUE_CAPACITY as u64 {
@@ -117,7 +113,7 @@ mod tests {
     }
 
     #[test]
-    fn held_samples_come_back_first_in_their_order() {
+    fn held_samples_come_back_after_the_others() {
         let mut q = UnwindQueue::new(1 << 20);
         for t in 0..5 {
             q.push(sample(t, 8));
@@ -129,7 +125,7 @@ mod tests {
         q.release_held();
         assert!(!q.has_held());
         let order: Vec<u64> = std::iter::from_fn(|| q.pop()).map(|s| s.time).collect();
-        assert_eq!(order, vec![0, 1, 2, 3, 4]);
+        assert_eq!(order, vec![2, 3, 4, 1, 0]);
         assert!(!q.has_ready() && q.has_room(1 << 19));
     }
 }
