@@ -18,7 +18,7 @@
 //! Appending a batch: grow the padding (2) until the batch fits, merging the
 //! new pages into it (3); write the batch, less its first packet's header,
 //! into the padding's payload (1) followed by the header of the padding that
-//! will remain (1), in one gathered write from wherever its parts lie; then rewrite the padding's header into the first
+//! will remain (1); then rewrite the padding's header into the first
 //! packet's header (3), which makes the batch visible in one step. A
 //! clean finish truncates the trailing padding away; after a crash it stays
 //! and readers skip it.
@@ -42,20 +42,10 @@ const GROW_STEP: usize = 64 << 10;
 /// does not straddle a page: 0 or 2..=7 bytes.
 const MAX_FILL: u64 = 7;
 
-/// Positioned writes into the file (pwrite, pwritev), and nothing else.
+/// Positioned writes into the file (pwrite), and nothing else.
 pub trait WriteAt {
     type Error;
     fn write_all_at(&mut self, buf: &[u8], at: u64) -> Result<(), Self::Error>;
-    /// The concatenation of `parts` at `at`: one gathered write where the
-    /// file has them (a kill may cut it at any page boundary, as one
-    /// `write_all_at` of the same bytes).
-    fn write_all_vectored_at(&mut self, parts: &[&[u8]], mut at: u64) -> Result<(), Self::Error> {
-        for p in parts {
-            self.write_all_at(p, at)?;
-            at += p.len() as u64;
-        }
-        Ok(())
-    }
 }
 
 /// The file's shape: `committed` bytes of whole fields, then (from
@@ -92,34 +82,26 @@ impl CommitAppender {
     /// Appends `batch` (whole `Trace` fields). On error the file may end in
     /// bytes beyond [`Self::committed`], which the caller truncates away.
     pub fn append<F: WriteAt>(&mut self, f: &mut F, batch: &[u8]) -> Result<(), F::Error> {
-        self.append_parts(f, &[batch])
-    }
-
-    /// [`Self::append`] of the concatenation of `parts` (a field may span
-    /// parts), written from the parts themselves: one gathered write.
-    pub fn append_parts<F: WriteAt>(&mut self, f: &mut F, parts: &[&[u8]]) -> Result<(), F::Error> {
-        let b: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        if b == 0 {
+        if batch.is_empty() {
             return Ok(());
         }
+        let b = batch.len() as u64;
         self.grow(f, HDR + b + MAX_FILL + HDR)?;
         let pad = self.committed;
         // The padding header turns into the first packet's header; any
         // other first field keeps its own header behind a padding varint.
-        let mut head = [0u8; 11];
-        let (slot, skip) = match first_packet(gather_prefix(parts, &mut head)) {
-            Some((skip, len)) => (packet_header(len), skip),
-            None => (PAD_VARINT_SLOT, 0),
+        let (slot, body) = match first_packet(batch) {
+            Some((head, len)) => (packet_header(len), &batch[head..]),
+            None => (PAD_VARINT_SLOT, batch),
         };
-        let end = pad + HDR + b - skip as u64;
+        f.write_all_at(body, pad + HDR)?;
+        let end = pad + HDR + body.len() as u64;
         let fill = filler_before_header(end);
         let next = end + fill;
         self.small.clear();
         push_filler(&mut self.small, fill);
         push_pad_header(&mut self.small, self.eof - next - HDR);
-        let mut body = skip_prefix(parts, skip);
-        body.push(&self.small);
-        f.write_all_vectored_at(&body, pad + HDR)?;
+        f.write_all_at(&self.small, end)?;
         f.write_all_at(&slot, pad)?;
         self.committed = next;
         Ok(())
@@ -203,33 +185,6 @@ impl CommitAppender {
 /// A committed slot for a batch that does not start with a packet: a
 /// padding varint of value 0.
 const PAD_VARINT_SLOT: [u8; HDR as usize] = [PAD_VARINT_TAG, 0x80, 0x80, 0x80, 0x80, 0];
-
-/// The first bytes of the concatenation of `parts`, up to `buf`'s length.
-fn gather_prefix<'a>(parts: &[&[u8]], buf: &'a mut [u8; 11]) -> &'a [u8] {
-    let mut n = 0;
-    for p in parts {
-        let k = p.len().min(buf.len() - n);
-        buf[n..n + k].copy_from_slice(&p[..k]);
-        n += k;
-        if n == buf.len() {
-            break;
-        }
-    }
-    &buf[..n]
-}
-
-/// `parts` less their first `skip` bytes, empty parts left out.
-fn skip_prefix<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<&'a [u8]> {
-    let mut out = Vec::with_capacity(parts.len() + 1);
-    for &p in parts {
-        let k = skip.min(p.len());
-        skip -= k;
-        if k < p.len() {
-            out.push(&p[k..]);
-        }
-    }
-    out
-}
 
 /// The header length and payload length of `batch`'s first field when it
 /// is a packet.

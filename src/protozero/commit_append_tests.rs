@@ -17,10 +17,6 @@ impl WriteAt for MemFile {
         self.writes.push((at, buf.to_vec()));
         Ok(())
     }
-    /// One write of the concatenation, as one pwritev is cut by a kill.
-    fn write_all_vectored_at(&mut self, parts: &[&[u8]], at: u64) -> Result<(), ()> {
-        self.write_all_at(&parts.concat(), at)
-    }
 }
 
 fn apply(image: &mut Vec<u8>, at: u64, buf: &[u8]) {
@@ -142,32 +138,6 @@ fn run(start_len: usize, rounds: usize, seed: u64, max_packet: usize, per_batch:
 
 /// Appends batches of packets of `sizes`, checking every kill point.
 fn check(start_len: usize, sizes: &[Vec<usize>]) {
-    check_split(start_len, sizes, 0);
-}
-
-/// `bytes` cut into parts at pseudo-random points (`seed` 0: one part).
-fn split(bytes: &[u8], seed: u64) -> Vec<&[u8]> {
-    let mut rng = seed;
-    let mut parts = Vec::new();
-    let mut at = 0;
-    while seed != 0 && at < bytes.len() {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        // Empty parts and 1-byte parts (a header across parts) too.
-        let n = (rng % 7) as usize * (rng as usize >> 8) % 300;
-        let end = (at + n).min(bytes.len());
-        parts.push(&bytes[at..end]);
-        at = end;
-    }
-    if parts.is_empty() || at < bytes.len() {
-        parts.push(&bytes[at..]);
-    }
-    parts
-}
-
-/// [`check`] with each batch handed over in parts cut by `seed`.
-fn check_split(start_len: usize, sizes: &[Vec<usize>], seed: u64) {
     let rounds = sizes.len();
     let mut f = MemFile::default();
     // Whatever the file held before: whole packets.
@@ -189,8 +159,7 @@ fn check_split(start_len: usize, sizes: &[Vec<usize>], seed: u64) {
         let (bytes, list) = batch(sizes, &mut number);
         let before = f.bytes.clone();
         f.writes.clear();
-        app.append_parts(&mut f, &split(&bytes, seed.wrapping_add(round as u64)))
-            .unwrap();
+        app.append(&mut f, &bytes).unwrap();
         let old = all.len();
         all.extend(list);
         for (k, image) in kill_points(&before, &f.writes).iter().enumerate() {
@@ -276,44 +245,6 @@ fn a_batch_not_starting_with_a_packet_keeps_its_first_field() {
 }
 
 #[test]
-fn a_batch_in_parts_writes_what_the_whole_batch_writes() {
-    for seed in 1..30 {
-        let sizes = random_sizes(12, seed * 31, 3000, 6);
-        let (mut a, mut b) = (MemFile::default(), MemFile::default());
-        let (mut app_a, mut app_b) = (CommitAppender::new(0), CommitAppender::new(0));
-        let mut number = 0;
-        for (round, s) in sizes.iter().enumerate() {
-            let (bytes, _) = batch(s, &mut number);
-            app_a.append(&mut a, &bytes).unwrap();
-            let parts = split(&bytes, seed * 1000 + round as u64);
-            app_b.append_parts(&mut b, &parts).unwrap();
-        }
-        assert_eq!(a.bytes, b.bytes, "seed {seed}");
-        assert_eq!(app_a.committed(), app_b.committed());
-    }
-}
-
-#[test]
-fn every_kill_point_parses_with_batches_in_parts() {
-    for seed in 1..8 {
-        check_split(0, &random_sizes(40, seed * 7, 5000, 5), seed);
-        check_split(100, &random_sizes(20, seed * 3, 200, 9), seed + 50);
-    }
-}
-
-#[test]
-fn gather_prefix_reads_a_header_across_parts() {
-    let parts: [&[u8]; 4] = [&[PACKET_TAG], &[], &[0x80], &[0x01, 9, 9]];
-    let mut head = [0u8; 11];
-    assert_eq!(
-        first_packet(gather_prefix(&parts, &mut head)),
-        Some((3, 128))
-    );
-    let body = skip_prefix(&parts, 3);
-    assert_eq!(body, [&[9u8, 9][..]]);
-}
-
-#[test]
 fn first_packet_reads_the_header() {
     assert_eq!(first_packet(&[PACKET_TAG, 3, 1, 2, 3]), Some((2, 3)));
     assert_eq!(first_packet(&[PACKET_TAG, 0x80, 0x01]), Some((3, 128)));
@@ -321,11 +252,9 @@ fn first_packet_reads_the_header() {
     assert_eq!(first_packet(&[PACKET_TAG, 0x80]), None);
 }
 
-/// Why the padding ahead of a batch is written, not made by extending the
-/// file (ftruncate, fallocate): a zero byte is no protobuf tag, and the
-/// file's size and a header claiming the new bytes cannot change in one
-/// step, so a kill between the two leaves a file that does not parse,
-/// whichever comes first.
+/// Why the padding ahead is written, not made of zeros by growing the file:
+/// neither order of growing and claiming parses, and a kill keeps the state
+/// between the two steps.
 #[test]
 fn a_file_extended_with_zeros_parses_in_neither_order() {
     let mut number = 0;

@@ -18,7 +18,7 @@ pub fn machine_id_hint() -> Option<String> {
 /// The serialized SystemInfo traced would write for this machine.
 pub fn system_info() -> Vec<u8> {
     use crate::tracing::service::types::ServiceEnv;
-    RealEnv::new(Default::default(), Default::default())
+    RealEnv::new(Default::default())
         .system_info()
         .unwrap_or_default()
 }

@@ -319,9 +319,7 @@ fn enable_tracing(
     {
         Ok(sid) => {
             if let (Some(f), true) = (file, cfg.write_into_file.unwrap_or(false)) {
-                st.files
-                    .borrow_mut()
-                    .insert(sid, super::trace_file::TraceFile::new(f));
+                st.files.insert(sid, super::trace_file::TraceFile::new(f));
             }
             None
         }

@@ -13,15 +13,11 @@ use crate::mem::shared_mem::SharedMem;
 use crate::protozero::{begin_nested, end_nested, put_str, put_varint, VecStream};
 use crate::tracing::service::types::*;
 
-use super::trace_file::TraceFiles;
-
 /// SMBs the service created, by producer; the adapter sends their fds.
 pub type SmbTable = Rc<RefCell<SmallMap<ProducerId, Shm>>>;
 
 pub struct RealEnv {
     pub smbs: SmbTable,
-    /// Written by write_into_file passes straight from the buffers.
-    pub files: TraceFiles,
     rng_state: u64,
 }
 
@@ -49,7 +45,7 @@ pub fn boot_time_ns() -> u64 {
 }
 
 impl RealEnv {
-    pub fn new(smbs: SmbTable, files: TraceFiles) -> RealEnv {
+    pub fn new(smbs: SmbTable) -> RealEnv {
         let mut seed = [0u8; 8];
         let ok = std::fs::File::open("/dev/urandom")
             .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut seed))
@@ -58,32 +54,11 @@ impl RealEnv {
         if !ok || s == 0 {
             s = boot_time_ns() ^ ((std::process::id() as u64) << 32) | 1;
         }
-        RealEnv {
-            smbs,
-            files,
-            rng_state: s,
-        }
-    }
-}
-
-impl FileOutput for RealEnv {
-    fn has_file(&self, session: SessionId) -> bool {
-        self.files.borrow().contains_key(&session)
-    }
-
-    fn append(&mut self, session: SessionId, parts: &[&[u8]]) -> Result<(), String> {
-        match self.files.borrow_mut().get_mut(&session) {
-            Some(f) => f.append_parts(parts),
-            None => Err("Writing the trace file failed: the file is closed".into()),
-        }
+        RealEnv { smbs, rng_state: s }
     }
 }
 
 impl ServiceEnv for RealEnv {
-    fn files(&mut self) -> Option<&mut dyn FileOutput> {
-        Some(self)
-    }
-
     fn clock_snapshot(&mut self) -> Vec<(u32, u64)> {
         vec![
             (CLOCK_BOOTTIME, clock_ns(ClockId::CLOCK_BOOTTIME)),

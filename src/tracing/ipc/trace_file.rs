@@ -4,23 +4,15 @@
 //! file opened with O_APPEND (where pwrite cannot place bytes) gets plain
 //! sequential writes cut back to whole packets on error.
 
-use std::cell::RefCell;
 use std::fs::File;
-use std::io::{self, IoSlice, Seek, SeekFrom, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::rc::Rc;
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
-use crate::mem::small_map::SmallMap;
 use crate::protozero::commit_append::{CommitAppender, WriteAt};
 use crate::protozero::decode::read_varint;
-use crate::tracing::service::types::SessionId;
-
-/// The open output files by session, shared by the adapter and the
-/// service's [`FileOutput`](crate::tracing::service::types::FileOutput).
-pub type TraceFiles = Rc<RefCell<SmallMap<SessionId, TraceFile>>>;
 
 pub struct TraceFile {
     file: File,
@@ -34,64 +26,6 @@ impl WriteAt for Positioned<'_> {
     type Error = io::Error;
     fn write_all_at(&mut self, buf: &[u8], at: u64) -> io::Result<()> {
         self.0.write_all_at(buf, at)
-    }
-    fn write_all_vectored_at(&mut self, parts: &[&[u8]], at: u64) -> io::Result<()> {
-        write_all_gathered(parts, at, IOV_MAX, |iov, at| {
-            nix::sys::uio::pwritev(self.0, iov, at as i64).map_err(io::Error::from)
-        })
-    }
-}
-
-/// Linux's limit of iovecs per call (UIO_MAXIOV).
-const IOV_MAX: usize = 1024;
-
-/// Writes the concatenation of `parts` at `at` through `pwritev` calls of
-/// at most `max_iov` slices each, going on after short writes.
-fn write_all_gathered(
-    parts: &[&[u8]],
-    mut at: u64,
-    max_iov: usize,
-    mut pwritev: impl FnMut(&[IoSlice], u64) -> io::Result<usize>,
-) -> io::Result<()> {
-    let mut iov: Vec<IoSlice> = Vec::with_capacity(parts.len().min(max_iov));
-    let mut next = 0; // First part not yet in `iov`.
-    let mut skip = 0; // Bytes of `parts[next]` already written.
-    loop {
-        iov.clear();
-        let mut i = next;
-        let mut off = skip;
-        while iov.len() < max_iov && i < parts.len() {
-            if off < parts[i].len() {
-                iov.push(IoSlice::new(&parts[i][off..]));
-            }
-            i += 1;
-            off = 0;
-        }
-        if iov.is_empty() {
-            return Ok(());
-        }
-        let mut n = match pwritev(&iov, at) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        at += n as u64;
-        // Move past what was written, part by part.
-        while n > 0 {
-            let left = parts[next].len() - skip;
-            if n < left {
-                skip += n;
-                break;
-            }
-            n -= left;
-            next += 1;
-            skip = 0;
-        }
-        while next < parts.len() && parts[next].len() == skip {
-            next += 1;
-            skip = 0;
-        }
     }
 }
 
@@ -121,16 +55,10 @@ impl TraceFile {
     /// Appends whole packets. On an error the file is cut back to whole
     /// packets and the error says where.
     pub fn append(&mut self, data: &[u8]) -> Result<(), String> {
-        self.append_parts(&[data])
-    }
-
-    /// [`Self::append`] of the concatenation of `parts`, written from the
-    /// parts themselves (pwritev) into a regular file.
-    pub fn append_parts(&mut self, parts: &[&[u8]]) -> Result<(), String> {
         let Some(framing) = self.framing.as_mut() else {
-            return write_whole_packets(&mut self.file, &parts.concat());
+            return write_whole_packets(&mut self.file, data);
         };
-        let Err(err) = framing.append_parts(&mut Positioned(&self.file), parts) else {
+        let Err(err) = framing.append(&mut Positioned(&self.file), data) else {
             return Ok(());
         };
         // Out of room (ENOSPC, EFBIG) for the padding: plain writes keep
@@ -143,7 +71,7 @@ impl TraceFile {
                  failed too ({e})"
             ));
         }
-        write_whole_packets(&mut self.file, &parts.concat())
+        write_whole_packets(&mut self.file, data)
     }
 
     pub fn sync_data(&self) -> io::Result<()> {
@@ -215,105 +143,4 @@ fn whole_packets_len(data: &[u8]) -> usize {
         pos = end as usize;
     }
     pos
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Runs [`write_all_gathered`] against a file image whose pwritev takes
-    /// at most `short` bytes a call; returns the image and each call's
-    /// slice count.
-    fn gathered(parts: &[&[u8]], at: u64, max_iov: usize, short: usize) -> (Vec<u8>, Vec<usize>) {
-        let mut image = vec![b'.'; at as usize];
-        let mut calls = Vec::new();
-        write_all_gathered(parts, at, max_iov, |iov, off| {
-            assert!(iov.len() <= max_iov && !iov.is_empty());
-            assert_eq!(off as usize, image.len());
-            calls.push(iov.len());
-            let mut n = 0;
-            for s in iov {
-                let k = s.len().min(short - n);
-                image.extend_from_slice(&s[..k]);
-                n += k;
-                if n == short {
-                    break;
-                }
-            }
-            Ok(n)
-        })
-        .unwrap();
-        (image, calls)
-    }
-
-    #[test]
-    fn gathered_writes_go_on_after_short_writes() {
-        let parts: [&[u8]; 5] = [b"abc", b"", b"defgh", b"i", b"jklmnop"];
-        for short in 1..20 {
-            for max_iov in 1..7 {
-                let (image, _) = gathered(&parts, 3, max_iov, short);
-                assert_eq!(image, b"...abcdefghijklmnop", "short {short} iov {max_iov}");
-            }
-        }
-    }
-
-    #[test]
-    fn gathered_writes_stay_within_the_iovec_limit() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        let parts: Vec<&[u8]> = bytes.chunks(1).collect();
-        let (image, calls) = gathered(&parts, 0, IOV_MAX.min(100), usize::MAX);
-        assert_eq!(image, bytes);
-        assert_eq!(calls, [100, 100, 56]);
-    }
-
-    #[test]
-    fn gathered_write_errors_reach_the_caller() {
-        let parts: [&[u8]; 2] = [b"ab", b"cd"];
-        let mut tries = 0;
-        let err = write_all_gathered(&parts, 0, 4, |_, _| {
-            tries += 1;
-            match tries {
-                1 => Err(io::ErrorKind::Interrupted.into()),
-                2 => Ok(1),
-                _ => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
-            }
-        })
-        .unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
-        assert_eq!(tries, 3);
-        assert_eq!(
-            write_all_gathered(&parts, 0, 4, |_, _| Ok(0))
-                .unwrap_err()
-                .kind(),
-            io::ErrorKind::WriteZero
-        );
-    }
-
-    #[test]
-    fn a_regular_file_gets_the_parts_whole() {
-        let f = memfd::MemfdOptions::default()
-            .create("parts")
-            .unwrap()
-            .into_file();
-        let mut t = TraceFile::new(f);
-        let mut bytes = Vec::new();
-        for i in 0..3000u32 {
-            bytes.extend_from_slice(&[0x0a, 4]);
-            bytes.extend_from_slice(&i.to_le_bytes());
-        }
-        // Parts of 1..=6 bytes: more slices than one pwritev takes.
-        let parts: Vec<&[u8]> = bytes.chunks(5).collect();
-        assert!(parts.len() > IOV_MAX);
-        t.append_parts(&parts).unwrap();
-        let len = t.committed().unwrap();
-        let f = t.file().try_clone().unwrap();
-        drop(t);
-        // The first packet's header took the appender's 6-byte form.
-        assert_eq!(len, bytes.len() as u64 + 4);
-        assert_eq!(f.metadata().unwrap().len(), len);
-        let mut got = vec![0u8; len as usize];
-        f.read_exact_at(&mut got, 0).unwrap();
-        assert_eq!(got[..6], [0x0a, 0x84, 0x80, 0x80, 0x80, 0]);
-        assert_eq!(got[6..], bytes[2..]);
-    }
 }

@@ -15,7 +15,7 @@ use crate::tracing::service::types::*;
 use crate::tracing::service::{FrameSink, FrameWriter, TracingService, FRAME_HEAD_ROOM};
 
 use super::env::{boot_time_ns, RealEnv, SmbTable};
-use super::trace_file::{TraceFile, TraceFiles};
+use super::trace_file::TraceFile;
 
 /// A producer connection.
 #[derive(Default)]
@@ -50,8 +50,7 @@ pub struct TracedState {
     /// Deferred Flush / CloneSession replies by token.
     pub pending: SmallMap<RequestToken, ReplyTo>,
     next_token: RequestToken,
-    /// Shared with the service's env, which writes them during passes.
-    pub files: TraceFiles,
+    pub files: SmallMap<SessionId, TraceFile>,
     /// The finished output files of sessions that still exist, so a
     /// consumer that attaches later can read its trace back for the end
     /// line (one fd per live session at most).
@@ -113,25 +112,6 @@ impl FrameSink for ToHost<'_> {
 }
 
 impl TracedState {
-    /// A write into `session`'s file failed: the file closes with what it
-    /// holds, and the session stops with the error (carried by a
-    /// TracingDisabled already queued in `late_errors`' batch).
-    fn file_write_failed(
-        &mut self,
-        session: SessionId,
-        e: String,
-        late_errors: &mut Vec<(ConsumerId, String)>,
-    ) {
-        log_warn!("traced: writing the trace file failed: {e}");
-        let failed = self.files.borrow_mut().remove(&session);
-        if let Some(f) = failed {
-            self.keep_finished_file(session, &f);
-        }
-        if let Some(c) = self.core.file_write_failed(Self::now(), session, e.clone()) {
-            late_errors.push((c, e));
-        }
-    }
-
     /// Keeps a copy of a detached session's output file past its end,
     /// for the Attach to come; forgets the files of sessions that are gone.
     fn keep_finished_file(&mut self, sid: SessionId, f: &TraceFile) {
@@ -150,16 +130,14 @@ impl TracedState {
     /// one being written, or the finished one (kept while the session
     /// lives: `--is_detached` attaches and detaches again).
     pub fn attached_file(&self, sid: SessionId) -> Option<File> {
-        if let Some(f) = self.files.borrow().get(&sid) {
-            return f.file().try_clone().ok();
-        }
-        self.finished_files.get(&sid)?.try_clone().ok()
+        let open = self.files.get(&sid).map(TraceFile::file);
+        let f = open.or_else(|| self.finished_files.get(&sid))?;
+        f.try_clone().ok()
     }
 
     pub fn new(service_uid: u32) -> TracedState {
         let smbs = SmbTable::default();
-        let files = TraceFiles::default();
-        let env = RealEnv::new(smbs.clone(), files.clone());
+        let env = RealEnv::new(smbs.clone());
         TracedState {
             core: TracingService::new(Box::new(env), service_uid),
             smbs,
@@ -169,7 +147,7 @@ impl TracedState {
             consumer_clients: SmallMap::new(),
             pending: SmallMap::new(),
             next_token: 1,
-            files,
+            files: SmallMap::new(),
             finished_files: SmallMap::new(),
             clone_files: SmallMap::new(),
             clone_errors: SmallMap::new(),
@@ -296,14 +274,12 @@ impl TracedState {
                     }
                 }
                 Output::SyncFile { session } => {
-                    let synced = self.files.borrow().get(&session).map(TraceFile::sync_data);
-                    if let Some(Err(e)) = synced {
+                    if let Some(Err(e)) = self.files.get(&session).map(TraceFile::sync_data) {
                         log_warn!("traced: syncing the trace file failed: {e}");
                     }
                 }
                 Output::CopyFileForClone { token, from, to } => {
-                    let files = self.files.borrow();
-                    let copied = match (files.get(&from), self.clone_files.remove(&token)) {
+                    let copied = match (self.files.get(&from), self.clone_files.remove(&token)) {
                         (Some(src), Some(mut dst)) => {
                             super::clone_file::copy_contents(src.file(), src.committed(), &mut dst)
                                 .map(|()| TraceFile::new(dst))
@@ -312,10 +288,9 @@ impl TracedState {
                         (None, _) => Err("the session's file is already closed".into()),
                         (_, None) => Err("no file descriptor".into()),
                     };
-                    drop(files);
                     match copied {
                         Ok(dst) => {
-                            self.files.borrow_mut().insert(to, dst);
+                            self.files.insert(to, dst);
                         }
                         Err(e) => {
                             let e = format!(
@@ -327,22 +302,22 @@ impl TracedState {
                     }
                 }
                 Output::WriteToFile { session, data } => {
-                    let written = self
-                        .files
-                        .borrow_mut()
-                        .get_mut(&session)
-                        .map(|f| f.append(&data));
-                    if let Some(Err(e)) = written {
-                        self.file_write_failed(session, e, &mut late_errors);
+                    if let Some(f) = self.files.get_mut(&session) {
+                        if let Err(e) = f.append(&data) {
+                            log_warn!("traced: writing the trace file failed: {e}");
+                            if let Some(f) = self.files.remove(&session) {
+                                self.keep_finished_file(session, &f);
+                            }
+                            let now = Self::now();
+                            if let Some(c) = self.core.file_write_failed(now, session, e.clone()) {
+                                late_errors.push((c, e));
+                            }
+                        }
                     }
                     self.core.recycle_file_buffer(data);
                 }
-                Output::FileWriteFailed { session, error } => {
-                    self.file_write_failed(session, error, &mut late_errors);
-                }
                 Output::CloseFile { session } => {
-                    let closed = self.files.borrow_mut().remove(&session);
-                    if let Some(f) = closed {
+                    if let Some(f) = self.files.remove(&session) {
                         self.keep_finished_file(session, &f);
                         let _ = f.finish();
                     }
@@ -354,8 +329,7 @@ impl TracedState {
                         continue;
                     };
                     let sync = self.core.session_syncs_file(session);
-                    let old = self.files.borrow_mut().insert(session, TraceFile::new(new));
-                    if let Some(old) = old {
+                    if let Some(old) = self.files.insert(session, TraceFile::new(new)) {
                         if sync {
                             if let Err(e) = old.finish() {
                                 log_warn!("traced: syncing the rotated-out file failed: {e}");

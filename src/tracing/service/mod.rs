@@ -63,7 +63,6 @@ pub mod session;
 mod stats;
 mod stop;
 pub mod timers;
-mod to_file;
 mod triggers;
 pub mod types;
 
@@ -73,8 +72,6 @@ mod service_tests;
 mod service_tests_acl;
 #[cfg(test)]
 mod service_tests_faults;
-#[cfg(test)]
-mod service_tests_file_output;
 #[cfg(test)]
 mod service_tests_filter;
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use crate::pb::protos::mod_TraceConfig::mod_TriggerConfig::TriggerMode;
 use crate::pb::protos::mod_TraceConfig::FFlushMode;
 use crate::pb::protos::ReadBuffersResponse;
+use crate::protozero::encode_varint;
 
 use super::compress;
 use super::config_validation::trigger_mode;
@@ -17,7 +18,6 @@ use super::service::TracingService;
 use super::service_packets as sp;
 use super::session::{event, SessionState};
 use super::timers::{ms, Timer};
-use super::to_file::{Gather, ToFile};
 use super::trace_buffer::{PacketInfo, TracePacket};
 use super::trusted_trailer::TrustedTrailer;
 use super::types::*;
@@ -47,19 +47,6 @@ pub(super) trait PacketSink {
     fn take_lead(&mut self) -> Vec<u8> {
         Vec::new()
     }
-    /// Whether this sink keeps buffer packets' ranges past
-    /// [`Self::buffer_packet`] until [`Self::end_buffer`] (the buffer then
-    /// moves no bytes until that call).
-    fn holds_buffer_bytes(&self) -> bool {
-        false
-    }
-    /// A packet read from the buffer being read (its ranges point into
-    /// the bytes [`Self::end_buffer`] gets).
-    fn buffer_packet(&mut self, body: &TracePacket<'_>, trailer: &[u8]) -> bool {
-        self.packet(body, trailer)
-    }
-    /// The pass is done with a buffer whose bytes are `buffer`.
-    fn end_buffer(&mut self, _buffer: &[u8], _files: Option<&mut dyn FileOutput>) {}
 }
 
 /// Feeds a [`FrameWriter`]; stops the pass when the sink asked to pause.
@@ -74,6 +61,69 @@ impl PacketSink for ToFrames<'_> {
         self.bytes += body.size() + trailer.len();
         self.writer.push(body, trailer, self.sink);
         !self.writer.is_paused()
+    }
+}
+
+/// `Trace`-framed packets for write_into_file, up to `max` bytes in all
+/// (0 = no limit): the first packet that would cross it and every later
+/// one of the pass are dropped.
+struct ToFile {
+    data: Vec<u8>,
+    written: u64,
+    max: u64,
+    crossed: bool,
+    /// A rotation's old-file pass: packets for the new file go here.
+    divert: Option<super::rotate_divert::Divert>,
+    /// Packets held at the last cut, written before the first buffer's.
+    lead: Vec<u8>,
+}
+
+impl PacketSink for ToFile {
+    fn packet(&mut self, body: &TracePacket<'_>, trailer: &[u8]) -> bool {
+        let len = body.size() + trailer.len();
+        let mut v = [0u8; 10];
+        let n = encode_varint(len as u64, &mut v);
+        if let Some(d) = self.divert.as_mut() {
+            let slices: Vec<&[u8]> = body.slices().collect();
+            let before = self.data.len();
+            let route = d.route(&slices, trailer, &mut self.data);
+            self.written += (self.data.len() - before) as u64;
+            if let super::rotate_divert::Route::Hold(i) = route {
+                let held = d.held_mut(i);
+                held.push(0x0a);
+                held.extend_from_slice(&v[..n]);
+                slices.iter().for_each(|s| held.extend_from_slice(s));
+                held.extend_from_slice(trailer);
+                return true;
+            }
+        }
+        let framed = (1 + n + len) as u64;
+        if self.crossed || (self.max > 0 && self.written + framed > self.max) {
+            self.crossed = true;
+            return true;
+        }
+        self.written += framed;
+        self.data.push(0x0a);
+        self.data.extend_from_slice(&v[..n]);
+        body.slices()
+            .for_each(|s| crate::mem::skew_copy::extend_bytes(&mut self.data, s));
+        self.data.extend_from_slice(trailer);
+        true
+    }
+
+    fn divert(&mut self) -> Option<&mut Option<super::rotate_divert::Divert>> {
+        Some(&mut self.divert)
+    }
+
+    fn take_lead(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.lead)
+    }
+
+    fn set_buffer(&mut self, index: Option<usize>) {
+        if index.is_some() && !self.lead.is_empty() {
+            self.written += self.lead.len() as u64;
+            self.data.append(&mut self.lead);
+        }
     }
 }
 
@@ -265,15 +315,7 @@ impl TracingService {
             };
             sink.set_buffer(Some(index));
             buf.begin_read();
-            // Held reads: the buffer moves no byte until `end_read`, so a
-            // sink may write the buffer's packets from it (`end_buffer`).
-            let held = sink.holds_buffer_bytes();
-            let mut drained = false;
-            loop {
-                let Some((pkt, info)) = buf.read_next_trace_packet_held() else {
-                    drained = true;
-                    break;
-                };
+            while let Some((pkt, info)) = buf.read_next_trace_packet() {
                 if validate_packet(pkt.slices()).is_err() {
                     s.stats.invalid_packets += 1;
                     continue;
@@ -294,20 +336,11 @@ impl TracingService {
                 };
                 let trailer = trailer.as_bytes();
                 bytes += pkt.size() + trailer.len();
-                let go_on = sink.buffer_packet(&pkt, trailer);
+                let go_on = sink.packet(&pkt, trailer);
                 if bytes >= max_bytes || !go_on {
                     has_more = true;
-                    break;
+                    break 'buffers;
                 }
-            }
-            if held {
-                sink.end_buffer(buf.bytes(), self.env.files());
-            }
-            if drained {
-                buf.end_read();
-            }
-            if has_more {
-                break 'buffers;
             }
         }
         sink.set_buffer(None);
@@ -347,82 +380,54 @@ impl TracingService {
     /// per timer, so commits from producers are served between steps: a
     /// long pass would leave their shared memory full meanwhile.
     fn write_into_file_step(&mut self, now: u64, sid: SessionId) -> bool {
-        let Some(s) = self.sessions.get(&sid) else {
-            return false;
-        };
-        if s.file_closed {
-            return false;
+        {
+            let Some(s) = self.sessions.get(&sid) else {
+                return false;
+            };
+            if s.file_closed {
+                return false;
+            }
+            let data = self
+                .spare_file_bufs
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(FILE_PASS_BYTES + FILE_PASS_BYTES / 8));
+            let s = self.sessions.get_mut(&sid).expect("checked above");
+            let mut file = ToFile {
+                data,
+                written: s.file_bytes_written,
+                max: s.config.max_file_size_bytes.unwrap_or(0),
+                crossed: false,
+                divert: s.read.divert.take(),
+                lead: std::mem::take(&mut s.read.held_for_new_file),
+            };
+            let more = self.read_pass(now, sid, FILE_PASS_BYTES, &mut file);
+            let ToFile {
+                mut data,
+                mut written,
+                crossed,
+                divert,
+                mut lead,
+                ..
+            } = file;
+            // No buffer was read this time: the held packets still go first.
+            written += lead.len() as u64;
+            data.append(&mut lead);
+            let s = self.sessions.get_mut(&sid).expect("checked above");
+            s.read.divert = divert;
+            s.file_bytes_written = written;
+            s.file_closed |= crossed;
+            if data.is_empty() {
+                self.recycle_file_buffer(data);
+            } else {
+                self.emit(Output::WriteToFile { session: sid, data });
+            }
+            if crossed {
+                self.emit(Output::CloseFile { session: sid });
+                self.stop_session(now, sid);
+                return false;
+            }
+            more
         }
-        // Written during the pass when the adapter lets us, and no file
-        // output queued before would then come after.
-        let direct =
-            !self.file_outputs_queued() && self.env.files().is_some_and(|f| f.has_file(sid));
-        let data = self
-            .spare_file_bufs
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(FILE_PASS_BYTES + FILE_PASS_BYTES / 8));
-        let s = self.sessions.get_mut(&sid).expect("checked above");
-        let mut file = ToFile {
-            data,
-            written: s.file_bytes_written,
-            max: s.config.max_file_size_bytes.unwrap_or(0),
-            crossed: false,
-            divert: s.read.divert.take(),
-            lead: std::mem::take(&mut s.read.held_for_new_file),
-            gather: direct.then(|| Gather::new(sid)),
-        };
-        let more = self.read_pass(now, sid, FILE_PASS_BYTES, &mut file);
-        // No buffer was read this time: the held packets still go first.
-        file.written += file.lead.len() as u64;
-        file.data.append(&mut file.lead);
-        file.write_gathered(&[], self.env.files());
-        let ToFile {
-            data,
-            written,
-            crossed,
-            divert,
-            gather,
-            ..
-        } = file;
-        let s = self.sessions.get_mut(&sid).expect("checked above");
-        s.read.divert = divert;
-        s.file_bytes_written = written;
-        s.file_closed |= crossed;
-        if let Some(error) = gather.and_then(|g| g.error) {
-            s.file_closed = true;
-            self.recycle_file_buffer(data);
-            self.emit(Output::FileWriteFailed {
-                session: sid,
-                error,
-            });
-            return false;
-        }
-        if data.is_empty() {
-            self.recycle_file_buffer(data);
-        } else {
-            self.emit(Output::WriteToFile { session: sid, data });
-        }
-        if crossed {
-            self.emit(Output::CloseFile { session: sid });
-            self.stop_session(now, sid);
-            return false;
-        }
-        more
-    }
-
-    /// Whether an output that writes, closes or swaps a file is queued.
-    fn file_outputs_queued(&self) -> bool {
-        self.outputs.iter().any(|o| {
-            matches!(
-                o,
-                Output::WriteToFile { .. }
-                    | Output::FileWriteFailed { .. }
-                    | Output::CloseFile { .. }
-                    | Output::SyncFile { .. }
-                    | Output::CopyFileForClone { .. }
-                    | Output::SwitchFile { .. }
-            )
-        })
     }
 
     /// A write_into_file buffer went past half full before its next
@@ -513,5 +518,40 @@ impl TracingService {
             .filter(|&v| v > 0)
             .unwrap_or(10_000);
         self.timers.add(now + ms(period), Timer::SnapshotTick(sid));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_sink(max: u64) -> ToFile {
+        ToFile {
+            data: Vec::new(),
+            written: 0,
+            max,
+            crossed: false,
+            divert: None,
+            lead: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn file_packets_are_trace_fields_up_to_the_limit() {
+        let data = [1u8, 2, 9, 3];
+        let ranges = [(0, 2), (3, 1)];
+        let p = TracePacket::from_ranges(&data, &ranges);
+        let mut f = file_sink(0);
+        assert!(f.packet(&p, &[7]));
+        assert_eq!(f.data, [0x0a, 4, 1, 2, 3, 7]);
+        assert_eq!(f.written, 6);
+
+        // 6 bytes per packet: the third crosses 15 and ends the file.
+        let mut f = file_sink(15);
+        for _ in 0..4 {
+            assert!(f.packet(&p, &[7]));
+        }
+        assert!(f.crossed);
+        assert_eq!((f.written, f.data.len()), (12, 12));
     }
 }

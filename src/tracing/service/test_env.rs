@@ -28,39 +28,6 @@ pub struct EnvLog {
 pub struct FakeEnv {
     pub log: Rc<RefCell<EnvLog>>,
     rng: u64,
-    /// Output files the service writes itself ([`H::with_files`]).
-    files: Option<FakeFiles>,
-}
-
-/// What the service wrote through [`FileOutput`], by session.
-#[derive(Default)]
-pub struct FileLog {
-    pub open: std::collections::BTreeSet<SessionId>,
-    pub bytes: std::collections::BTreeMap<SessionId, Vec<u8>>,
-    /// Calls and parts so far.
-    pub appends: usize,
-    pub parts: usize,
-    /// The next appends fail with this.
-    pub fail: Option<String>,
-}
-
-pub struct FakeFiles(pub Rc<RefCell<FileLog>>);
-
-impl FileOutput for FakeFiles {
-    fn has_file(&self, session: SessionId) -> bool {
-        self.0.borrow().open.contains(&session)
-    }
-    fn append(&mut self, session: SessionId, parts: &[&[u8]]) -> Result<(), String> {
-        let mut log = self.0.borrow_mut();
-        if let Some(e) = log.fail.clone() {
-            return Err(e);
-        }
-        log.appends += 1;
-        log.parts += parts.len();
-        let out = log.bytes.entry(session).or_default();
-        parts.iter().for_each(|p| out.extend_from_slice(p));
-        Ok(())
-    }
 }
 
 impl ServiceEnv for FakeEnv {
@@ -95,9 +62,6 @@ impl ServiceEnv for FakeEnv {
             .smb_requests
             .push((producer, size, page_size));
         SharedMem::new_heap(size).map(Arc::new)
-    }
-    fn files(&mut self) -> Option<&mut dyn FileOutput> {
-        self.files.as_mut().map(|f| f as &mut dyn FileOutput)
     }
 }
 
@@ -160,22 +124,10 @@ pub fn basic_config(ds: &str, size_kb: u32) -> TraceConfig {
 
 impl H {
     pub fn new() -> H {
-        Self::with_env_files(None)
-    }
-
-    /// A harness whose env takes the service's file writes itself; the
-    /// test marks which sessions have a file (`FileLog::open`).
-    pub fn with_files() -> (H, Rc<RefCell<FileLog>>) {
-        let files = Rc::new(RefCell::new(FileLog::default()));
-        (Self::with_env_files(Some(FakeFiles(files.clone()))), files)
-    }
-
-    fn with_env_files(files: Option<FakeFiles>) -> H {
         let log = Rc::new(RefCell::new(EnvLog::default()));
         let env = FakeEnv {
             log: Rc::clone(&log),
             rng: 1,
-            files,
         };
         H {
             svc: TracingService::new(Box::new(env), SERVICE_UID),

@@ -71,22 +71,6 @@ pub trait ServiceEnv {
         size: usize,
         page_size: usize,
     ) -> Option<Arc<SharedMem>>;
-    /// The output files, when the adapter lets a write_into_file pass
-    /// write them itself, straight from the buffer's bytes. `None`: every
-    /// write goes out as [`Output::WriteToFile`].
-    fn files(&mut self) -> Option<&mut dyn FileOutput> {
-        None
-    }
-}
-
-/// The adapter's write_into_file output files, written to during a read
-/// pass (in order with the file [`Output`]s: the service writes here only
-/// while none of those is queued).
-pub trait FileOutput {
-    /// Whether `session` has a file open here.
-    fn has_file(&self, session: SessionId) -> bool;
-    /// Appends whole `Trace` fields: the concatenation of `parts`.
-    fn append(&mut self, session: SessionId, parts: &[&[u8]]) -> Result<(), String>;
 }
 
 /// Commands pushed to a producer on its GetAsyncCommand stream.
@@ -207,10 +191,6 @@ pub enum Output {
     },
     /// Append to the session's output file (already framed as `Trace`).
     WriteToFile { session: SessionId, data: Vec<u8> },
-    /// Writing the session's output file through [`FileOutput`] failed:
-    /// the adapter closes it and reports through
-    /// `TracingService::file_write_failed`, as for a failed `WriteToFile`.
-    FileWriteFailed { session: SessionId, error: String },
     /// The session is done with its output file.
     CloseFile { session: SessionId },
     /// `fflush_post_write`: sync the file to storage after a periodic write.

@@ -31,7 +31,7 @@ mod writer_stats;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
-pub(super) mod test_util;
+mod test_util;
 #[cfg(test)]
 mod tests_hostile;
 #[cfg(test)]

@@ -47,12 +47,6 @@ impl<'a> TracePacket<'a> {
         self.ranges.iter().map(move |&(s, l)| &data[s..s + l])
     }
 
-    /// `(start, len)` of each fragment in the bytes the packet was made
-    /// from (for a buffer's packet: [`TraceBuffer::bytes`]).
-    pub fn ranges(&self) -> &'a [(usize, usize)] {
-        self.ranges
-    }
-
     /// Total size in bytes over all slices.
     pub fn size(&self) -> usize {
         self.ranges.iter().map(|r| r.1).sum()
@@ -183,37 +177,13 @@ impl TraceBuffer {
     /// nothing more is readable now (call [`begin_read`](Self::begin_read)
     /// later to retry what was incomplete).
     pub fn read_next_trace_packet(&mut self) -> Option<(TracePacket<'_>, PacketInfo)> {
-        self.read_next(true)
-    }
-
-    /// [`read_next_trace_packet`](Self::read_next_trace_packet) that moves
-    /// no bytes: the ranges of every packet handed out stay valid in
-    /// [`bytes`](Self::bytes) until [`end_read`](Self::end_read) or the
-    /// next write or patch.
-    pub fn read_next_trace_packet_held(&mut self) -> Option<(TracePacket<'_>, PacketInfo)> {
-        self.read_next(false)
-    }
-
-    /// Ends a pass of held reads: what a drained read would have done.
-    pub fn end_read(&mut self) {
-        self.rewind_if_drained();
-    }
-
-    /// The buffer's bytes, which held packets' ranges point into.
-    pub fn bytes(&self) -> &[u8] {
-        &self.data
-    }
-
-    fn read_next(&mut self, rewind: bool) -> Option<(TracePacket<'_>, PacketInfo)> {
         // The range list is reused across calls to save an allocation.
         let mut ranges = std::mem::take(&mut self.read_scratch);
         ranges.clear();
         let info = self.read_next_packet_ranges(&mut ranges);
         self.read_scratch = ranges;
         let Some(info) = info else {
-            if rewind {
-                self.rewind_if_drained();
-            }
+            self.rewind_if_drained();
             return None;
         };
         Some((
