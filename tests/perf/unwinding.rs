@@ -677,30 +677,7 @@ fn a_huge_symbol_table_loads_past_the_pass_without_holding_it() {
 
     // The stop is the first pass (a 60 s read period): it has 300 ms of a
     // 600 ms stop timeout and the table takes longer than it waits.
-    let stop_dir = dir.join("stop");
-    std::fs::create_dir(&stop_dir).unwrap();
-    let mut running = None;
-    let run = crate::traced_perf::record_with(
-        &stop_dir,
-        "data_source_stop_timeout_ms: 600",
-        "timebase { frequency: 50 counter: SW_CPU_CLOCK } \
-         ring_buffer_pages: 2048 ring_buffer_read_period_ms: 60000 \
-         callstack_sampling { scope { target_cmdline: \"deep_bigsyms\" } }",
-        false,
-        || {
-            running = Some(run_load(&bin, &["100000"]));
-            std::thread::sleep(std::time::Duration::from_millis(1500));
-        },
-    );
-    let mut c = running.unwrap();
-    let _ = c.kill();
-    let _ = c.wait();
-    let log = std::fs::read_to_string(stop_dir.join("perf.log")).unwrap();
-    assert!(
-        !run.end_line.contains("did not stop"),
-        "the stop was not acked in time: {}\n{log}",
-        run.end_line
-    );
+    let (run, log) = record_stop_as_first_pass(dir, &bin, "deep_bigsyms");
     assert!(
         log_stat(&log, "symbol tables late for their pass").unwrap() >= 1,
         "{log}"
@@ -720,6 +697,38 @@ fn a_huge_symbol_table_loads_past_the_pass_without_holding_it() {
                 && s.names.last().is_some_and(|n| n == "?")),
         "{log}"
     );
+}
+
+/// Records `cmdline` with a 60 s read period, so the stop is the first
+/// pass (300 ms of a 600 ms stop timeout), and checks the stop was acked.
+fn record_stop_as_first_pass(dir: &Path, bin: &Path, cmdline: &str) -> (Run, String) {
+    let stop_dir = dir.join("stop");
+    std::fs::create_dir(&stop_dir).unwrap();
+    let mut running = None;
+    let run = crate::traced_perf::record_with(
+        &stop_dir,
+        "data_source_stop_timeout_ms: 600",
+        &format!(
+            "timebase {{ frequency: 50 counter: SW_CPU_CLOCK }} \
+             ring_buffer_pages: 2048 ring_buffer_read_period_ms: 60000 \
+             callstack_sampling {{ scope {{ target_cmdline: \"{cmdline}\" }} }}"
+        ),
+        false,
+        || {
+            running = Some(run_load(bin, &["100000"]));
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+        },
+    );
+    let mut c = running.unwrap();
+    let _ = c.kill();
+    let _ = c.wait();
+    let log = std::fs::read_to_string(stop_dir.join("perf.log")).unwrap();
+    assert!(
+        !run.end_line.contains("did not stop"),
+        "the stop was not acked in time: {}\n{log}",
+        run.end_line
+    );
+    (run, log)
 }
 
 /// Grows the `.eh_frame` of the ELF64 at `path` by `extra` zero bytes:
@@ -778,30 +787,7 @@ fn a_huge_unwind_table_loads_off_the_read_path_and_its_samples_wait() {
     assert_eq!(whole, work.len(), "every held sample unwound whole\n{log}");
     assert_eq!(log_stat(&log, "skipped at enqueue"), Some(0), "{log}");
 
-    let stop_dir = dir.join("stop");
-    std::fs::create_dir(&stop_dir).unwrap();
-    let mut running = None;
-    let run = crate::traced_perf::record_with(
-        &stop_dir,
-        "data_source_stop_timeout_ms: 600",
-        "timebase { frequency: 50 counter: SW_CPU_CLOCK } \
-         ring_buffer_pages: 2048 ring_buffer_read_period_ms: 60000 \
-         callstack_sampling { scope { target_cmdline: \"deep_bigcfi\" } }",
-        false,
-        || {
-            running = Some(run_load(&bin, &["100000"]));
-            std::thread::sleep(std::time::Duration::from_millis(1500));
-        },
-    );
-    let mut c = running.unwrap();
-    let _ = c.kill();
-    let _ = c.wait();
-    let log = std::fs::read_to_string(stop_dir.join("perf.log")).unwrap();
-    assert!(
-        !run.end_line.contains("did not stop"),
-        "the stop was not acked in time: {}\n{log}",
-        run.end_line
-    );
+    let (run, log) = record_stop_as_first_pass(dir, &bin, "deep_bigcfi");
     assert!(
         log_stat(&log, "unwind tables read in the background").unwrap() >= 1,
         "{log}"
