@@ -515,14 +515,24 @@ fn hostile_stacks_maps_and_unwind_tables_are_counted() {
         assert!(of(pid) > 50, "pid {pid}: {} samples\n{log}", of(pid));
     }
     // The hostile process's work still unwinds to main (its rewrites hit
-    // dead stack only; the unmapped library is a copy it never runs).
-    let reached = all
-        .iter()
-        .filter(|s| s.pid == hostile && reaches_main(s))
-        .count();
+    // dead stack only; the unmapped library is a copy it never runs). Its
+    // samples in dlopen and the scribbling are not work: their share grows
+    // with the machine's load, as does that of samples skipped at enqueue.
+    let work: Vec<_> = in_work(&all)
+        .into_iter()
+        .filter(|s| s.pid == hostile)
+        .collect();
+    let reached = work.iter().filter(|s| reaches_main(s)).count();
+    let not: Vec<_> = work.iter().filter(|s| !reaches_main(s)).take(5).collect();
+    eprintln!(
+        "hostile: {reached} of {} work samples reach main, {} samples in all",
+        work.len(),
+        of(hostile)
+    );
     assert!(
-        reached * 10 >= of(hostile) * 8,
-        "{reached} of {}",
+        work.len() * 2 >= of(hostile) && reached * 10 >= work.len() * 9,
+        "{reached} of {} work samples reach main ({} in all): {not:?}\n{log}",
+        work.len(),
         of(hostile)
     );
     // Every copy of the deep stack was full: the walk goes on in
