@@ -279,7 +279,9 @@ fn shell_files_are_posix_sh() {
 /// scripts/build-static.sh with CARGO_TARGET_DIR set finds the binary
 /// there. A copy of the script in a scratch tree (its dist/ lands there),
 /// with stand-ins for cargo (links a static C program where cargo's
-/// target dir would hold tracebox) and rustup (the target is installed).
+/// target dir would hold tracebox, and archives a libzstd.a that calls
+/// memcpy where zstd-sys would leave it) and rustup (the target is
+/// installed).
 #[test]
 fn build_static_honours_cargo_target_dir() {
     if Command::new("gcc").arg("--version").output().is_err() {
@@ -308,7 +310,10 @@ fn build_static_honours_cargo_target_dir() {
         "cargo",
         "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --target ] && t=$2; shift; done\n\
          out=\"$CARGO_TARGET_DIR/$t/release\"; mkdir -p \"$out\"\n\
-         echo 'int main(void){return 0;}' | gcc -static -x c - -o \"$out/tracebox\"\n",
+         echo 'int main(void){return 0;}' | gcc -static -x c - -o \"$out/tracebox\"\n\
+         z=\"$out/build/zstd-sys-0/out\"; mkdir -p \"$z\"\n\
+         echo 'void *copy(void *d, const void *s, unsigned long n){return __builtin_memcpy(d, s, n);}' \
+         | gcc -c -O0 -x c - -o \"$z/c.o\" && ar rc \"$z/libzstd.a\" \"$z/c.o\"\n",
     );
     let path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap());
     let o = Command::new("bash")
