@@ -613,13 +613,19 @@ fn bloat_symtab(path: &Path, extra: usize) {
         syms.extend_from_slice(&16u64.to_le_bytes());
     }
     for (h, table) in [(symtab, syms), (strtab, strs)] {
-        b.resize(b.len().next_multiple_of(8), 0);
-        let at = b.len() as u64;
-        b[h + 24..h + 32].copy_from_slice(&at.to_le_bytes());
-        b[h + 32..h + 40].copy_from_slice(&(table.len() as u64).to_le_bytes());
-        b.extend_from_slice(&table);
+        move_section_to_end(&mut b, h, &table);
     }
     std::fs::write(path, b).unwrap();
+}
+
+/// Appends `table` to the ELF64 image `b` (8-aligned) and points the
+/// section header at `h` there: its offset and size.
+fn move_section_to_end(b: &mut Vec<u8>, h: usize, table: &[u8]) {
+    b.resize(b.len().next_multiple_of(8), 0);
+    let at = b.len() as u64;
+    b[h + 24..h + 32].copy_from_slice(&at.to_le_bytes());
+    b[h + 32..h + 40].copy_from_slice(&(table.len() as u64).to_le_bytes());
+    b.extend_from_slice(table);
 }
 
 /// A shared library with 1.3 M function symbols (31 MiB of `.symtab`):
@@ -762,11 +768,7 @@ fn bloat_eh_frame(path: &Path, extra: usize) {
     let (off, size) = (u64_at(&b, eh + 24), u64_at(&b, eh + 32));
     let mut table = b[off..off + size].to_vec();
     table.resize(size + extra, 0);
-    b.resize(b.len().next_multiple_of(8), 0);
-    let at = b.len() as u64;
-    b[eh + 24..eh + 32].copy_from_slice(&at.to_le_bytes());
-    b[eh + 32..eh + 40].copy_from_slice(&(table.len() as u64).to_le_bytes());
-    b.extend_from_slice(&table);
+    move_section_to_end(&mut b, eh, &table);
     std::fs::write(path, b).unwrap();
 }
 
